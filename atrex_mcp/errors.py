@@ -1,0 +1,36 @@
+"""Structured errors: every failure a caller sees names its stage, category, message and hint."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Stage = Literal["input", "compile", "runtime", "correctness", "performance", "policy", "internal"]
+
+
+class ErrorInfo(BaseModel):
+    """What went wrong, where, and what to do about it."""
+
+    stage: Stage = Field(description="Pipeline stage that failed: input (bad argument), compile, runtime, correctness, performance, policy (refused by the mode), internal.")
+    category: str = Field(description="Stable machine-readable failure category, e.g. unknown_problem, syntax_error, numeric_mismatch.")
+    message: str = Field(description="What went wrong, in one or two sentences.")
+    hint: str = Field(default="", description="What the caller can do about it.")
+
+
+class AtrexError(Exception):
+    """An error meant for the caller: carries an ErrorInfo and never hidden data."""
+
+    def __init__(self, stage: Stage, category: str, message: str, hint: str = ""):
+        super().__init__(message)
+        self.info = ErrorInfo(stage=stage, category=category, message=message, hint=hint)
+
+    def __str__(self) -> str:
+        text = f"[{self.info.stage}/{self.info.category}] {self.info.message}"
+        return f"{text} Hint: {self.info.hint}" if self.info.hint else text
+
+
+def unknown_choice(kind: str, value: str, choices: list[str]) -> AtrexError:
+    """An unknown operator, shape, profile… answered with the valid choices."""
+    shown = ", ".join(choices[:60]) + (" …" if len(choices) > 60 else "")
+    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind} {value!r}.", f"Valid choices: {shown}")

@@ -1,0 +1,1 @@
+"""The worker that executes untrusted candidate code, and its isolation policy."""

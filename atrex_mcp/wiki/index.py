@@ -1,0 +1,236 @@
+"""The whoosh index over gpu_wiki/ and the roots a user added: built in a cache directory
+(never in the repository), refreshed incrementally by file stat and content hash, searched
+with BM25F over title, tags, prose and code, filtered by category, DSL, hardware and family."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from whoosh import highlight, index, scoring
+from whoosh.analysis import Filter, LowercaseFilter, RegexTokenizer, StemFilter, StopFilter
+from whoosh.fields import ID, KEYWORD, STORED, TEXT, Schema
+from whoosh.qparser import MultifieldParser, OrGroup, WildcardPlugin
+from whoosh.query import And, Or, Term
+
+from atrex_mcp.errors import AtrexError, unknown_choice
+from atrex_mcp.paths import default_state_dir, wiki_dir
+from atrex_mcp.wiki.corpus import CATEGORIES, READERS, WikiEntry, WikiFile, source_files, wiki_files
+from atrex_mcp.wiki.models import RefreshReport, WikiDoc, WikiHit
+from atrex_mcp.wiki.roots import load_roots
+
+# Bump when the schema, the analyzer or what a reader extracts changes: the index is rebuilt.
+INDEX_VERSION = 1
+MANIFEST = "manifest.json"
+FILTER_CATEGORIES = (*CATEGORIES, "kernels", "source")
+# A filter for one Hopper part also admits documents written for Hopper in general or any GPU.
+HARDWARE_ALIASES = {"h200": ("h200", "hopper"), "h100": ("h100", "hopper"), "h20": ("h20", "hopper")}
+SEARCH_FIELDS = ("title", "tags", "body", "code")
+FIELD_BOOSTS = {"title": 3.0, "tags": 2.5, "body": 1.0, "code": 0.6}
+_TOKEN = r"[A-Za-z0-9]+(?:[._][A-Za-z0-9]+)*"
+_FIRST_PARAGRAPH = re.compile(r"^(?!#)(\S.*?)(?:\n\s*\n|\Z)", re.S | re.M)
+
+
+class CompoundPartsFilter(Filter):
+    """`tl.dot` and `num_stages` are also found by `dot` and `stages`."""
+
+    def __call__(self, tokens):
+        for token in tokens:
+            whole = token.text
+            yield token
+            if "." in whole or "_" in whole:
+                for part in re.split(r"[._]+", whole):
+                    if part:
+                        token.text = part
+                        yield token
+
+
+def _analyzer():
+    return RegexTokenizer(_TOKEN) | LowercaseFilter() | CompoundPartsFilter() | StopFilter() | StemFilter()
+
+
+def _schema() -> Schema:
+    words = _analyzer()
+    return Schema(
+        doc_id=ID(stored=True, unique=True),
+        kind=ID(stored=True),
+        category=ID(stored=True),
+        title=TEXT(stored=True, analyzer=words),
+        tags=TEXT(analyzer=words),
+        body=TEXT(stored=True, analyzer=words),
+        code=TEXT(analyzer=words),
+        op_family=KEYWORD(stored=True, commas=True, lowercase=True),
+        dsl=KEYWORD(stored=True, commas=True, lowercase=True),
+        hardware=KEYWORD(stored=True, commas=True, lowercase=True),
+        tag_list=STORED(),
+    )
+
+
+class _MarkFormatter(highlight.Formatter):
+    """Wraps matched terms in **…** and keeps the text as written (code stays readable)."""
+
+    between = " … "
+
+    def format_token(self, text, token, replace=False):
+        return "**" + highlight.get_text(text, token, replace) + "**"
+
+
+def _opening(body: str, limit: int = 240) -> str:
+    match = _FIRST_PARAGRAPH.search(body)
+    text = " ".join((match.group(1) if match else body).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _split(stored: str) -> list[str]:
+    return [v for v in stored.split(",") if v]
+
+
+class WikiIndex:
+    """Search and read the wiki. Opening it refreshes the index (cheap when nothing changed)."""
+
+    def __init__(self, *, wiki_root: Path | None = None, state_dir: Path | None = None,
+                 index_dir: Path | None = None, refresh: bool = True):
+        self.wiki_root = Path(wiki_root or wiki_dir()).resolve()
+        self.state_dir = Path(state_dir or default_state_dir())
+        self.index_dir = Path(index_dir or self.state_dir / "wiki-index")
+        self.last_refresh: RefreshReport | None = None
+        if refresh or not index.exists_in(self.index_dir):
+            self.last_refresh = self.refresh()
+        self._ix = index.open_dir(str(self.index_dir))
+
+    # ------------------------------------------------------------------ indexing
+    def _files(self) -> list[WikiFile]:
+        files = list(wiki_files(self.wiki_root))
+        for root in load_roots(self.state_dir):
+            if Path(root.path).is_dir():
+                files.extend(source_files(root.name, Path(root.path)))
+        return files
+
+    def _manifest(self) -> dict:
+        try:
+            data = json.loads((self.index_dir / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data["docs"] if data.get("version") == INDEX_VERSION else {}
+
+    def _save_manifest(self, docs: dict) -> None:
+        tmp = self.index_dir / f".{MANIFEST}.{os.getpid()}"
+        tmp.write_text(json.dumps({"version": INDEX_VERSION, "docs": docs}))
+        tmp.replace(self.index_dir / MANIFEST)
+
+    def refresh(self) -> RefreshReport:
+        """Index new and changed files, drop vanished ones; a file whose stat changed but whose
+        content did not is not re-indexed."""
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        old = self._manifest()
+        if not old or not index.exists_in(str(self.index_dir)):
+            ix, old = index.create_in(str(self.index_dir), _schema()), {}
+        else:
+            ix = index.open_dir(str(self.index_dir))
+        new: dict[str, dict] = {}
+        changed: list[WikiFile] = []
+        for f in self._files():
+            try:
+                st = f.path.stat()
+                prev = old.get(f.doc_id)
+                record = {"path": str(f.path), "root": str(f.root), "kind": f.kind, "mtime_ns": st.st_mtime_ns, "size": st.st_size}
+                if prev and all(prev[k] == record[k] for k in ("path", "mtime_ns", "size")):
+                    new[f.doc_id] = prev
+                    continue
+                record["sha256"] = hashlib.sha256(f.path.read_bytes()).hexdigest()
+            except OSError:
+                if f.kind == "source":
+                    continue
+                raise
+            new[f.doc_id] = record
+            if not prev or prev["sha256"] != record["sha256"] or prev["path"] != record["path"]:
+                changed.append(f)
+        removed = [doc_id for doc_id in old if doc_id not in new]
+        if changed or removed:
+            writer = ix.writer(timeout=60.0)
+            try:
+                for f in changed:
+                    self._add(writer, READERS[f.kind](f))
+                for doc_id in removed:
+                    writer.delete_by_term("doc_id", doc_id)
+            except BaseException:
+                writer.cancel()
+                raise
+            writer.commit()
+        ix.close()
+        self._save_manifest(new)
+        added = sum(1 for f in changed if f.doc_id not in old)
+        return RefreshReport(added=added, updated=len(changed) - added, removed=len(removed),
+                             unchanged=len(new) - len(changed), index_dir=str(self.index_dir))
+
+    @staticmethod
+    def _add(writer, e: WikiEntry) -> None:
+        writer.update_document(
+            doc_id=e.doc_id, kind=e.kind, category=e.category, title=e.title,
+            tags=" ".join(e.tags + e.op_family), body=e.body, code=e.code,
+            op_family=",".join(e.op_family), dsl=",".join(e.dsl), hardware=",".join(e.hardware),
+            tag_list=e.tags,
+        )
+
+    # ------------------------------------------------------------------ searching
+    def _filter(self, category, dsl, hardware, op_family):
+        terms = []
+        if category is not None:
+            if category not in FILTER_CATEGORIES:
+                raise unknown_choice("wiki_category", category, list(FILTER_CATEGORIES))
+            terms.append(Term("category", category))
+        if dsl is not None:
+            terms.append(Or([Term("dsl", dsl.lower()), Term("dsl", "any")]))
+        if hardware is not None:
+            names = HARDWARE_ALIASES.get(hardware.lower(), (hardware.lower(),))
+            terms.append(Or([Term("hardware", n) for n in (*names, "any")]))
+        if op_family is not None:
+            terms.append(Term("op_family", op_family.lower()))
+        return And(terms) if terms else None
+
+    def search(self, query: str, *, category: str | None = None, dsl: str | None = None,
+               hardware: str | None = None, op_family: str | None = None, limit: int = 5) -> list[WikiHit]:
+        """Best matches for a free-text query, most relevant first."""
+        if not query.strip():
+            raise AtrexError("input", "empty_query", "The wiki query is empty.", "Describe what you need, e.g. 'split-k for skinny fp8 GEMM'.")
+        if limit < 1:
+            raise AtrexError("input", "bad_limit", f"limit must be at least 1, got {limit}.")
+        parser = MultifieldParser(list(SEARCH_FIELDS), self._ix.schema, fieldboosts=FIELD_BOOSTS, group=OrGroup.factory(0.9))
+        parser.remove_plugin_class(WildcardPlugin)  # an agent's '?' ends a question, it is not a wildcard
+        parsed = parser.parse(query)
+        weighting = scoring.BM25F(B=0.75, K1=1.2, title_B=0.3, tags_B=0.3)
+        with self._ix.searcher(weighting=weighting) as searcher:
+            results = searcher.search(parsed, filter=self._filter(category, dsl, hardware, op_family), limit=limit)
+            results.fragmenter = highlight.ContextFragmenter(maxchars=300, surround=80)
+            results.formatter = _MarkFormatter()
+            return [
+                WikiHit(
+                    doc_id=hit["doc_id"], title=hit["title"], kind=hit["kind"], category=hit["category"],
+                    score=round(hit.score, 4), snippet=hit.highlights("body", top=2) or _opening(hit["body"]),
+                    tags=list(hit.get("tag_list") or []), op_family=_split(hit["op_family"]),
+                    dsl=_split(hit["dsl"]), hardware=_split(hit["hardware"]),
+                )
+                for hit in results
+            ]
+
+    def read(self, doc_id: str) -> WikiDoc:
+        """The whole document; an unknown id is answered with the closest known ones."""
+        docs = self._manifest()
+        record = docs.get(doc_id.strip().removesuffix(".md"))
+        if record is None:
+            close = difflib.get_close_matches(doc_id, list(docs), n=5, cutoff=0.4)
+            raise AtrexError("input", "unknown_wiki_doc", f"No wiki document {doc_id!r}.",
+                             f"Did you mean: {', '.join(close)}?" if close else "Search first (wiki_search) and pass a hit's doc_id.")
+        f = WikiFile(doc_id.strip().removesuffix(".md"), Path(record["path"]), Path(record["root"]), record["kind"])
+        try:
+            entry = READERS[f.kind](f)
+            text = f.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise AtrexError("input", "wiki_doc_gone", f"The file of {f.doc_id} cannot be read: {exc}", "Run `atrex-mcp wiki index` to refresh.") from exc
+        return WikiDoc(doc_id=entry.doc_id, title=entry.title, kind=entry.kind, category=entry.category, tags=entry.tags,
+                       op_family=entry.op_family, dsl=entry.dsl, hardware=entry.hardware, sources=entry.sources,
+                       path=entry.rel_path, text=text)

@@ -1,0 +1,212 @@
+"""Problem references, batch A (norms, SwiGLU, fp8 quantisers): each reference at its smoke
+shape keeps the SPEC's output contract, is deterministic, leaves its inputs alone, and agrees
+with an independent float64 / numpy-fp32 computation on tiny hand-built inputs; the scored
+shapes equal the shared source data."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from functools import cache
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+
+from atrex_mcp.catalog import Catalog, Shape
+from atrex_mcp.paths import REPO_ROOT
+
+PROBLEMS = REPO_ROOT / "problems"
+SHARED_SHAPES = REPO_ROOT.parent / "shared" / "atrex-ops" / "shapes"
+
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+FNUZ, FN = torch.float8_e4m3fnuz, torch.float8_e4m3fn
+
+# op -> (container, fn(shape) -> [(key or tuple index or None, output shape, dtype)])
+Outputs = Callable[[Shape], list[tuple[Any, tuple[int, ...], torch.dtype]]]
+
+
+def _th(s: Shape) -> tuple[int, int]:
+    return (s.inputs["token_count"], s.inputs["hidden_size"])
+
+
+CONTRACTS: dict[str, tuple[str, Outputs]] = {
+    "rms_norm": ("tensor", lambda s: [(None, _th(s), BF16)]),
+    "silu_and_mul": ("tensor", lambda s: [(None, (s.inputs["shape"][0], s.inputs["shape"][1] // 2), BF16)]),
+    "fused_add_rms_norm": ("dict", lambda s: [("out", _th(s), BF16), ("residual", _th(s), BF16)]),
+}
+OPS = list(CONTRACTS)
+
+
+@cache
+def _catalog() -> Catalog:
+    return Catalog(PROBLEMS)
+
+
+def _model(op: str, init: dict[str, Any]) -> torch.nn.Module:
+    return _catalog().load_reference(op)(**init)
+
+
+def _inputs(op: str, seed: int, **shape_inputs: Any) -> dict[str, torch.Tensor]:
+    return _catalog().load_make_inputs(op)(seed=seed, **shape_inputs)
+
+
+def _smoke(op: str) -> Shape:
+    return _catalog().visible(op).smoke_shape
+
+
+def _entries(out: Any, container: str) -> list[tuple[Any, torch.Tensor]]:
+    if container == "tensor":
+        assert isinstance(out, torch.Tensor)
+        return [(None, out)]
+    if container == "tuple":
+        assert isinstance(out, tuple)
+        return list(enumerate(out))
+    assert isinstance(out, dict)
+    return list(out.items())
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bytes of a tensor, so that fp8 and NaN-bearing tensors compare bit-for-bit."""
+    return t.detach().contiguous().view(-1).view(torch.uint8)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+# ---------------------------------------------------------------- shapes.json
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_scored_shapes_equal_shared_data(op: str) -> None:
+    shared_file = SHARED_SHAPES / f"{op}.json"
+    if not shared_file.is_file():
+        pytest.skip(f"shared operator data not present at {SHARED_SHAPES}")
+    shared = json.loads(shared_file.read_text())["shapes"]
+    scored = [s for s in json.loads((PROBLEMS / op / "shapes.json").read_text())["shapes"] if not s.get("smoke")]
+    assert [s["id"] for s in scored] == [str(s["id"]) for s in shared]
+    for mine, theirs in zip(scored, shared, strict=True):
+        assert mine == {"id": str(theirs["id"]), "init": theirs["init"], "inputs": theirs["inputs"]}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_shapes_file_has_one_trailing_smoke_shape_of_the_same_form(op: str) -> None:
+    data = json.loads((PROBLEMS / op / "shapes.json").read_text())
+    assert data["op"] == op
+    *scored, smoke = data["shapes"]
+    assert smoke == {"id": "smoke", "smoke": True, "init": smoke["init"], "inputs": smoke["inputs"]}
+    assert not any(s.get("smoke") for s in scored)
+    assert {s["id"] for s in scored}.isdisjoint({"smoke"})
+    assert all(s["init"].keys() == smoke["init"].keys() and s["inputs"].keys() == smoke["inputs"].keys() for s in scored)
+
+
+# ---------------------------------------------------------------- generator and contract
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_input_keys_are_forward_parameters(op: str) -> None:
+    shape = _smoke(op)
+    params = list(inspect.signature(_model(op, shape.init).forward).parameters)
+    assert list(_inputs(op, 0, **shape.inputs)) == params
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_inputs_are_seeded_locally(op: str) -> None:
+    shape = _smoke(op)
+    rng_before = torch.random.get_rng_state()
+    first, again, other = (_inputs(op, seed, **shape.inputs) for seed in (11, 11, 12))
+    assert torch.equal(rng_before, torch.random.get_rng_state()), "make_inputs touched the global RNG"
+    for name in first:
+        assert _same_bits(first[name], again[name]), name
+        assert not _same_bits(first[name], other[name]), name
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_reference_output_contract_at_smoke_shape(op: str) -> None:
+    shape = _smoke(op)
+    container, expected = CONTRACTS[op]
+    model = _model(op, shape.init)
+    assert not list(model.parameters()) and not list(model.buffers())
+    inputs = _inputs(op, 3, **shape.inputs)
+    pristine = {k: v.clone() for k, v in inputs.items()}
+    out = model(**inputs)
+    for name, tensor in inputs.items():
+        assert _same_bits(tensor, pristine[name]), f"input {name} was modified"
+
+    entries = _entries(out, container)
+    assert [k for k, _ in entries] == [k for k, _, _ in expected(shape)]
+    for (key, tensor), (_, want_shape, want_dtype) in zip(entries, expected(shape), strict=True):
+        assert tensor.dtype == want_dtype, key
+        assert tuple(tensor.shape) == want_shape, key
+        assert torch.isfinite(tensor.float()).all(), key
+
+    again = _entries(model(**_inputs(op, 3, **shape.inputs)), container)
+    other = _entries(model(**_inputs(op, 4, **shape.inputs)), container)
+    assert all(_same_bits(a, b) for (_, a), (_, b) in zip(entries, again, strict=True))
+    assert not _same_bits(entries[0][1], other[0][1])
+
+
+# ---------------------------------------------------------------- independent math
+
+BF16_HALF_ULP = 2.0**-8  # relative bound of one correct rounding to bf16
+SLACK = 1.0 + 1e-3  # fp32 evaluation error may push a value just past a bf16 midpoint
+
+
+def _f64(t: torch.Tensor) -> np.ndarray:
+    return t.double().numpy()
+
+
+def _round_bf16(a: np.ndarray) -> np.ndarray:
+    """fp32 -> bf16 with round-to-nearest-even, by bit arithmetic (returned as fp32)."""
+    bits = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def _from_np(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(dtype)
+
+
+def _assert_one_rounding(actual: torch.Tensor, exact: np.ndarray) -> None:
+    """`actual` is `exact` rounded once to bf16 (up to fp32 noise at a midpoint)."""
+    err = np.abs(_f64(actual) - exact)
+    assert (err <= BF16_HALF_ULP * SLACK * np.abs(exact) + 1e-30).all(), err.max()
+
+
+def _assert_mostly_exact(actual: torch.Tensor, expected: np.ndarray, ulp_rel: float) -> None:
+    """Equal to an explicitly-rounded pipeline; a rare one-ulp flip where fp32 and float64
+    intermediates land on opposite sides of a midpoint is allowed."""
+    got = _f64(actual)
+    mismatch = got != expected
+    assert mismatch.mean() < 0.01
+    assert (np.abs(got - expected)[mismatch] <= 2 * ulp_rel * np.abs(expected[mismatch])).all()
+
+
+def test_rms_norm_matches_float64_formula() -> None:
+    inp = _inputs("rms_norm", 5, token_count=5, hidden_size=72)
+    out = _model("rms_norm", {"eps": 1e-6})(**inp)
+    x, w = _f64(inp["x"]), _f64(inp["weight"])
+    exact = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * w
+    _assert_one_rounding(out, exact)
+
+
+def test_silu_and_mul_rounds_silu_before_the_product() -> None:
+    x = _inputs("silu_and_mul", 6, shape=[9, 2 * 40])["x"]
+    out = _model("silu_and_mul", {})(x=x)
+    a, b = _f64(x[:, :40]), _f64(x[:, 40:])
+    silu = a / (1.0 + np.exp(-a))
+    double = _round_bf16(_round_bf16(silu) * b)
+    single = _round_bf16(silu * b)
+    _assert_mostly_exact(out, double.astype(np.float64), 2.0**-8)
+    assert (_f64(out) != single).sum() > 0, "no element shows the intermediate bf16 rounding"
+
+
+def test_fused_add_rms_norm_normalises_the_rounded_sum() -> None:
+    inp = _inputs("fused_add_rms_norm", 7, token_count=6, hidden_size=40)
+    out = _model("fused_add_rms_norm", {"eps": 1e-6})(**inp)
+    summed = _round_bf16(inp["x"].float().numpy() + inp["residual"].float().numpy())
+    assert np.array_equal(out["residual"].float().numpy(), summed)
+    s, w = summed.astype(np.float64), _f64(inp["weight"])
+    _assert_one_rounding(out["out"], s / np.sqrt((s**2).mean(-1, keepdims=True) + 1e-6) * w)

@@ -1,0 +1,102 @@
+"""compare_outputs: structure before numbers, SPEC §0.4 tolerances and their tightenings."""
+
+import pytest
+import torch
+
+from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.evaluate.compare import compare_outputs, tolerance_for
+
+
+def test_identical_outputs_pass_with_details():
+    ref = torch.randn(4, 8, dtype=torch.bfloat16)
+    result = compare_outputs(ref, ref.clone(), "rms_norm")
+    assert result.ok and result.details[0].mismatches == 0
+
+
+@pytest.mark.parametrize(
+    ("candidate", "category"),
+    [
+        (torch.zeros(4, 8, dtype=torch.float32), tx.WRONG_DTYPE),
+        (torch.zeros(8, 4, dtype=torch.bfloat16), tx.WRONG_SHAPE),
+        ((torch.zeros(4, 8, dtype=torch.bfloat16),), tx.WRONG_OUTPUT_TYPE),
+        ([1.0, 2.0], tx.WRONG_OUTPUT_TYPE),
+        (torch.nn.Parameter(torch.zeros(4, 8, dtype=torch.bfloat16)), tx.WRONG_OUTPUT_TYPE),
+    ],
+)
+def test_structure_is_checked_before_numbers(candidate, category):
+    result = compare_outputs(torch.zeros(4, 8, dtype=torch.bfloat16), candidate, "rms_norm")
+    assert not result.ok and result.stage == tx.RUNTIME and result.category == category
+
+
+def test_dict_keys_must_match_exactly():
+    ref = {"a": torch.zeros(2), "b": torch.zeros(2)}
+    assert compare_outputs(ref, {"b": torch.zeros(2), "a": torch.zeros(2)}, "x").ok
+    result = compare_outputs(ref, {"a": torch.zeros(2), "c": torch.zeros(2)}, "x")
+    assert result.category == tx.WRONG_KEYS
+
+
+def test_tuple_length_must_match():
+    result = compare_outputs((torch.zeros(2), torch.zeros(2)), (torch.zeros(2),), "x")
+    assert result.category == tx.WRONG_KEYS
+
+
+def test_numeric_mismatch_reports_errors_and_first_bad_index():
+    ref = torch.ones(3, 5)
+    cand = ref.clone()
+    cand[1, 2] = 2.0
+    cand[2, 4] = 1.5
+    result = compare_outputs(ref, cand, "x")
+    assert not result.ok and result.stage == tx.CORRECTNESS and result.category == tx.NUMERIC_MISMATCH
+    worst = result.worst
+    assert worst.first_bad_index == [1, 2] and worst.mismatches == 2
+    assert worst.max_abs_error == pytest.approx(1.0) and worst.max_rel_error == pytest.approx(1.0)
+    assert worst.mismatch_fraction == pytest.approx(2 / 15)
+    assert worst.reference_value == 1.0 and worst.candidate_value == 2.0
+
+
+def test_default_tolerance_on_unit_magnitude_outputs():
+    ref = torch.ones(100)
+    assert compare_outputs(ref, ref * 1.05, "x").ok  # within atol + rtol·|ref| = 0.06
+    assert not compare_outputs(ref, ref * 1.07, "x").ok
+
+
+def test_small_magnitude_outputs_get_a_tighter_absolute_tolerance():
+    # SPEC §0.4: outputs of magnitude ~0.01 would pass atol=1e-2 whatever they hold.
+    ref = torch.full((1000,), 0.01)
+    assert not compare_outputs(ref, torch.zeros(1000), "x").ok
+    assert compare_outputs(ref, ref * 1.02, "x").ok
+    detail = compare_outputs(ref, torch.zeros(1000), "x").worst
+    assert detail.atol == pytest.approx(5e-4)
+
+
+def test_nan_and_inf_only_where_the_reference_has_them():
+    ref = torch.tensor([1.0, float("nan"), float("inf"), -float("inf")])
+    assert compare_outputs(ref, ref.clone(), "x").ok
+    assert not compare_outputs(ref, torch.tensor([float("nan"), float("nan"), float("inf"), -float("inf")]), "x").ok
+    assert not compare_outputs(ref, torch.tensor([1.0, 0.0, float("inf"), -float("inf")]), "x").ok
+    bad = compare_outputs(ref, torch.tensor([1.0, float("nan"), -float("inf"), -float("inf")]), "x")
+    assert bad.worst.nonfinite_mismatches == 1
+
+
+def test_integers_are_exact():
+    ref = torch.arange(10, dtype=torch.int32)
+    cand = ref.clone()
+    cand[3] += 1
+    assert tolerance_for("x", "out", torch.int32).rule == "exact"
+    result = compare_outputs(ref, cand, "x")
+    assert not result.ok and result.worst.first_bad_index == [3]
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch without fp8 dtypes")
+def test_fp8_codes_tolerate_rare_one_step_differences_only():
+    ref = torch.linspace(-400, 400, 1000).to(torch.float8_e4m3fn)
+    codes = ref.view(torch.uint8).clone()
+    one_step = codes.clone()
+    one_step[500] = one_step[500] + 1  # adjacent code, 1 element in 1000
+    assert compare_outputs(ref, one_step.view(torch.float8_e4m3fn), "x").ok
+    two_steps = codes.clone()
+    two_steps[500] = two_steps[500] + 2
+    assert not compare_outputs(ref, two_steps.view(torch.float8_e4m3fn), "x").ok
+    many = codes.clone()
+    many[100:200] = many[100:200] + 1  # 10 % one step away
+    assert not compare_outputs(ref, many.view(torch.float8_e4m3fn), "x").ok

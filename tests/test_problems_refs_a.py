@@ -35,6 +35,13 @@ CONTRACTS: dict[str, tuple[str, Outputs]] = {
     "rms_norm": ("tensor", lambda s: [(None, _th(s), BF16)]),
     "silu_and_mul": ("tensor", lambda s: [(None, (s.inputs["shape"][0], s.inputs["shape"][1] // 2), BF16)]),
     "fused_add_rms_norm": ("dict", lambda s: [("out", _th(s), BF16), ("residual", _th(s), BF16)]),
+    "fused_qk_rmsnorm": (
+        "tensor",
+        lambda s: [(None, (s.inputs["num_tokens"], (s.init["head_num"] + 2 * s.init["kv_head_num"]) * s.init["size_per_head"]), F16)],
+    ),
+    "gated_rms_norm": ("tensor", lambda s: [(None, (s.inputs["rows"], s.inputs["hidden_size"]), BF16)]),
+    "l2_norm": ("tensor", lambda s: [(None, (s.inputs["num_tokens"], s.inputs["hidden_size"]), BF16)]),
+    "layer_norm": ("tensor", lambda s: [(None, tuple(s.inputs["shape"]), BF16)]),
 }
 OPS = list(CONTRACTS)
 
@@ -152,6 +159,7 @@ def test_reference_output_contract_at_smoke_shape(op: str) -> None:
 
 BF16_HALF_ULP = 2.0**-8  # relative bound of one correct rounding to bf16
 SLACK = 1.0 + 1e-3  # fp32 evaluation error may push a value just past a bf16 midpoint
+FP32_NOISE = 1e-6  # absolute fp32 evaluation error near a cancellation (layer_norm's + bias)
 
 
 def _f64(t: torch.Tensor) -> np.ndarray:
@@ -172,7 +180,7 @@ def _from_np(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 def _assert_one_rounding(actual: torch.Tensor, exact: np.ndarray) -> None:
     """`actual` is `exact` rounded once to bf16 (up to fp32 noise at a midpoint)."""
     err = np.abs(_f64(actual) - exact)
-    assert (err <= BF16_HALF_ULP * SLACK * np.abs(exact) + 1e-30).all(), err.max()
+    assert (err <= BF16_HALF_ULP * SLACK * np.abs(exact) + FP32_NOISE).all(), err.max()
 
 
 def _assert_mostly_exact(actual: torch.Tensor, expected: np.ndarray, ulp_rel: float) -> None:
@@ -210,3 +218,58 @@ def test_fused_add_rms_norm_normalises_the_rounded_sum() -> None:
     assert np.array_equal(out["residual"].float().numpy(), summed)
     s, w = summed.astype(np.float64), _f64(inp["weight"])
     _assert_one_rounding(out["out"], s / np.sqrt((s**2).mean(-1, keepdims=True) + 1e-6) * w)
+
+
+def test_fused_qk_rmsnorm_rounds_twice_and_copies_v() -> None:
+    init = {"head_num": 3, "kv_head_num": 1, "size_per_head": 128, "eps": 1e-6}
+    inp = _inputs("fused_qk_rmsnorm", 8, num_tokens=2, head_num=3, kv_head_num=1, size_per_head=128, dtype="fp16")
+    out = _model("fused_qk_rmsnorm", init)(**inp)
+    hs = _f64(inp["hidden_states"]).reshape(2, 5, 128)
+    weights = [_f64(inp["q_weight"])] * 3 + [_f64(inp["k_weight"])]
+    double, single = np.empty((2, 4, 128)), np.empty((2, 4, 128))
+    for head, w in enumerate(weights):
+        h = hs[:, head]
+        normed = h / np.sqrt((h**2).mean(-1, keepdims=True) + 1e-6)
+        double[:, head] = (w * normed.astype(np.float16).astype(np.float64)).astype(np.float16)
+        single[:, head] = (w * normed).astype(np.float16)
+    _assert_mostly_exact(out[:, : 4 * 128], double.reshape(2, -1), 2.0**-11)
+    assert (_f64(out[:, : 4 * 128]) != single.reshape(2, -1)).sum() > 0, "no element shows the intermediate fp16 rounding"
+    assert _same_bits(out[:, 4 * 128 :], inp["hidden_states"][:, 4 * 128 :])
+
+
+@pytest.mark.parametrize("norm_before_gate", [True, False])
+@pytest.mark.parametrize("activation", ["silu", "swish", "sigmoid"])
+def test_gated_rms_norm_matches_float64_formula(norm_before_gate: bool, activation: str) -> None:
+    inp = _inputs("gated_rms_norm", 9, rows=7, hidden_size=128)
+    init = {"eps": 1e-6, "norm_before_gate": norm_before_gate, "activation": activation}
+    out = _model("gated_rms_norm", init)(**inp)
+    x, w, z = _f64(inp["x"]), _f64(inp["weight"]), _f64(inp["z"])
+    sigmoid = 1.0 / (1.0 + np.exp(-z))
+    gate = sigmoid if activation == "sigmoid" else z * sigmoid
+    g = x if norm_before_gate else x * gate
+    y = g / np.sqrt((g**2).mean(-1, keepdims=True) + 1e-6) * w
+    _assert_one_rounding(out, y * gate if norm_before_gate else y)
+
+
+def test_gated_rms_norm_rejects_unknown_activation() -> None:
+    with pytest.raises(ValueError, match="activation"):
+        _model("gated_rms_norm", {"activation": "gelu"})
+
+
+def test_l2_norm_known_values_and_float64_formula() -> None:
+    model = _model("l2_norm", {"hidden_size": 2, "eps": 1e-6})
+    # 3-4-5 triangle: 0.6 and 0.8 round to 0.6015625 and 0.80078125 in bf16
+    assert model(x=torch.tensor([[3.0, -4.0]], dtype=BF16)).tolist() == [[0.6015625, -0.80078125]]
+    x = _inputs("l2_norm", 10, num_tokens=4, hidden_size=96, dtype="bfloat16")["x"]
+    xd = _f64(x)
+    _assert_one_rounding(model(x=x), xd / np.sqrt((xd**2).sum(-1, keepdims=True) + 1e-6))
+
+
+@pytest.mark.parametrize("shape", [[4, 1, 48], [3, 80]])
+def test_layer_norm_matches_float64_formula(shape: list[int]) -> None:
+    inp = _inputs("layer_norm", 11, shape=shape)
+    out = _model("layer_norm", {})(**inp)
+    x, w, b = _f64(inp["x"]), _f64(inp["weight"]), _f64(inp["bias"])
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    _assert_one_rounding(out, (x - mu) / np.sqrt(var + 1e-5) * w + b)

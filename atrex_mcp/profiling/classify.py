@@ -1,0 +1,109 @@
+"""Bottleneck classification: memory-, compute-, latency- or launch-bound, with the evidence.
+
+Rules (in order), on the kernels of one forward call:
+* launch: every kernel is shorter than LAUNCH_FLOOR_NS and none saturates a unit — launch
+  overhead and ramp-up/tail dominate, so fewer or fused launches are the lever;
+* memory: the busiest memory unit (DRAM or L2) reaches SATURATED % of peak and is at least as
+  busy as the SMs;
+* compute: the SMs or a tensor pipe reach SATURATED % of peak;
+* latency: nothing is saturated — warps wait (the stall breakdown says on what) and the
+  kernel lacks the parallelism or overlap to hide it.
+In optimise mode the roofline adds where the kernel stands against T_SOL and the bound the
+roofline predicts. Thresholds are documented in docs/runs.md.
+"""
+
+from __future__ import annotations
+
+from atrex_mcp.profiling.metrics import STALL_REASONS
+from atrex_mcp.profiling.models import Bottleneck, KernelCounters, SassFacts
+
+SATURATED = 60.0
+LAUNCH_FLOOR_NS = 5_000.0
+
+
+def _get(k: KernelCounters, key: str) -> float | None:
+    return k.metrics.get(key)
+
+
+def _max(k: KernelCounters, keys: tuple[str, ...]) -> tuple[float | None, str]:
+    present = [(k.metrics[key], key) for key in keys if key in k.metrics]
+    return max(present) if present else (None, "")
+
+
+_LABEL = {"dram_pct": "DRAM", "l2_pct": "L2", "sm_pct": "SM", "tensor_gmma_pct": "tensor pipe (wgmma)",
+          "tensor_hmma_pct": "tensor pipe (mma.sync)"}
+
+
+def _stalls(k: KernelCounters, top: int = 3) -> str | None:
+    stalls = sorted(((k.metrics[f"stall_{r}"], r) for r in STALL_REASONS if f"stall_{r}" in k.metrics and r != "selected"),
+                    reverse=True)
+    shown = [f"{r} {v:.0f}%" for v, r in stalls[:top] if v > 0]
+    return "top warp stalls: " + ", ".join(shown) if shown else None
+
+
+def _resources(k: KernelCounters) -> list[str]:
+    out = []
+    achieved, theoretical = _get(k, "achieved_occupancy_pct"), _get(k, "theoretical_occupancy_pct")
+    if achieved is not None:
+        out.append(f"achieved occupancy {achieved:.0f}%" + (f" (theoretical {theoretical:.0f}%)" if theoretical is not None else ""))
+    regs = _get(k, "registers_per_thread")
+    if regs is not None:
+        local = (_get(k, "local_load_bytes") or 0.0) + (_get(k, "local_store_bytes") or 0.0)
+        spills = _get(k, "spill_instructions")
+        spill_text = f", {local:.0f} B local-memory traffic" if local else ", no local-memory traffic"
+        if spills:
+            spill_text += f", {spills:.0f} spill instructions"
+        out.append(f"{regs:.0f} registers/thread{spill_text}")
+    waves, grid = _get(k, "waves_per_sm"), _get(k, "grid_size")
+    if waves is not None and grid is not None:
+        out.append(f"grid {grid:.0f} blocks = {waves:.2f} waves per SM")
+    hit = _get(k, "l2_hit_pct")
+    if hit is not None:
+        out.append(f"L2 hit rate {hit:.0f}%")
+    return out
+
+
+def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sass: list[SassFacts] = ()) -> Bottleneck:
+    """Classify one forward call from its kernels' counters (and the roofline, when revealed)."""
+    if not kernels:
+        return Bottleneck(kind="unknown", evidence=["no GPU kernel was profiled: forward launched none in the profiled range"])
+    total_ns = sum(k.metrics.get("duration_ns", 0.0) for k in kernels)
+    main = max(kernels, key=lambda k: k.metrics.get("duration_ns", 0.0))
+    share = main.metrics.get("duration_ns", 0.0) / total_ns if total_ns else 1.0
+    evidence = [f"{sum(k.launches for k in kernels)} kernel launch(es), {total_ns / 1e3:.2f} µs device time; "
+                f"main kernel {main.name} ({share:.0%})"]
+    mem, mem_key = _max(main, ("dram_pct", "l2_pct"))
+    comp, comp_key = _max(main, ("sm_pct", "tensor_gmma_pct", "tensor_hmma_pct"))
+    if mem is not None:
+        evidence.append(f"{_LABEL[mem_key]} throughput {mem:.0f}% of peak (DRAM {main.metrics.get('dram_pct', 0):.0f}%, L2 {main.metrics.get('l2_pct', 0):.0f}%)")
+    if comp is not None:
+        evidence.append(f"{_LABEL[comp_key]} throughput {comp:.0f}% of peak")
+
+    if roofline and roofline.get("t_sol_ms") and total_ns:
+        fraction = roofline["t_sol_ms"] * 1e6 / total_ns
+        evidence.append(f"roofline: T_SOL {roofline['t_sol_ms'] * 1e3:.2f} µs vs {total_ns / 1e3:.2f} µs measured = "
+                        f"{fraction:.0%} of speed of light; the roofline predicts {roofline.get('bound', '?')}-bound"
+                        + (f" (intensity {roofline['arithmetic_intensity']:.2f} FLOP/B)" if roofline.get("arithmetic_intensity") is not None else ""))
+
+    busiest = max(v for v in (mem, comp, 0.0) if v is not None)
+    if all(k.metrics.get("duration_ns", 0.0) < LAUNCH_FLOOR_NS for k in kernels) and busiest < SATURATED:
+        kind = "launch"
+        evidence.append(f"every kernel runs under {LAUNCH_FLOOR_NS / 1e3:.0f} µs with no unit saturated: launch overhead and ramp-up dominate")
+    elif mem is not None and mem >= SATURATED and mem >= (comp or 0.0):
+        kind = "memory"
+    elif comp is not None and comp >= SATURATED:
+        kind = "compute"
+    elif mem is None and comp is None:
+        kind = "unknown"
+        evidence.append("no hardware throughput counters: the bottleneck cannot be measured here")
+    else:
+        kind = "latency"
+        evidence.append(f"no unit reaches {SATURATED:.0f}% of peak: warps wait on latency the kernel does not hide")
+    stalls = _stalls(main)
+    if stalls:
+        evidence.append(stalls)
+    evidence.extend(_resources(main))
+    for facts in sass:
+        if facts.kernel == main.name or main.name.startswith(facts.kernel):
+            evidence.extend(f"SASS: {fact}" for fact in facts.facts)
+    return Bottleneck(kind=kind, evidence=evidence)

@@ -1,0 +1,175 @@
+"""Nsight Compute: the command that wraps a process, and the parser of its CSV.
+
+The capture runs `ncu --clock-control none` (the GPU keeps its own boost behaviour, as in the
+evaluator's timing) with `--print-units base`, restricted to kernels launched inside an NVTX
+range when one is named, and writes the CSV to a log file so the wrapped program's own stdout
+stays its own. A metric the installed ncu or the GPU does not know makes ncu fail: the capture
+drops the named metric, retries, and reports it as unavailable.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import statistics
+import subprocess
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from atrex_mcp.errors import AtrexError
+from atrex_mcp.profiling.metrics import BY_NAME, HOPPER_METRICS
+from atrex_mcp.profiling.models import KernelCounters
+
+HEADER_START = '"ID","Process ID"'
+MAX_METRIC_RETRIES = 4
+# Multipliers to base units for the scaled units ncu prints without --print-units base.
+UNIT_SCALE = {
+    "nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9,
+    "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "KB": 1024.0, "MB": 1024.0**2, "GB": 1024.0**3,
+}
+
+
+def ncu_executable() -> str | None:
+    """ncu on PATH, else the usual CUDA toolkit location; None when absent."""
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for candidate in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        path = Path(candidate) / "bin" / "ncu"
+        if candidate and path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+def ncu_command(target: list[str], metrics: list[str], log_file: Path, *, ncu: str = "ncu",
+                nvtx_range: str | None = None, kernel_regex: str | None = None) -> list[str]:
+    """The ncu command line wrapping `target`."""
+    cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--print-units", "base",
+           "--metrics", ",".join(metrics), "--log-file", str(log_file)]
+    if nvtx_range:
+        cmd += ["--nvtx", "--nvtx-include", f"{nvtx_range}/"]
+    if kernel_regex:
+        cmd += ["--kernel-name", f"regex:{kernel_regex}"]
+    return cmd + list(target)
+
+
+def _number(value: str, unit: str) -> float | None:
+    text = value.strip().replace(",", "")
+    if not text or text.lower() in ("n/a", "nan"):
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number * UNIT_SCALE.get(unit.strip(), 1.0)
+
+
+@dataclass
+class ParsedCsv:
+    kernels: list[KernelCounters] = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)
+
+
+def _csv_rows(text: str) -> list[dict[str, str]]:
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(HEADER_START)), None)
+    if start is None:
+        return []
+    body = [line for line in lines[start:] if line.startswith('"')]
+    return list(csv.DictReader(body))
+
+
+def parse_ncu_csv(text: str) -> ParsedCsv:
+    """Per-kernel medians of each metric over its launches, from ncu --csv output (long form:
+    one row per metric, or wide form: one column per metric plus a units row)."""
+    rows = _csv_rows(text)
+    if not rows:
+        return ParsedCsv()
+    per_launch: dict[str, dict[str, float]] = defaultdict(dict)
+    launch_info: dict[str, tuple[str, str, str]] = {}
+    seen_metrics: set[str] = set()
+    answered: set[str] = set()
+    long_form = "Metric Name" in rows[0]
+    units: dict[str, str] = {}
+    if not long_form and rows and not rows[0].get("ID"):
+        units, rows = rows[0], rows[1:]
+    for row in rows:
+        launch = row.get("ID", "")
+        if not launch:
+            continue
+        launch_info[launch] = (row.get("Kernel Name", ""), row.get("Block Size", ""), row.get("Grid Size", ""))
+        if long_form:
+            items = [(row["Metric Name"], row.get("Metric Unit", ""), row.get("Metric Value", ""))]
+        else:
+            items = [(name, units.get(name, ""), value) for name, value in row.items() if name in BY_NAME]
+        for name, unit, value in items:
+            seen_metrics.add(name)
+            number = _number(value, unit)
+            if number is not None:
+                per_launch[launch][name] = number
+                answered.add(name)
+    by_kernel: dict[str, list[str]] = defaultdict(list)
+    for launch, (name, _, _) in launch_info.items():
+        by_kernel[name].append(launch)
+    kernels = []
+    for name, launches in by_kernel.items():
+        metrics: dict[str, float] = {}
+        for metric in seen_metrics:
+            values = [per_launch[l][metric] for l in launches if metric in per_launch[l]]
+            if values:
+                metrics[BY_NAME[metric].key if metric in BY_NAME else metric] = statistics.median(values)
+        _, block, grid = launch_info[launches[0]]
+        kernels.append(KernelCounters(name=name, launches=len(launches), block=block, grid=grid, metrics=metrics))
+    kernels.sort(key=lambda k: -k.metrics.get("duration_ns", 0.0))
+    return ParsedCsv(kernels=kernels, unavailable=sorted(seen_metrics - answered))
+
+
+@dataclass
+class NcuCapture:
+    kernels: list[KernelCounters]
+    unavailable: list[str]
+    command: list[str]
+    returncode: int
+    output_tail: str
+
+
+def _rejected_metrics(output: str, requested: list[str]) -> list[str]:
+    """Metrics that ncu's error lines name (unknown to this ncu version or GPU)."""
+    errors = "\n".join(line for line in output.splitlines() if "==ERROR==" in line or "rror" in line)
+    return [m for m in requested if re.search(re.escape(m.split(".")[0]), errors)]
+
+
+def capture(target: list[str], *, workdir: Path, env: dict[str, str] | None = None, metrics: list[str] | None = None,
+            nvtx_range: str | None = None, kernel_regex: str | None = None, timeout_s: float = 300.0,
+            ncu: str | None = None) -> NcuCapture:
+    """Run `target` under ncu and parse what it measured."""
+    ncu = ncu or ncu_executable()
+    if ncu is None:
+        raise AtrexError("performance", "no_profiler", "Nsight Compute (ncu) is not installed here.",
+                         "Install Nsight Compute, or use the torch.profiler fallback.")
+    wanted = list(metrics or [m.name for m in HOPPER_METRICS])
+    dropped: list[str] = []
+    log_file = Path(workdir) / "ncu.csv"
+    for _ in range(MAX_METRIC_RETRIES + 1):
+        log_file.unlink(missing_ok=True)
+        cmd = ncu_command(target, wanted, log_file, ncu=ncu, nvtx_range=nvtx_range, kernel_regex=kernel_regex)
+        try:
+            proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise AtrexError("performance", "profile_timeout", f"ncu did not finish within {timeout_s:.0f} s.",
+                             "Profile one shape, or a smaller one.") from exc
+        log = log_file.read_text(errors="replace") if log_file.exists() else ""
+        output = proc.stdout + proc.stderr + log
+        if proc.returncode == 0:
+            parsed = parse_ncu_csv(log)
+            return NcuCapture(parsed.kernels, sorted(set(parsed.unavailable) | set(dropped)), cmd, 0, output[-4000:])
+        rejected = _rejected_metrics(output, wanted)
+        if not rejected:
+            break
+        dropped += rejected
+        wanted = [m for m in wanted if m not in rejected]
+    raise AtrexError("performance", "profiler_failed", f"ncu exited with {proc.returncode}: {output[-1500:].strip()}",
+                     "Profiling may need permission to GPU counters (NVreg_RestrictProfilingToAdminUsers=0) or root.")

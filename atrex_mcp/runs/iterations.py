@@ -1,0 +1,218 @@
+"""The optimisation loop's service: start a run, submit its baseline, record iterations that
+the server itself verifies, show the (possibly masked) memory, partial restart and undo.
+
+Plain Python over a RunStore and a Judge; the MCP tools (atrex_mcp.run_tools) are thin
+adapters over this class. No evaluation happens inside a database transaction: a candidate is
+measured first, then its verdict is committed only if the accepted kernel it was timed against
+is still the accepted one (otherwise it is measured again against the new one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.errors import AtrexError
+from atrex_mcp.runs.acceptance import AcceptanceRule, decide
+from atrex_mcp.runs.dropout import choose_masked
+from atrex_mcp.runs.measure import Judge, Progress
+from atrex_mcp.runs.models import (
+    CategoryTally,
+    IterationRecord,
+    KernelTimes,
+    KernelView,
+    MaskRecord,
+    Plan,
+    RunRecord,
+    RunState,
+    RunSummary,
+)
+from atrex_mcp.runs.roofline_view import run_roofline, scores_from_times
+from atrex_mcp.runs.store import RunStore, StaleAccepted, new_id, now_iso
+
+MAX_REMEASURE = 3
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def accepted_chain(iterations: list[IterationRecord], accepted: int | None) -> list[IterationRecord]:
+    """Baseline → … → accepted kernel, following each accepted iteration's `compared_to` link."""
+    by_number = {it.number: it for it in iterations}
+    chain: list[IterationRecord] = []
+    current = accepted
+    while current is not None and current in by_number:
+        chain.append(by_number[current])
+        current = by_number[current].compared_to
+    return list(reversed(chain))
+
+
+def chain_speedup(chain: list[IterationRecord]) -> float | None:
+    """Accepted kernel against the baseline: the product of the chain's paired speed-ups."""
+    if not chain:
+        return None
+    product = 1.0
+    for it in chain[1:]:
+        if it.decision is None or it.decision.speedup is None:
+            return None
+        product *= it.decision.speedup
+    return product
+
+
+class RunService:
+    """Run memory with server-verified iterations."""
+
+    def __init__(self, store: RunStore, catalog: Catalog, judge: Judge, *, rule: AcceptanceRule = AcceptanceRule(),
+                 doc_exists: Callable[[str], bool] | None = None):
+        self.store = store
+        self.catalog = catalog
+        self.judge = judge
+        self.rule = rule
+        self.doc_exists = doc_exists
+
+    # -- start ----------------------------------------------------------------------
+    def start_run(self, op: str, shapes: list[str] | None = None, dsl: str = "triton", hardware: str = "h200",
+                  workspace_root: str | None = None) -> RunRecord:
+        problem = self.catalog.visible(op)
+        shape_ids = list(shapes) if shapes else [s.id for s in problem.scored_shapes]
+        for shape_id in shape_ids:
+            problem.shape(shape_id)  # raises with the valid choices
+        if len(set(shape_ids)) != len(shape_ids):
+            raise AtrexError("input", "duplicate_shape", f"Shape ids repeat in {shape_ids}.")
+        workspace = {
+            "root": workspace_root,
+            "visible_files": {"reference.py": sha256_text(problem.reference_source),
+                              "input.py": sha256_text(problem.input_source),
+                              "shapes.json": sha256_text(problem.shapes_json)},
+        }
+        run = RunRecord(run_id=new_id("run"), op=op, shapes=shape_ids, dsl=dsl, hardware=hardware, workspace=workspace,
+                        roofline=run_roofline(self.catalog, op, shape_ids, hardware), created_at=now_iso())
+        return self.store.create_run(run)
+
+    # -- baseline -------------------------------------------------------------------
+    def submit_baseline(self, run_id: str, source: str, *, progress: Progress | None = None,
+                        cancel: threading.Event | None = None) -> IterationRecord:
+        run = self.store.get_run(run_id)
+        if run.baseline is not None:
+            raise AtrexError("input", "baseline_exists", f"Run {run_id} already has a baseline (iteration 0).",
+                             "Submit further kernels with record_iteration.")
+        result = self.judge.check(run.op, source, run.shapes, hardware=run.hardware, dsl=run.dsl, timing=True,
+                                  progress=progress, cancel=cancel)
+        digest = sha256_text(source)
+        if not result.correct:
+            self.store.log_event(run_id, "baseline_refused", {"source_sha256": digest, "reason": result.failure})
+            raise AtrexError("correctness" if result.compiled else "compile", "baseline_not_correct",
+                             f"The baseline must be correct on every target shape: {result.failure}.",
+                             "Fix the kernel (validate shows per-shape detail) and submit it again.")
+        times = KernelTimes(time_ms=result.times.time_ms,
+                            score=result.times.score or scores_from_times(run.roofline, result.times.time_ms))
+        record = IterationRecord(run_id=run_id, number=0, kind="baseline", status="accepted",
+                                 reason="first correct kernel: the baseline and rollback point", source_sha256=digest,
+                                 checks=result.checks, times=times, created_at=now_iso())
+        return self.store.commit_iteration(record, source, expected_accepted=None)
+
+    # -- iterations -----------------------------------------------------------------
+    def _check_citations(self, op: str, plan: Plan) -> None:
+        found = self.store.profile_ops(plan.evidence)
+        missing = [p for p in plan.evidence if p not in found]
+        if missing:
+            raise AtrexError("input", "unknown_evidence", f"Plan cites profiles that were never stored: {', '.join(missing)}.",
+                             "Cite profile ids returned by profile_kernel.")
+        foreign = [p for p, profiled_op in found.items() if profiled_op != op]
+        if foreign:
+            raise AtrexError("input", "evidence_other_op", f"Profiles {', '.join(foreign)} are of another operator than {op}.")
+        if self.doc_exists is not None:
+            unknown = [d for d in plan.knowledge if not self.doc_exists(d)]
+            if unknown:
+                raise AtrexError("input", "unknown_knowledge", f"Plan cites wiki documents that do not exist: {', '.join(unknown)}.",
+                                 "Cite ids returned by wiki_search.")
+
+    def record_iteration(self, run_id: str, plan: Plan, source: str, *, progress: Progress | None = None,
+                         cancel: threading.Event | None = None) -> IterationRecord:
+        run = self.store.get_run(run_id)
+        if run.baseline is None:
+            raise AtrexError("input", "no_baseline", f"Run {run_id} has no baseline yet.",
+                             "Call submit_baseline with a first correct kernel.")
+        self._check_citations(run.op, plan)
+        digest = sha256_text(source)
+        base = IterationRecord(run_id=run_id, number=-1, kind="iteration", status="failed", reason="", plan=plan,
+                               source_sha256=digest, created_at=now_iso())
+
+        result = self.judge.check(run.op, source, run.shapes, hardware=run.hardware, dsl=run.dsl, timing=False,
+                                  progress=progress, cancel=cancel)
+        expected = run.accepted
+        for _ in range(MAX_REMEASURE):
+            record = base.model_copy(update={"compared_to": expected, "checks": result.checks})
+            if not result.correct:
+                record = record.model_copy(update={"reason": result.failure})
+            elif digest == sha256_text(self.store.source(run_id, expected)):
+                record = record.model_copy(update={"status": "rejected", "reason": "identical to the accepted kernel"})
+            else:
+                record = self._timed_verdict(run, record, expected, source, progress, cancel)
+            try:
+                return self.store.commit_iteration(record, source, expected_accepted=expected)
+            except StaleAccepted as stale:
+                expected = stale.current
+        record = base.model_copy(update={"compared_to": expected, "checks": result.checks, "status": "rejected",
+                                         "reason": f"the accepted kernel changed {MAX_REMEASURE} times while this one was measured"})
+        return self.store.commit_iteration(record, source, expected_accepted=self.store.get_run(run_id).accepted)
+
+    def _timed_verdict(self, run: RunRecord, record: IterationRecord, accepted_number: int | None, source: str,
+                       progress: Progress | None, cancel: threading.Event | None) -> IterationRecord:
+        accepted_source = self.store.source(run.run_id, accepted_number)
+        samples = self.judge.time_pair(run.op, accepted_source, source, run.shapes, hardware=run.hardware,
+                                       progress=progress, cancel=cancel)
+        seed = int(sha256_text(f"{run.run_id}|{record.source_sha256}|{accepted_number}")[:8], 16)
+        decision = decide(samples, correct=True, rule=self.rule, seed=seed)
+        time_ms: dict[str, float | None] = {s.id: s.candidate_ms for s in decision.shapes}
+        times = KernelTimes(time_ms=time_ms, score=scores_from_times(run.roofline, time_ms))
+        return record.model_copy(update={"status": "accepted" if decision.accepted else "rejected",
+                                         "reason": decision.reason, "decision": decision, "times": times})
+
+    # -- memory view and dropout ----------------------------------------------------------
+    def run_state(self, run_id: str, *, reveal_figures: bool = True) -> RunState:
+        """The agent's view. reveal_figures=False (benchmark mode) drops roofline and S."""
+        run = self.store.get_run(run_id)
+        iterations = self.store.iterations(run_id)
+        by_number = {it.number: it for it in iterations}
+        chain = accepted_chain(iterations, run.accepted)
+
+        def view(number: int | None, speedup: float | None) -> KernelView | None:
+            if number is None:
+                return None
+            it = by_number[number]
+            times = it.times if reveal_figures else KernelTimes(time_ms=it.times.time_ms)
+            return KernelView(number=number, source=self.store.source(run_id, number), source_sha256=it.source_sha256,
+                              times=times, speedup_vs_baseline=speedup)
+
+        visible = [it for it in iterations if it.kind == "iteration" and not it.masked]
+        tallies: dict[str, CategoryTally] = {}
+        for it in visible:
+            assert it.plan is not None
+            tally = tallies.setdefault(it.plan.category.value, CategoryTally())
+            tally.tried += 1
+            tally.accepted += it.status == "accepted"
+        speedup = chain_speedup(chain)
+        summary = RunSummary(
+            recorded=sum(it.kind == "iteration" for it in iterations), visible=len(visible),
+            masked=sum(it.masked for it in iterations),
+            accepted=sum(it.status == "accepted" for it in visible), rejected=sum(it.status == "rejected" for it in visible),
+            failed=sum(it.status == "failed" for it in visible), by_category=tallies, speedup_vs_baseline=speedup)
+        shown = visible if reveal_figures else [it.model_copy(update={"times": KernelTimes(time_ms=it.times.time_ms)}) for it in visible]
+        live = [m.mask_id for m in self.store.masks(run_id) if m.reverted_at is None]
+        return RunState(run_id=run.run_id, op=run.op, shapes=run.shapes, dsl=run.dsl, hardware=run.hardware,
+                        roofline=run.roofline if reveal_figures else None, baseline=view(run.baseline, 1.0 if run.baseline is not None else None),
+                        accepted=view(run.accepted, speedup), summary=summary, iterations=shown, live_masks=live)
+
+    def partial_restart(self, run_id: str, fraction: float, seed: int) -> MaskRecord:
+        if not 0.0 <= fraction <= 1.0:
+            raise AtrexError("input", "bad_fraction", f"fraction must lie in [0, 1], got {fraction}.")
+        self.store.get_run(run_id)
+        return self.store.add_mask(run_id, seed, fraction, choose_masked)
+
+    def unmask(self, run_id: str, mask_id: str | None = None) -> list[MaskRecord]:
+        self.store.get_run(run_id)
+        return self.store.revert_masks(run_id, mask_id)

@@ -104,12 +104,22 @@ class Workspace:
             raise AtrexError("input", "not_utf8", f"File {path!r} is not UTF-8 text.", "Pass a Python source file.") from None
 
     def output_path(self, path: str) -> Path:
-        """Where a tool may write: a path whose parent folder exists inside a root (the file itself may not exist yet)."""
-        name = Path(path).name
-        if not name or name in (".", ".."):
-            raise self._refuse(path, "it does not name a file")
-        target = self.resolve(str(Path(path).parent)) / name
-        if target.is_symlink():
+        """Where a tool may write: the deepest existing folder of `path` is resolved and confined;
+        the parts below it (created by the writer) must be plain names."""
+        if not path or "\x00" in path:
+            raise self._refuse(path, "it is empty or contains a NUL byte")
+        candidate = Path(path).expanduser()
+        if not candidate.is_absolute():
+            candidate = self.roots[0] / candidate
+        missing: list[str] = []
+        existing = candidate
+        while not existing.exists() and not existing.is_symlink():
+            missing.insert(0, existing.name)
+            existing = existing.parent
+        if any(part in ("", ".", "..") for part in missing):
+            raise self._refuse(path, "it uses '.' or '..' below its existing folders")
+        if existing.is_symlink() and not missing:
             raise self._refuse(path, "it is a symlink")
+        target = existing.resolve().joinpath(*missing)
         self._check(path, target)
         return target

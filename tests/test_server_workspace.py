@@ -80,7 +80,9 @@ def test_output_path_is_confined(layout):
     work, problems, outside = layout
     ws = Workspace([work], denied=[problems])
     assert ws.output_path("artifact.py") == work / "artifact.py"
+    assert ws.output_path("pkg/new/dir") == work / "pkg" / "new" / "dir"
     (work / "link_out").symlink_to(outside)
     (work / "existing_link.py").symlink_to(outside / "secret.txt")
-    for trick in ("../outside/a.py", "link_out/a.py", "problems/op/metadata.json", "existing_link.py", "/tmp/x.py", ".."):
+    for trick in ("../outside/a.py", "link_out/a.py", "problems/op/metadata.json", "existing_link.py", "/tmp/x.py", "..",
+                  "new/../../outside/x", "link_out/new/deeper"):
         refused(ws.output_path, trick)

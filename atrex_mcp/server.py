@@ -1,0 +1,475 @@
+"""The MCP server: thin tool adapters over the services (catalog, evaluator, roofline, wiki,
+profiling, package). What a tool may reveal is atrex_mcp.policy's decision; this module only
+wires arguments to services and results to the policy's views.
+
+`build_server(config)` returns an `MCPServer` ready for any transport. Tools of other parts
+(run memory) join through `ServerContext.add_tool`, so every tool shares the same error
+handling, benchmark-mode redaction, output cap, GPU queue and cancellation.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+import anyio.lowlevel
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from atrex_mcp import __version__
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.errors import AtrexError, ErrorInfo
+from atrex_mcp.gpu_queue import GpuQueue, JobKind
+from atrex_mcp.paths import default_state_dir, problems_dir
+from atrex_mcp.policy import Policy
+from atrex_mcp.tool_models import (
+    DtypePathArg,
+    HardwareArg,
+    Mode,
+    OpArg,
+    PackageOutput,
+    PathArg,
+    ProblemDetail,
+    ProblemList,
+    ProblemSummary,
+    RooflineResult,
+    SeedsArg,
+    ShapesArg,
+    SourceArg,
+    ToolOutput,
+    WikiReadResult,
+    WikiSearchResult,
+)
+from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+OutputT = TypeVar("OutputT", bound=BaseModel)
+ThreadProgress = Callable[[str, float], None]
+
+DEFAULT_MAX_OUTPUT_CHARS = 60_000  # ~15k tokens: inside Claude Code's 25k-token default for one tool result
+MAX_ERROR_CHARS = 6_000
+CANCEL_GRACE_S = 30.0  # how long a cancelled call waits for its worker to be killed before giving the GPU back
+_MIN_KEPT_CHARS = 200
+
+INSTRUCTIONS = """\
+atrex-mcp serves GPU-kernel problems from LLM serving traces and judges candidate kernels.
+Typical loop: list_problems -> get_problem(op) -> write a Triton kernel file (class Model, same
+signature as the reference) -> validate(op, source or path, shapes=['smoke']) until correct ->
+validate on all shapes -> profile_kernel for where the time goes -> package(op, ...) for the
+deliverable. wiki_search/wiki_read hold GPU optimisation knowledge and validated kernels;
+roofline_lookup is a speed-of-light calculator. Every error names its stage, category and a hint.
+"""
+
+
+@dataclass
+class ServerConfig:
+    """How one server instance is set up (the `serve` command's options)."""
+
+    mode: Mode = "optimize"
+    problems: list[Path] = field(default_factory=lambda: [problems_dir()])
+    hardware: str = "h200"
+    state_dir: Path = field(default_factory=default_state_dir)
+    workspaces: list[Path] = field(default_factory=lambda: [Path.cwd()])
+    correctness_limit: int = 2
+    max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    devices: list[str] | None = None  # None: the CUDA devices present, else ["cpu"]
+
+
+def _detect_devices() -> list[str]:
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return [f"cuda:{i}" for i in range(count)] or ["cpu"]
+
+
+def format_error(info: ErrorInfo) -> str:
+    """The text of a tool error: all four fields, labelled, so an agent can act on them."""
+    text = f"stage: {info.stage}\ncategory: {info.category}\nmessage: {info.message}"
+    return f"{text}\nhint: {info.hint}" if info.hint else text
+
+
+def _cut(text: str, keep: int) -> str:
+    return text[:keep] + f"\n… [truncated by the server: {keep} of {len(text)} characters shown]"
+
+
+def fit_output(model: OutputT, limit: int) -> OutputT:
+    """Cut the longest texts (then the longest lists) of a result until its JSON fits `limit`
+    characters; every cut is marked where it happened and listed in `notes`."""
+    if len(model.model_dump_json()) <= limit:
+        return model
+    data = model.model_dump()
+    cuts: list[str] = []
+
+    def leaves(node: Any, kind: type, path: str = "") -> list[tuple[Any, Any, str]]:
+        found: list[tuple[Any, Any, str]] = []
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+        for key, value in items:
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(value, kind):
+                found.append((node, key, where))
+            found.extend(leaves(value, kind, where))
+        return found
+
+    for kind in (str, list):
+        while (excess := len(json.dumps(data)) - limit) > 0:
+            candidates = [leaf for leaf in leaves(data, kind) if leaf[2] != "notes" and len(leaf[0][leaf[1]]) > (_MIN_KEPT_CHARS if kind is str else 1)]
+            if not candidates:
+                break
+            container, key, where = max(candidates, key=lambda leaf: len(json.dumps(leaf[0][leaf[1]])))
+            value = container[key]
+            if kind is str:
+                container[key] = _cut(value, max(_MIN_KEPT_CHARS, len(value) - excess - 200))
+            else:
+                container[key] = value[: len(value) // 2]
+                where = f"{where} (first {len(container[key])} of {len(value)} items)"
+            cuts.append(where)
+    if cuts and "notes" in data:
+        data["notes"].append(f"The result exceeded {limit} characters; the server truncated: {', '.join(dict.fromkeys(cuts))}.")
+    return type(model).model_validate(data)
+
+
+class _ProgressBridge:
+    """MCP progress notifications for one call: from the event loop or from the worker thread,
+    always increasing (0-100) as the protocol requires."""
+
+    def __init__(self, mcp_ctx: Context | None, label: str):
+        self._ctx = mcp_ctx
+        self._label = label
+        self._last = 0.0
+        self._token = anyio.lowlevel.current_token()
+
+    async def send(self, message: str, fraction: float | None = None) -> None:
+        if self._ctx is None:
+            return
+        # Strictly increasing, as the protocol requires, even for messages that do not advance.
+        self._last = max(100.0 * fraction if fraction is not None else 0.0, self._last + 0.01)
+        await self._ctx.report_progress(self._last, 100.0, f"{self._label}: {message}")
+
+    def from_thread(self, message: str, fraction: float) -> None:
+        """For the evaluator's thread; a call that has already ended is silently not told."""
+        try:
+            anyio.from_thread.run(self.send, message, fraction, token=self._token)
+        except Exception:  # the call was cancelled or the client left: progress has nobody to go to
+            logger.debug("progress dropped for %s", self._label)
+
+
+class ServerContext:
+    """What every tool adapter shares: configuration, policy, services and the GPU queue."""
+
+    def __init__(self, config: ServerConfig, server: MCPServer):
+        self.config = config
+        self.server = server
+        self.catalog = Catalog(config.problems)
+        self.policy = Policy(config.mode, self.catalog)
+        self.state_dir = config.state_dir
+        self.workspace = Workspace(config.workspaces, denied=[*self.catalog.roots, config.state_dir],
+                                   max_source_bytes=config.max_source_bytes)
+        self._queue: GpuQueue | None = None
+        self._wiki: Any = None
+        self._wiki_lock = threading.Lock()
+
+    # ------------------------------------------------------------ tool registration
+    def _tool_error(self, info: ErrorInfo) -> ToolError:
+        text = self.policy.redact(format_error(info))
+        return ToolError(_cut(text, MAX_ERROR_CHARS) if len(text) > MAX_ERROR_CHARS else text)
+
+    def _unexpected(self, name: str) -> ToolError:
+        logger.exception("tool %s failed unexpectedly", name)
+        return self._tool_error(ErrorInfo(stage="internal", category="unexpected_error",
+                                          message=f"The server hit an unexpected error in {name}; the details are in the server's log.",
+                                          hint="Retry once; if it persists, report it with the server log."))
+
+    def _finish(self, result: Any) -> Any:
+        if isinstance(result, BaseModel):
+            return fit_output(self.policy.redact_model(result), self.config.max_output_chars)
+        return result
+
+    def add_tool(self, fn: Callable[..., Any], *, title: str, read_only: bool, idempotent: bool = False,
+                 destructive: bool = False) -> None:
+        """Register `fn` (sync or async; its docstring is the description an agent reads) so that
+        AtrexError becomes a tool error with stage/category/message/hint, unexpected errors are
+        logged and answered without detail, and results are redacted and size-capped."""
+        name = fn.__name__
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def guarded(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    result = await fn(*args, **kwargs)
+                except AtrexError as exc:
+                    raise self._tool_error(exc.info) from None
+                except ToolError as exc:
+                    raise self._tool_error(ErrorInfo(stage="input", category="tool_error", message=str(exc))) from None
+                except Exception:
+                    raise self._unexpected(name) from None
+                return self._finish(result)
+        else:
+            @functools.wraps(fn)
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    result = fn(*args, **kwargs)
+                except AtrexError as exc:
+                    raise self._tool_error(exc.info) from None
+                except ToolError as exc:
+                    raise self._tool_error(ErrorInfo(stage="input", category="tool_error", message=str(exc))) from None
+                except Exception:
+                    raise self._unexpected(name) from None
+                return self._finish(result)
+
+        self.server.add_tool(
+            guarded,
+            name=name,
+            title=title,
+            description=inspect.getdoc(fn),
+            annotations=ToolAnnotations(title=title, read_only_hint=read_only, destructive_hint=destructive,
+                                        idempotent_hint=idempotent, open_world_hint=False),
+            structured_output=True,
+        )
+
+    # ------------------------------------------------------------ services
+    @staticmethod
+    def service(module: str) -> Any:
+        """Import a service module; a part not installed yet is a clear error, not a crash."""
+        if importlib.util.find_spec(module) is None:
+            raise AtrexError("internal", "service_unavailable", f"The service {module} is not available in this installation.",
+                             "Update atrex-mcp; the other tools still work.")
+        return importlib.import_module(module)
+
+    def wiki(self) -> Any:
+        """The wiki index, opened (and refreshed) on first use."""
+        with self._wiki_lock:
+            if self._wiki is None:
+                self._wiki = self.service("atrex_mcp.wiki").WikiIndex(state_dir=self.state_dir)
+            return self._wiki
+
+    def candidate_source(self, source: str | None, path: str | None) -> str:
+        """The candidate's text from exactly one of `source` or a workspace `path`."""
+        if (source is None) == (path is None):
+            raise AtrexError("input", "source_or_path", "Give exactly one of `source` (the file's text) or `path` (a file in the workspace).",
+                             f"Workspace root: {self.workspace.roots[0]}")
+        if source is not None:
+            return self.workspace.check_source(source)
+        return self.workspace.read_source(path)  # type: ignore[arg-type]
+
+    async def queue(self) -> GpuQueue:
+        if self._queue is None:
+            devices = self.config.devices or await anyio.to_thread.run_sync(_detect_devices)
+            if self._queue is None:
+                self._queue = GpuQueue(devices, self.config.correctness_limit)
+        return self._queue
+
+    async def has_gpu(self) -> bool:
+        return any(d.startswith("cuda") for d in (await self.queue()).devices)
+
+    async def run_job(self, mcp_ctx: Context | None, kind: JobKind, label: str,
+                      work: Callable[[str, ThreadProgress, threading.Event], T]) -> T:
+        """Run `work(device, progress, cancel)` on a worker thread once the queue grants a device.
+
+        Progress (queue position, then the work's own) goes to the client. If the call is
+        cancelled, `cancel` is set (the evaluator then kills its worker process group) and the
+        device is held until the thread has ended, so no timing overlaps a dying job."""
+        bridge = _ProgressBridge(mcp_ctx, label)
+
+        async def on_position(position: int, waiting: int) -> None:
+            await bridge.send(f"queued, position {position} of {waiting} waiting ({'a GPU to itself' if kind == 'timed' else 'a worker slot'})")
+
+        queue = await self.queue()
+        async with queue.slot(kind, on_position) as device:
+            await bridge.send(f"started on {device}")
+            cancel = threading.Event()
+            ended = threading.Event()
+
+            def call() -> T:
+                try:
+                    return work(device, bridge.from_thread, cancel)
+                finally:
+                    ended.set()
+
+            try:
+                return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+            except anyio.get_cancelled_exc_class():
+                cancel.set()
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(ended.wait, CANCEL_GRACE_S)
+                raise
+
+
+def _register_tools(app: ServerContext) -> None:
+    catalog, policy, config = app.catalog, app.policy, app.config
+
+    def list_problems() -> ProblemList:
+        """List the benchmark problems (operators) this server serves, with their number of scored
+        shapes and smoke shape. Cheap; call it first. Then get_problem(op) for one problem's files."""
+        problems = []
+        for name in catalog.names():
+            visible = catalog.visible(name)
+            problems.append(ProblemSummary(
+                name=name,
+                scored_shapes=len(visible.scored_shapes),
+                smoke_shape=next((s.id for s in visible.shapes if s.smoke), None),
+                forward_inputs=_forward_inputs(visible.reference_source),
+            ))
+        return ProblemList(mode=config.mode, hardware=config.hardware, problems=problems)
+
+    def get_problem(op: OpArg) -> ProblemDetail:
+        """Everything needed to write a kernel for one problem: reference.py (the PyTorch Model to
+        match), input.py (how inputs are drawn), the shape list, and the output-contract rules.
+        In optimize mode each shape also carries its speed-of-light (roofline) figures. Cheap."""
+        visible = catalog.visible(op)
+        package = app.service("atrex_mcp.package")
+        return ProblemDetail(
+            name=op,
+            mode=config.mode,
+            reference_py=visible.reference_source,
+            input_py=visible.input_source,
+            shapes_json=visible.shapes_json,
+            shapes=policy.shapes(visible, config.hardware),
+            rules=_contract_rules(package),
+            allowed_imports=sorted(package.ALLOWED_IMPORTS),
+        )
+
+    def roofline_lookup(
+        flops: Annotated[int, Field(ge=0, description="Your kernel's arithmetic work (FLOPs; integer ops for dtype_path 'int').")] = 0,
+        dtype_path: Annotated[DtypePathArg, Field(description="Which peak the work runs at: bf16, fp16, fp8_e4m3, tf32, fp32 or int.")] = "bf16",
+        bytes_read: Annotated[int, Field(ge=0, description="Bytes your kernel must read from HBM.")] = 0,
+        bytes_written: Annotated[int, Field(ge=0, description="Bytes your kernel must write to HBM.")] = 0,
+        hardware: HardwareArg = None,
+        op: Annotated[str | None, Field(max_length=128, description="Optimize mode only: look up a problem's own figures instead (with `shape`).")] = None,
+        shape: Annotated[str | None, Field(max_length=64, description="Shape id for `op`.")] = None,
+    ) -> RooflineResult:
+        """Speed-of-light calculator: T_SOL = max(flops / peak[dtype_path], bytes / HBM bandwidth)
+        on a hardware profile, with the bound and arithmetic intensity. Works in every mode on
+        your own counts. In optimize mode, `op` + `shape` instead return that problem shape's
+        figures. Cheap."""
+        roofline = app.service("atrex_mcp.roofline")
+        hardware_mod = app.service("atrex_mcp.hardware")
+        profile = hardware_mod.load_profile(hardware or config.hardware)
+        if op is not None or shape is not None:
+            policy.require_roofline("A problem's roofline figures")
+            if op is None or shape is None:
+                raise AtrexError("input", "op_and_shape", "Give both `op` and `shape` to look up a problem's figures.")
+            visible = catalog.visible(op)
+            visible.shape(shape)
+            figures = policy.shape_roofline(op, shape, profile.name)
+            workload = roofline.Workload(flops={k: int(v) for k, v in figures.flops.items()},
+                                         bytes_read=int(figures.bytes_read), bytes_written=int(figures.bytes_written))
+        else:
+            workload = roofline.Workload(flops={dtype_path: flops}, bytes_read=bytes_read, bytes_written=bytes_written)
+        paths = [p for p, w in workload.flops.items() if w]
+        return RooflineResult(
+            hardware=profile.name,
+            flops={k: float(v) for k, v in workload.flops.items()},
+            bytes=float(workload.total_bytes),
+            arithmetic_intensity=roofline.arithmetic_intensity(workload),
+            compute_ms=1000.0 * roofline.compute_seconds(workload, profile),
+            memory_ms=1000.0 * roofline.memory_seconds(workload, profile),
+            t_sol_ms=roofline.t_sol_ms(workload, profile),
+            bound=roofline.bound(workload, profile),
+            peaks={p: profile.peak(p) for p in paths},
+            bandwidth=float(profile.hbm_bandwidth.value),
+            sources=[f"{p} peak: {profile.peaks[p].source}" for p in paths] + [f"HBM bandwidth: {profile.hbm_bandwidth.source}"],
+            problem=op,
+            shape=shape,
+        )
+
+    def wiki_search(
+        query: Annotated[str, Field(min_length=1, max_length=500, description="What you need, in words, e.g. 'row reduction rms norm triton' or 'split-k skinny GEMM'.")],
+        category: Annotated[str | None, Field(max_length=64, description="Only this category: hardware, patterns, recipes, pitfalls, profiling, conversion, kernels, source.")] = None,
+        dsl: Annotated[str | None, Field(max_length=32, description="Only documents for this language, e.g. 'triton'.")] = None,
+        hardware: Annotated[str | None, Field(max_length=32, description="Only documents for this hardware, e.g. 'h200'.")] = None,
+        op_family: Annotated[str | None, Field(max_length=64, description="Only this operator family, e.g. 'norm', 'gemm', 'attention'.")] = None,
+        limit: Annotated[int, Field(ge=1, le=20, description="How many hits to return.")] = 5,
+    ) -> WikiSearchResult:
+        """Search the GPU optimisation wiki (articles on hardware, patterns, recipes, pitfalls,
+        profiling, plus validated Triton reference kernels) by relevance. Returns ids, titles and
+        matching snippets; read a whole document with wiki_read. Cheap."""
+        hits = app.wiki().search(query, category=category, dsl=dsl, hardware=hardware, op_family=op_family, limit=limit)
+        return WikiSearchResult(query=query, hits=hits)
+
+    def wiki_read(
+        doc_id: Annotated[str, Field(min_length=1, max_length=300, description="A doc_id from wiki_search, e.g. 'docs/patterns/row-reductions'.")],
+        offset: Annotated[int, Field(ge=0, description="Character offset to start from, to continue a long document.")] = 0,
+        max_chars: Annotated[int, Field(ge=1000, le=40000, description="Most characters of text to return.")] = 20000,
+    ) -> WikiReadResult:
+        """Read one wiki document in full (front matter, text, sources), or a window of a long one.
+        Cheap."""
+        doc = app.wiki().read(doc_id)
+        total = len(doc.text)
+        window = doc.text[offset: offset + max_chars]
+        notes = []
+        if offset + max_chars < total:
+            notes.append(f"Characters {offset}-{offset + len(window)} of {total} shown; call wiki_read with offset={offset + len(window)} to continue.")
+        return WikiReadResult(doc=doc.model_copy(update={"text": window}), notes=notes)
+
+    def package(
+        op: OpArg,
+        source: SourceArg = None,
+        path: PathArg = None,
+        out_dir: Annotated[str | None, Field(max_length=4096, description="New or empty folder inside the workspace for the artifact; default 'atrex-package/<op>'.")] = None,
+    ) -> PackageOutput:
+        """Package a finished kernel: check the output contract (one self-contained file, Model with
+        the reference's signature, allow-listed imports, no file/network/process access, a Triton
+        kernel really launched) and write <op>.py plus manifest.json (sha256 hashes) into a new or
+        empty folder of the workspace. Static check only (nothing runs): validate first. Cheap."""
+        package_mod = app.service("atrex_mcp.package")
+        text = app.candidate_source(source, path)
+        catalog.visible(op)
+        target = app.workspace.output_path(out_dir or f"atrex-package/{op}")
+        result = package_mod.package_source(text, op, catalog, target)
+        return PackageOutput(**result.model_dump())
+
+    app.add_tool(package, title="Package a kernel", read_only=False)
+
+    for fn, title in ((list_problems, "List problems"), (get_problem, "Get a problem"),
+                      (roofline_lookup, "Roofline calculator"), (wiki_search, "Search the GPU wiki"),
+                      (wiki_read, "Read a wiki document")):
+        app.add_tool(fn, title=title, read_only=True, idempotent=True)
+
+
+def _forward_inputs(reference_source: str) -> list[str]:
+    """Model.forward's parameter names, read from the reference text without importing it."""
+    import ast
+
+    for node in ast.parse(reference_source).body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "forward":
+                    return [a.arg for a in item.args.args + item.args.kwonlyargs if a.arg != "self"]
+    return []
+
+
+def _contract_rules(package: Any) -> list[str]:
+    return [
+        "One self-contained Python file; nothing else travels with it.",
+        f"It defines class {package.MODEL_CLASS}(torch.nn.Module) whose __init__ and forward take the same parameters as the reference's.",
+        f"Imports only from: {', '.join(sorted(package.ALLOWED_IMPORTS))}.",
+        "No file, network or process access (open, os, sys, subprocess, socket, torch.load/save, ... are refused).",
+        "The target DSL is really used: forward launches at least one @triton.jit kernel; time spent in PyTorch or library kernels counts against DSL adoption.",
+        "Outputs must match the reference's dtype, shape and structure; inputs must not be modified.",
+    ]
+
+
+def build_server(config: ServerConfig | None = None) -> MCPServer:
+    """A server with every tool registered, for any transport."""
+    config = config or ServerConfig()
+    server = MCPServer("atrex-mcp", version=__version__, instructions=INSTRUCTIONS,
+                       log_level=os.environ.get("ATREX_LOG_LEVEL", "INFO"))  # type: ignore[arg-type]
+    app = ServerContext(config, server)
+    _register_tools(app)
+    return server

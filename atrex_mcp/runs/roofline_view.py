@@ -1,41 +1,36 @@
 """The roofline a run is measured against: per target shape T_SOL, bound and intensity on the
-run's hardware, read from the problem's hidden roofline (trusted side only), and the S of a
-kernel's times against it. What an agent may see of it is the policy's decision."""
+run's hardware profile (computed by atrex_mcp.roofline from the problem's hidden W/Q, trusted
+side only) and where the profile's peaks come from; and S of a kernel's times against it.
+What an agent may see of it is the policy's decision (run_state's reveal_figures)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from atrex_mcp.catalog import Catalog
-from atrex_mcp.errors import unknown_choice
+from atrex_mcp.hardware import load_profile
+from atrex_mcp.roofline import Workload, arithmetic_intensity, bound, t_sol_ms
 
 
 def run_roofline(catalog: Catalog, op: str, shape_ids: list[str], hardware: str) -> dict[str, Any]:
-    """Per-shape roofline figures for `hardware`, with where the figures come from."""
-    roofline = catalog.hidden(op).roofline
+    """Per-shape roofline figures for the `hardware` profile, with the profile's sources."""
+    profile = load_profile(hardware)
+    hidden = catalog.hidden(op)
     shapes: dict[str, Any] = {}
     for shape_id in shape_ids:
-        entry = roofline["shapes"][shape_id]
-        profiles = sorted(entry["t_sol_ms"])
-        if hardware not in entry["t_sol_ms"]:
-            raise unknown_choice("hardware", hardware, profiles)
+        stored = hidden.shape_roofline(shape_id)
+        workload = Workload(flops=stored["flops"], bytes_read=stored["bytes_read"], bytes_written=stored["bytes_written"])
         shapes[shape_id] = {
-            "t_sol_ms": entry["t_sol_ms"][hardware],
-            "bound": entry["bound"][hardware],
-            "arithmetic_intensity": entry["arithmetic_intensity"],
-            "flops": entry["flops"],
-            "bytes_read": entry["bytes_read"],
-            "bytes_written": entry["bytes_written"],
+            "t_sol_ms": t_sol_ms(workload, profile),
+            "bound": bound(workload, profile),
+            "arithmetic_intensity": arithmetic_intensity(workload),
+            "flops": dict(workload.flops),
+            "bytes": workload.total_bytes,
         }
-    return {"hardware": hardware, "counting": roofline.get("counting", ""), "shapes": shapes,
-            "sources": hardware_sources(hardware)}
-
-
-def hardware_sources(hardware: str) -> dict[str, Any]:
-    """Where each peak of the hardware profile comes from (datasheet or measurement)."""
-    from atrex_mcp.hardware import load_profile
-
-    return load_profile(hardware).sources()
+    used_paths = sorted({path for s in shapes.values() for path in s["flops"]})
+    sources = {f"peak_{path}": profile.peaks[path].source for path in used_paths}
+    sources["hbm_bandwidth"] = profile.hbm_bandwidth.source
+    return {"hardware": hardware, "description": profile.description, "shapes": shapes, "sources": sources}
 
 
 def scores_from_times(roofline: dict[str, Any], time_ms: dict[str, float | None]) -> dict[str, float | None]:

@@ -25,6 +25,8 @@ from typing import Annotated, Any, Literal, TypeVar
 import anyio
 import anyio.lowlevel
 from mcp.server import MCPServer
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -465,11 +467,18 @@ def _contract_rules(package: Any) -> list[str]:
     ]
 
 
-def build_server(config: ServerConfig | None = None) -> MCPServer:
-    """A server with every tool registered, for any transport."""
+RUN_TOOLS_MODULE = "atrex_mcp.runs.tools"  # provides register_run_tools(server, ctx); see docs/DESIGN.md "Server hooks"
+
+
+def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVerifier | None = None,
+                 auth: AuthSettings | None = None) -> MCPServer:
+    """A server with every tool registered (the run-memory tools too, when that part is
+    installed). `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.transport)."""
     config = config or ServerConfig()
-    server = MCPServer("atrex-mcp", version=__version__, instructions=INSTRUCTIONS,
-                       log_level=os.environ.get("ATREX_LOG_LEVEL", "INFO"))  # type: ignore[arg-type]
+    server = MCPServer("atrex-mcp", version=__version__, instructions=INSTRUCTIONS, token_verifier=token_verifier,
+                       auth=auth, log_level=os.environ.get("ATREX_LOG_LEVEL", "INFO"))  # type: ignore[arg-type]
     app = ServerContext(config, server)
     _register_tools(app)
+    if importlib.util.find_spec(RUN_TOOLS_MODULE) is not None:
+        importlib.import_module(RUN_TOOLS_MODULE).register_run_tools(server, app)
     return server

@@ -1,0 +1,76 @@
+"""`atrex-mcp serve`: run the MCP server over stdio (default) or streamable HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="run the MCP tool server (stdio by default)",
+                              description="Run the MCP tool server. With no options: stdio, optimize mode, the embedded problems and wiki.")
+    p.add_argument("--benchmark-mode", action="store_true",
+                   help="hide roofline figures, scores, production timings, provenance and weights from every tool")
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port")
+    p.add_argument("--token-env", metavar="VAR", help="environment variable holding the HTTP bearer token (required for HTTP)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a Host name clients use to reach a non-loopback HTTP server (repeatable)")
+    p.add_argument("--problems", action="append", type=Path, metavar="DIR",
+                   help="problem root (repeatable; a later root's problem of the same name wins; default: the embedded set)")
+    p.add_argument("--hardware", default="h200", help="hardware profile for roofline figures (default h200)")
+    p.add_argument("--state-dir", type=Path, help="where the server keeps its state (wiki index, runs)")
+    p.add_argument("--workspace", action="append", type=Path, metavar="DIR",
+                   help="folder tools may read candidate files from and write packages into (repeatable; default: the current folder)")
+    p.add_argument("--correctness-jobs", type=int, default=2, metavar="N",
+                   help="correctness-only evaluations that may run at once (timed work always has a GPU to itself)")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.set_defaults(func=run)
+
+
+def _configure_logging(level: str, redactor: object | None) -> None:
+    """Logs go to stderr only (stdout is the stdio protocol stream), which a client may keep
+    where the agent can read it: in benchmark mode every record passes the redactor."""
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    if redactor is not None:
+        from atrex_mcp.policy import RedactingFilter
+
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(RedactingFilter(redactor))  # type: ignore[arg-type]
+
+
+def run(args: argparse.Namespace) -> int:
+    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.errors import AtrexError
+    from atrex_mcp.paths import default_state_dir, problems_dir
+    from atrex_mcp.policy import Redactor
+    from atrex_mcp.server import ServerConfig, build_server
+
+    try:
+        config = ServerConfig(
+            mode="benchmark" if args.benchmark_mode else "optimize",
+            problems=[p.resolve() for p in args.problems] if args.problems else [problems_dir()],
+            hardware=args.hardware,
+            state_dir=(args.state_dir or default_state_dir()).resolve(),
+            workspaces=[w.resolve() for w in args.workspace] if args.workspace else [Path.cwd()],
+            correctness_limit=args.correctness_jobs,
+        )
+        _configure_logging(args.log_level, Redactor(Catalog(config.problems)) if args.benchmark_mode else None)
+        if args.transport == "stdio":
+            build_server(config).run()
+            return 0
+        from atrex_mcp.transport import HttpSettings, serve_http
+
+        token = os.environ.get(args.token_env, "") if args.token_env else ""
+        if args.token_env and not token:
+            raise AtrexError("input", "token_env_empty", f"The environment variable {args.token_env} is empty or unset.",
+                             f"export {args.token_env}=<long random secret> before starting the server.")
+        serve_http(config, HttpSettings(host=args.host, port=args.port, token=token, allowed_hosts=args.allowed_host))
+        return 0
+    except AtrexError as exc:
+        print(f"atrex-mcp serve: {exc}", file=sys.stderr)
+        return 2

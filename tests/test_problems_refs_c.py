@@ -194,6 +194,14 @@ def test_inputs_not_mutated(op):
 
 
 @pytest.mark.parametrize("op", OPS)
+def test_every_shape_binds_to_model_and_make_inputs(op):
+    model_cls, make_inputs, shapes = problem(op)
+    for shape in shapes:
+        inspect.signature(model_cls).bind(**shape["init"])
+        inspect.signature(make_inputs).bind(seed=0, **shape["inputs"])
+
+
+@pytest.mark.parametrize("op", OPS)
 def test_scored_shapes_equal_shared_data(op):
     source = SHARED_SHAPES / f"{op}.json"
     if not source.is_file():

@@ -1,0 +1,69 @@
+"""`atrex-mcp roofline OP --hardware NAME [--json]`: speed-of-light time of every scored shape
+of a problem on one hardware profile (trusted side: these are evaluator figures)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class RooflineRow(BaseModel):
+    """One scored shape of `roofline --json`."""
+
+    shape_id: str = Field(description="Shape id as in shapes.json.")
+    flops: int = Field(description="Total arithmetic work W over all dtype paths.")
+    bytes_read: int = Field(description="Q_read in bytes.")
+    bytes_written: int = Field(description="Q_write in bytes.")
+    t_sol_ms: float = Field(description="Speed-of-light time on the profile, ms.")
+    bound: str = Field(description="memory or compute: the larger roofline term.")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("roofline", help="T_SOL and bound of a problem's scored shapes on a hardware profile")
+    parser.add_argument("op", help="operator (problem) name")
+    parser.add_argument("--hardware", default=None, help="hardware profile (default: h200, the datasheet basis)")
+    parser.add_argument("--root", type=Path, action="append", default=None, help="problem root (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list")
+    parser.set_defaults(func=run)
+
+
+def rows(op: str, hardware: str, roots: list[Path] | None = None) -> list[RooflineRow]:
+    """Recomputed from the stored W/Q, so any profile works, including ones added after the build."""
+    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.hardware import load_profile
+    from atrex_mcp.roofline import Workload, bound, t_sol_ms
+
+    profile = load_profile(hardware)
+    catalog = Catalog(roots) if roots else Catalog()
+    stored = catalog.hidden(op).roofline["shapes"]
+    out = []
+    for shape in catalog.visible(op).scored_shapes:
+        entry = stored[shape.id]
+        w = Workload(flops=entry["flops"], bytes_read=entry["bytes_read"], bytes_written=entry["bytes_written"])
+        out.append(RooflineRow(shape_id=shape.id, flops=w.total_flops, bytes_read=w.bytes_read, bytes_written=w.bytes_written,
+                               t_sol_ms=t_sol_ms(w, profile), bound=bound(w, profile)))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from atrex_mcp.errors import AtrexError
+    from atrex_mcp.hardware import DEFAULT_PROFILE
+
+    hardware = args.hardware or DEFAULT_PROFILE
+    try:
+        table = rows(args.op, hardware, args.root)
+    except AtrexError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([r.model_dump() for r in table], indent=2))
+        return 0
+    print(f"{args.op} on {hardware}")
+    print(f"{'shape':>6s} {'GFLOP':>12s} {'MB read':>10s} {'MB written':>10s} {'T_SOL µs':>10s}  bound")
+    for r in table:
+        print(f"{r.shape_id:>6s} {r.flops / 1e9:12.3f} {r.bytes_read / 1e6:10.3f} {r.bytes_written / 1e6:10.3f} {r.t_sol_ms * 1e3:10.3f}  {r.bound}")
+    return 0

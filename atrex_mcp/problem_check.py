@@ -1,0 +1,126 @@
+"""Is a problem able to tell a real kernel from a cheap one? Checked at its smoke shape on CPU:
+
+  finite        no floating output holds NaN (infinities are listed, not failed: top-k
+                masking writes -inf by design)
+  seed_varies   the reference output changes with the input seed
+  trivial candidates must FAIL the evaluator's comparison (atrex_mcp.evaluate.compare):
+    zeros       every output zero
+    constant    every output filled with one value learnt offline: the mean (floats) or most
+                common value (integers) of the same output for another seed
+    input       outputs that have an input of the same shape and dtype return that input
+                unchanged; the other outputs keep the reference values (skipped when none fits)
+    other_seed  the reference output computed from another seed's inputs
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pydantic import BaseModel, Field
+from torch.utils._pytree import tree_map
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.evaluate.compare import compare_outputs, flatten_outputs
+
+SEED, OTHER_SEED = 0, 1
+
+
+class CheckResult(BaseModel):
+    name: str = Field(description="Check name: finite, seed_varies, zeros, constant, input, other_seed.")
+    passed: bool = Field(description="True when the problem behaves as required.")
+    detail: str = Field(default="", description="What was seen.")
+
+
+class ProblemCheck(BaseModel):
+    op: str = Field(description="Operator name.")
+    shape_id: str = Field(description="The shape checked (the smoke shape).")
+    checks: list[CheckResult] = Field(description="One entry per check.")
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+
+def _run(catalog: Catalog, op: str, seed: int) -> tuple[dict[str, torch.Tensor], Any]:
+    shape = catalog.visible(op).smoke_shape
+    inputs = catalog.load_make_inputs(op)(seed=seed, device="cpu", **shape.inputs)
+    with torch.no_grad():
+        return inputs, catalog.load_reference(op)(**shape.init)(**inputs)
+
+
+def _finite(out: Any) -> CheckResult:
+    nan, inf = [], []
+    for name, t in flatten_outputs(out).items():
+        if t.dtype.is_floating_point:
+            wide = t.float()
+            if bool(torch.isnan(wide).any()):
+                nan.append(name)
+            if bool(torch.isinf(wide).any()):
+                inf.append(f"{name} ({int(torch.isinf(wide).sum())} infinite)")
+    detail = (f"NaN in {nan}. " if nan else "") + (f"Infinities (allowed): {', '.join(inf)}." if inf else "")
+    return CheckResult(name="finite", passed=not nan, detail=detail or "all floating outputs finite")
+
+
+def _seed_varies(out: Any, other: Any) -> CheckResult:
+    a, b = flatten_outputs(out), flatten_outputs(other)
+    same = [n for n in a if torch.equal(a[n], b[n])]
+    changed = len(a) - len(same)
+    return CheckResult(name="seed_varies", passed=changed > 0,
+                       detail=f"{changed}/{len(a)} outputs change with the seed" + (f"; unchanged: {same}" if same else ""))
+
+
+def _constant_like(ref: torch.Tensor, learnt_from: torch.Tensor) -> torch.Tensor:
+    if ref.dtype.is_floating_point:
+        value = learnt_from.float()[torch.isfinite(learnt_from.float())].mean()
+        return torch.full(ref.shape, float(value) if value.numel() else 0.0).to(ref.dtype)
+    return torch.full_like(ref, int(torch.mode(learnt_from.reshape(-1).long()).values) if learnt_from.numel() else 0)
+
+
+def _input_unchanged(out: Any, inputs: dict[str, torch.Tensor]) -> tuple[Any, list[str]]:
+    """Each output takes an input of its shape and dtype (the same-named one first), if any."""
+    leaves, used = flatten_outputs(out), []
+    for name, t in leaves.items():
+        fits = [n for n, x in inputs.items() if x.shape == t.shape and x.dtype == t.dtype]
+        if fits:
+            pick = name if name in fits else fits[0]
+            leaves[name] = inputs[pick]
+            used.append(pick)
+    return _restructure(out, leaves), used
+
+
+def _must_fail(name: str, reference: Any, candidate: Any, op: str, note: str = "") -> CheckResult:
+    verdict = compare_outputs(reference, candidate, op)
+    text = "rejected" if not verdict.ok else "ACCEPTED by the comparison"
+    return CheckResult(name=name, passed=not verdict.ok, detail=f"{text}{'; ' + note if note else ''}")
+
+
+def check_problem(catalog: Catalog, op: str) -> ProblemCheck:
+    """Run every check on the operator's smoke shape."""
+    inputs, out = _run(catalog, op, SEED)
+    _, other = _run(catalog, op, OTHER_SEED)
+    checks = [_finite(out), _seed_varies(out, other)]
+    checks.append(_must_fail("zeros", out, tree_map(torch.zeros_like, out), op))
+    other_leaves = flatten_outputs(other)
+    constant = {n: _constant_like(t, other_leaves[n]) for n, t in flatten_outputs(out).items()}
+    checks.append(_must_fail("constant", out, _restructure(out, constant), op))
+    candidate, used = _input_unchanged(out, inputs)
+    if used:
+        checks.append(_must_fail("input", out, candidate, op, f"returned inputs {used}"))
+    else:
+        checks.append(CheckResult(name="input", passed=True, detail="not applicable: no input has an output's shape and dtype"))
+    checks.append(_must_fail("other_seed", out, other, op))
+    return ProblemCheck(op=op, shape_id=catalog.visible(op).smoke_shape.id, checks=checks)
+
+
+def _restructure(like: Any, leaves: dict[str, torch.Tensor]) -> Any:
+    """Put named leaves back into the container kind of `like` (tensor, tuple or dict)."""
+    if isinstance(like, torch.Tensor):
+        return leaves["out"]
+    if isinstance(like, dict):
+        return {k: leaves[str(k)] for k in like}
+    return type(like)(leaves[f"out[{i}]"] for i in range(len(like)))
+
+
+def check_problems(catalog: Catalog, ops: list[str] | None = None) -> list[ProblemCheck]:
+    return [check_problem(catalog, op) for op in (ops or catalog.names())]

@@ -52,8 +52,12 @@ def make_problem_root(root: Path) -> Path:
     return root
 
 
+KERNEL = (REPO_ROOT / "tests" / "fixtures" / "kernels" / "rms_norm_rowwise.py").read_text()
+
+
 def source(speed: float, tag: str, *, wrong: bool = False) -> str:
-    return f"# kernel {tag}\n# speed: {speed}\n" + ("# wrong\n" if wrong else "") + "class Model: pass\n"
+    """A contract-valid kernel file whose header comments script the judge."""
+    return f"# kernel {tag}\n# speed: {speed}\n" + ("# wrong\n" if wrong else "") + KERNEL
 
 
 def _speed(text: str) -> float:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.package import PackageResult, check_contract, package_source
 from atrex_mcp.runs.acceptance import AcceptanceRule, decide
 from atrex_mcp.runs.dropout import choose_masked
 from atrex_mcp.runs.measure import Judge, Progress
@@ -92,6 +94,13 @@ class RunService:
                         roofline=run_roofline(self.catalog, op, shape_ids, hardware), created_at=now_iso())
         return self.store.create_run(run)
 
+    def _contract_failure(self, run: RunRecord, source: str) -> str | None:
+        """Why `source` could never be packaged (static output-contract check), or None."""
+        report = check_contract(source, self.catalog.visible(run.op).reference_source, dsl=run.dsl)
+        if report.passed:
+            return None
+        return "breaks the output contract: " + "; ".join(f"{v.rule}: {v.message}" for v in report.violations)
+
     # -- baseline -------------------------------------------------------------------
     def submit_baseline(self, run_id: str, source: str, *, progress: Progress | None = None,
                         cancel: threading.Event | None = None) -> IterationRecord:
@@ -99,9 +108,14 @@ class RunService:
         if run.baseline is not None:
             raise AtrexError("input", "baseline_exists", f"Run {run_id} already has a baseline (iteration 0).",
                              "Submit further kernels with record_iteration.")
+        digest = sha256_text(source)
+        broken = self._contract_failure(run, source)
+        if broken:
+            self.store.log_event(run_id, "baseline_refused", {"source_sha256": digest, "reason": broken})
+            raise AtrexError("policy", "contract_violation", f"The baseline {broken}.",
+                             "Every kernel of a run must be packageable; fix the listed rules and submit again.")
         result = self.judge.check(run.op, source, run.shapes, hardware=run.hardware, dsl=run.dsl, timing=True,
                                   progress=progress, cancel=cancel)
-        digest = sha256_text(source)
         if not result.correct:
             self.store.log_event(run_id, "baseline_refused", {"source_sha256": digest, "reason": result.failure})
             raise AtrexError("correctness" if result.compiled else "compile", "baseline_not_correct",
@@ -141,6 +155,10 @@ class RunService:
         base = IterationRecord(run_id=run_id, number=-1, kind="iteration", status="failed", reason="", plan=plan,
                                source_sha256=digest, created_at=now_iso())
 
+        broken = self._contract_failure(run, source)
+        if broken:
+            return self.store.commit_iteration(base.model_copy(update={"compared_to": run.accepted, "reason": broken}), source,
+                                               expected_accepted=run.accepted)
         result = self.judge.check(run.op, source, run.shapes, hardware=run.hardware, dsl=run.dsl, timing=False,
                                   progress=progress, cancel=cancel)
         expected = run.accepted
@@ -216,3 +234,28 @@ class RunService:
     def unmask(self, run_id: str, mask_id: str | None = None) -> list[MaskRecord]:
         self.store.get_run(run_id)
         return self.store.revert_masks(run_id, mask_id)
+
+    # -- package --------------------------------------------------------------------
+    def package(self, run_id: str, out_dir: Path, *, reveal_figures: bool = True) -> PackageResult:
+        """The accepted kernel as a deliverable, with the run's provenance in the manifest."""
+        run = self.store.get_run(run_id)
+        if run.accepted is None:
+            raise AtrexError("input", "no_baseline", f"Run {run_id} has no accepted kernel yet.", "Submit a baseline first.")
+        chain = accepted_chain(self.store.iterations(run_id), run.accepted)
+        base, final = chain[0], chain[-1]
+        figures = {"hardware": run.hardware, "shapes": run.shapes, "time_ms": final.times.time_ms,
+                   "baseline_time_ms": base.times.time_ms, "speedup_vs_baseline": chain_speedup(chain),
+                   "timing": "accepted kernel: medians of its interleaved comparison against its predecessor; baseline: the evaluator's timing"}
+        if reveal_figures:
+            figures.update(score=final.times.score, baseline_score=base.times.score)
+        provenance = {
+            "run_id": run_id, "accepted_iteration": final.number,
+            "chain": [{"number": it.number, "kind": it.kind, "category": it.plan.category.value if it.plan else None,
+                       "source_sha256": it.source_sha256, "speedup": it.decision.speedup if it.decision else None,
+                       "reason": it.reason} for it in chain],
+            "final": figures,
+        }
+        result = package_source(self.store.source(run_id, final.number), run.op, self.catalog, out_dir, dsl=run.dsl,
+                                provenance=provenance)
+        self.store.log_event(run_id, "packaged", {"artifact": result.artifact, "sha256": result.sha256, "accepted": final.number})
+        return result

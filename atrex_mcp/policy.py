@@ -9,97 +9,51 @@ benchmark mode. In both modes production timings, provenance and weights stay on
 
 Tools build their results only through this module's views. As a second line of defence,
 benchmark mode also passes every outgoing text (results, error messages, server logs)
-through `Redactor`, which withholds text quoting the hidden files and blanks literal hidden
-figures, so a candidate kernel that manages to print a hidden file gets nothing back.
+through `Redactor`, which withholds any text quoting the hidden files, so a candidate kernel
+that manages to print a hidden file gets nothing back.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import re
 from functools import cached_property
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from atrex_mcp.catalog import HIDDEN_FILES, WEIGHTS_FILE, Catalog, VisibleProblem
+from atrex_mcp.catalog import Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.tool_models import Mode, ShapeInfo, ShapeRoofline, ShapeVerdict
+from atrex_mcp.evaluate.leakguard import LeakGuard
+from atrex_mcp.evaluate.models import EvalResult, ShapeResult
+from atrex_mcp.tool_models import Mode, ShapeInfo, ShapeRoofline, ShapeVerdict, ValidateResult
 
 HIDDEN = "hidden in benchmark mode"
 WITHHELD = f"[withheld: this text quoted evaluator-only data, {HIDDEN}]"
-REDACTED = f"[{HIDDEN}]"
 # Integrity incidents whose mere presence compares the agent's time with the hidden T_SOL.
 SOL_INCIDENTS = frozenset({"faster_than_sol"})
 # Keys of the hidden files: a text quoting one as a mapping key ('"t_sol_ms": …') is a dump of them.
 _HIDDEN_KEY = re.compile(r"""["'](?:production_us|t_sol_ms|production_note|weight_raw|raw_sum|deviations)["']\s*:""")
-# A decimal figure; integers are left alone (shape sizes are visible and common).
-_DECIMAL = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+(?=[eE]))(?:[eE][-+]?\d+)?(?![\w.])")
-_MIN_SIGNIFICANT_DIGITS = 4  # shorter figures (9.95, 0.5) are too common to blank without hurting honest text
-_MIN_PROVENANCE_CHARS = 16
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-def _significant_digits(token: str) -> int:
-    mantissa = re.split(r"[eE]", token.lstrip("+-"))[0].replace(".", "").lstrip("0")
-    return len(mantissa)
-
-
 class Redactor:
-    """Knows the hidden figures and provenance strings of a catalog and blanks them in text."""
+    """Withholds any text that quotes evaluator-only data of any problem of the catalog: the
+    evaluator's per-problem leak guards (verbatim hidden figures and provenance strings), plus
+    a check for dumps of the hidden files' keys."""
 
     def __init__(self, catalog: Catalog):
         self._catalog = catalog
 
     @cached_property
-    def _hidden(self) -> tuple[frozenset[float], tuple[str, ...]]:
-        """Every decimal figure of the hidden files, also rounded to 4..17 significant digits,
-        and their long strings (provenance, notes) that no visible file contains."""
-        numbers: set[float] = set()
-        strings: set[str] = set()
-
-        def walk(node: Any) -> None:
-            if isinstance(node, dict):
-                for value in node.values():
-                    walk(value)
-            elif isinstance(node, list):
-                for value in node:
-                    walk(value)
-            elif isinstance(node, float) and math.isfinite(node) and not node.is_integer():
-                numbers.update(float(f"{node:.{d}g}") for d in range(_MIN_SIGNIFICANT_DIGITS, 18))
-            elif isinstance(node, str) and len(node) >= _MIN_PROVENANCE_CHARS:
-                strings.add(node)
-
-        for op in self._catalog.names():
-            folder = self._catalog.problem_dir(op)
-            for name in HIDDEN_FILES:
-                if (folder / name).is_file():
-                    walk(json.loads((folder / name).read_text()))
-        for root in self._catalog.roots:
-            if (root / WEIGHTS_FILE).is_file():
-                walk(json.loads((root / WEIGHTS_FILE).read_text()))
-        visible = "\n".join(
-            self._catalog.visible(op).reference_source + self._catalog.visible(op).shapes_json for op in self._catalog.names()
-        )
-        return frozenset(numbers), tuple(sorted((s for s in strings if s not in visible), key=len, reverse=True))
-
-    def _blank_number(self, match: re.Match[str]) -> str:
-        token = match.group(0)
-        if _significant_digits(token) >= _MIN_SIGNIFICANT_DIGITS and float(token) in self._hidden[0]:
-            return REDACTED
-        return token
+    def _guards(self) -> list[LeakGuard]:
+        return [LeakGuard.for_problem(self._catalog, op) for op in self._catalog.names()]
 
     def __call__(self, text: str) -> str:
-        if _HIDDEN_KEY.search(text):
+        if _HIDDEN_KEY.search(text) or any(guard.leaks(text) for guard in self._guards):
             return WITHHELD
-        numbers, strings = self._hidden
-        for secret in strings:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return _DECIMAL.sub(self._blank_number, text) if numbers else text
+        return text
 
 
 class RedactingFilter(logging.Filter):
@@ -177,20 +131,44 @@ class Policy:
             for s in problem.shapes
         ]
 
-    def verdict(self, verdict: ShapeVerdict, t_sol_ms: float | None, score: float | None) -> ShapeVerdict:
-        """A shape's verdict as this mode may show it."""
-        if not self.benchmark:
-            return verdict.model_copy(update={"t_sol_ms": t_sol_ms, "score": score})
-        update: dict[str, Any] = {"t_sol_ms": None, "score": None}
-        if set(verdict.integrity) & SOL_INCIDENTS:
-            update["integrity"] = sorted((set(verdict.integrity) - SOL_INCIDENTS) | {"integrity_check_failed"})
-        if verdict.category in SOL_INCIDENTS:
-            update["category"] = "integrity_check_failed"
-            update["message"] = f"The timing failed an integrity check; the details are {HIDDEN}."
-        return verdict.model_copy(update=update)
+    def incidents(self, names: list[str]) -> list[str]:
+        """Integrity incidents; in benchmark mode one comparing with T_SOL shows only as a failed check."""
+        if not self.benchmark or not set(names) & SOL_INCIDENTS:
+            return list(names)
+        return sorted((set(names) - SOL_INCIDENTS) | {"integrity_check_failed"})
 
-    def operator_score(self, score: float | None) -> float | None:
-        return None if self.benchmark else score
+    def verdict(self, shape: ShapeResult) -> ShapeVerdict:
+        """One shape's evaluator result as this mode may show it: in benchmark mode without
+        T_SOL, S, or an incident that compares the time with T_SOL."""
+        fields = {name: getattr(shape, name) for name in ShapeVerdict.model_fields if name not in ("t_sol_ms", "score")}
+        if not self.benchmark:
+            return ShapeVerdict(**fields, t_sol_ms=shape.t_sol_ms, score=shape.score)
+        fields["integrity"] = self.incidents(shape.integrity)
+        if shape.category in SOL_INCIDENTS:
+            fields["category"] = "integrity_check_failed"
+            fields["message"] = f"The timing failed an integrity check; the details are {HIDDEN}."
+        return ShapeVerdict(**fields)
+
+    def validate_result(self, result: EvalResult) -> ValidateResult:
+        """A whole evaluation as this mode may show it."""
+        verdicts = [self.verdict(s) for s in result.shapes]
+        device = f"cuda: {result.device.name}" if result.device.kind == "cuda" else "cpu (Triton interpreter, not timed)"
+        return ValidateResult(
+            op=result.op,
+            mode=self.mode,
+            candidate_sha256=result.candidate_sha256,
+            compiled=result.compiled,
+            compile_error=result.compile_error,
+            device=device,
+            timed=any(s.time_ms is not None for s in result.shapes),
+            seeds=result.seeds,
+            passed=sum(v.correct for v in verdicts),
+            failed=sum(not v.correct for v in verdicts),
+            shapes=verdicts,
+            integrity=self.incidents(result.integrity),
+            isolation_warnings=result.isolation.warnings,
+            operator_score=None if self.benchmark else result.operator_score,
+        )
 
     # ------------------------------------------------------------ outgoing text
     def redact(self, text: str) -> str:

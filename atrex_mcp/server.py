@@ -44,6 +44,7 @@ from atrex_mcp.tool_models import (
     Mode,
     OpArg,
     PackageOutput,
+    ProfileResult,
     PathArg,
     ProblemDetail,
     ProblemList,
@@ -52,7 +53,7 @@ from atrex_mcp.tool_models import (
     SeedsArg,
     ShapesArg,
     SourceArg,
-    ToolOutput,
+    ValidateResult,
     WikiReadResult,
     WikiSearchResult,
 )
@@ -246,12 +247,15 @@ class ServerContext:
 
     # ------------------------------------------------------------ services
     @staticmethod
-    def service(module: str) -> Any:
-        """Import a service module; a part not installed yet is a clear error, not a crash."""
-        if importlib.util.find_spec(module) is None:
-            raise AtrexError("internal", "service_unavailable", f"The service {module} is not available in this installation.",
+    def service(module: str, name: str | None = None) -> Any:
+        """A service module (or one of its functions); a part missing from this installation is
+        a clear error, not a crash."""
+        found = importlib.util.find_spec(module) is not None
+        imported = importlib.import_module(module) if found else None
+        if imported is None or (name is not None and not hasattr(imported, name)):
+            raise AtrexError("internal", "service_unavailable", f"The service {module}{'.' + name if name else ''} is not available in this installation.",
                              "Update atrex-mcp; the other tools still work.")
-        return importlib.import_module(module)
+        return getattr(imported, name) if name else imported
 
     def wiki(self) -> Any:
         """The wiki index, opened (and refreshed) on first use."""
@@ -278,6 +282,14 @@ class ServerContext:
 
     async def has_gpu(self) -> bool:
         return any(d.startswith("cuda") for d in (await self.queue()).devices)
+
+    async def evaluate(self, mcp_ctx: Context | None, request: Any) -> Any:
+        """`atrex_mcp.evaluate.evaluate(request)` through the GPU queue: timed when the request
+        times and a GPU exists (a GPU to itself), else a correctness job."""
+        evaluate = self.service("atrex_mcp.evaluate", "evaluate")
+        kind: JobKind = "timed" if request.timing and await self.has_gpu() else "correctness"
+        return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
+                                  lambda device, progress, cancel: evaluate(request, self.catalog, progress=progress, cancel=cancel))
 
     async def run_job(self, mcp_ctx: Context | None, kind: JobKind, label: str,
                       work: Callable[[str, ThreadProgress, threading.Event], T]) -> T:
@@ -436,6 +448,52 @@ def _register_tools(app: ServerContext) -> None:
         result = package_mod.package_source(text, op, catalog, target)
         return PackageOutput(**result.model_dump())
 
+    async def validate(
+        op: OpArg,
+        source: SourceArg = None,
+        path: PathArg = None,
+        shapes: ShapesArg = None,
+        seeds: SeedsArg = 3,
+        timing: Annotated[bool, Field(description="Time correct shapes on the GPU (ignored without a GPU).")] = True,
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> ValidateResult:
+        """Judge a candidate kernel: import it in a sandbox, check each requested shape against the
+        reference on fresh random inputs, and (on a GPU) time it and attribute device time to your
+        Triton kernels. Per shape: correct or the stage/category/message of the first failure.
+        Costs seconds per shape on a GPU; on CPU (Triton interpreter, untimed) large shapes are slow,
+        so start with shapes=['smoke']. Sends progress; cancelling the call stops the work."""
+        text = app.candidate_source(source, path)
+        visible = catalog.visible(op)
+        for shape_id in shapes or ():
+            visible.shape(shape_id)
+        request_type = app.service("atrex_mcp.evaluate.models", "EvalRequest")
+        request = request_type(op=op, source=text, shapes=shapes, seeds=seeds, hardware=config.hardware, timing=timing)
+        return policy.validate_result(await app.evaluate(ctx, request))
+
+    async def profile_kernel(
+        op: OpArg,
+        source: SourceArg = None,
+        path: PathArg = None,
+        shape: Annotated[str, Field(max_length=64, description="The one shape id to profile (from get_problem).")] = "smoke",
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> ProfileResult:
+        """Where the time goes for one shape: the kernel's time and spread, every device kernel of
+        one forward with its share attributed to your Triton code, generated code, libraries or
+        PyTorch, and hardware counters with a bottleneck classification where a profiler is
+        available. Needs a GPU for figures (on CPU it only checks correctness). Takes a GPU to
+        itself for seconds to a minute; sends progress; cancelling stops it."""
+        text = app.candidate_source(source, path)
+        catalog.visible(op).shape(shape)
+        request_type = app.service("atrex_mcp.evaluate.models", "EvalRequest")
+        request = request_type(op=op, source=text, shapes=[shape], seeds=1, hardware=config.hardware, timing=True, measure_dsl=True)
+        result = await app.evaluate(ctx, request)
+        validated = policy.validate_result(result)
+        notes = [] if result.device.kind == "cuda" else ["No GPU on the server: no timing, kernel breakdown or counters."]
+        return ProfileResult(op=op, mode=config.mode, device=validated.device, shape=validated.shapes[0],
+                             timing=result.shapes[0].timing if result.shapes else None, notes=notes)
+
+    app.add_tool(validate, title="Validate a kernel", read_only=False)
+    app.add_tool(profile_kernel, title="Profile a kernel", read_only=False)
     app.add_tool(package, title="Package a kernel", read_only=False)
 
     for fn, title in ((list_problems, "List problems"), (get_problem, "Get a problem"),

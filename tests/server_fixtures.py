@@ -1,0 +1,77 @@
+"""Shared helpers of the server tests: servers in both modes, clients in both protocol eras, and
+the hidden figures of a problem to scan results for."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+
+from atrex_mcp.paths import problems_dir
+from atrex_mcp.server import ServerConfig, build_server
+
+ERAS = ("auto", "legacy")  # 2026-07-28 (Claude Code) and the 2025 handshake (Codex speaks 2025-06-18)
+
+
+def config(tmp_path: Path, mode: str = "optimize", **overrides: Any) -> ServerConfig:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir(exist_ok=True)
+    base = dict(mode=mode, problems=[problems_dir()], state_dir=tmp_path / "state", workspaces=[workspace], devices=["cpu"])
+    return ServerConfig(**{**base, **overrides})
+
+
+@asynccontextmanager
+async def connect(cfg: ServerConfig, era: str = "auto") -> AsyncIterator[Client]:
+    async with Client(build_server(cfg), mode=era) as client:
+        yield client
+
+
+def result_text(result: Any) -> str:
+    """Everything a client receives from one call: content texts and structured content."""
+    texts = [getattr(c, "text", "") for c in result.content]
+    return "\n".join(texts) + "\n" + json.dumps(result.structured_content or {})
+
+
+def hidden_figures(op: str, root: Path | None = None) -> tuple[set[float], set[str]]:
+    """The decimal figures (t_sol, intensity, production timings, weights) and the long strings
+    (provenance, notes) of one operator's hidden files."""
+    root = root or problems_dir()
+    numbers: set[float] = set()
+    strings: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+        elif isinstance(node, float) and math.isfinite(node) and not node.is_integer():
+            numbers.add(node)
+        elif isinstance(node, str) and len(node) >= 16:
+            strings.add(node)
+
+    for name in ("metadata.json", "roofline.json"):
+        walk(json.loads((root / op / name).read_text()))
+    weights = json.loads((root / "weights.json").read_text())
+    walk({k: v.get(op) if isinstance(v, dict) else v for k, v in weights.items()})
+    return numbers, strings
+
+
+def leaks(text: str, numbers: set[float], strings: set[str]) -> list[str]:
+    """Hidden figures found in `text`: the shortest repr and every rounding to 3+ significant
+    digits of each figure, and each hidden string."""
+    import re
+
+    found = [s for s in strings if s in text]
+    tokens = set(re.findall(r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?", text))
+    for value in numbers:
+        forms = {repr(value)} | {f"{value:.{d}g}" for d in range(3, 17)} | {f"{value:.{d}f}" for d in range(2, 10)}
+        forms = {f for f in forms if len(f.replace("0", "").replace(".", "").lstrip("-")) >= 3}
+        found += sorted(forms & tokens)
+    return found

@@ -1,0 +1,122 @@
+"""Every tool through an in-memory MCP client, in both protocol eras: schemas, annotations,
+structured results, errors with stage/category/message/hint, mode differences, output cap."""
+
+from __future__ import annotations
+
+import pytest
+
+from atrex_mcp.tool_models import ProblemDetail, ToolOutput
+from atrex_mcp.server import fit_output
+from tests.server_fixtures import ERAS, config, connect
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = {"list_problems", "get_problem", "validate", "profile_kernel", "roofline_lookup", "wiki_search", "wiki_read", "package"}
+READ_ONLY = {"list_problems", "get_problem", "roofline_lookup", "wiki_search", "wiki_read"}
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(params=ERAS)
+def era(request):
+    return request.param
+
+
+async def test_tool_surface(tmp_path, era):
+    async with connect(config(tmp_path), era) as client:
+        assert client.protocol_version == ("2025-11-25" if era == "legacy" else "2026-07-28")
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert TOOLS <= set(tools)
+    for name in TOOLS:
+        tool = tools[name]
+        assert tool.description and len(tool.description) > 60, name
+        assert tool.output_schema and tool.output_schema["type"] == "object", name
+        assert tool.annotations.read_only_hint is (name in READ_ONLY), name
+        for prop, schema in tool.input_schema.get("properties", {}).items():
+            assert schema.get("description") or "$ref" in schema or "anyOf" in schema, (name, prop)
+
+
+async def test_list_and_get_problem_in_optimize_mode(tmp_path, era):
+    async with connect(config(tmp_path), era) as client:
+        listed = (await client.call_tool("list_problems", {})).structured_content
+        got = await client.call_tool("get_problem", {"op": "rms_norm"})
+    names = [p["name"] for p in listed["problems"]]
+    assert listed["mode"] == "optimize" and "rms_norm" in names and len(names) >= 30
+    rms = next(p for p in listed["problems"] if p["name"] == "rms_norm")
+    assert rms["forward_inputs"] == ["x", "weight"] and rms["smoke_shape"] == "smoke"
+    detail = ProblemDetail.model_validate(got.structured_content)
+    assert "class Model" in detail.reference_py and "def make_inputs" in detail.input_py
+    scored = [s for s in detail.shapes if not s.smoke]
+    assert all(s.roofline and s.roofline.t_sol_ms > 0 for s in scored)
+    assert any("triton" in rule for rule in detail.rules) and "triton" in detail.allowed_imports
+
+
+async def test_get_problem_hides_roofline_in_benchmark_mode(tmp_path, era):
+    async with connect(config(tmp_path, "benchmark"), era) as client:
+        got = (await client.call_tool("get_problem", {"op": "rms_norm"})).structured_content
+    assert got["mode"] == "benchmark" and all(s["roofline"] is None for s in got["shapes"])
+
+
+async def test_unknown_names_are_answered_with_the_choices(tmp_path, era):
+    async with connect(config(tmp_path), era) as client:
+        unknown_op = await client.call_tool("get_problem", {"op": "rms_nrom"})
+        unknown_hw = await client.call_tool("roofline_lookup", {"flops": 1, "hardware": "h9000"})
+        unknown_shape = await client.call_tool("roofline_lookup", {"op": "rms_norm", "shape": "999"})
+        bad_arg = await client.call_tool("wiki_search", {"query": "x", "limit": 500})
+    for result, category in ((unknown_op, "unknown_problem"), (unknown_hw, "unknown_hardware"), (unknown_shape, "unknown_shape")):
+        text = result.content[0].text
+        assert result.is_error and f"category: {category}" in text and "stage: input" in text and "hint: Valid choices:" in text
+    assert "rms_norm" in unknown_op.content[0].text and "h200" in unknown_hw.content[0].text
+    assert bad_arg.is_error and "less than or equal to 20" in bad_arg.content[0].text
+
+
+async def test_roofline_calculator_and_problem_lookup(tmp_path, era):
+    async with connect(config(tmp_path), era) as client:
+        calc = (await client.call_tool("roofline_lookup", {"flops": 2 * 10**12, "dtype_path": "fp8_e4m3", "bytes_read": 10**9,
+                                                           "hardware": "h200"})).structured_content
+        problem = (await client.call_tool("roofline_lookup", {"op": "rms_norm", "shape": "0"})).structured_content
+        half = await client.call_tool("roofline_lookup", {"op": "rms_norm"})
+    assert calc["bound"] == "compute" and calc["t_sol_ms"] == pytest.approx(calc["compute_ms"])
+    assert calc["compute_ms"] == pytest.approx(1000 * 2e12 / calc["peaks"]["fp8_e4m3"])
+    assert calc["arithmetic_intensity"] == pytest.approx(2000.0) and calc["sources"]
+    assert problem["problem"] == "rms_norm" and problem["bound"] == "memory" and problem["t_sol_ms"] > 0
+    assert half.is_error and "category: op_and_shape" in half.content[0].text
+
+
+async def test_roofline_lookup_is_a_calculator_only_in_benchmark_mode(tmp_path, era):
+    async with connect(config(tmp_path, "benchmark"), era) as client:
+        calc = await client.call_tool("roofline_lookup", {"flops": 10**9, "bytes_read": 10**6})
+        refused = await client.call_tool("roofline_lookup", {"op": "rms_norm", "shape": "0"})
+    assert not calc.is_error and calc.structured_content["t_sol_ms"] > 0
+    text = refused.content[0].text
+    assert refused.is_error and "hidden in benchmark mode" in text and "stage: policy" in text and "hint:" in text
+
+
+async def test_wiki_search_and_paged_read(tmp_path, era):
+    async with connect(config(tmp_path), era) as client:
+        found = (await client.call_tool("wiki_search", {"query": "row reduction rms norm", "limit": 3})).structured_content
+        doc_id = found["hits"][0]["doc_id"]
+        first = (await client.call_tool("wiki_read", {"doc_id": doc_id, "max_chars": 1000})).structured_content
+        second = (await client.call_tool("wiki_read", {"doc_id": doc_id, "offset": 1000, "max_chars": 1000})).structured_content
+        missing = await client.call_tool("wiki_read", {"doc_id": "docs/patterns/row-reduction"})
+    assert 1 <= len(found["hits"]) <= 3 and found["hits"][0]["snippet"]
+    assert len(first["doc"]["text"]) == 1000 and "offset=1000" in first["notes"][0]
+    assert second["doc"]["text"] and second["doc"]["text"] != first["doc"]["text"]
+    assert missing.is_error and "category: unknown_wiki_doc" in missing.content[0].text and "row-reductions" in missing.content[0].text
+
+
+def test_fit_output_cuts_the_longest_text_and_says_so():
+    class Big(ToolOutput):
+        small: str
+        big: str
+        items: list[int]
+
+    fitted = fit_output(Big(small="keep me", big="x" * 50_000, items=list(range(10))), 5_000)
+    assert len(fitted.model_dump_json()) <= 5_000
+    assert fitted.small == "keep me" and fitted.items == list(range(10))
+    assert "truncated by the server" in fitted.big and "big" in fitted.notes[0]
+    many = fit_output(Big(small="s", big="b", items=list(range(5_000))), 2_000)
+    assert len(many.model_dump_json()) <= 2_000 and "items" in many.notes[0]

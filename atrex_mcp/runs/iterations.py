@@ -67,13 +67,19 @@ def chain_speedup(chain: list[IterationRecord]) -> float | None:
 class RunService:
     """Run memory with server-verified iterations."""
 
-    def __init__(self, store: RunStore, catalog: Catalog, judge: Judge, *, rule: AcceptanceRule = AcceptanceRule(),
-                 doc_exists: Callable[[str], bool] | None = None):
+    def __init__(self, store: RunStore, catalog: Catalog, judge: Judge | None = None, *,
+                 rule: AcceptanceRule = AcceptanceRule(), doc_exists: Callable[[str], bool] | None = None):
         self.store = store
         self.catalog = catalog
-        self.judge = judge
+        self._judge = judge
         self.rule = rule
         self.doc_exists = doc_exists
+
+    @property
+    def judge(self) -> Judge:
+        if self._judge is None:
+            raise AtrexError("internal", "no_judge", "This run service was built without an evaluator, so it cannot measure kernels.")
+        return self._judge
 
     # -- start ----------------------------------------------------------------------
     def start_run(self, op: str, shapes: list[str] | None = None, dsl: str = "triton", hardware: str = "h200",

@@ -72,7 +72,7 @@ class StaticTokenVerifier(TokenVerifier):
         return None
 
 
-def _transport_security(http: HttpSettings) -> TransportSecuritySettings:
+def transport_security(http: HttpSettings) -> TransportSecuritySettings:
     """Host/Origin allow-lists: the bound address, the names given, and the loopback names on loopback."""
     names = list(http.allowed_hosts)
     if http.host not in WILDCARD_HOSTS:
@@ -95,7 +95,7 @@ def build_http_app(config: ServerConfig, http: HttpSettings) -> Starlette:
     auth = AuthSettings(issuer_url=AnyHttpUrl(base), resource_server_url=None, validate_token_resource=False)
     server: MCPServer = build_server(config, token_verifier=StaticTokenVerifier(http.token), auth=auth)
     return server.streamable_http_app(streamable_http_path=http.path, host=http.host,
-                                      transport_security=_transport_security(http))
+                                      transport_security=transport_security(http))
 
 
 def serve_http(config: ServerConfig, http: HttpSettings) -> None:

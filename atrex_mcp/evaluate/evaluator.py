@@ -1,0 +1,337 @@
+"""evaluate(): the three-stage gate for one candidate on one operator.
+
+Trusted side (this process): draws fresh seeds, generates inputs and reference outputs,
+loads candidate outputs as data, compares, checks timing integrity, attributes kernels,
+scores. Untrusted side (sandbox worker): imports the candidate, generates the same inputs
+from the same seeds (make_inputs is deterministic per seed and device, and the worker's
+inputs are confirmed by exact byte sums), runs, times, profiles. Inputs are therefore never
+shipped between processes — only seeds go in and outputs come out, whatever the shape size —
+and the worker never receives a reference output.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import inspect
+import secrets
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from atrex_mcp.catalog import Catalog, Shape, VisibleProblem
+from atrex_mcp.errors import AtrexError, ErrorInfo
+from atrex_mcp.evaluate import device, dsl, scoring
+from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.evaluate.baselines import baseline_source
+from atrex_mcp.evaluate.compare import compare_outputs
+from atrex_mcp.evaluate.leakguard import LeakGuard
+from atrex_mcp.evaluate.models import EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
+from atrex_mcp.evaluate.session import Failure, Session, protected_roots
+from atrex_mcp.evaluate.transfer import OutputRejected, load_output, output_bytes
+from sandbox.launcher import Cancelled, LaunchSpec
+
+Progress = Callable[[str, float], None]
+
+CANDIDATE_FILE = "candidate.py"
+TIMING_INPUT_BUDGET_BYTES = 2 << 30  # fresh timing input sets kept on the GPU at once
+MAX_INPUT_SETS = 20
+CHECKED_TIMED_SETS = 3
+MIN_TIMED_CALLS, MAX_TIMED_CALLS = 20, 200
+CPU_HOST_MEMORY_BYTES = 8 << 30
+GPU_HOST_MEMORY_BYTES = 32 << 30
+
+
+def _seed() -> int:
+    return secrets.randbelow(2**31 - 1)
+
+
+def _select_shapes(problem: VisibleProblem, ids: list[str] | None) -> list[Shape]:
+    if ids is None:
+        return list(problem.scored_shapes)
+    return [problem.shape(i) for i in ids]
+
+
+def _input_checksums(inputs: dict[str, Any]) -> dict[str, int]:
+    return {name: int(t.detach().contiguous().view(torch.uint8).sum(dtype=torch.int64).item()) if t.numel() else 0
+            for name, t in inputs.items() if isinstance(t, torch.Tensor)}
+
+
+def _fail(result: ShapeResult, failure: Failure | OutputRejected) -> ShapeResult:
+    result.correct = False
+    result.stage, result.category, result.message = failure.stage, failure.category, failure.message
+    return result
+
+
+class _Evaluation:
+    """State of one evaluate() call."""
+
+    def __init__(self, request: EvalRequest, catalog: Catalog, progress: Progress | None, cancel: threading.Event | None):
+        self.request, self.catalog = request, catalog
+        self.progress = progress or (lambda message, fraction: None)
+        self.cancel = cancel
+        self.adapter = dsl.adapter(request.dsl)
+        self.problem = catalog.visible(request.op)
+        self.shapes = _select_shapes(self.problem, request.shapes)
+        if request.baseline is not None:
+            self.source = baseline_source(request.baseline, self.problem)
+        elif request.source is not None:
+            self.source = request.source
+        else:
+            raise AtrexError("input", "missing_candidate", "Neither a candidate source nor a baseline was given.",
+                             "Pass the candidate file's text, or baseline='eager' / 'torch-compile'.")
+        self.cuda = device.has_gpu()
+        self.device = "cuda" if self.cuda else "cpu"
+        self.reference = catalog.load_reference(request.op)
+        self.make_inputs = catalog.load_make_inputs(request.op)
+        self.forward_params = [p for p in inspect.signature(self.reference.forward).parameters if p != "self"]
+        self.roofline = scoring.Roofline.load(catalog, request.op, request.hardware)
+        self.guard = LeakGuard.for_problem(catalog, request.op)
+        self.own_kernels = self.adapter.own_kernels(self.source)
+        self.seeds: list[int] = []
+        self.references: dict[str, Any] = {}
+
+    # -- helpers ----------------------------------------------------------------------------
+    def seed(self) -> int:
+        value = _seed()
+        self.seeds.append(value)
+        return value
+
+    def inputs(self, shape: Shape, seed: int) -> dict[str, Any]:
+        return self.make_inputs(seed=seed, device=self.device, **shape.inputs)
+
+    def reference_output(self, shape: Shape, inputs: dict[str, Any]) -> Any:
+        key = repr(sorted(shape.init.items()))
+        if key not in self.references:
+            self.references[key] = self.reference(**shape.init).to(self.device).eval()
+        with torch.no_grad():
+            return self.references[key](**inputs)
+
+    def payload_shape(self, shape: Shape) -> dict[str, Any]:
+        return {"id": shape.id, "init": shape.init, "inputs": shape.inputs}
+
+    def compare_file(self, session: Session, scratch: Path, name: str, reference: Any) -> Any:
+        """Load one output file and compare it; returns CompareResult or raises OutputRejected."""
+        candidate = load_output(scratch, name, self.device, max_bytes=4 * output_bytes(reference) + (1 << 20))
+        return compare_outputs(reference, candidate, self.request.op)
+
+    # -- stages -----------------------------------------------------------------------------
+    def correctness(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult) -> int | None:
+        """K fresh seeds; returns the input size in bytes when every seed matched."""
+        result.seeds = [self.seed() for _ in range(self.request.seeds)]
+        t0 = time.perf_counter()
+        reply = session.call("run", {"shape": self.payload_shape(shape), "seeds": result.seeds, "prefix": f"io/{secrets.token_hex(6)}"},
+                             self.request.timeout_s)
+        result.seconds["correctness"] = time.perf_counter() - t0
+        if isinstance(reply, Failure):
+            if reply.category == tx.TIMEOUT:
+                reply.message += " (the first call of a shape includes the DSL's JIT compilation)"
+            _fail(result, reply)
+            return None
+        t1 = time.perf_counter()
+        for k, (seed, name) in enumerate(zip(result.seeds, reply["files"])):
+            inputs = self.inputs(shape, seed)
+            if _input_checksums(inputs) != reply["checksums"][k] and tx.INPUT_MISMATCH not in result.integrity:
+                result.integrity.append(tx.INPUT_MISMATCH)
+            reference = self.reference_output(shape, inputs)
+            try:
+                verdict = self.compare_file(session, scratch, name, reference)
+            except OutputRejected as exc:
+                _fail(result, exc)
+                return None
+            if not verdict.ok:
+                _fail(result, Failure(verdict.stage, verdict.category, f"seed #{k}: {verdict.message}"))
+                result.mismatch = list(verdict.details)
+                return None
+        result.seconds["reference_and_compare"] = time.perf_counter() - t1
+        result.correct = True
+        return int(reply.get("input_bytes", 0))
+
+    def timing(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult, input_bytes: int) -> None:
+        sets = int(max(2, min(MAX_INPUT_SETS, TIMING_INPUT_BUDGET_BYTES // max(input_bytes, 1))))
+        result.timing_seeds = [self.seed() for _ in range(sets + 1)]
+        l2 = session.worker_device.get("l2_bytes") or (64 << 20)
+        flush_bytes = 2 * l2
+        t0 = time.perf_counter()
+        reply = session.call("time", {"shape": self.payload_shape(shape), "warmup_seed": result.timing_seeds[0],
+                                      "seeds": result.timing_seeds[1:], "min_calls": MIN_TIMED_CALLS,
+                                      "max_calls": MAX_TIMED_CALLS, "flush_bytes": flush_bytes},
+                             self.request.timeout_s, timeout_category=tx.OVER_TIME_BUDGET)
+        request_wall = time.perf_counter() - t0
+        result.seconds["timing"] = request_wall
+        if isinstance(reply, Failure):
+            if reply.category == tx.OVER_TIME_BUDGET:
+                result.stage, result.category, result.message = reply.stage, reply.category, reply.message
+                result.timing_note = "not timed: over the time budget"
+            else:
+                _fail(result, reply)
+            return
+        times, synced, noop = reply["times_ms"], reply["synced_ms"], reply["noop_gap_ms"]
+        gap0 = statistics.median(noop)
+        gaps = [s - t for t, s in zip(times, synced)]
+        per_call = times
+        side_stream = statistics.median(gaps) - gap0 > max(0.01, 0.1 * statistics.median(times))
+        if side_stream:
+            per_call = [max(s - gap0, t) for t, s in zip(times, synced)]
+            result.integrity.append(tx.SIDE_STREAM_WORK)
+        if len(per_call) > sets:
+            first, rest = statistics.median(per_call[:sets]), statistics.median(per_call[sets:])
+            if rest < 0.5 * first:
+                result.integrity.append(tx.INPUT_REUSE_SPEEDUP)
+        if reply.get("replaced"):
+            result.integrity.append(tx.PRIMITIVES_REPLACED)
+        if sum(times) / 1e3 > reply["wall_s"] * 1.05 + 1e-3 or reply["wall_s"] > request_wall:
+            result.integrity.append(tx.WALL_CLOCK_INCONSISTENT)
+        q1, med, q3 = statistics.quantiles(per_call, n=4, method="inclusive")
+        sm, mem, throttle = device.clocks_now()
+        result.timing = TimingStats(median_ms=med, q1_ms=q1, q3_ms=q3, iqr_ms=q3 - q1, min_ms=min(per_call),
+                                    calls=reply["calls"], warmup_calls=reply["warmup"], input_sets=sets,
+                                    flush_bytes=flush_bytes, covers_side_streams=side_stream, sync_gap_ms=gap0,
+                                    wall_s=reply["wall_s"], sm_clock_mhz=sm, mem_clock_mhz=mem, throttle_reasons=throttle)
+        self.check_timed_outputs(session, scratch, shape, result, reply["kept"])
+        failing = [i for i in result.integrity if i in tx.INTEGRITY_FAILS]
+        if failing:
+            stage = tx.CORRECTNESS if tx.TIMED_OUTPUT_MISMATCH in failing else tx.PERFORMANCE
+            category = tx.TIMED_OUTPUT_MISMATCH if stage == tx.CORRECTNESS else tx.TIMING_TAMPERED
+            result.correct = False
+            result.stage, result.category = stage, category
+            result.message = result.message or f"integrity: {', '.join(failing)}"
+            result.timing_note = "time voided by an integrity failure"
+            return
+        result.time_ms, result.iqr_ms = med, q3 - q1
+
+    def check_timed_outputs(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult, kept: list[int]) -> None:
+        """Compare the last output of a few timed input sets, chosen after the timing ran."""
+        pool = list(kept)
+        chosen = [pool.pop(secrets.randbelow(len(pool))) for _ in range(min(CHECKED_TIMED_SETS, len(pool)))]
+        reply = session.call("fetch", {"sets": chosen, "prefix": f"io/{secrets.token_hex(6)}"}, self.request.timeout_s)
+        if isinstance(reply, Failure):
+            _fail(result, reply)
+            return
+        for index in chosen:
+            name = reply["files"].get(str(index))
+            seed = result.timing_seeds[1 + index]
+            reference = self.reference_output(shape, self.inputs(shape, seed))
+            try:
+                verdict = self.compare_file(session, scratch, name, reference) if name else None
+            except OutputRejected as exc:
+                verdict, message = None, exc.message
+            else:
+                message = verdict.message if verdict is not None else "the worker did not return it"
+            if verdict is None or not verdict.ok:
+                result.integrity.append(tx.TIMED_OUTPUT_MISMATCH)
+                result.message = f"Output of a timed call (input set {index}) is wrong: {message}"
+                if verdict is not None:
+                    result.mismatch = list(verdict.details)
+                return
+
+    def profile(self, session: Session, shape: Shape, result: ShapeResult) -> None:
+        t0 = time.perf_counter()
+        reply = session.call("profile", {"shape": self.payload_shape(shape), "seed": self.seed()}, self.request.timeout_s)
+        result.seconds["profile"] = time.perf_counter() - t0
+        if isinstance(reply, Failure):
+            result.message = (result.message + "\n" if result.message else "") + f"DSL share not measured: {reply.category}: {reply.message}"
+            return
+        if reply.get("replaced") and tx.PRIMITIVES_REPLACED not in result.integrity:
+            result.integrity.append(tx.PRIMITIVES_REPLACED)
+        kernels = [KernelTime(name=k["name"][:300], time_us=float(k["time_us"]), count=int(k["count"]),
+                              origin=self.adapter.origin(k["name"], self.own_kernels)) for k in reply["kernels"]]
+        result.kernels = sorted(kernels, key=lambda k: -k.time_us)
+        result.dsl_share = dsl.dsl_share([(k.name, k.time_us, k.origin) for k in kernels])
+
+    def score(self, result: ShapeResult) -> None:
+        t_sol, reason = self.roofline.t_sol_ms(result.id)
+        result.t_sol_ms = t_sol
+        if not result.correct:
+            return
+        if result.time_ms is None:
+            result.score_note = result.timing_note or "not timed"
+            return
+        if t_sol is None:
+            result.score_note = reason
+            return
+        result.score = scoring.shape_score(t_sol, result.time_ms)
+        if result.score is not None and result.score > 1.0:
+            result.integrity.append(tx.FASTER_THAN_SOL)
+            result.score_note = "S > 1: faster than the speed of light — an evaluation error, reported and not clipped"
+
+    # -- driver -----------------------------------------------------------------------------
+    def run(self) -> EvalResult:
+        t_start = time.perf_counter()
+        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        result = EvalResult(op=self.request.op, candidate=self.request.baseline or "candidate",
+                            candidate_sha256=hashlib.sha256(self.source.encode()).hexdigest(), dsl=self.request.dsl,
+                            hardware=self.request.hardware, compiled=False, device=device.describe(),
+                            isolation={}, started_at=started)
+        with tempfile.TemporaryDirectory(prefix="atrex-eval-") as tmp:
+            scratch = Path(tmp)
+            (scratch / "io").mkdir()
+            (scratch / "reference.py").write_text(self.problem.reference_source)
+            (scratch / "input.py").write_text(self.problem.input_source)
+            (scratch / "shapes.json").write_text(self.problem.shapes_json)
+            (scratch / CANDIDATE_FILE).write_text(self.source)
+            spec = LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, []),
+                              env=self.adapter.worker_env(self.cuda),
+                              host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES)
+            rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
+            session = Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
+                              load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],
+                                    "forward_params": self.forward_params},
+                              guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.cancel)
+            try:
+                self.progress("starting the sandbox worker and loading the candidate", 0.0)
+                failure = session.start(first=True)
+                if failure is not None:
+                    result.compile_error = ErrorInfo(stage="compile" if failure.stage == tx.COMPILE else "runtime",
+                                                     category=failure.category, message=failure.message,
+                                                     hint="Fix the candidate file so it imports and defines Model as the reference does.")
+                    result.shapes = [ShapeResult(id=s.id, correct=False, stage=failure.stage, category=failure.category,
+                                                 message="not evaluated: the candidate did not load") for s in self.shapes]
+                else:
+                    for i, shape in enumerate(self.shapes):
+                        self.progress(f"shape {shape.id}", (i + 0.5) / len(self.shapes))
+                        result.shapes.append(self.evaluate_shape(session, scratch, shape))
+            except Cancelled:
+                raise AtrexError("runtime", "cancelled", "The evaluation was cancelled; its worker was killed.") from None
+            finally:
+                session.stop()
+        result.isolation = session.isolation
+        result.device.versions = session.versions
+        result.overhead = session.overhead
+        result.overhead.total_s = time.perf_counter() - t_start
+        result.compiled = result.compile_error is None and any(s.stage != tx.COMPILE for s in result.shapes)
+        result.operator_score, result.operator_score_note = scoring.operator_score((s.correct, s.score) for s in result.shapes)
+        result.seeds = self.seeds
+        result.integrity = sorted({i for s in result.shapes for i in s.integrity} | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set()))
+        self.progress("done", 1.0)
+        return result
+
+    def evaluate_shape(self, session: Session, scratch: Path, shape: Shape) -> ShapeResult:
+        result = ShapeResult(id=shape.id, correct=False)
+        failure = session.ensure()
+        if failure is not None:
+            return _fail(result, failure)
+        input_bytes = self.correctness(session, scratch, shape, result)
+        if input_bytes is not None:
+            if not self.cuda:
+                result.timing_note = "not timed: no GPU"
+            elif not self.request.timing:
+                result.timing_note = "not timed: timing was not requested"
+            elif session.ensure() is None:
+                self.timing(session, scratch, shape, result, input_bytes)
+            if self.cuda and self.request.measure_dsl and result.correct and session.ensure() is None:
+                self.profile(session, shape, result)
+        self.score(result)
+        return result
+
+
+def evaluate(request: EvalRequest, catalog: Catalog, *, progress: Progress | None = None,
+             cancel: threading.Event | None = None) -> EvalResult:
+    """Evaluate a candidate (or a baseline) on an operator's shapes; see the module docstring."""
+    return _Evaluation(request, catalog, progress, cancel).run()

@@ -1,0 +1,143 @@
+"""Typed request and result of an evaluation (the JSON edge of the evaluator)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from atrex_mcp.errors import ErrorInfo
+from atrex_mcp.evaluate.compare import MismatchDetail
+
+Baseline = Literal["eager", "torch-compile"]
+
+
+class EvalRequest(BaseModel):
+    """What to evaluate, on which shapes, and how hard."""
+
+    op: str = Field(description="Operator (problem) name.")
+    source: str | None = Field(default=None, description="Candidate file text: one Python file defining `class Model(nn.Module)`. None with a baseline.")
+    baseline: Baseline | None = Field(default=None, description="Evaluate the reference itself: eager, or wrapped in torch.compile.")
+    shapes: list[str] | None = Field(default=None, description="Shape ids; None = every scored (non-smoke) shape.")
+    seeds: int = Field(default=5, ge=1, le=64, description="Fresh random input seeds per shape for the correctness stage.")
+    hardware: str = Field(default="h200", description="Hardware profile whose T_SOL scores are computed against.")
+    timing: bool = Field(default=True, description="Run the performance stage (GPU only; ignored without a GPU).")
+    dsl: str = Field(default="triton", description="Target DSL whose kernels count as the candidate's own.")
+    measure_dsl: bool = Field(default=True, description="Profile one forward per shape to attribute device time to the DSL.")
+    timeout_s: float = Field(default=120.0, gt=0, description="Wall-clock limit per shape and stage (correctness, timing, profile).")
+    compile_timeout_s: float = Field(default=120.0, gt=0, description="Wall-clock limit for importing the candidate.")
+
+
+class KernelTime(BaseModel):
+    """One device kernel (or copy) seen in the profiled forward."""
+
+    name: str = Field(description="Kernel name as the profiler reports it.")
+    time_us: float = Field(description="Device time summed over its launches in one forward, microseconds.")
+    count: int = Field(description="Launches in one forward.")
+    origin: str = Field(description="candidate_dsl (the candidate's own kernel in the target DSL), generated (torch.compile/Inductor), library (cuBLAS, cuDNN, flash…), framework (PyTorch/aten, copies).")
+
+
+class TimingStats(BaseModel):
+    """How the time was measured and how noisy it was."""
+
+    median_ms: float = Field(description="Median per-call time.")
+    q1_ms: float = Field(description="First quartile.")
+    q3_ms: float = Field(description="Third quartile.")
+    iqr_ms: float = Field(description="Interquartile range.")
+    min_ms: float = Field(description="Fastest call.")
+    calls: int = Field(description="Timed calls.")
+    warmup_calls: int = Field(description="Untimed warm-up calls before them (on a separate input set).")
+    input_sets: int = Field(description="Distinct fresh input sets the timed calls rotated over.")
+    flush_bytes: int = Field(description="Bytes written before every timed call to flush L2 (≥ 2× L2).")
+    covers_side_streams: bool = Field(description="True when work left on other streams was detected and counted.")
+    sync_gap_ms: float = Field(description="Median gap a device-wide synchronisation adds after a no-op call (calibration).")
+    wall_s: float = Field(description="Wall time of the timed loop as the worker measured it.")
+    sm_clock_mhz: int | None = Field(default=None, description="SM clock after timing (NVML).")
+    mem_clock_mhz: int | None = Field(default=None, description="Memory clock after timing (NVML).")
+    throttle_reasons: list[str] = Field(default_factory=list, description="Active clock throttle reasons after timing (NVML).")
+
+
+class ShapeResult(BaseModel):
+    """The verdict for one shape: the first stage that rejected it, or its time and score."""
+
+    id: str = Field(description="Shape id.")
+    correct: bool = Field(description="All correctness seeds (and the checked timed calls) matched the reference.")
+    stage: str | None = Field(default=None, description="Stage that rejected the shape (compile, runtime, correctness, performance); null when passed.")
+    category: str | None = Field(default=None, description="Failure category (atrex_mcp.evaluate.taxonomy); null when passed.")
+    message: str = Field(default="", description="What went wrong, or why a figure is missing.")
+    time_ms: float | None = Field(default=None, description="Median time per call; null when not timed.")
+    iqr_ms: float | None = Field(default=None, description="Interquartile range of the timed calls.")
+    timing: TimingStats | None = Field(default=None, description="Timing conditions and spread.")
+    timing_note: str = Field(default="", description="Why time_ms is null, when it is.")
+    dsl_share: float | None = Field(default=None, description="Share of device time in the candidate's own target-DSL kernels; null when not measured.")
+    kernels: list[KernelTime] = Field(default_factory=list, description="Kernels of one profiled forward with their attribution.")
+    score: float | None = Field(default=None, description="S_j = T_SOL / T_cand; above 1 is an evaluation error (see integrity), never clipped.")
+    score_note: str = Field(default="", description="Why score is null, when it is.")
+    t_sol_ms: float | None = Field(default=None, description="Speed-of-light time of this shape on the chosen profile (evaluator-only; policy decides who sees it).")
+    mismatch: list[MismatchDetail] = Field(default_factory=list, description="Per-output error detail of the first failing comparison.")
+    integrity: list[str] = Field(default_factory=list, description="Integrity incidents on this shape (taxonomy.INTEGRITY_INCIDENTS).")
+    seeds: list[int] = Field(default_factory=list, description="Correctness seeds drawn for this evaluation (recorded for reproduction).")
+    timing_seeds: list[int] = Field(default_factory=list, description="Seeds of the warm-up set and the timed input sets.")
+    seconds: dict[str, float] = Field(default_factory=dict, description="Evaluator time spent per stage on this shape (correctness, reference, timing, profile).")
+
+
+class DeviceInfo(BaseModel):
+    """Where the evaluation ran."""
+
+    kind: Literal["cuda", "cpu"] = Field(description="cuda, or cpu (Triton interpreter, not timed).")
+    name: str = Field(default="", description="GPU name (NVML or CUDA), or the CPU.")
+    sm_count: int | None = Field(default=None, description="Streaming multiprocessors.")
+    l2_bytes: int | None = Field(default=None, description="L2 cache size.")
+    memory_bytes: int | None = Field(default=None, description="Device memory.")
+    driver: str | None = Field(default=None, description="Driver version (NVML).")
+    cuda: str | None = Field(default=None, description="CUDA version torch was built with.")
+    sm_clock_mhz: int | None = Field(default=None, description="SM clock at the start (NVML).")
+    max_sm_clock_mhz: int | None = Field(default=None, description="Maximum SM clock (NVML).")
+    mem_clock_mhz: int | None = Field(default=None, description="Memory clock at the start (NVML).")
+    throttle_reasons: list[str] = Field(default_factory=list, description="Active throttle reasons at the start (NVML).")
+    versions: dict[str, str | None] = Field(default_factory=dict, description="python, torch, triton in the worker.")
+
+
+class Isolation(BaseModel):
+    """Which isolation mechanisms held for this evaluation's worker(s)."""
+
+    uid: int | None = Field(default=None, description="uid the worker ran as (65534 = nobody).")
+    pid_namespace: bool = Field(default=False, description="Worker ran in its own PID namespace.")
+    landlock_abi: int = Field(default=0, description="Kernel Landlock ABI (0 = unavailable).")
+    landlock_enforced: bool = Field(default=False, description="Landlock file-system restriction in force.")
+    landlock_handles: list[str] = Field(default_factory=list, description="What Landlock restricted: filesystem, tcp, signals+abstract-unix.")
+    capabilities_dropped: bool = Field(default=False, description="All capabilities dropped (relevant when uid stayed 0).")
+    rlimits: dict[str, int] = Field(default_factory=dict, description="Resource limits applied.")
+    warnings: list[str] = Field(default_factory=list, description="Mechanisms that could not be applied, and why.")
+
+
+class Overhead(BaseModel):
+    """The evaluator's own cost, kept apart from the per-shape work."""
+
+    worker_start_s: float = Field(default=0.0, description="Process start + imports + CUDA init of the first worker.")
+    cuda_init_s: float = Field(default=0.0, description="CUDA context creation inside that.")
+    candidate_load_s: float = Field(default=0.0, description="Importing the candidate (its module-level work).")
+    restarts: int = Field(default=0, description="Workers restarted after a fault or timeout.")
+    restart_s: float = Field(default=0.0, description="Time spent restarting workers.")
+    total_s: float = Field(default=0.0, description="Whole evaluation wall time.")
+
+
+class EvalResult(BaseModel):
+    """A whole evaluation: compile verdict, per-shape results, operator score, conditions."""
+
+    op: str = Field(description="Operator name.")
+    candidate: str = Field(description="'candidate', or the baseline evaluated: 'eager' / 'torch-compile'.")
+    candidate_sha256: str = Field(description="SHA-256 of the evaluated source text.")
+    dsl: str = Field(description="Target DSL.")
+    hardware: str = Field(description="Hardware profile used for T_SOL.")
+    compiled: bool = Field(description="The candidate imported, defines an nn.Module Model with the right signature, and at least one shape got past the compile stage.")
+    compile_error: ErrorInfo | None = Field(default=None, description="Why it did not compile.")
+    shapes: list[ShapeResult] = Field(default_factory=list, description="One result per requested shape, in order.")
+    operator_score: float | None = Field(default=None, description="S_i: median S_j over correct shapes, 0 if none is correct; null when correct shapes have no score (not timed / no roofline).")
+    operator_score_note: str = Field(default="", description="Why operator_score is null, when it is.")
+    device: DeviceInfo = Field(description="Device and versions.")
+    isolation: Isolation = Field(description="Isolation actually in force.")
+    integrity: list[str] = Field(default_factory=list, description="Evaluation-level incidents (e.g. a shape incident, evaluator-only data found in candidate text).")
+    seeds: list[int] = Field(default_factory=list, description="Every seed drawn, in order (correctness and timing).")
+    overhead: Overhead = Field(default_factory=Overhead, description="Evaluator overhead split.")
+    started_at: str = Field(description="UTC start time, ISO 8601.")

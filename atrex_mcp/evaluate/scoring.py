@@ -1,0 +1,80 @@
+"""The paper's scores, computed on the trusted side only.
+
+* S_j = T_SOL / T_cand per shape. T_SOL comes from the hidden roofline (problems/<op>/
+  roofline.json, `t_sol_ms[profile]`). S_j > 1 means the candidate beat the physical bound:
+  an evaluation error, reported as an integrity incident and never clipped.
+* S_i = median of S_j over the operator's correct shapes; 0 when no shape is correct; null
+  when shapes are correct but none has a score (not timed, or no roofline for the profile).
+* S_agg = Σ w_i · S_i over every operator of the catalog with weights normalised to sum 1;
+  an operator without a result counts 0.
+
+T_SOL of another accelerator (the XPU-A production figures) is never used: it is a different
+machine, so only the roofline of the chosen profile enters a score.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from atrex_mcp.catalog import Catalog, HiddenProblem
+from atrex_mcp.errors import AtrexError
+
+
+class Roofline:
+    """Per-shape T_SOL of one operator on one profile, or the reason there is none."""
+
+    def __init__(self, hidden: HiddenProblem | None, profile: str, reason: str = ""):
+        self.profile, self.reason = profile, reason
+        self._shapes: dict[str, Any] = (hidden.roofline.get("shapes", {}) if hidden else {})
+
+    @classmethod
+    def load(cls, catalog: Catalog, op: str, profile: str) -> "Roofline":
+        try:
+            return cls(catalog.hidden(op), profile)
+        except (AtrexError, ImportError, OSError, KeyError, ValueError) as exc:
+            return cls(None, profile, f"no roofline for {op}: {exc}")
+
+    def t_sol_ms(self, shape_id: str) -> tuple[float | None, str]:
+        """(T_SOL in ms, reason when None)."""
+        if self.reason:
+            return None, self.reason
+        entry = self._shapes.get(shape_id)
+        if entry is None:
+            return None, f"roofline has no shape {shape_id}"
+        value = (entry.get("t_sol_ms") or {}).get(self.profile)
+        if value is None:
+            known = sorted((entry.get("t_sol_ms") or {}))
+            return None, f"roofline has no profile {self.profile!r} for shape {shape_id} (has: {', '.join(known) or 'none'})"
+        return float(value), ""
+
+
+def shape_score(t_sol_ms: float | None, time_ms: float | None) -> float | None:
+    if t_sol_ms is None or time_ms is None or time_ms <= 0:
+        return None
+    return t_sol_ms / time_ms
+
+
+def operator_score(shapes: Iterable[tuple[bool, float | None]]) -> tuple[float | None, str]:
+    """S_i from (correct, S_j) pairs: (score, note when None)."""
+    shapes = list(shapes)
+    correct = [s for ok, s in shapes if ok]
+    if not correct:
+        return 0.0, ""
+    scored = [s for s in correct if s is not None]
+    if not scored:
+        return None, "correct shapes have no score (not timed, or no roofline for this profile)"
+    return statistics.median(scored), ""
+
+
+def aggregate(operator_scores: Mapping[str, float | None], weights: Mapping[str, float]) -> tuple[float | None, list[str]]:
+    """S_agg over `weights` (normalised here); (score, operators counted as 0 for lack of a result).
+    None when some operator has a result without a score."""
+    total = sum(weights.values())
+    if total <= 0:
+        return None, []
+    missing = [op for op in weights if op not in operator_scores]
+    if any(operator_scores.get(op) is None for op in weights if op in operator_scores):
+        return None, missing
+    return sum(w / total * (operator_scores.get(op) or 0.0) for op, w in weights.items()), missing

@@ -1,0 +1,187 @@
+"""One candidate's worker across an evaluation: started once and reused across shapes,
+restarted after any fault (crash, timeout, CUDA error, out-of-memory), killed at the end.
+
+Every reply is turned into data with a stable failure category here; the worker's own words
+pass through the leak guard before they reach a result.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.evaluate.leakguard import LeakGuard
+from atrex_mcp.evaluate.models import Isolation, Overhead
+from sandbox.launcher import Cancelled, LaunchSpec, Worker, WorkerDied, WorkerTimeout
+
+# Faults after which the worker's state (CUDA context, heap) is no longer trusted.
+_RESTART_AFTER = frozenset({tx.CRASH, tx.TIMEOUT, tx.CUDA_FAULT, tx.OOM, tx.OVER_TIME_BUDGET, tx.COMPILE_TIMEOUT})
+
+
+@dataclass
+class Failure:
+    """A classified failure of one request."""
+
+    stage: str
+    category: str
+    message: str
+
+
+def classify(error: dict[str, Any]) -> tuple[str, str]:
+    """(stage, category) for an exception the worker reported."""
+    stage, category = error.get("stage"), error.get("category")
+    if stage in tx.CATEGORIES and category in tx.CATEGORIES[stage]:
+        return stage, category
+    kind, message = str(error.get("type", "")), str(error.get("message", ""))
+    lowered = message.lower()
+    if "OutOfMemoryError" in kind or kind == "builtins.MemoryError" or "out of memory" in lowered or "can't allocate memory" in lowered:
+        return tx.RUNTIME, tx.OOM
+    if kind.startswith("triton.") and "CompilationError" in kind:
+        return tx.COMPILE, tx.KERNEL_COMPILE_ERROR
+    if "AcceleratorError" in kind or "cuda error" in lowered or "illegal memory access" in lowered or "device-side assert" in lowered \
+            or "cudaerror" in lowered or "misaligned address" in lowered:
+        return tx.RUNTIME, tx.CUDA_FAULT
+    return tx.RUNTIME, tx.EXCEPTION
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the worker stopped answering"
+    if code < 0:
+        try:
+            return f"the worker was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"the worker was killed by signal {-code}"
+    return f"the worker exited with status {code}"
+
+
+class Session:
+    def __init__(self, spec: LaunchSpec, init: dict[str, Any], load: dict[str, Any], guard: LeakGuard,
+                 compile_timeout_s: float, cancel: threading.Event | None):
+        self.spec, self.init, self.load, self.guard = spec, init, load, guard
+        self.compile_timeout_s = compile_timeout_s
+        self.cancel = cancel
+        self.worker: Worker | None = None
+        self.isolation = Isolation()
+        self.overhead = Overhead()
+        self.versions: dict[str, Any] = {}
+        self.worker_device: dict[str, Any] = {}
+        self.leaked = False
+
+    def _poll(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled()
+
+    def text(self, value: str) -> str:
+        scrubbed, leaked = self.guard.scrub(value)
+        self.leaked |= leaked
+        return scrubbed
+
+    def _failure(self, error: dict[str, Any]) -> Failure:
+        stage, category = classify(error)
+        detail = error.get("message", "")
+        if error.get("traceback") and category in (tx.EXCEPTION, tx.IMPORT_ERROR, tx.KERNEL_COMPILE_ERROR, tx.CUDA_FAULT):
+            detail = f"{error.get('type', '')}: {detail}\n{error['traceback']}"
+        return Failure(stage, category, self.text(detail))
+
+    def start(self, first: bool) -> Failure | None:
+        """Start a worker and load the candidate; a Failure means it did not compile/load."""
+        t0 = time.perf_counter()
+        self.worker = Worker(self.spec)
+        try:
+            reply = self.worker.start(self.init, poll=self._poll)
+        except (WorkerDied, WorkerTimeout) as exc:
+            self.worker.kill()
+            tail = exc.log_tail if isinstance(exc, WorkerDied) else ""
+            return Failure("runtime", tx.CRASH, self.text(f"The sandbox worker failed to start: {exc}\n{tail[-1500:]}"))
+        if not reply.get("ok"):
+            self.worker.kill()
+            return Failure("runtime", tx.CRASH, self.text(f"The sandbox worker failed to start: {reply.get('error')}"))
+        self._record_isolation(reply)
+        if first:
+            self.overhead.worker_start_s = reply["start_s"]
+            self.overhead.cuda_init_s = reply.get("cuda_init_s", 0.0)
+        failure = self.request_load()
+        if first:
+            self.overhead.candidate_load_s = time.perf_counter() - t0 - reply["start_s"]
+        else:
+            self.overhead.restarts += 1
+            self.overhead.restart_s += time.perf_counter() - t0
+        return failure
+
+    def request_load(self) -> Failure | None:
+        outcome = self.call("load", self.load, self.compile_timeout_s, timeout_category=tx.COMPILE_TIMEOUT)
+        if isinstance(outcome, Failure):
+            if outcome.category == tx.OOM:
+                outcome.stage, outcome.category = tx.COMPILE, tx.COMPILE_OOM
+            elif outcome.stage != tx.COMPILE and outcome.category not in (tx.COMPILE_TIMEOUT,):
+                outcome.stage, outcome.category = tx.COMPILE, tx.IMPORT_ERROR
+            outcome.stage = tx.COMPILE
+            return outcome
+        return None
+
+    def _record_isolation(self, reply: dict[str, Any]) -> None:
+        report = reply.get("isolation") or {}
+        ll = report.get("landlock") or {}
+        plan = self.worker.plan if self.worker else {}
+        self.isolation = Isolation(
+            uid=report.get("uid"), pid_namespace=bool(plan.get("pid_namespace")), landlock_abi=ll.get("abi", 0),
+            landlock_enforced=bool(ll.get("enforced")), landlock_handles=list(ll.get("handles", [])),
+            capabilities_dropped=bool(report.get("capabilities_dropped")), rlimits=dict(report.get("rlimits", {})),
+            warnings=[*plan.get("notes", []), *report.get("warnings", [])])
+        self.versions = reply.get("versions", {})
+        self.worker_device = reply.get("device", {})
+
+    @property
+    def alive(self) -> bool:
+        return self.worker is not None and self.worker.alive
+
+    def ensure(self) -> Failure | None:
+        """A live worker with the candidate loaded, restarting if the last one faulted."""
+        if self.alive:
+            return None
+        if self.worker is not None:
+            self.worker.kill()
+        failure = self.start(first=False)
+        if failure is not None:
+            return Failure(tx.RUNTIME, tx.CRASH, f"The worker could not be restarted after a fault: {failure.message}")
+        return None
+
+    def call(self, cmd: str, payload: dict[str, Any], timeout_s: float,
+             timeout_category: str = tx.TIMEOUT) -> dict[str, Any] | Failure:
+        """One request: the reply, or a classified Failure (the worker is killed when it faulted)."""
+        assert self.worker is not None
+        try:
+            reply = self.worker.request(cmd, payload, timeout_s, poll=self._poll)
+        except WorkerTimeout:
+            stage = tx.COMPILE if timeout_category == tx.COMPILE_TIMEOUT else (
+                tx.PERFORMANCE if timeout_category == tx.OVER_TIME_BUDGET else tx.RUNTIME)
+            return Failure(stage, timeout_category, f"No answer within {timeout_s:.0f} s; the worker's process group was killed.")
+        except WorkerDied as exc:
+            return Failure(tx.RUNTIME, tx.CRASH, self.text(f"{_describe_exit(exc.returncode)}.\n{exc.log_tail[-1500:]}".strip()))
+        if reply.get("ok"):
+            return reply
+        failure = self._failure(reply.get("error") or {})
+        if failure.category in _RESTART_AFTER:
+            self.worker.kill()
+        return failure
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+
+
+def protected_roots(catalog_roots: list[Path], extra: list[Path]) -> list[Path]:
+    """Everything the worker must not read: problem sets (hidden files), the package's own
+    data, the state directory."""
+    from atrex_mcp import paths
+
+    roots = [*catalog_roots, Path(paths.__file__).resolve().parent, paths.default_state_dir(), *extra]
+    return [Path(os.path.realpath(r)) for r in roots]
+

@@ -1,0 +1,179 @@
+"""The paper's main table from many per-operator evaluation results.
+
+A *run* is a directory of EvalResult JSON files (one per operator; baselines carry
+`candidate` = eager / torch-compile). Every rate is operator-balanced — computed per
+operator first, then averaged over operators — so an operator with 56 shapes weighs no more
+than one with 3:
+
+* compile rate: share of operators whose candidate compiled;
+* correctness: mean over operators of the share of shapes correct; fully correct: share of
+  operators with every shape correct;
+* DSL adoption: share of operators whose correct shapes spend at least half their device
+  time in the candidate's own DSL kernels (median DSL share ≥ 0.5); an operator without a
+  correct, profiled shape does not adopt;
+* S_agg: Σ w_i·S_i over the catalog's operators with normalised weights (missing = 0);
+* vs torch.compile / vs eager: per operator the median over shapes of T_baseline / T_cand
+  (both timed, candidate correct), then the median over operators.
+
+Shape scores are recomputed from the recorded times against the requested hardware profile,
+so one set of results can be scored against several profiles.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.errors import AtrexError
+from atrex_mcp.evaluate import scoring
+from atrex_mcp.evaluate.models import EvalResult
+
+DSL_DOMINANT = 0.5
+
+
+class OperatorRow(BaseModel):
+    """One operator of one run."""
+
+    op: str = Field(description="Operator.")
+    compiled: bool = Field(description="The candidate compiled.")
+    shapes: int = Field(description="Shapes evaluated.")
+    correct: int = Field(description="Shapes correct.")
+    correctness: float = Field(description="Share of shapes correct.")
+    score: float | None = Field(description="S_i against the requested profile.")
+    dsl_share: float | None = Field(description="Median DSL share over correct, profiled shapes.")
+    dsl_dominant: bool = Field(description="dsl_share ≥ 0.5.")
+    vs_torch_compile: float | None = Field(description="Median over shapes of T_torch.compile / T_cand.")
+    vs_eager: float | None = Field(description="Median over shapes of T_eager / T_cand.")
+    faster_than_sol: int = Field(description="Shapes with S > 1 (evaluation errors, not clipped).")
+
+
+class RunRow(BaseModel):
+    """One run: one row of the main table."""
+
+    run: str = Field(description="Run name (its directory, or the baseline's name).")
+    operators: int = Field(description="Operators with a result.")
+    compile_rate: float = Field(description="Operator-balanced compile rate.")
+    correctness: float = Field(description="Operator-balanced share of shapes correct.")
+    fully_correct: float = Field(description="Share of operators with every shape correct.")
+    dsl_adoption: float = Field(description="Share of operators whose correct kernels are DSL-dominant.")
+    s_agg: float | None = Field(description="Σ w_i·S_i over the catalog's operators (missing operators count 0).")
+    missing_operators: list[str] = Field(description="Catalog operators without a result (count 0 in S_agg).")
+    vs_torch_compile: float | None = Field(description="Median over operators of the per-operator T_torch.compile/T_cand.")
+    vs_eager: float | None = Field(description="Median over operators of the per-operator T_eager/T_cand.")
+    failures: dict[str, int] = Field(description="Shape failures by 'stage/category'.")
+    per_operator: list[OperatorRow] = Field(description="Per-operator detail.")
+
+
+class MainTable(BaseModel):
+    hardware: str = Field(description="Profile the scores are computed against.")
+    rows: list[RunRow] = Field(description="One row per run.")
+
+
+def load_results(directory: Path) -> list[EvalResult]:
+    """Every EvalResult JSON in a directory (other JSON files are ignored)."""
+    if not directory.is_dir():
+        raise AtrexError("input", "not_a_directory", f"{directory} is not a directory of evaluation results.")
+    results = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            results.append(EvalResult.model_validate(json.loads(path.read_text())))
+        except (json.JSONDecodeError, ValidationError, UnicodeDecodeError):
+            continue
+    return results
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _ratios(result: EvalResult, baseline: EvalResult | None) -> float | None:
+    if baseline is None:
+        return None
+    times = {s.id: s.time_ms for s in baseline.shapes if s.time_ms}
+    return _median([times[s.id] / s.time_ms for s in result.shapes if s.correct and s.time_ms and s.id in times])
+
+
+def operator_row(result: EvalResult, catalog: Catalog | None, profile: str,
+                 eager: EvalResult | None, compiled: EvalResult | None) -> OperatorRow:
+    roofline = scoring.Roofline.load(catalog, result.op, profile) if catalog else scoring.Roofline(None, profile, "no catalog")
+    pairs, above = [], 0
+    for s in result.shapes:
+        score = scoring.shape_score(roofline.t_sol_ms(s.id)[0], s.time_ms) if s.correct else None
+        above += bool(score and score > 1.0)
+        pairs.append((s.correct, score))
+    s_i, _ = scoring.operator_score(pairs)
+    shares = [s.dsl_share for s in result.shapes if s.correct and s.dsl_share is not None]
+    dsl = _median(shares)
+    correct = sum(s.correct for s in result.shapes)
+    return OperatorRow(op=result.op, compiled=result.compiled, shapes=len(result.shapes), correct=correct,
+                       correctness=correct / len(result.shapes) if result.shapes else 0.0, score=s_i, dsl_share=dsl,
+                       dsl_dominant=dsl is not None and dsl >= DSL_DOMINANT, vs_torch_compile=_ratios(result, compiled),
+                       vs_eager=_ratios(result, eager), faster_than_sol=above)
+
+
+def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profile: str,
+            baselines: dict[tuple[str, str], EvalResult]) -> RunRow:
+    rows = [operator_row(r, catalog, profile, baselines.get((r.op, "eager")), baselines.get((r.op, "torch-compile")))
+            for r in sorted(results, key=lambda r: r.op)]
+    n = len(rows) or 1
+    failures = Counter(f"{s.stage}/{s.category}" for r in results for s in r.shapes if s.category)
+    s_agg, missing = (None, [])
+    if catalog is not None:
+        s_agg, missing = scoring.aggregate({row.op: row.score for row in rows}, catalog.weights())
+    return RunRow(run=name, operators=len(rows), compile_rate=sum(r.compiled for r in rows) / n,
+                  correctness=sum(r.correctness for r in rows) / n,
+                  fully_correct=sum(r.correct == r.shapes and r.shapes > 0 for r in rows) / n,
+                  dsl_adoption=sum(r.dsl_dominant for r in rows) / n, s_agg=s_agg, missing_operators=missing,
+                  vs_torch_compile=_median([r.vs_torch_compile for r in rows if r.vs_torch_compile is not None]),
+                  vs_eager=_median([r.vs_eager for r in rows if r.vs_eager is not None]),
+                  failures=dict(sorted(failures.items())), per_operator=rows)
+
+
+def main_table(run_dirs: list[Path], catalog: Catalog | None, profile: str, baseline_dirs: list[Path] = ()) -> MainTable:
+    """Rows for each run's candidates, plus a row per baseline found among the results."""
+    baselines: dict[tuple[str, str], EvalResult] = {}
+    runs: list[tuple[str, list[EvalResult]]] = []
+    for d in [*run_dirs, *baseline_dirs]:
+        results = load_results(d)
+        for r in results:
+            if r.candidate != "candidate":
+                baselines[(r.op, r.candidate)] = r
+        if d in run_dirs:
+            runs.append((d.name, [r for r in results if r.candidate == "candidate"]))
+    rows = [run_row(name, results, catalog, profile, baselines) for name, results in runs if results]
+    for kind in ("eager", "torch-compile"):
+        found = [r for (op, k), r in baselines.items() if k == kind]
+        if found:
+            rows.append(run_row(kind, found, catalog, profile, baselines))
+    return MainTable(hardware=profile, rows=rows)
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def render_markdown(table: MainTable) -> str:
+    lines = [f"Scores against the `{table.hardware}` profile. Rates are operator-balanced.", "",
+             "| run | ops | compile | correct | fully correct | DSL adoption | S_agg | vs torch.compile | vs eager |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in table.rows:
+        lines.append(f"| {r.run} | {r.operators} | {r.compile_rate:.0%} | {r.correctness:.0%} | {r.fully_correct:.0%} | "
+                     f"{r.dsl_adoption:.0%} | {_fmt(r.s_agg, 4)} | {_fmt(r.vs_torch_compile, 2)} | {_fmt(r.vs_eager, 2)} |")
+    for r in table.rows:
+        lines += ["", f"### {r.run}", "",
+                  "| operator | compiled | correct | S_i | DSL share | vs torch.compile | vs eager | S>1 |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for o in r.per_operator:
+            lines.append(f"| {o.op} | {'yes' if o.compiled else 'no'} | {o.correct}/{o.shapes} | {_fmt(o.score, 4)} | "
+                         f"{_fmt(o.dsl_share, 2)} | {_fmt(o.vs_torch_compile, 2)} | {_fmt(o.vs_eager, 2)} | {o.faster_than_sol} |")
+        if r.failures:
+            lines += ["", "| failure (stage/category) | shapes |", "|---|---|"]
+            lines += [f"| {k} | {v} |" for k, v in r.failures.items()]
+        if r.missing_operators:
+            lines += ["", f"Operators without a result (0 in S_agg): {', '.join(r.missing_operators)}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,332 @@
+"""Starting, talking to, and killing a sandbox worker (trusted side).
+
+The isolation policy in one place:
+* its own session and process group (killed whole with SIGKILL), and — when the tools and
+  privileges exist — its own PID namespace, so a child that calls setsid() still dies with it;
+* uid/gid 65534 with no supplementary groups when running as root and the interpreter is
+  reachable by that uid; otherwise the worker drops every capability itself;
+* a minimal environment, cwd = a scratch directory holding only the candidate and the
+  visible problem files, TMPDIR and every compiler cache inside it;
+* rlimits and Landlock applied by the worker itself before the candidate is imported
+  (sandbox.isolation): read/execute only for the interpreter, its import paths and system
+  libraries; read/write only for the scratch directory; the few device files a GPU needs;
+  no path under a protected root (problem sets with hidden files, the package's data,
+  the state directory), no TCP, no signals leaving the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import site
+import stat
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Callable
+
+from sandbox import landlock, protocol
+
+SANDBOX_UID = SANDBOX_GID = 65534
+_PASS_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
+             "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "OMP_NUM_THREADS")
+_SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd", "/etc/group",
+              "/etc/nsswitch.conf", "/etc/localtime", "/etc/host.conf", "/etc/hosts")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/nvidiactl", "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+_PROC_FILES = ("/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/filesystems", "/proc/sys/kernel",
+               "/proc/sys/vm/overcommit_memory", "/proc/driver/nvidia")
+_BOOTSTRAP = ("import json, sys; c = json.loads(sys.argv[1]); sys.path[:0] = c['sys_path']; "
+              "from sandbox.worker import main; main(c)")
+
+
+class WorkerDied(Exception):
+    """The worker process ended (crash, kill, OOM) before answering."""
+
+    def __init__(self, returncode: int | None, log_tail: str):
+        super().__init__(f"worker exited with {returncode}")
+        self.returncode, self.log_tail = returncode, log_tail
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer in time; it has been killed."""
+
+
+class Cancelled(Exception):
+    """The caller asked to stop; the worker has been killed."""
+
+
+@dataclass
+class LaunchSpec:
+    """What a worker needs: its scratch directory and the limits it runs under."""
+
+    scratch: Path
+    device: str  # "cuda" or "cpu"
+    protected: list[Path]  # nothing under these may be readable by the worker
+    env: dict[str, str] = field(default_factory=dict)  # DSL-specific additions (e.g. TRITON_INTERPRET)
+    host_memory_bytes: int = 32 << 30  # added to what the worker has mapped after start-up
+    file_size_bytes: int = 16 << 30
+    start_timeout_s: float = 180.0
+
+
+def _real(path: str | Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Every directory on the way searchable, and the path itself readable, by an unrelated uid."""
+    try:
+        for part in [*reversed(path.parents), path]:
+            mode = part.stat().st_mode
+            if not mode & stat.S_IXOTH or (part == path and not mode & stat.S_IROTH):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _site_dirs() -> set[Path]:
+    dirs = {_real(p) for p in site.getsitepackages() if os.path.isdir(p)}
+    for key in ("purelib", "platlib"):
+        dirs.add(_real(sysconfig.get_paths()[key]))
+    return dirs
+
+
+def import_paths() -> list[str]:
+    """The interpreter's import path as the worker gets it: this process's, minus the cwd."""
+    paths = []
+    for entry in sys.path:
+        if entry and os.path.isdir(entry) and _real(entry) not in [_real(p) for p in paths]:
+            paths.append(str(_real(entry)))
+    return paths
+
+
+def _add_tree(rules: dict[str, int], path: Path, rights: int, protected: list[Path]) -> None:
+    """Allow `path` unless a protected root is inside it; then allow its children one by one,
+    skipping protected roots and dot-entries (a .git holds every file ever committed)."""
+    if not path.exists() or any(_is_within(path, p) for p in protected):
+        return
+    if not any(_is_within(p, path) for p in protected):
+        rules[str(path)] = rights
+        return
+    for child in sorted(path.iterdir()):
+        if not child.name.startswith("."):
+            _add_tree(rules, _real(child), rights, protected)
+
+
+def landlock_rules(spec: LaunchSpec, sys_path: list[str]) -> dict[str, int]:
+    protected = [_real(p) for p in spec.protected]
+    sandbox_pkg = _real(Path(__file__).parent)
+    checkout = sandbox_pkg.parent not in _site_dirs()
+    if checkout:  # a source checkout: only the sandbox package, never its neighbours
+        protected.append(sandbox_pkg.parent)
+    rules: dict[str, int] = {}
+    for d in _SYSTEM_DIRS:
+        _add_tree(rules, _real(d), landlock.READ_EXEC, protected)
+    paths = sysconfig.get_paths()
+    roots = [*sys_path, paths["stdlib"], paths["platstdlib"], paths["include"], paths["platinclude"],
+             sysconfig.get_config_var("LIBDIR") or "", os.path.dirname(sys.executable)]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        roots.append(os.environ.get(var, ""))
+    roots += os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    for root in roots:
+        if root:
+            _add_tree(rules, _real(root), landlock.READ_EXEC, protected)
+    if checkout:
+        rules[str(sandbox_pkg)] = landlock.READ_EXEC
+    for f in (*_ETC_FILES, *_PROC_FILES, "/sys"):
+        if os.path.exists(f):
+            rules[f] = landlock.READ
+    for dev in _DEVICES:
+        if os.path.exists(dev):
+            rules[dev] = landlock.DEVICE
+    if os.path.isdir("/dev"):
+        for name in os.listdir("/dev"):
+            if name.startswith("nvidia"):
+                rules[f"/dev/{name}"] = landlock.DEVICE if not os.path.isdir(f"/dev/{name}") else landlock.READ
+    rules[str(_real(spec.scratch))] = landlock.READ_WRITE
+    return rules
+
+
+@cache
+def _pid_namespace_prefix() -> tuple[str, ...]:
+    """`unshare --pid --fork --kill-child` when it works here (root, util-linux, no seccomp veto)."""
+    tool = shutil.which("unshare")
+    if os.geteuid() != 0 or tool is None:
+        return ()
+    probe = subprocess.run([tool, "--pid", "--fork", "--kill-child", "true"], capture_output=True, timeout=20)
+    return (tool, "--pid", "--fork", "--kill-child") if probe.returncode == 0 else ()
+
+
+def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
+    """How the next worker will be started here: uid switch, PID namespace, and why not."""
+    notes: list[str] = []
+    drop_uid = False
+    if os.geteuid() != 0:
+        notes.append("not running as root: the worker keeps this uid (Landlock and rlimits still apply)")
+    else:
+        blocked = [p for p in [sys.executable, *sys_path] if not _reachable_by_others(_real(p))]
+        if blocked:
+            notes.append(f"uid 65534 cannot reach {blocked[0]} (e.g. an interpreter under /root): the worker stays uid 0 "
+                         "with every capability dropped")
+        else:
+            drop_uid = True
+    prefix = list(_pid_namespace_prefix())
+    setpriv = shutil.which("setpriv")
+    if prefix and drop_uid and setpriv is None:
+        prefix = []
+        notes.append("setpriv missing: no PID namespace (the uid switch needs it after unshare)")
+    elif not prefix:
+        notes.append("no PID namespace (needs root and util-linux unshare): a child that leaves the process group survives a kill")
+    return {"drop_uid": drop_uid, "pid_namespace": bool(prefix), "prefix": prefix, "setpriv": setpriv, "notes": notes}
+
+
+def _chown_tree(root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chown(dirpath, SANDBOX_UID, SANDBOX_GID)
+        for name in filenames:
+            os.chown(os.path.join(dirpath, name), SANDBOX_UID, SANDBOX_GID)
+
+
+class Worker:
+    """One sandbox worker process and its request/reply channel."""
+
+    def __init__(self, spec: LaunchSpec):
+        self.spec = spec
+        self.proc: subprocess.Popen | None = None
+        self.plan: dict[str, Any] = {}
+        self.log_path = spec.scratch / "worker.log"
+        self._req_w = self._resp_r = -1
+
+    # -- life cycle -------------------------------------------------------------------------
+    def start(self, init: dict[str, Any], poll: Callable[[], None] | None = None) -> dict[str, Any]:
+        """Spawn the process and send `init`; returns the worker's init reply (+ timings)."""
+        scratch = self.spec.scratch
+        for sub in ("tmp", ".cache"):
+            (scratch / sub).mkdir(exist_ok=True)
+        sys_path = import_paths()
+        self.plan = isolation_plan(sys_path)
+        if self.plan["drop_uid"]:
+            _chown_tree(scratch)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch / "tmp"),
+               "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(scratch / ".cache"),
+               "TRITON_CACHE_DIR": str(scratch / ".cache" / "triton"),
+               "TORCHINDUCTOR_CACHE_DIR": str(scratch / ".cache" / "inductor"), "TORCHINDUCTOR_COMPILE_THREADS": "1",
+               "CUDA_CACHE_PATH": str(scratch / ".cache" / "nv")}
+        env.update({k: os.environ[k] for k in _PASS_ENV if k in os.environ})
+        env.update(self.spec.env)
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        config = {"sys_path": sys_path, "req_fd": req_r, "resp_fd": resp_w}
+        argv = [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(config)]
+        kwargs: dict[str, Any] = {}
+        if self.plan["prefix"]:
+            uid_switch = ([self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
+                          if self.plan["drop_uid"] else [])
+            argv = [*self.plan["prefix"], *uid_switch, *argv]
+        elif self.plan["drop_uid"]:
+            kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
+        t0 = time.perf_counter()
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, pass_fds=(req_r, resp_w), start_new_session=True,
+                                         **kwargs)
+        finally:
+            log.close()
+            os.close(req_r)
+            os.close(resp_w)
+        self._req_w, self._resp_r = req_w, resp_r
+        rlimits = dict(init.get("rlimits", {}))
+        if self.plan["drop_uid"]:  # counts every process of the uid: meaningful only for a uid of our own
+            rlimits["NPROC"] = 4096
+        init = {**init, "rlimits": rlimits, "landlock": landlock_rules(self.spec, sys_path), "proc_self_rights": landlock.READ}
+        reply = self.request("init", init, timeout_s=self.spec.start_timeout_s, poll=poll)
+        reply["start_s"] = time.perf_counter() - t0
+        return reply
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (and, with a PID namespace, every process in it)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        self._close()
+
+    def stop(self) -> None:
+        """Ask politely, then kill: nothing the candidate started outlives the worker."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                protocol.send(self._req_w, {"cmd": "exit"})
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def _close(self) -> None:
+        for fd in (self._req_w, self._resp_r):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._req_w = self._resp_r = -1
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self._req_w >= 0
+
+    def log_tail(self, limit: int = 4000) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - limit))
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    # -- requests ---------------------------------------------------------------------------
+    def request(self, cmd: str, payload: dict[str, Any], timeout_s: float, poll: Callable[[], None] | None = None) -> dict[str, Any]:
+        """Send one request and wait for its reply. Timeout → the worker is killed and
+        WorkerTimeout raised; death → WorkerDied; poll() raising Cancelled → killed too."""
+        nonce = secrets.token_hex(8)
+        try:
+            protocol.send(self._req_w, {**payload, "cmd": cmd, "nonce": nonce})
+            while True:
+                reply = protocol.receive(self._resp_r, timeout_s=timeout_s, poll=poll)
+                if reply.get("nonce") == nonce:
+                    return reply
+        except protocol.ChannelTimeout:
+            self.kill()
+            raise WorkerTimeout(f"{cmd} did not finish within {timeout_s:.0f} s") from None
+        except (protocol.ChannelClosed, BrokenPipeError, protocol.ProtocolViolation):
+            code = None
+            if self.proc is not None:
+                try:
+                    code = self.proc.wait(timeout=3)
+                except subprocess.TimeoutExpired:  # it closed its pipe but lives on: no longer a worker
+                    pass
+            tail = self.log_tail()
+            self.kill()
+            raise WorkerDied(code, tail) from None
+        except Cancelled:
+            self.kill()
+            raise

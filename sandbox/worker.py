@@ -1,0 +1,305 @@
+"""The sandbox worker: the only process that executes candidate code.
+
+Started by sandbox.launcher as `python -I -B -c <bootstrap> CONFIG`, in its own session, in
+a scratch directory that holds the candidate and the visible problem files. It imports what
+it needs, captures the timing primitives, restricts itself (sandbox.isolation), and only
+then imports the candidate. It answers requests on a pipe; tensors go out as files in the
+scratch directory. It never sees a reference output, a roofline or a score: every verdict
+is made by the trusted side from what this process writes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sandbox import isolation, protocol
+from sandbox.timing import Primitives, _poison, plan_calls, storages, time_calls
+
+PRIMS = Primitives.capture()  # before anything else can run in this process
+_SAVE = PRIMS["torch.save"]
+
+
+class Failure(Exception):
+    """A failure this worker has already classified (stage/category of the taxonomy)."""
+
+    def __init__(self, stage: str, category: str, message: str):
+        super().__init__(message)
+        self.stage, self.category, self.message = stage, category, message
+
+
+def _error_payload(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, Failure):
+        return {"stage": exc.stage, "category": exc.category, "type": "", "message": exc.message, "traceback": ""}
+    kind = type(exc)
+    return {
+        "stage": None, "category": None,
+        "type": f"{kind.__module__}.{kind.__qualname__}",
+        "message": str(exc)[:4000],
+        "traceback": "".join(traceback.format_exception(exc, limit=-12))[-6000:],
+    }
+
+
+def _tensors(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return list(value.values())
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    return [value]
+
+
+def _plain_copy(value: Any) -> Any:
+    """A CPU copy of an output made of plain tensors only; anything else is a structure failure."""
+    if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
+        raise Failure("runtime", "wrong_output_type", "Output dict keys must be strings.")
+    for t in _tensors(value):
+        if type(t) is not torch.Tensor:
+            raise Failure("runtime", "wrong_output_type",
+                          f"Output holds a {type(t).__module__}.{type(t).__qualname__}; return plain torch.Tensor objects "
+                          "(a tensor, a tuple or a dict of tensors).")
+    copy = lambda t: t.detach().to("cpu").clone(memory_format=torch.contiguous_format)  # noqa: E731
+    if isinstance(value, dict):
+        return {k: copy(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return tuple(copy(v) for v in value)
+    return copy(value)
+
+
+def _checksums(inputs: dict[str, Any]) -> dict[str, int]:
+    """Exact byte sums of the generated inputs, for the trusted side to confirm it judged the same data."""
+    sums = {}
+    for name, t in inputs.items():
+        if isinstance(t, torch.Tensor):
+            sums[name] = int(t.detach().contiguous().view(torch.uint8).sum(dtype=torch.int64).item()) if t.numel() else 0
+    return sums
+
+
+def _input_bytes(inputs: dict[str, Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in inputs.values() if isinstance(t, torch.Tensor))
+
+
+class Worker:
+    def __init__(self, config: dict[str, Any]):
+        self.req_fd, self.resp_fd = config["req_fd"], config["resp_fd"]
+        self.scratch = Path.cwd()
+        self.device = "cpu"
+        self.make_inputs = None
+        self.model_cls = None
+        self.models: dict[str, Any] = {}
+        self.kept: dict[int, Any] = {}
+
+    # -- requests ---------------------------------------------------------------------------
+    def init(self, msg: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        self.device = msg["device"]
+        versions = {"python": sys.version.split()[0], "torch": torch.__version__}
+        try:
+            import triton  # noqa: F401  (imported before the sandbox closes, like torch)
+            import triton.language  # noqa: F401
+
+            versions["triton"] = triton.__version__
+        except ImportError:
+            versions["triton"] = None
+        for name in ("torch.profiler", "torch.testing"):
+            importlib.import_module(name)
+
+        info: dict[str, Any] = {}
+        cuda_s = 0.0
+        if self.device == "cuda":
+            c0 = time.perf_counter()
+            torch.cuda.init()
+            torch.empty(1, device="cuda").zero_()
+            PRIMS["torch.cuda.synchronize"]()
+            cuda_s = time.perf_counter() - c0
+            props = torch.cuda.get_device_properties(0)
+            info = {"name": props.name, "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 0)}
+        spec = importlib.util.spec_from_file_location("problem_input", self.scratch / msg["input_file"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        self.make_inputs = module.make_inputs
+        rules = dict(msg["landlock"])
+        rules[f"/proc/{os.readlink('/proc/self')}"] = msg["proc_self_rights"]  # the pid procfs knows, even in a PID namespace
+        report = isolation.enter(msg["rlimits"], rules)
+        return {"isolation": isolation.as_dict(report), "versions": versions, "device": info, "cuda_init_s": cuda_s,
+                "init_s": time.perf_counter() - t0}
+
+    def load(self, msg: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        path = self.scratch / msg["candidate_file"]
+        source = path.read_text()
+        try:
+            compile(source, str(path), "exec")
+        except (SyntaxError, ValueError) as exc:
+            raise Failure("compile", "syntax_error", f"{type(exc).__name__}: {exc}") from None
+        sys.path.insert(0, str(self.scratch))
+        spec = importlib.util.spec_from_file_location("candidate", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["candidate"] = module
+        try:
+            spec.loader.exec_module(module)
+        except MemoryError:
+            raise Failure("compile", "compile_oom", "Importing the candidate ran out of memory.") from None
+        except BaseException as exc:  # noqa: BLE001 — anything the import raises is the candidate's failure
+            raise Failure("compile", "import_error", f"{type(exc).__name__}: {exc}\n" +
+                          "".join(traceback.format_exception(exc, limit=-8))[-4000:]) from None
+        model = getattr(module, "Model", None)
+        if model is None:
+            raise Failure("compile", "no_model", "The candidate file defines no `Model`.")
+        if not (isinstance(model, type) and issubclass(model, torch.nn.Module)):
+            raise Failure("compile", "not_nn_module", f"`Model` is a {type(model).__name__}, not a torch.nn.Module subclass.")
+        self._check_signature(model, msg["init_sets"], msg["forward_params"])
+        self.model_cls = model
+        return {"load_s": time.perf_counter() - t0}
+
+    @staticmethod
+    def _check_signature(model: type, init_sets: list[dict[str, Any]], forward_params: list[str]) -> None:
+        try:
+            init_sig = inspect.signature(model)
+            forward_sig = inspect.signature(model.forward)
+        except (TypeError, ValueError) as exc:
+            raise Failure("compile", "signature_mismatch", f"Cannot read Model's signature: {exc}") from None
+        for init in init_sets:
+            try:
+                init_sig.bind(**init)
+            except TypeError as exc:
+                raise Failure("compile", "signature_mismatch",
+                              f"Model(**{init}) does not bind: {exc}. Keep the reference's __init__ parameters.") from None
+        try:
+            forward_sig.bind(None, **{name: None for name in forward_params})
+        except TypeError as exc:
+            raise Failure("compile", "signature_mismatch",
+                          f"forward({', '.join(forward_params)}) does not bind: {exc}. Keep the reference's forward inputs.") from None
+
+    def _model(self, shape: dict[str, Any]) -> Any:
+        key = json.dumps(shape["init"], sort_keys=True)
+        if key not in self.models:
+            model = self.model_cls(**shape["init"])
+            if self.device == "cuda":
+                model = model.to("cuda")
+            self.models[key] = model.eval()
+        return self.models[key]
+
+    def _inputs(self, shape: dict[str, Any], seed: int) -> dict[str, Any]:
+        return self.make_inputs(seed=seed, device=self.device, **shape["inputs"])
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            PRIMS["torch.cuda.synchronize"]()
+
+    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Correctness calls: one fresh input set per seed, each output saved for the trusted side."""
+        shape, files, checksums, seconds = msg["shape"], [], [], []
+        model = self._model(shape)
+        input_bytes = 0
+        for k, seed in enumerate(msg["seeds"]):
+            inputs = self._inputs(shape, seed)
+            input_bytes = _input_bytes(inputs)
+            checksums.append(_checksums(inputs))
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = model(**inputs)
+            self._sync()
+            seconds.append(time.perf_counter() - t0)
+            name = f"{msg['prefix']}_{k}.pt"
+            _SAVE(_plain_copy(out), self.scratch / name)
+            _poison(out, storages(inputs))
+            files.append(name)
+            del out, inputs
+        return {"files": files, "checksums": checksums, "call_s": seconds, "input_bytes": input_bytes}
+
+    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+        shape = msg["shape"]
+        model = self._model(shape)
+        warm = self._inputs(shape, msg["warmup_seed"])
+        sets = [self._inputs(shape, s) for s in msg["seeds"]]
+
+        def fn(inputs: dict[str, Any]) -> Any:
+            with torch.no_grad():
+                return model(**inputs)
+
+        Event, record, elapsed = PRIMS["torch.cuda.Event"], PRIMS["torch.cuda.Event.record"], PRIMS["torch.cuda.Event.elapsed_time"]
+        start, end = Event(enable_timing=True), Event(enable_timing=True)
+        _poison(fn(warm), storages(warm))
+        record(start)
+        _poison(fn(warm), storages(warm))
+        record(end)
+        self._sync()
+        warmup, calls = plan_calls(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
+        run = time_calls(PRIMS, fn, warm, sets, calls, warmup, msg["flush_bytes"])
+        self.kept = run.kept
+        return {"times_ms": run.times_ms, "synced_ms": run.synced_ms, "noop_gap_ms": run.noop_gap_ms, "wall_s": run.wall_s,
+                "calls": calls, "warmup": run.warmup_calls, "kept": sorted(run.kept), "replaced": PRIMS.replaced()}
+
+    def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Save the kept outputs of the requested timed input sets, then drop them all."""
+        files = {}
+        for index in msg["sets"]:
+            if index in self.kept:
+                name = f"{msg['prefix']}_{index}.pt"
+                _SAVE(_plain_copy(self.kept[index]), self.scratch / name)
+                files[str(index)] = name
+        for out in self.kept.values():
+            _poison(out, set())
+        self.kept = {}
+        return {"files": files}
+
+    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One forward under the profiler: device time per kernel name."""
+        shape = msg["shape"]
+        model = self._model(shape)
+        inputs = self._inputs(shape, msg["seed"])
+        with torch.no_grad():
+            model(**inputs)
+        self._sync()
+        profile = PRIMS["torch.profiler.profile"]
+        activity = torch.profiler.ProfilerActivity.CUDA
+        with profile(activities=[activity]) as prof:
+            with torch.no_grad():
+                model(**inputs)
+            self._sync()
+        trace = self.scratch / "tmp" / f"trace_{msg['nonce']}.json"
+        prof.export_chrome_trace(str(trace))
+        kernels: dict[str, list[float]] = {}
+        for event in json.loads(trace.read_text()).get("traceEvents", []):
+            if event.get("ph") == "X" and event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+                entry = kernels.setdefault(str(event.get("name")), [0.0, 0, event["cat"]])
+                entry[0] += float(event.get("dur", 0.0))
+                entry[1] += 1
+        trace.unlink(missing_ok=True)
+        return {"kernels": [{"name": k, "time_us": v[0], "count": v[1], "kind": v[2]} for k, v in kernels.items()],
+                "replaced": PRIMS.replaced()}
+
+    def integrity(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"replaced": PRIMS.replaced()}
+
+    # -- loop -------------------------------------------------------------------------------
+    def serve(self) -> None:
+        handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
+                    "profile": self.profile, "integrity": self.integrity}
+        while True:
+            try:
+                msg = protocol.receive(self.req_fd)
+            except protocol.ChannelClosed:
+                return
+            if msg.get("cmd") == "exit":
+                return
+            reply: dict[str, Any] = {"nonce": msg.get("nonce")}
+            try:
+                reply.update(ok=True, **handlers[msg["cmd"]](msg))
+            except BaseException as exc:  # noqa: BLE001 — every failure, SystemExit included, goes back as data
+                reply.update(ok=False, error=_error_payload(exc))
+            protocol.send(self.resp_fd, reply)
+
+
+def main(config: dict[str, Any]) -> None:
+    Worker(config).serve()
+    os._exit(0)

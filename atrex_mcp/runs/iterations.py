@@ -19,7 +19,7 @@ from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import PackageResult, check_contract, package_source
 from atrex_mcp.runs.acceptance import AcceptanceRule, decide
 from atrex_mcp.runs.dropout import choose_masked
-from atrex_mcp.runs.measure import Judge, Progress
+from atrex_mcp.runs.measure import Judge, MeasurementFailed, Progress
 from atrex_mcp.runs.models import (
     CategoryTally,
     IterationRecord,
@@ -187,8 +187,11 @@ class RunService:
     def _timed_verdict(self, run: RunRecord, record: IterationRecord, accepted_number: int | None, source: str,
                        progress: Progress | None, cancel: threading.Event | None) -> IterationRecord:
         accepted_source = self.store.source(run.run_id, accepted_number)
-        samples = self.judge.time_pair(run.op, accepted_source, source, run.shapes, hardware=run.hardware,
-                                       progress=progress, cancel=cancel)
+        try:
+            samples = self.judge.time_pair(run.op, accepted_source, source, run.shapes, hardware=run.hardware,
+                                           progress=progress, cancel=cancel)
+        except MeasurementFailed as exc:
+            return record.model_copy(update={"status": "failed", "reason": f"failed during the paired timing: {exc.reason}"})
         seed = int(sha256_text(f"{run.run_id}|{record.source_sha256}|{accepted_number}")[:8], 16)
         decision = decide(samples, correct=True, rule=self.rule, seed=seed)
         time_ms: dict[str, float | None] = {s.id: s.candidate_ms for s in decision.shapes}

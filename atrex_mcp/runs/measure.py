@@ -46,6 +46,15 @@ class CheckResult:
         return f"{len(bad)}/{len(self.checks)} shapes wrong; shape {first.id}: {first.category}: {first.message}"
 
 
+class MeasurementFailed(Exception):
+    """The paired timing could not produce figures because of one kernel (e.g. a timed call's
+    output was wrong, or it ran past the time budget): recorded as that iteration's failure."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class Judge(Protocol):
     def check(self, op: str, source: str, shapes: list[str], *, hardware: str, dsl: str, timing: bool,
               progress: Progress | None = None, cancel: threading.Event | None = None) -> CheckResult:
@@ -54,5 +63,6 @@ class Judge(Protocol):
 
     def time_pair(self, op: str, accepted_source: str, candidate_source: str, shapes: list[str], *, hardware: str,
                   progress: Progress | None = None, cancel: threading.Event | None = None) -> dict[str, PairedSamples] | None:
-        """Interleaved timing of the two kernels in one session; None when no GPU can time."""
+        """Interleaved timing of the two kernels in one session; None when no GPU can time.
+        Raises MeasurementFailed when a kernel breaks during the measurement."""
         ...

@@ -18,6 +18,9 @@ def run_roofline(catalog: Catalog, op: str, shape_ids: list[str], hardware: str)
     hidden = catalog.hidden(op)
     shapes: dict[str, Any] = {}
     for shape_id in shape_ids:
+        if shape_id not in hidden.roofline.get("shapes", {}):
+            shapes[shape_id] = {"t_sol_ms": None, "note": "no roofline for this shape (smoke shapes are not scored)"}
+            continue
         stored = hidden.shape_roofline(shape_id)
         workload = Workload(flops=stored["flops"], bytes_read=stored["bytes_read"], bytes_written=stored["bytes_written"])
         shapes[shape_id] = {
@@ -27,7 +30,7 @@ def run_roofline(catalog: Catalog, op: str, shape_ids: list[str], hardware: str)
             "flops": dict(workload.flops),
             "bytes": workload.total_bytes,
         }
-    used_paths = sorted({path for s in shapes.values() for path in s["flops"]})
+    used_paths = sorted({path for s in shapes.values() for path in s.get("flops", {})})
     sources = {f"peak_{path}": profile.peaks[path].source for path in used_paths}
     sources["hbm_bandwidth"] = profile.hbm_bandwidth.source
     return {"hardware": hardware, "description": profile.description, "shapes": shapes, "sources": sources}

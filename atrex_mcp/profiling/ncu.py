@@ -162,7 +162,8 @@ def capture(target: list[str], *, workdir: Path, env: dict[str, str] | None = No
             raise AtrexError("performance", "profile_timeout", f"ncu did not finish within {timeout_s:.0f} s.",
                              "Profile one shape, or a smaller one.") from exc
         log = log_file.read_text(errors="replace") if log_file.exists() else ""
-        output = proc.stdout + proc.stderr + log
+        # ncu's own messages (==PROF==, ==ERROR==) may land in the log file among the CSV rows.
+        output = "\n".join(line for line in (proc.stdout + proc.stderr + "\n" + log).splitlines() if not line.startswith('"'))
         if proc.returncode == 0:
             parsed = parse_ncu_csv(log)
             return NcuCapture(parsed.kernels, sorted(set(parsed.unavailable) | set(dropped)), cmd, 0, output[-4000:])

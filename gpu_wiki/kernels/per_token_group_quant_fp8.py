@@ -25,8 +25,8 @@ group maximum in fp32, IEEE division for the scale and for every quotient (`tl.d
 Triton's `/` on fp32 lowers to the approximate `div.full.f32` on NVIDIA GPUs), clamp, then
 the round-to-nearest-even cast (done as an explicit rounding to the e4m3 grid in fp32, see
 `_round_to_e4m3_grid`, because the Triton CPU interpreter's own fp8 cast mis-rounds).
-A program handles ROWS rows × one 2048-column span (16 groups) as a [ROWS, 16, 128] tile reshaped from a 2-D load, so both loads and stores stay
-contiguous and vectorised; rows are int64-indexed (T·H reaches 2.2e10 elements here).
+A program handles ROWS rows × one 2048-column span (16 groups) as a [ROWS, 16, 128] tile
+reshaped from a 2-D load, so both loads and stores stay contiguous and vectorised; rows are int64-indexed (T·H reaches 2.2e10 elements here).
 """
 
 import torch

@@ -1,0 +1,134 @@
+"""validate, profile_kernel and package against the real evaluator on CPU (Triton interpreter,
+smoke shape, one seed): verdicts in both eras, compile and numeric failures, progress with
+queue positions, cancellation killing the sandbox worker, and the packaged artifact."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from atrex_mcp.paths import REPO_ROOT
+from tests.server_fixtures import ERAS, config, connect
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLE = REPO_ROOT / "examples" / "rms_norm_triton.py"
+SMOKE = {"op": "rms_norm", "shapes": ["smoke"], "seeds": 1}
+# The example with a forward that hangs: only cancellation ends its evaluation early.
+SLOW_FORWARD = re.sub(r"(\n    def forward\(self.*\n)", r"\1        time.sleep(120)\n", "import time\n" + EXAMPLE.read_text(), count=1)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def workspace_config(tmp_path):
+    cfg = config(tmp_path)
+    shutil.copy(EXAMPLE, cfg.workspaces[0] / "kernel.py")
+    return cfg
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_validate_the_example_kernel_by_path_and_by_source(workspace_config, era):
+    async with connect(workspace_config, era) as client:
+        by_path = (await client.call_tool("validate", {**SMOKE, "path": "kernel.py"})).structured_content
+        by_source = (await client.call_tool("validate", {**SMOKE, "source": EXAMPLE.read_text()})).structured_content
+    for result in (by_path, by_source):
+        assert result["compiled"] and result["passed"] == 1 and result["failed"] == 0
+        assert result["shapes"][0]["id"] == "smoke" and result["shapes"][0]["correct"] and len(result["seeds"]) == 1
+    assert by_path["candidate_sha256"] == by_source["candidate_sha256"]
+
+
+async def test_compile_and_numeric_failures_name_stage_and_category(workspace_config):
+    wrong = EXAMPLE.read_text().replace("y = x * inv_rms * w", "y = x * inv_rms * w * 1.5")
+    assert wrong != EXAMPLE.read_text()
+    async with connect(workspace_config) as client:
+        broken = (await client.call_tool("validate", {**SMOKE, "source": "def broken(:\n"})).structured_content
+        mismatch = (await client.call_tool("validate", {**SMOKE, "source": wrong})).structured_content
+        neither = await client.call_tool("validate", {**SMOKE})
+    assert not broken["compiled"] and broken["compile_error"]["stage"] == "compile" and broken["compile_error"]["hint"]
+    shape = mismatch["shapes"][0]
+    assert not shape["correct"] and (shape["stage"], shape["category"]) == ("correctness", "numeric_mismatch")
+    assert shape["mismatch"] and shape["mismatch"][0]["max_abs_error"] > 0
+    assert neither.is_error and "category: source_or_path" in neither.content[0].text
+
+
+async def test_concurrent_calls_queue_and_report_positions(tmp_path):
+    cfg = config(tmp_path, correctness_limit=1)
+    messages: list[list[str]] = [[], []]
+
+    async def one(client, i):
+        async def progress(value, total, message):
+            messages[i].append(message)
+        result = await client.call_tool("validate", {**SMOKE, "source": EXAMPLE.read_text()}, progress_callback=progress)
+        assert result.structured_content["passed"] == 1
+
+    async with connect(cfg) as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, client, 0)
+            await anyio.sleep(0.05)
+            tg.start_soon(one, client, 1)
+    assert any("started on cpu" in m for m in messages[0]) and any(m.endswith("done") for m in messages[0])
+    assert any("queued, position 1 of 1" in m for m in messages[1])
+
+
+def _children() -> set[int]:
+    """Live (non-zombie) processes whose parent is this test process."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            found.add(int(stat.parent.name))
+    return found
+
+
+async def test_cancelling_a_call_kills_its_worker(tmp_path):
+    assert "time.sleep(120)" in SLOW_FORWARD
+    before = _children()
+    async with connect(config(tmp_path)) as client:
+        started = anyio.Event()
+
+        async def progress(value, total, message):
+            if "shape smoke" in message:
+                started.set()
+
+        with anyio.move_on_after(60) as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: client.call_tool("validate", {**SMOKE, "source": SLOW_FORWARD}, progress_callback=progress))
+                await started.wait()
+                assert _children() - before, "the sandbox worker should be running"
+                tg.cancel_scope.cancel()
+        assert not scope.cancelled_caught
+        deadline = time.monotonic() + 30
+        while _children() - before and time.monotonic() < deadline:
+            await anyio.sleep(0.2)
+    assert not _children() - before
+
+
+async def test_profile_kernel_on_cpu_says_what_it_cannot_measure(workspace_config):
+    async with connect(workspace_config) as client:
+        result = (await client.call_tool("profile_kernel", {"op": "rms_norm", "path": "kernel.py"})).structured_content
+    assert result["shape"]["id"] == "smoke" and result["shape"]["correct"]
+    assert result["counters"] is None and "No GPU" in result["notes"][0]
+
+
+async def test_package_writes_artifact_and_manifest_inside_the_workspace(workspace_config):
+    async with connect(workspace_config) as client:
+        packaged = (await client.call_tool("package", {"op": "rms_norm", "path": "kernel.py"})).structured_content
+        again = await client.call_tool("package", {"op": "rms_norm", "path": "kernel.py", "out_dir": "atrex-package/rms_norm"})
+    artifact = Path(packaged["artifact"])
+    assert artifact.parent == workspace_config.workspaces[0] / "atrex-package" / "rms_norm"
+    assert artifact.read_text().startswith('"""rms_norm in Triton') and packaged["contract"]["passed"]
+    assert packaged["manifest_data"]["artifact"]["sha256"] == packaged["sha256"]
+    assert not again.is_error  # re-packaging into its own folder is allowed

@@ -41,9 +41,8 @@ Progress = Callable[[str, float], None]
 
 CANDIDATE_FILE = "candidate.py"
 TIMING_INPUT_BUDGET_BYTES = 2 << 30  # fresh timing input sets kept on the GPU at once
-MAX_INPUT_SETS = 20
-CHECKED_TIMED_SETS = 3
 MIN_TIMED_CALLS, MAX_TIMED_CALLS = 20, 200
+CHECKED_TIMED_SETS = 3
 CPU_HOST_MEMORY_BYTES = 8 << 30
 GPU_HOST_MEMORY_BYTES = 32 << 30
 
@@ -154,7 +153,8 @@ class _Evaluation:
         return int(reply.get("input_bytes", 0))
 
     def timing(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult, input_bytes: int) -> None:
-        sets = int(max(2, min(MAX_INPUT_SETS, TIMING_INPUT_BUDGET_BYTES // max(input_bytes, 1))))
+        # One fresh set per timed call where memory allows, so no call sees inputs seen before.
+        sets = int(max(2, min(MAX_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES // max(input_bytes, 1))))
         result.timing_seeds = [self.seed() for _ in range(sets + 1)]
         l2 = session.worker_device.get("l2_bytes") or (64 << 20)
         flush_bytes = 2 * l2
@@ -230,6 +230,16 @@ class _Evaluation:
                 if verdict is not None:
                     result.mismatch = list(verdict.details)
                 return
+
+    def check_primitives(self, session: Session, result: ShapeResult) -> None:
+        """Without a timing run, still ask whether the candidate replaced a watched primitive."""
+        reply = session.call("integrity", {}, self.request.timeout_s)
+        if isinstance(reply, Failure):
+            _fail(result, reply)
+        elif reply.get("replaced"):
+            result.integrity.append(tx.PRIMITIVES_REPLACED)
+            _fail(result, Failure(tx.PERFORMANCE, tx.TIMING_TAMPERED,
+                                  f"The candidate replaced harness primitives: {', '.join(reply['replaced'])}."))
 
     def profile(self, session: Session, shape: Shape, result: ShapeResult) -> None:
         t0 = time.perf_counter()
@@ -321,6 +331,7 @@ class _Evaluation:
         if input_bytes is not None:
             if not self.cuda:
                 result.timing_note = "not timed: no GPU"
+                self.check_primitives(session, result)
             elif not self.request.timing:
                 result.timing_note = "not timed: timing was not requested"
             elif session.ensure() is None:

@@ -23,6 +23,12 @@ fp32, integers -> int); all other arithmetic runs on the CUDA cores: fp32 for ev
 dtype, int for integers and bools. float64 has no path and is filed under fp32 (optimistic).
 
 Traffic: Q_read = bytes of every distinct input tensor, Q_write = bytes of every output tensor.
+
+Storage label: the SPEC files all of an operator's W under one label, the dtype it stores, not
+the dtype its reference computes in (references upcast to fp32 for accuracy; a kernel would not).
+`CountResult.storage_path` is that label for any problem: the narrowest floating dtype among its
+inputs and outputs (ties: the one holding more bytes), or int when nothing is floating. It
+reproduces the SPEC label of all 30 shipped operators at their smoke shapes.
 """
 
 from __future__ import annotations
@@ -219,13 +225,32 @@ def tensor_bytes(tree: Any) -> int:
     return sum(t.numel() * t.element_size() for t in seen.values())
 
 
+def storage_path(*trees: Any) -> DtypePath:
+    """The narrowest floating dtype stored in the trees (more bytes wins a tie), else int."""
+    floating: Counter[torch.dtype] = Counter()
+    for tree in trees:
+        for leaf in tree_leaves(tree):
+            if isinstance(leaf, torch.Tensor) and leaf.dtype.is_floating_point:
+                floating[leaf.dtype] += leaf.numel() * leaf.element_size()
+    if not floating:
+        return "int"
+    narrowest = min(floating, key=lambda d: (d.itemsize, -floating[d]))
+    return _tensor_core_path(narrowest, tf32_allowed=False)
+
+
 @dataclass
 class CountResult:
-    """What one forward pass did: the workload and the work of each counted op."""
+    """What one forward pass did: the workload (W per executed dtype path), the work of each
+    counted op, the storage label, and whether fake or real tensors were used."""
 
     workload: Workload
+    storage_path: DtypePath
     by_op: dict[str, int] = field(default_factory=dict)
     tensors: str = "real"
+
+    def labelled(self) -> Workload:
+        """The workload with all W under the storage label, as the SPEC files shipped operators."""
+        return self.workload.under_label(self.storage_path)
 
 
 def count_forward(model: torch.nn.Module, inputs: dict[str, Any], *, tensors: str = "real") -> CountResult:
@@ -235,7 +260,7 @@ def count_forward(model: torch.nn.Module, inputs: dict[str, Any], *, tensors: st
         out = model(**inputs)
     workload = Workload(flops=dict(counter.flops), bytes_read=tensor_bytes(inputs), bytes_written=tensor_bytes(out))
     by_op = {f"{name}[{path}]": w for (name, path), w in sorted(counter.by_op.items())}
-    return CountResult(workload=workload, by_op=by_op, tensors=tensors)
+    return CountResult(workload=workload, storage_path=storage_path(inputs, out), by_op=by_op, tensors=tensors)
 
 
 def count_problem(

@@ -92,6 +92,18 @@ def cross_check(visible: VisibleProblem, shared: dict[str, Any]) -> None:
         raise AtrexError("input", "bad_smoke_shape", f"{visible.name}: expected exactly one smoke shape, found {smoke}.")
 
 
+def operator_roofline(op: str, visible: VisibleProblem) -> dict[str, Any]:
+    """roofline.json of a shipped operator: the closed forms per scored shape, SPEC's figure beside ours where they differ."""
+    profiles = load_all_profiles()
+    workloads, extra = {}, {}
+    for shape in visible.scored_shapes:
+        workloads[shape.id] = workload_formulas.workload(op, shape.init, shape.inputs)
+        spec = workload_formulas.spec_figure(op, shape.id, shape.init, shape.inputs)
+        if spec is not None:
+            extra[shape.id] = {"spec_figure": shape_record(spec, profiles)}
+    return roofline_document(op, COUNTING, workloads, note=workload_formulas.NOTES.get(op, ""), extra=extra)
+
+
 def build_operator(catalog: Catalog, op: str, shared: dict[str, Any], weights: dict[str, Any],
                    deviations: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """metadata.json and roofline.json of one shipped operator."""
@@ -109,15 +121,7 @@ def build_operator(catalog: Catalog, op: str, shared: dict[str, Any], weights: d
         "production_note": PRODUCTION_NOTE,
         "deviations": deviations,
     }
-    profiles = load_all_profiles()
-    workloads, extra = {}, {}
-    for shape in visible.scored_shapes:
-        workloads[shape.id] = workload_formulas.workload(op, shape.init, shape.inputs)
-        spec = workload_formulas.spec_figure(op, shape.id, shape.init, shape.inputs)
-        if spec is not None:
-            extra[shape.id] = {"spec_figure": shape_record(spec, profiles)}
-    roofline = roofline_document(op, COUNTING, workloads, note=workload_formulas.NOTES.get(op, ""), extra=extra)
-    return metadata, roofline
+    return metadata, operator_roofline(op, visible)
 
 
 def build(root: Path | None = None, source: Path = DEFAULT_SOURCE, ops: list[str] | None = None) -> BuildReport:

@@ -108,13 +108,6 @@ def validate_problem(problem_dir: Path) -> Catalog:
     return catalog
 
 
-def _dominant_path(workloads: dict[str, Workload]) -> DtypePath | None:
-    totals: Counter[DtypePath] = Counter()
-    for w in workloads.values():
-        totals.update(w.flops)
-    return totals.most_common(1)[0][0] if totals else None
-
-
 def derive_hidden(problem_dir: Path, *, weight: float = 0.0, phase: str = "unknown", tensors: str = "auto",
                   catalog: Catalog | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Count every scored shape and write metadata.json and roofline.json next to the visible files."""
@@ -125,13 +118,15 @@ def derive_hidden(problem_dir: Path, *, weight: float = 0.0, phase: str = "unkno
     model_cls, make_inputs = catalog.load_reference(op), catalog.load_make_inputs(op)
     workloads: dict[str, Workload] = {}
     extra: dict[str, dict[str, Any]] = {}
+    labels: Counter[DtypePath] = Counter()
     for shape in visible.scored_shapes:
         result = count_problem(model_cls, make_inputs, shape.init, shape.inputs, tensors=tensors)
-        workloads[shape.id] = result.workload
+        workloads[shape.id] = result.labelled()
+        labels[result.storage_path] += 1
         extra[shape.id] = {"counted_on": f"{result.tensors} tensors", "flops_by_op": result.by_op}
     metadata = {
         "op": op,
-        "dtype": _dominant_path(workloads) or "int",
+        "dtype": labels.most_common(1)[0][0],
         "phase": phase,
         "weight_raw": weight,
         "weight": weight,

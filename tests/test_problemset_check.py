@@ -1,0 +1,56 @@
+"""Every shipped operator rejects trivial candidates at its smoke shape (atrex_mcp.problem_check)."""
+
+import pytest
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.problem_check import check_problem, check_problems
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return Catalog()
+
+
+def test_problems_check_passes_for_every_operator(catalog):
+    results = check_problems(catalog)
+    assert {r.op for r in results} == set(catalog.names())
+    failures = {r.op: [c for c in r.checks if not c.passed] for r in results if not r.passed}
+    assert not failures, failures
+    assert all({c.name for c in r.checks} == {"finite", "seed_varies", "zeros", "constant", "input", "other_seed"} for r in results)
+
+
+def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
+    """A reference whose output ignores its input: seed-insensitive, and 'other seed' passes."""
+    op = tmp_path / "constant_op"
+    op.mkdir()
+    (op / "reference.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.ones_like(x) * 3\n"
+    )
+    (op / "input.py").write_text(
+        "import torch\n\n\ndef make_inputs(*, seed, device='cpu', n):\n"
+        "    return {'x': torch.randn(n, generator=torch.Generator(device=device).manual_seed(seed), device=device)}\n"
+    )
+    (op / "shapes.json").write_text('{"op": "constant_op", "shapes": [{"id": "0", "init": {}, "inputs": {"n": 8}},'
+                                    ' {"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 8}}]}')
+    result = check_problem(Catalog(tmp_path), "constant_op")
+    verdicts = {c.name: c.passed for c in result.checks}
+    assert not result.passed
+    assert verdicts["seed_varies"] is False and verdicts["other_seed"] is False and verdicts["constant"] is False
+    assert verdicts["zeros"] is True and verdicts["finite"] is True
+
+
+def test_nan_output_fails_finite(tmp_path):
+    op = tmp_path / "nan_op"
+    op.mkdir()
+    (op / "reference.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return x.log()\n"
+    )
+    (op / "input.py").write_text(
+        "import torch\n\n\ndef make_inputs(*, seed, device='cpu', n):\n"
+        "    return {'x': torch.randn(n, generator=torch.Generator(device=device).manual_seed(seed), device=device)}\n"
+    )
+    (op / "shapes.json").write_text('{"op": "nan_op", "shapes": [{"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 64}}]}')
+    finite = check_problem(Catalog(tmp_path), "nan_op").checks[0]
+    assert finite.name == "finite" and not finite.passed and "NaN" in finite.detail

@@ -1,6 +1,7 @@
 """Bottleneck classification: memory-, compute-, latency- or launch-bound, with the evidence.
 
-Rules (in order), on the kernels of one forward call:
+Rules (in order), on the kernels of one forward call (each kernel's duration is a median per
+launch, `launches` its launches per forward):
 * launch: every kernel is shorter than LAUNCH_FLOOR_NS and none saturates a unit — launch
   overhead and ramp-up/tail dominate, so fewer or fused launches are the lever;
 * memory: the busiest memory unit (DRAM or L2) reaches SATURATED % of peak and is at least as
@@ -67,9 +68,12 @@ def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sas
     """Classify one forward call from its kernels' counters (and the roofline, when revealed)."""
     if not kernels:
         return Bottleneck(kind="unknown", evidence=["no GPU kernel was profiled: forward launched none in the profiled range"])
-    total_ns = sum(k.metrics.get("duration_ns", 0.0) for k in kernels)
-    main = max(kernels, key=lambda k: k.metrics.get("duration_ns", 0.0))
-    share = main.metrics.get("duration_ns", 0.0) / total_ns if total_ns else 1.0
+    def device_ns(k: KernelCounters) -> float:
+        return k.metrics.get("duration_ns", 0.0) * k.launches
+
+    total_ns = sum(device_ns(k) for k in kernels)
+    main = max(kernels, key=device_ns)
+    share = device_ns(main) / total_ns if total_ns else 1.0
     evidence = [f"{sum(k.launches for k in kernels)} kernel launch(es), {total_ns / 1e3:.2f} µs device time; "
                 f"main kernel {main.name} ({share:.0%})"]
     mem, mem_key = _max(main, ("dram_pct", "l2_pct"))

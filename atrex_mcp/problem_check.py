@@ -27,12 +27,16 @@ SEED, OTHER_SEED = 0, 1
 
 
 class CheckResult(BaseModel):
+    """One check of one problem."""
+
     name: str = Field(description="Check name: finite, seed_varies, zeros, constant, input, other_seed.")
     passed: bool = Field(description="True when the problem behaves as required.")
     detail: str = Field(default="", description="What was seen.")
 
 
 class ProblemCheck(BaseModel):
+    """All checks of one problem at its smoke shape."""
+
     op: str = Field(description="Operator name.")
     shape_id: str = Field(description="The shape checked (the smoke shape).")
     checks: list[CheckResult] = Field(description="One entry per check.")
@@ -72,8 +76,8 @@ def _seed_varies(out: Any, other: Any) -> CheckResult:
 
 def _constant_like(ref: torch.Tensor, learnt_from: torch.Tensor) -> torch.Tensor:
     if ref.dtype.is_floating_point:
-        value = learnt_from.float()[torch.isfinite(learnt_from.float())].mean()
-        return torch.full(ref.shape, float(value) if value.numel() else 0.0).to(ref.dtype)
+        finite = learnt_from.float()[torch.isfinite(learnt_from.float())]
+        return torch.full(ref.shape, float(finite.mean()) if finite.numel() else 0.0).to(ref.dtype)
     return torch.full_like(ref, int(torch.mode(learnt_from.reshape(-1).long()).values) if learnt_from.numel() else 0)
 
 

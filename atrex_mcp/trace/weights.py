@@ -1,0 +1,118 @@
+"""Importance weights from attributed device time (the paper's Eq. 2–3).
+
+For application a and phase p, with T[a,p,i] the device time attributed to operator i and
+T[a,p] all device time observed in that application and phase (mapped or not):
+
+  Eq. 2   s[a,p,i] = T[a,p,i] / T[a,p]                         share within one app and phase
+  Eq. 3   w[i]     = Σ_a c[a] · mean_{p ∈ P[a,i]} s[a,p,i]       P[a,i]: phases in which i ran in a
+
+c[a] is application a's card-hour share (normalised over the applications that have traces).
+Averaging over phases rather than pooling keeps a decode-heavy operator from being drowned by
+long prefills; it is also why the raw weights can sum to more than 1 (the shipped ones sum to
+1.09478). The snapshot's `weights` are w normalised over the operators it retains. The share of
+device time that no rule claimed ("other") is aggregated the same way and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from atrex_mcp.errors import AtrexError
+from atrex_mcp.trace.rules import OTHER
+
+# times[app][phase][op] = attributed microseconds (op may be "other").
+Times = dict[str, dict[str, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Eq. 3 before (`raw`) and after (`normalised`) normalisation, with the pieces behind them."""
+
+    raw: dict[str, float]
+    normalised: dict[str, float]
+    shares: dict[str, dict[str, dict[str, float]]]  # Eq. 2 per app and phase, every op incl. other
+    app_shares: dict[str, float]
+    unmapped: float  # Eq. 3 applied to "other"
+    excluded: float  # Eq. 3 summed over mapped operators that were not retained
+
+
+def phase_shares(times: Times) -> dict[str, dict[str, dict[str, float]]]:
+    """Eq. 2: each operator's share of the device time of its app and phase."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for app, phases in times.items():
+        for phase, per_op in phases.items():
+            total = sum(per_op.values())
+            if total > 0:
+                out.setdefault(app, {})[phase] = {op: us / total for op, us in per_op.items()}
+    return out
+
+
+def _app_average(shares: dict[str, dict[str, float]], op: str) -> float:
+    """Mean of op's share over the phases in which it ran (0 when it never ran)."""
+    present = [per_op[op] for per_op in shares.values() if per_op.get(op, 0.0) > 0]
+    return sum(present) / len(present) if present else 0.0
+
+
+def compute_weights(times: Times, app_shares: dict[str, float], retained: set[str]) -> Weights:
+    shares = phase_shares(times)
+    apps = {a: s for a, s in app_shares.items() if a in shares}
+    total_share = sum(apps.values())
+    if not apps or total_share <= 0:
+        raise AtrexError("input", "no_device_time", "The traces attribute no time to any application and phase.",
+                         "Check that the traces cover the model's forward steps.")
+    c = {a: s / total_share for a, s in apps.items()}
+    ops = {op for per_app in shares.values() for per_op in per_app.values() for op in per_op}
+
+    def eq3(op: str) -> float:
+        return sum(c[a] * _app_average(shares[a], op) for a in c)
+
+    raw = {op: eq3(op) for op in sorted(ops & retained)}
+    raw_sum = sum(raw.values())
+    normalised = {op: (w / raw_sum if raw_sum else 0.0) for op, w in raw.items()}
+    excluded = sum(eq3(op) for op in ops - retained - {OTHER})
+    return Weights(raw=raw, normalised=normalised, shares=shares, app_shares=c, unmapped=eq3(OTHER), excluded=excluded)
+
+
+_LINE = re.compile(r"^\s*(?P<name>[^:#]+?)\s*:\s*(?P<share>[0-9.eE+-]+)\s*(#.*)?$")
+
+
+def read_app_shares(path: Path) -> dict[str, float]:
+    """Card-hour shares per application: a JSON object, or YAML-style `name: share` lines (# comments)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise AtrexError("input", "bad_apps_file", f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    hint = "Write one `name: share` per line (e.g. `chat: 0.7`), or a JSON object {\"chat\": 0.7}."
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise AtrexError("input", "bad_apps_file", f"{path}: invalid JSON: {exc.msg} at line {exc.lineno}.", hint) from None
+        items = list(data.items())
+    else:
+        items = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#") or line.strip() == "---":
+                continue
+            m = _LINE.match(line)
+            if not m:
+                raise AtrexError("input", "bad_apps_file", f"{path}, line {number}: expected `name: share`, got {line.strip()!r}.", hint)
+            items.append((m["name"].strip("'\""), m["share"]))
+    shares: dict[str, float] = {}
+    for name, value in items:
+        try:
+            share = float(value)
+        except (TypeError, ValueError):
+            share = -1.0
+        if not (share >= 0) or share == float("inf"):
+            raise AtrexError("input", "bad_apps_file", f"{path}: share of {name!r} must be a non-negative number, got {value!r}.", hint)
+        if name in shares:
+            raise AtrexError("input", "bad_apps_file", f"{path}: application {name!r} is listed twice.", hint)
+        shares[name] = share
+    if not shares or sum(shares.values()) <= 0:
+        raise AtrexError("input", "bad_apps_file", f"{path}: no application with a positive share.", hint)
+    return shares

@@ -86,12 +86,17 @@ def drop_capabilities(report: IsolationReport) -> None:
     report.capabilities_dropped = True
 
 
-def enter(rlimits: dict[str, int], landlock_rules: dict[str, int]) -> IsolationReport:
-    """Apply every mechanism this process can; the report says which ones held."""
+def enter(rlimits: dict[str, int], landlock_rules: dict[str, int] | None) -> IsolationReport:
+    """Apply every mechanism this process can; the report says which ones held.
+    `landlock_rules` None means Landlock was switched off by the operator (recorded)."""
     report = IsolationReport(uid=os.getuid(), gid=os.getgid(), groups=os.getgroups())
     apply_rlimits(rlimits, report)
     if os.geteuid() == 0:
         drop_capabilities(report)
+    if landlock_rules is None:
+        report.landlock = asdict(landlock.LandlockReport(abi=landlock.abi_version(), error="disabled by ATREX_SANDBOX_LANDLOCK=0"))
+        report.warnings.append("Landlock disabled by ATREX_SANDBOX_LANDLOCK=0: hidden files are protected by uid and permissions only")
+        return report
     result = landlock.restrict(landlock_rules)
     report.landlock = asdict(result)
     if not result.enforced:

@@ -75,6 +75,8 @@ class LaunchSpec:
     host_memory_bytes: int = 32 << 30  # added to what the worker has mapped after start-up
     file_size_bytes: int = 16 << 30
     start_timeout_s: float = 180.0
+    # Off only to diagnose a machine where Landlock breaks the DSL toolchain: ATREX_SANDBOX_LANDLOCK=0.
+    landlock: bool = field(default_factory=lambda: os.environ.get("ATREX_SANDBOX_LANDLOCK", "1") != "0")
 
 
 def _real(path: str | Path) -> Path:
@@ -252,7 +254,9 @@ class Worker:
         rlimits = dict(init.get("rlimits", {}))
         if self.plan["drop_uid"]:  # counts every process of the uid: meaningful only for a uid of our own
             rlimits["NPROC"] = 4096
-        init = {**init, "rlimits": rlimits, "landlock": landlock_rules(self.spec, sys_path), "proc_self_rights": landlock.READ}
+        rules = landlock_rules(self.spec, sys_path) if self.spec.landlock else {}
+        init = {**init, "rlimits": rlimits, "landlock": rules, "use_landlock": self.spec.landlock,
+                "proc_self_rights": landlock.READ}
         reply = self.request("init", init, timeout_s=self.spec.start_timeout_s, poll=poll)
         reply["start_s"] = time.perf_counter() - t0
         return reply

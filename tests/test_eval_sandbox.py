@@ -1,0 +1,77 @@
+"""Sandbox pieces alone: the Landlock allow-list, the wire protocol, the leak guard and the
+DSL attribution rules."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.evaluate.dsl import CANDIDATE_DSL, FRAMEWORK, GENERATED, LIBRARY, TritonAdapter, dsl_share
+from atrex_mcp.evaluate.leakguard import REDACTED, LeakGuard
+from eval_support import CANARY, EXAMPLES, ROOT, make_problem_root
+from sandbox import landlock, protocol
+from sandbox.launcher import LaunchSpec, import_paths, landlock_rules
+
+
+def test_allow_list_never_reaches_a_protected_root(tmp_path):
+    problems = make_problem_root(tmp_path / "problems")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    spec = LaunchSpec(scratch=scratch, device="cpu", protected=[problems, ROOT / "atrex_mcp"])
+    rules = landlock_rules(spec, [*import_paths(), str(ROOT), str(tmp_path)])
+    allowed = [Path(p) for p in rules]
+    for secret in (problems / "rms_norm" / "roofline.json", ROOT / "atrex_mcp" / "catalog.py", ROOT / ".git"):
+        assert not any(secret == a or a in secret.parents for a in allowed), secret
+    assert rules[str(scratch.resolve())] == landlock.READ_WRITE
+    assert rules[str((ROOT / "sandbox").resolve())] == landlock.READ_EXEC
+    assert str(ROOT) not in rules  # the checkout itself stays closed: only its sandbox package is open
+
+
+def test_landlock_is_available_or_says_why():
+    version = landlock.abi_version()
+    assert version >= 0
+    if version == 0:
+        pytest.skip("this kernel has no Landlock; the evaluator records that as an isolation warning")
+
+
+def test_protocol_round_trip_and_limits():
+    r, w = os.pipe()
+    try:
+        protocol.send(w, {"nonce": "a", "value": [1, 2, 3]})
+        assert protocol.receive(r, timeout_s=1) == {"nonce": "a", "value": [1, 2, 3]}
+        os.write(w, (protocol.MAX_MESSAGE_BYTES + 1).to_bytes(4, "big"))
+        with pytest.raises(protocol.ProtocolViolation):
+            protocol.receive(r, timeout_s=1)
+        with pytest.raises(protocol.ChannelTimeout):
+            protocol.receive(r, timeout_s=0.1)
+    finally:
+        os.close(r), os.close(w)
+
+
+def test_leak_guard_redacts_hidden_values_only(tmp_path):
+    catalog = Catalog(make_problem_root(tmp_path / "problems"))
+    guard = LeakGuard.for_problem(catalog, "rms_norm")
+    assert guard.scrub(f"ValueError: {CANARY}") == (REDACTED, True)
+    assert guard.scrub("ValueError: rms_norm failed at shape (4, 64)") == ("ValueError: rms_norm failed at shape (4, 64)", False)
+
+
+def test_triton_adapter_reads_own_kernels_from_the_source():
+    adapter = TritonAdapter()
+    own = adapter.own_kernels((EXAMPLES / "rms_norm_triton.py").read_text())
+    assert own == {"_rms_norm_rows"}
+    assert adapter.own_kernels("def f(:") == set()
+    assert adapter.origin("_rms_norm_rows", own) == CANDIDATE_DSL
+    assert adapter.origin("_rms_norm_rows_0d1d2de", own) == CANDIDATE_DSL
+    assert adapter.origin("triton_red_fused_mean_pow_0", own) == GENERATED
+    assert adapter.origin("sm90_xmma_gemm_bf16bf16_bf16f32", own) == LIBRARY
+    assert adapter.origin("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", own) == LIBRARY
+    assert adapter.origin("void at::native::vectorized_elementwise_kernel<4>", own) == FRAMEWORK
+    assert adapter.worker_env(cuda=False) == {"TRITON_INTERPRET": "1"} and adapter.worker_env(cuda=True) == {}
+
+
+def test_dsl_share_is_time_weighted():
+    assert dsl_share([("a", 3.0, CANDIDATE_DSL), ("b", 1.0, FRAMEWORK)]) == 0.75
+    assert dsl_share([]) is None

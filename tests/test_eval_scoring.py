@@ -1,0 +1,103 @@
+"""Scores and the main table: S_j, S_i, S_agg, operator-balanced rates, baseline ratios."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.cli import main as cli_main
+from atrex_mcp.evaluate import scoring
+from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, ShapeResult
+from atrex_mcp.evaluate.table import main_table, render_markdown
+from eval_support import T_SOL_MS, make_problem_root
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory):
+    return Catalog(make_problem_root(tmp_path_factory.mktemp("problems")))
+
+
+def _result(op: str, shapes: list[tuple[str, bool, float | None, float | None]], candidate: str = "candidate",
+            compiled: bool = True) -> EvalResult:
+    return EvalResult(op=op, candidate=candidate, candidate_sha256="0" * 64, dsl="triton", hardware="h200", compiled=compiled,
+                      shapes=[ShapeResult(id=i, correct=ok, time_ms=t, dsl_share=d, category=None if ok else "numeric_mismatch",
+                                          stage=None if ok else "correctness") for i, ok, t, d in shapes],
+                      device=DeviceInfo(kind="cuda"), isolation=Isolation(), started_at="2026-01-01T00:00:00+00:00")
+
+
+def test_shape_score_is_never_clipped():
+    assert scoring.shape_score(2.0, 1.0) == 2.0
+    assert scoring.shape_score(1.0, 4.0) == 0.25
+    assert scoring.shape_score(None, 1.0) is None and scoring.shape_score(1.0, None) is None
+
+
+def test_operator_score_is_the_median_over_correct_shapes_and_zero_without_any():
+    assert scoring.operator_score([(True, 0.2), (True, 0.4), (False, None), (True, 0.9)]) == (0.4, "")
+    assert scoring.operator_score([(False, None), (False, None)]) == (0.0, "")
+    score, note = scoring.operator_score([(True, None)])
+    assert score is None and note
+
+
+def test_aggregate_normalises_weights_and_counts_missing_operators_as_zero():
+    score, missing = scoring.aggregate({"a": 0.5}, {"a": 2.0, "b": 2.0})
+    assert score == pytest.approx(0.25) and missing == ["b"]
+    assert scoring.aggregate({"a": None}, {"a": 1.0})[0] is None
+
+
+def test_roofline_reports_why_a_score_is_missing(catalog):
+    roof = scoring.Roofline.load(catalog, "rms_norm", "h200")
+    assert roof.t_sol_ms("0") == (T_SOL_MS, "")
+    value, reason = scoring.Roofline.load(catalog, "rms_norm", "no-such-profile").t_sol_ms("0")
+    assert value is None and "no-such-profile" in reason and "h200" in reason
+
+
+def test_main_table_rows_ratios_and_dsl_adoption(catalog, tmp_path):
+    run = tmp_path / "run-a"
+    base = tmp_path / "baselines"
+    run.mkdir(), base.mkdir()
+    # candidate: shape 0 at 2·T_SOL, shape 1 faster than T_SOL (S > 1, kept), DSL-dominant
+    cand = _result("rms_norm", [("0", True, 2 * T_SOL_MS, 0.9), ("1", True, T_SOL_MS / 2, 0.8)])
+    (run / "rms_norm.json").write_text(cand.model_dump_json())
+    (base / "rms_norm.eager.json").write_text(
+        _result("rms_norm", [("0", True, 8 * T_SOL_MS, 0.0), ("1", True, 2 * T_SOL_MS, 0.0)], candidate="eager").model_dump_json())
+    (base / "rms_norm.torch-compile.json").write_text(
+        _result("rms_norm", [("0", True, 4 * T_SOL_MS, 0.0), ("1", True, T_SOL_MS, 0.0)], candidate="torch-compile").model_dump_json())
+    (run / "notes.json").write_text(json.dumps({"not": "a result"}))
+    table = main_table([run], catalog, "h200", [base])
+    row = next(r for r in table.rows if r.run == "run-a")
+    op = row.per_operator[0]
+    assert op.score == pytest.approx((0.5 + 2.0) / 2) and op.faster_than_sol == 1
+    assert op.vs_eager == pytest.approx(4.0) and op.vs_torch_compile == pytest.approx(2.0)
+    assert op.dsl_dominant and row.dsl_adoption == 1.0 and row.compile_rate == 1.0 and row.correctness == 1.0
+    assert row.s_agg == pytest.approx(op.score)  # one operator with weight 1
+    assert {r.run for r in table.rows} == {"run-a", "eager", "torch-compile"}
+    eager = next(r for r in table.rows if r.run == "eager")
+    assert eager.dsl_adoption == 0.0 and eager.per_operator[0].vs_torch_compile == pytest.approx(0.5)
+    markdown = render_markdown(table)
+    assert "| run-a | 1 | 100% | 100% | 100% | 100% |" in markdown
+
+
+def test_rates_are_operator_balanced(catalog, tmp_path):
+    results = [_result("rms_norm", [(str(i), i < 1, 1.0, 0.0) for i in range(10)]),
+               _result("other_op", [("0", True, 1.0, 1.0)]),
+               _result("broken_op", [("0", False, None, None)], compiled=False)]
+    run = tmp_path / "run-b"
+    run.mkdir()
+    for r in results:
+        (run / f"{r.op}.json").write_text(r.model_dump_json())
+    row = main_table([run], catalog, "h200").rows[0]
+    assert row.correctness == pytest.approx((0.1 + 1.0 + 0.0) / 3)
+    assert row.fully_correct == pytest.approx(1 / 3) and row.compile_rate == pytest.approx(2 / 3)
+    assert row.dsl_adoption == pytest.approx(1 / 3)
+    assert row.failures == {"correctness/numeric_mismatch": 10}
+
+
+def test_score_cli_writes_markdown_and_json(catalog, tmp_path, capsys):
+    run = tmp_path / "run-c"
+    run.mkdir()
+    (run / "rms_norm.json").write_text(_result("rms_norm", [("0", True, 2 * T_SOL_MS, 1.0)]).model_dump_json())
+    assert cli_main(["score", str(run), "--problems", str(catalog.roots[0]), "--out", str(tmp_path / "table")]) == 0
+    assert "| run-c |" in capsys.readouterr().out
+    assert json.loads((tmp_path / "table.json").read_text())["rows"][0]["s_agg"] == pytest.approx(0.5)

@@ -1,0 +1,168 @@
+"""Benchmark mode's boundary, tried from outside: a real `atrex-mcp serve --benchmark-mode`
+over stdio, every tool called the normal way, the wrong way and the sneaky way (path tricks,
+candidates that try to read or smuggle hidden files, error paths), and every byte that comes
+back (results, structured content, error texts) and every server log line scanned for the
+hidden figures of the operator (T_SOL, intensity, production timings, weight) and its
+provenance strings. Plus the redactor itself, and the strong setup: a process of another
+account cannot read the hidden files at all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.paths import REPO_ROOT, problems_dir
+from atrex_mcp.policy import WITHHELD, Policy
+from atrex_mcp.tool_models import ProblemDetail
+from tests.server_fixtures import hidden_figures, leaks, result_text
+
+pytestmark = pytest.mark.anyio
+
+OP = "rms_norm"
+EXAMPLE = REPO_ROOT / "examples" / "rms_norm_triton.py"
+T_SOL = repr(Catalog().hidden(OP).roofline["shapes"]["0"]["t_sol_ms"]["h200"])
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def _candidate(body: str) -> str:
+    """The example kernel with `body` run first thing in forward."""
+    head, tail = EXAMPLE.read_text().split("\n    def forward(", 1)
+    signature, rest = tail.split("\n", 1)
+    return f"{head}\n    def forward({signature}\n{body}\n{rest}"
+
+
+def _sneaky_candidates(hidden_dir: Path) -> dict[str, str]:
+    """Kernel files that try to get the hidden files out through every channel a result has."""
+    read_hidden = f"open({str(hidden_dir / 'roofline.json')!r}).read()"
+    return {
+        "reads_at_import.py": f"data = {read_hidden}\nraise RuntimeError(data)\n",
+        "reads_relative.py": "import pathlib\nfound = [p / 'problems/rms_norm/roofline.json' for p in pathlib.Path.cwd().parents]\n"
+                             "raise RuntimeError(str([p.read_text() for p in found if p.exists()]))\n",
+        "prints_in_forward.py": _candidate(f"        print({read_hidden}, flush=True)"),
+        "raises_in_forward.py": _candidate(f"        raise ValueError({read_hidden})"),
+        "returns_hidden_value.py": _candidate("        import json\n"
+                                              f"        t = json.loads({read_hidden})['shapes']['0']['t_sol_ms']['h200']\n"
+                                              "        return torch.full_like(x, t)"),
+        "echoes_hidden_literal.py": f"raise RuntimeError('t_sol is {T_SOL}')\n",
+    }
+
+
+def _path_tricks(workspace: Path, hidden_dir: Path) -> list[str]:
+    return ["problems/rms_norm/roofline.json", "problems/weights.json", str(hidden_dir / "metadata.json"),
+            os.path.relpath(REPO_ROOT / "problems" / OP / "roofline.json", workspace), "hidden_link.py",
+            "hidden_dir/roofline.json", "sub/../problems/rms_norm/metadata.json", "/proc/self/environ"]
+
+
+def _calls(sneaky: list[str], tricks: list[str], hidden_dir: Path) -> list[tuple[str, dict]]:
+    smoke = {"op": OP, "shapes": ["smoke"], "seeds": 1}
+    calls: list[tuple[str, dict]] = [
+        ("list_problems", {}),
+        ("get_problem", {"op": OP}),
+        ("get_problem", {"op": "../rms_norm"}),
+        ("roofline_lookup", {"flops": 10**9, "dtype_path": "bf16", "bytes_read": 10**6, "bytes_written": 10**6}),
+        ("roofline_lookup", {"op": OP, "shape": "0"}),
+        ("roofline_lookup", {"op": OP, "shape": "0", "hardware": "xpu-a"}),
+        ("roofline_lookup", {"op": OP}),
+        ("roofline_lookup", {"shape": "0"}),
+        ("wiki_search", {"query": "rms_norm roofline speed of light production timing"}),
+        ("wiki_read", {"doc_id": "docs/hardware/roofline-model"}),
+        ("wiki_read", {"doc_id": f"../../problems/{OP}/roofline"}),
+        ("validate", {**smoke, "path": "kernel.py"}),
+        ("validate", {"op": OP, "shapes": ["no-such-shape"], "path": "kernel.py"}),
+        ("profile_kernel", {"op": OP, "path": "kernel.py"}),
+        ("package", {"op": OP, "path": "kernel.py"}),
+        ("package", {"op": OP, "path": "kernel.py", "out_dir": str(hidden_dir)}),
+        ("package", {"op": OP, "path": "kernel.py", "out_dir": "hidden_dir"}),
+        ("package", {"op": OP, "path": "kernel.py", "out_dir": "problems/new_op"}),
+    ]
+    calls += [("validate", {**smoke, "path": name}) for name in sneaky]
+    calls += [(tool, {"op": OP, "path": trick}) for trick in tricks for tool in ("validate", "profile_kernel", "package")]
+    return calls
+
+
+async def test_no_hidden_figure_leaves_a_benchmark_mode_server(tmp_path):
+    # The agent's checkout holds the problem set (hidden files included), as a clone of this repository does.
+    workspace = tmp_path / "workspace"
+    shutil.copytree(problems_dir(), workspace / "problems")
+    hidden_dir = workspace / "problems" / OP
+    (workspace / "sub").mkdir()
+    shutil.copy(EXAMPLE, workspace / "kernel.py")
+    sneaky = _sneaky_candidates(hidden_dir)
+    for name, text in sneaky.items():
+        (workspace / name).write_text(text)
+    (workspace / "hidden_link.py").symlink_to(hidden_dir / "roofline.json")
+    (workspace / "hidden_dir").symlink_to(hidden_dir)
+    tricks = _path_tricks(workspace, hidden_dir)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(REPO_ROOT), "TRITON_INTERPRET": "1"}
+    params = StdioServerParameters(command=sys.executable, env=env, cwd=str(workspace), args=[
+        "-m", "atrex_mcp.cli", "serve", "--benchmark-mode", "--problems", str(workspace / "problems"),
+        "--workspace", str(workspace), "--state-dir", str(tmp_path / "state")])
+    calls = _calls(list(sneaky), tricks, hidden_dir)
+    received: list[tuple[bool, str]] = []
+    with open(tmp_path / "server.log", "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            for tool, args in calls:
+                result = await client.call_tool(tool, args)
+                received.append((result.is_error, f"{tool} {args}: {result_text(result)}"))
+    log = (tmp_path / "server.log").read_text()
+    numbers, strings = hidden_figures(OP)
+    for _, text in [*received, (False, log)]:
+        assert not leaks(text, numbers, strings), text[:2000]
+    outcome = dict(zip([f"{tool} {sorted(args.items())}" for tool, args in calls], received))
+    assert "Tool 'roofline_lookup' failed" in log  # the log was captured and scanned
+    assert "hidden in benchmark mode" in outcome[f"roofline_lookup {sorted({'op': OP, 'shape': '0'}.items())}"][1]
+    # Path tricks were refused before anything was read; the sneaky candidates ran and failed.
+    for tool, args in calls:
+        is_error, text = outcome[f"{tool} {sorted(args.items())}"]
+        if args.get("path") in tricks or args.get("out_dir"):
+            assert is_error and "category: path_outside_workspace" in text, text
+        if args.get("path") in sneaky:
+            assert not is_error and '"passed": 0' in text, text
+    assert '"passed": 1' in received[11][1]
+
+
+def test_redactor_withholds_hidden_data_in_results_errors_and_logs():
+    policy = Policy("benchmark", Catalog())
+    roofline_text = (problems_dir() / OP / "roofline.json").read_text()
+    metadata = Catalog().hidden(OP).metadata
+    for leaked in (roofline_text, f"t = {T_SOL} ms", metadata["production_note"], "{'production_us': 1}", str(metadata)):
+        assert policy.redact(leaked) == WITHHELD
+    for honest in ("max abs error 0.5 at index [3, 7]", "hidden 1024, tokens 2500", "SyntaxError: invalid syntax (candidate.py, line 2)"):
+        assert policy.redact(honest) == honest
+    detail = Policy("benchmark", Catalog())
+    model = ProblemDetail(name=OP, mode="benchmark", reference_py=f"# {T_SOL}", input_py="", shapes_json="", shapes=[], rules=[], allowed_imports=[])
+    assert detail.redact_model(model).reference_py == WITHHELD
+    assert Policy("optimize", Catalog()).redact(roofline_text) == roofline_text
+
+
+def test_another_account_cannot_read_the_hidden_files(tmp_path):
+    """The strong setup of docs/server.md: the server's problem set belongs to another account
+    with mode 0700, so a process of the agent's account (here uid 65534) gets PermissionError
+    for every hidden file, whatever path it uses."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create files of one account and run a process as another")
+    server_home = tmp_path / "server-home"
+    server_home.mkdir(mode=0o700)
+    shutil.copytree(problems_dir() / OP, server_home / "problems" / OP)
+    os.chmod(server_home, 0o700)
+    os.chmod(tmp_path, 0o755)
+    targets = [str(server_home / "problems" / OP / name) for name in ("metadata.json", "roofline.json")]
+    probe = ("import sys\nfor path in sys.argv[1:]:\n    try:\n        open(path).read()\n        print('READ', path)\n"
+             "    except PermissionError:\n        print('DENIED', path)\n")
+    done = subprocess.run(["/usr/bin/env", "python3", "-I", "-c", probe, *targets], user=65534, group=65534, extra_groups=[],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+    if "python3" in done.stderr and "No such file" in done.stderr or done.returncode == 126:
+        pytest.skip(f"no python3 reachable by uid 65534: {done.stderr.strip()}")
+    assert done.stdout.split() == [w for t in targets for w in ("DENIED", t)], done.stderr

@@ -30,7 +30,7 @@ from atrex_mcp.profiling.sass import sass_facts_from_cache
 
 Progress = Callable[[str, float], None]
 PROFILED_CALLS = 3
-CAPTURE_TIMEOUT_S = 420.0
+CAPTURE_TIMEOUT_S = 150.0
 FALLBACK_NOTE_GPU = ("torch.profiler fallback, not Nsight Compute: per-kernel device times of one profiled forward only; "
                      "no hardware counters, so the bottleneck rests on the roofline and kernel durations alone.")
 FALLBACK_NOTE_CPU = ("torch.profiler fallback on CPU under the Triton interpreter: no GPU ran, so there are no kernel times and no "

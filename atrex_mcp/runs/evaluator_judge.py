@@ -63,9 +63,8 @@ def open_session(evaluation: _Evaluation, scratch: Path, extra_env: dict[str, st
 class EvaluatorJudge:
     """Judge backed by atrex_mcp.evaluate (see the module docstring)."""
 
-    def __init__(self, catalog: Catalog, *, device: str = "", rounds: int = ROUNDS, seeds: int = CHECK_SEEDS):
+    def __init__(self, catalog: Catalog, *, rounds: int = ROUNDS, seeds: int = CHECK_SEEDS):
         self.catalog = catalog
-        self.device = device  # the GPU the server's queue granted (evaluate uses the current CUDA device)
         self.rounds = rounds
         self.seeds = seeds
 

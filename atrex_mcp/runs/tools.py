@@ -60,8 +60,10 @@ def _visible(record: IterationRecord, benchmark: bool) -> IterationRecord:
 
 
 def default_judge_factory(ctx: ServerContext) -> JudgeFactory:
+    """The evaluator as judge. The granted device only orders the queue: like evaluate(), the
+    judge runs on the process's current CUDA device."""
     def make(device: str) -> Judge:
-        return ctx.service("atrex_mcp.runs.evaluator_judge").EvaluatorJudge(ctx.catalog, device=device)
+        return ctx.service("atrex_mcp.runs.evaluator_judge").EvaluatorJudge(ctx.catalog)
 
     return make
 

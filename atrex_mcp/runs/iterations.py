@@ -159,20 +159,20 @@ class RunService:
         self._check_citations(run.op, plan)
         digest = sha256_text(source)
         base = IterationRecord(run_id=run_id, number=-1, kind="iteration", status="failed", reason="", plan=plan,
-                               source_sha256=digest, created_at=now_iso())
-
+                               source_sha256=digest, compared_to=run.accepted, created_at=now_iso())
         broken = self._contract_failure(run, source)
         if broken:
-            return self.store.commit_iteration(base.model_copy(update={"compared_to": run.accepted, "reason": broken}), source,
-                                               expected_accepted=run.accepted)
+            return self.store.commit_iteration(base.model_copy(update={"reason": broken}), source,
+                                               expected_accepted=run.accepted, check_accepted=False)
         result = self.judge.check(run.op, source, run.shapes, hardware=run.hardware, dsl=run.dsl, timing=False,
                                   progress=progress, cancel=cancel)
+        if not result.correct:
+            return self.store.commit_iteration(base.model_copy(update={"checks": result.checks, "reason": result.failure}),
+                                               source, expected_accepted=run.accepted, check_accepted=False)
         expected = run.accepted
         for _ in range(MAX_REMEASURE):
             record = base.model_copy(update={"compared_to": expected, "checks": result.checks})
-            if not result.correct:
-                record = record.model_copy(update={"reason": result.failure})
-            elif digest == sha256_text(self.store.source(run_id, expected)):
+            if digest == sha256_text(self.store.source(run_id, expected)):
                 record = record.model_copy(update={"status": "rejected", "reason": "identical to the accepted kernel"})
             else:
                 record = self._timed_verdict(run, record, expected, source, progress, cancel)
@@ -182,7 +182,7 @@ class RunService:
                 expected = stale.current
         record = base.model_copy(update={"compared_to": expected, "checks": result.checks, "status": "rejected",
                                          "reason": f"the accepted kernel changed {MAX_REMEASURE} times while this one was measured"})
-        return self.store.commit_iteration(record, source, expected_accepted=self.store.get_run(run_id).accepted)
+        return self.store.commit_iteration(record, source, expected_accepted=expected, check_accepted=False)
 
     def _timed_verdict(self, run: RunRecord, record: IterationRecord, accepted_number: int | None, source: str,
                        progress: Progress | None, cancel: threading.Event | None) -> IterationRecord:

@@ -146,9 +146,11 @@ class RunStore:
             return [self._run_from_row(r) for r in con.execute("SELECT * FROM runs ORDER BY created_at")]
 
     # -- iterations -----------------------------------------------------------------
-    def commit_iteration(self, record: IterationRecord, source: str, *, expected_accepted: int | None) -> IterationRecord:
+    def commit_iteration(self, record: IterationRecord, source: str, *, expected_accepted: int | None,
+                         check_accepted: bool = True) -> IterationRecord:
         """Store one verdict. Raises StaleAccepted when the run's accepted kernel is no longer the
-        one the candidate was timed against (another client won the race): the caller re-measures."""
+        one the candidate was timed against (another client won the race): the caller re-measures.
+        check_accepted=False for verdicts that do not depend on the accepted kernel (a failure)."""
         with self._write() as con:
             row = con.execute("SELECT baseline, accepted FROM runs WHERE run_id=?", (record.run_id,)).fetchone()
             if row is None:
@@ -162,7 +164,7 @@ class RunStore:
                 if row["baseline"] is None:
                     raise AtrexError("input", "no_baseline", f"Run {record.run_id} has no baseline yet.",
                                      "Call submit_baseline with a first correct kernel.")
-                if row["accepted"] != expected_accepted:
+                if check_accepted and row["accepted"] != expected_accepted:
                     raise StaleAccepted(row["accepted"])
                 number = con.execute("SELECT MAX(number) FROM iterations WHERE run_id=?", (record.run_id,)).fetchone()[0] + 1
             stored = record.model_copy(update={"number": number, "masked": False})

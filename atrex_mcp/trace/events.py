@@ -95,6 +95,27 @@ def _read_bytes(path: Path) -> bytes:
     return raw
 
 
+def _unclosed(raw: bytes) -> bool:
+    """Whether the text ends inside a string or an open object/array: the mark of a cut-off file
+    (only scanned on the error path)."""
+    depth, in_string, escaped = 0, False, False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x7B, 0x5B):  # { [
+            depth += 1
+        elif byte in (0x7D, 0x5D):  # } ]
+            depth -= 1
+    return in_string or depth > 0
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -109,8 +130,7 @@ def load_trace(path: Path) -> Trace:
     except UnicodeDecodeError as exc:
         raise _bad(path, f"not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
     except json.JSONDecodeError as exc:
-        truncated = exc.pos >= len(raw.rstrip()) - 1
-        what = "ends before the JSON is complete (truncated?)" if truncated else "is not valid JSON"
+        what = "ends before the JSON is complete (truncated?)" if _unclosed(raw) else "is not valid JSON"
         raise _bad(path, f"{what}: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
     if isinstance(document, dict):
         events = document.get("traceEvents")

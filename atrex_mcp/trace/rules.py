@@ -65,21 +65,28 @@ class OperatorRule(BaseModel):
 class TokenBuckets(BaseModel):
     """How dynamic dimensions are rounded so that near-duplicate shapes collapse."""
 
-    kind: str = Field(description="'pow2' (next power of two) or 'list' (next listed bound, then powers of two).")
+    kind: str = Field(description="'pow2' (next power of two), 'list' (next listed bound, then powers of two) or 'exact' (no rounding).")
     bounds: list[int] = Field(default_factory=list, description="Ascending upper bounds for kind 'list'.")
 
     @field_validator("kind")
     @classmethod
     def _known(cls, value: str) -> str:
-        if value not in ("pow2", "list"):
-            raise ValueError("kind must be 'pow2' or 'list'")
+        if value not in ("pow2", "list", "exact"):
+            raise ValueError("kind must be 'pow2', 'list' or 'exact'")
+        return value
+
+    @field_validator("bounds")
+    @classmethod
+    def _ascending(cls, value: list[int]) -> list[int]:
+        if any(b <= 0 for b in value) or any(b >= c for b, c in zip(value, value[1:])):
+            raise ValueError("bounds must be positive and strictly ascending")
         return value
 
     def bucket(self, n: int) -> int:
         """The bucket's upper bound: the representative value written into shapes."""
         if not isinstance(n, int) or isinstance(n, bool):
             raise expr.ExprError(f"bucket() needs an integer, got {n!r}")
-        if n <= 1:
+        if n <= 1 or self.kind == "exact":
             return n
         for bound in self.bounds if self.kind == "list" else ():
             if n <= bound:

@@ -24,7 +24,7 @@ def _result(op: str, shapes: list[tuple[str, bool, float | None, float | None]],
     return EvalResult(op=op, candidate=candidate, candidate_sha256="0" * 64, dsl="triton", hardware="h200", compiled=compiled,
                       shapes=[ShapeResult(id=i, correct=ok, time_ms=t, dsl_share=d, category=None if ok else "numeric_mismatch",
                                           stage=None if ok else "correctness") for i, ok, t, d in shapes],
-                      device=DeviceInfo(kind="cuda"), isolation=Isolation(), started_at="2026-01-01T00:00:00+00:00")
+                      device=DeviceInfo(kind="cuda", name="NVIDIA H200"), isolation=Isolation(), started_at="2026-01-01T00:00:00+00:00")
 
 
 def test_shape_score_is_never_clipped():
@@ -44,6 +44,16 @@ def test_aggregate_normalises_weights_and_counts_missing_operators_as_zero():
     score, missing = scoring.aggregate({"a": 0.5}, {"a": 2.0, "b": 2.0})
     assert score == pytest.approx(0.25) and missing == ["b"]
     assert scoring.aggregate({"a": None}, {"a": 1.0})[0] is None
+
+
+def test_times_are_never_scored_against_another_accelerator(catalog, tmp_path):
+    assert scoring.profile_mismatch("h200-measured", "NVIDIA H200") == ""
+    assert scoring.profile_mismatch("h20", "NVIDIA H200") and scoring.profile_mismatch("xpu-a", "NVIDIA H200")
+    run = tmp_path / "run-x"
+    run.mkdir()
+    (run / "rms_norm.json").write_text(_result("rms_norm", [("0", True, 2 * T_SOL_MS, 1.0)]).model_dump_json())
+    assert main_table([run], catalog, "h200").rows[0].per_operator[0].score == pytest.approx(0.5)
+    assert main_table([run], catalog, "xpu-a").rows[0].per_operator[0].score is None
 
 
 def test_roofline_reports_why_a_score_is_missing(catalog):

@@ -87,6 +87,7 @@ class _Evaluation:
                              "Pass the candidate file's text, or baseline='eager' / 'torch-compile'.")
         self.cuda = device.has_gpu()
         self.device = "cuda" if self.cuda else "cpu"
+        self.device_info = device.describe()
         self.reference = catalog.load_reference(request.op)
         self.make_inputs = catalog.load_make_inputs(request.op)
         self.forward_params = [p for p in inspect.signature(self.reference.forward).parameters if p != "self"]
@@ -266,34 +267,43 @@ class _Evaluation:
         if t_sol is None:
             result.score_note = reason
             return
+        mismatch = scoring.profile_mismatch(self.request.hardware, self.device_info.name)
+        if mismatch:
+            result.score_note = mismatch
+            return
         result.score = scoring.shape_score(t_sol, result.time_ms)
         if result.score is not None and result.score > 1.0:
             result.integrity.append(tx.FASTER_THAN_SOL)
             result.score_note = "S > 1: faster than the speed of light — an evaluation error, reported and not clipped"
 
     # -- driver -----------------------------------------------------------------------------
+    def open_session(self, scratch: Path, extra_env: dict[str, str] | None = None) -> Session:
+        """Fill `scratch` with the candidate and the visible problem files and describe its
+        worker (not started yet). Other judges (e.g. paired timing) open sessions through here."""
+        (scratch / "io").mkdir(exist_ok=True)
+        (scratch / "reference.py").write_text(self.problem.reference_source)
+        (scratch / "input.py").write_text(self.problem.input_source)
+        (scratch / "shapes.json").write_text(self.problem.shapes_json)
+        (scratch / CANDIDATE_FILE).write_text(self.source)
+        spec = LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, []),
+                          env={**self.adapter.worker_env(self.cuda), **(extra_env or {})},
+                          host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES)
+        rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
+        return Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
+                       load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],
+                             "forward_params": self.forward_params},
+                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.cancel)
+
     def run(self) -> EvalResult:
         t_start = time.perf_counter()
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         result = EvalResult(op=self.request.op, candidate=self.request.baseline or "candidate",
                             candidate_sha256=hashlib.sha256(self.source.encode()).hexdigest(), dsl=self.request.dsl,
-                            hardware=self.request.hardware, compiled=False, device=device.describe(),
+                            hardware=self.request.hardware, compiled=False, device=self.device_info.model_copy(),
                             isolation={}, started_at=started)
         with tempfile.TemporaryDirectory(prefix="atrex-eval-") as tmp:
             scratch = Path(tmp)
-            (scratch / "io").mkdir()
-            (scratch / "reference.py").write_text(self.problem.reference_source)
-            (scratch / "input.py").write_text(self.problem.input_source)
-            (scratch / "shapes.json").write_text(self.problem.shapes_json)
-            (scratch / CANDIDATE_FILE).write_text(self.source)
-            spec = LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, []),
-                              env=self.adapter.worker_env(self.cuda),
-                              host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES)
-            rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
-            session = Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
-                              load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],
-                                    "forward_params": self.forward_params},
-                              guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.cancel)
+            session = self.open_session(scratch)
             try:
                 self.progress("starting the sandbox worker and loading the candidate", 0.0)
                 failure = session.start(first=True)

@@ -8,12 +8,14 @@
 * S_agg = Σ w_i · S_i over every operator of the catalog with weights normalised to sum 1;
   an operator without a result counts 0.
 
-T_SOL of another accelerator (the XPU-A production figures) is never used: it is a different
-machine, so only the roofline of the chosen profile enters a score.
+Times are only ever divided by the T_SOL of the accelerator that produced them: a profile
+whose family (h200, h100, h20, xpu-a…) is not in the measured GPU's name gives no score, so an
+H200 time is never scored against XPU-A (whose production figures are another machine's).
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -48,6 +50,21 @@ class Roofline:
             known = sorted((entry.get("t_sol_ms") or {}))
             return None, f"roofline has no profile {self.profile!r} for shape {shape_id} (has: {', '.join(known) or 'none'})"
         return float(value), ""
+
+
+def profile_family(profile: str) -> str:
+    """'h200-measured' -> 'h200', 'h100-sxm' -> 'h100', 'xpu-a' -> 'xpu-a'."""
+    head = profile.lower().split("-")[0]
+    return profile.lower() if re.fullmatch(r"[a-z]+", head) else head
+
+
+def profile_mismatch(profile: str, device_name: str) -> str:
+    """Why a profile cannot score times measured on `device_name` ('' when it can)."""
+    family = profile_family(profile)
+    if re.search(rf"(?<![a-z0-9]){re.escape(family)}(?![a-z0-9])", device_name.lower()):
+        return ""
+    return (f"profile {profile!r} describes another accelerator than the one measured ({device_name!r}); "
+            "a time is only scored against the T_SOL of the device that produced it")
 
 
 def shape_score(t_sol_ms: float | None, time_ms: float | None) -> float | None:

@@ -16,7 +16,8 @@ than one with 3:
   (both timed, candidate correct), then the median over operators.
 
 Shape scores are recomputed from the recorded times against the requested hardware profile,
-so one set of results can be scored against several profiles.
+so one set of results can be scored against several profiles of the same accelerator (never
+against another accelerator's: see scoring.profile_mismatch).
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def _ratios(result: EvalResult, baseline: EvalResult | None) -> float | None:
 
 def operator_row(result: EvalResult, catalog: Catalog | None, profile: str,
                  eager: EvalResult | None, compiled: EvalResult | None) -> OperatorRow:
-    roofline = scoring.Roofline.load(catalog, result.op, profile) if catalog else scoring.Roofline(None, profile, "no catalog")
+    reason = "no catalog" if catalog is None else scoring.profile_mismatch(profile, result.device.name)
+    roofline = scoring.Roofline(None, profile, reason) if reason else scoring.Roofline.load(catalog, result.op, profile)
     pairs, above = [], 0
     for s in result.shapes:
         score = scoring.shape_score(roofline.t_sol_ms(s.id)[0], s.time_ms) if s.correct else None

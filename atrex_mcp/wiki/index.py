@@ -24,7 +24,7 @@ from atrex_mcp.wiki.models import RefreshReport, WikiDoc, WikiHit
 from atrex_mcp.wiki.roots import load_roots
 
 # Bump when the schema, the analyzer or what a reader extracts changes: the index is rebuilt.
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 MANIFEST = "manifest.json"
 FILTER_CATEGORIES = (*CATEGORIES, "kernels", "source")
 # A filter for one Hopper part also admits documents written for Hopper in general or any GPU.
@@ -33,20 +33,22 @@ SEARCH_FIELDS = ("title", "tags", "body", "code")
 FIELD_BOOSTS = {"title": 3.0, "tags": 2.5, "body": 1.0, "code": 0.6}
 _TOKEN = r"[A-Za-z0-9]+(?:[._][A-Za-z0-9]+)*"
 _FIRST_PARAGRAPH = re.compile(r"^(?!#)(\S.*?)(?:\n\s*\n|\Z)", re.S | re.M)
+_LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
 
 
 class CompoundPartsFilter(Filter):
-    """`tl.dot` and `num_stages` are also found by `dot` and `stages`."""
+    """`tl.dot` and `rms_norm` are also found by their parts (`dot`; `rms`, `norm`) and by the
+    parts run together (`tldot`, `rmsnorm`), the way people spell them in questions."""
 
     def __call__(self, tokens):
         for token in tokens:
             whole = token.text
             yield token
             if "." in whole or "_" in whole:
-                for part in re.split(r"[._]+", whole):
-                    if part:
-                        token.text = part
-                        yield token
+                parts = [p for p in re.split(r"[._]+", whole) if p]
+                for part in [*parts, "".join(parts)]:
+                    token.text = part
+                    yield token
 
 
 def _analyzer():
@@ -171,7 +173,7 @@ class WikiIndex:
     def _add(writer, e: WikiEntry) -> None:
         writer.update_document(
             doc_id=e.doc_id, kind=e.kind, category=e.category, title=e.title,
-            tags=" ".join(e.tags + e.op_family), body=e.body, code=e.code,
+            tags=" ".join(e.tags + e.op_family), body=_LINK_TARGET.sub("]", e.body), code=e.code,
             op_family=",".join(e.op_family), dsl=",".join(e.dsl), hardware=",".join(e.hardware),
             tag_list=e.tags,
         )

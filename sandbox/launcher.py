@@ -26,7 +26,9 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -202,6 +204,32 @@ def _chown_tree(root: Path) -> None:
             os.chown(os.path.join(dirpath, name), SANDBOX_UID, SANDBOX_GID)
 
 
+class _OutputTail:
+    """Drains the worker's stdout/stderr on a thread, keeping only the last `limit` bytes:
+    a candidate that prints without end fills neither memory nor disk."""
+
+    def __init__(self, stream, limit: int = 64 * 1024):
+        self._chunks: deque[bytes] = deque()
+        self._size, self._limit = 0, limit
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, stream) -> None:
+        with stream:
+            for chunk in iter(lambda: stream.read1(65536), b""):
+                with self._lock:
+                    self._chunks.append(chunk)
+                    self._size += len(chunk)
+                    while self._size > self._limit and len(self._chunks) > 1:
+                        self._size -= len(self._chunks.popleft())
+
+    def text(self, limit: int) -> str:
+        self._thread.join(timeout=1)
+        with self._lock:
+            return b"".join(self._chunks)[-limit:].decode(errors="replace")
+
+
 class Worker:
     """One sandbox worker process and its request/reply channel."""
 
@@ -209,7 +237,7 @@ class Worker:
         self.spec = spec
         self.proc: subprocess.Popen | None = None
         self.plan: dict[str, Any] = {}
-        self.log_path = spec.scratch / "worker.log"
+        self._output: _OutputTail | None = None
         self._req_w = self._resp_r = -1
 
     # -- life cycle -------------------------------------------------------------------------
@@ -241,15 +269,14 @@ class Worker:
         elif self.plan["drop_uid"]:
             kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
         t0 = time.perf_counter()
-        log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
+            self.proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, pass_fds=(req_r, resp_w), start_new_session=True,
                                          **kwargs)
         finally:
-            log.close()
             os.close(req_r)
             os.close(resp_w)
+        self._output = _OutputTail(self.proc.stdout)
         self._req_w, self._resp_r = req_w, resp_r
         rlimits = dict(init.get("rlimits", {}))
         if self.plan["drop_uid"]:  # counts every process of the uid: meaningful only for a uid of our own
@@ -299,13 +326,8 @@ class Worker:
         return self.proc is not None and self.proc.poll() is None and self._req_w >= 0
 
     def log_tail(self, limit: int = 4000) -> str:
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - limit))
-                return fh.read().decode(errors="replace")
-        except OSError:
-            return ""
+        """The end of what the worker printed (the candidate's prints included)."""
+        return self._output.text(limit) if self._output else ""
 
     # -- requests ---------------------------------------------------------------------------
     def request(self, cmd: str, payload: dict[str, Any], timeout_s: float, poll: Callable[[], None] | None = None) -> dict[str, Any]:

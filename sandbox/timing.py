@@ -83,7 +83,7 @@ def _poison(value: Any, keep: set[int]) -> None:
                 if t.dtype.is_floating_point and t.element_size() >= 2:
                     t.fill_(float("nan"))
                 else:
-                    t.view(torch.uint8).fill_(0xFF) if t.is_contiguous() else t.zero_()
+                    t.reshape(-1).view(torch.uint8).fill_(0xFF) if t.is_contiguous() else t.zero_()
 
 
 def storages(inputs: dict[str, Any]) -> set[int]:

@@ -57,8 +57,9 @@ def _tensors(value: Any) -> list[Any]:
     return [value]
 
 
-def _plain_copy(value: Any) -> Any:
-    """A CPU copy of an output made of plain tensors only; anything else is a structure failure."""
+def _plain_copy(value: Any, device: str) -> Any:
+    """A CPU copy of an output made of plain tensors on the inputs' device; anything else is a
+    structure failure."""
     if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
         raise Failure("runtime", "wrong_output_type", "Output dict keys must be strings.")
     for t in _tensors(value):
@@ -66,6 +67,8 @@ def _plain_copy(value: Any) -> Any:
             raise Failure("runtime", "wrong_output_type",
                           f"Output holds a {type(t).__module__}.{type(t).__qualname__}; return plain torch.Tensor objects "
                           "(a tensor, a tuple or a dict of tensors).")
+        if t.device.type != device:
+            raise Failure("runtime", "wrong_output_type", f"Output is on {t.device}, the inputs on {device}; return it where the inputs are.")
     copy = lambda t: t.detach().to("cpu").clone(memory_format=torch.contiguous_format)  # noqa: E731
     if isinstance(value, dict):
         return {k: copy(v) for k, v in value.items()}
@@ -79,7 +82,7 @@ def _checksums(inputs: dict[str, Any]) -> dict[str, int]:
     sums = {}
     for name, t in inputs.items():
         if isinstance(t, torch.Tensor):
-            sums[name] = int(t.detach().contiguous().view(torch.uint8).sum(dtype=torch.int64).item()) if t.numel() else 0
+            sums[name] = int(t.detach().contiguous().reshape(-1).view(torch.uint8).sum(dtype=torch.int64).item()) if t.numel() else 0
     return sums
 
 
@@ -210,7 +213,7 @@ class Worker:
             self._sync()
             seconds.append(time.perf_counter() - t0)
             name = f"{msg['prefix']}_{k}.pt"
-            _SAVE(_plain_copy(out), self.scratch / name)
+            _SAVE(_plain_copy(out, self.device), self.scratch / name)
             _poison(out, storages(inputs))
             files.append(name)
             del out, inputs
@@ -245,7 +248,7 @@ class Worker:
         for index in msg["sets"]:
             if index in self.kept:
                 name = f"{msg['prefix']}_{index}.pt"
-                _SAVE(_plain_copy(self.kept[index]), self.scratch / name)
+                _SAVE(_plain_copy(self.kept[index], self.device), self.scratch / name)
                 files[str(index)] = name
         for out in self.kept.values():
             _poison(out, set())

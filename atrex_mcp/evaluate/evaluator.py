@@ -58,7 +58,7 @@ def _select_shapes(problem: VisibleProblem, ids: list[str] | None) -> list[Shape
 
 
 def _input_checksums(inputs: dict[str, Any]) -> dict[str, int]:
-    return {name: int(t.detach().contiguous().view(torch.uint8).sum(dtype=torch.int64).item()) if t.numel() else 0
+    return {name: int(t.detach().contiguous().reshape(-1).view(torch.uint8).sum(dtype=torch.int64).item()) if t.numel() else 0
             for name, t in inputs.items() if isinstance(t, torch.Tensor)}
 
 

@@ -1,0 +1,96 @@
+"""`atrex-mcp demo`: the whole product in one command. Starts `atrex-mcp serve` as a subprocess,
+connects a real MCP client to it over stdio, lists the problems, validates a shipped example
+Triton kernel (on CPU through Triton's interpreter, or timed on a GPU) and prints the result."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("demo", help="start the server, connect an MCP client, validate an example kernel",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--op", default="rms_norm", help="problem to validate (default rms_norm)")
+    p.add_argument("--kernel", type=Path, help="kernel file (default: the shipped example for --op)")
+    p.add_argument("--shapes", help="comma-separated shape ids (default: smoke on CPU, every scored shape on a GPU)")
+    p.add_argument("--seeds", type=int, default=1, help="input seeds per shape (default 1)")
+    p.add_argument("--benchmark-mode", action="store_true", help="run the server in benchmark mode")
+    p.set_defaults(func=run)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _table(result: dict) -> list[str]:
+    rows = [f"  {'shape':>8}  {'verdict':<28} {'time ms':>10} {'S':>7} {'DSL share':>9}"]
+    for s in result["shapes"]:
+        verdict = "correct" if s["correct"] else f"{s['stage']}/{s['category']}"
+        time_ms = f"{s['time_ms']:.4f}" if s["time_ms"] is not None else "-"
+        score = f"{s['score']:.3f}" if s["score"] is not None else "-"
+        share = f"{s['dsl_share']:.0%}" if s["dsl_share"] is not None else "-"
+        rows.append(f"  {s['id']:>8}  {verdict:<28} {time_ms:>10} {score:>7} {share:>9}")
+        if not s["correct"] and s["message"]:
+            rows.append("            " + s["message"].strip().splitlines()[-1][:160])
+    return rows
+
+
+async def _demo(args: argparse.Namespace, kernel: Path) -> int:
+    import os
+    import tempfile
+
+    from mcp import Client, StdioServerParameters
+
+    serve = [sys.executable, "-m", "atrex_mcp.cli", "serve", "--workspace", str(kernel.parent)]
+    if args.benchmark_mode:
+        serve.append("--benchmark-mode")
+    params = StdioServerParameters(command=serve[0], args=serve[1:], env=dict(os.environ), cwd=tempfile.gettempdir())
+    _say(f"$ {' '.join(serve)}   (an MCP server on stdio; this command is its client)")
+    async with Client(params) as client:
+        info = client.server_info
+        _say(f"connected: {info.name} {info.version}, protocol {client.protocol_version}")
+        tools = [t.name for t in (await client.list_tools()).tools]
+        _say(f"tools: {', '.join(tools)}")
+        listed = (await client.call_tool("list_problems", {})).structured_content
+        _say(f"list_problems: {len(listed['problems'])} problems in {listed['mode']} mode: "
+             + ", ".join(p["name"] for p in listed["problems"]))
+        shapes = args.shapes.split(",") if args.shapes else None
+        if shapes is None:
+            import torch
+
+            shapes = None if torch.cuda.is_available() else ["smoke"]
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            print(f"  … {message}", file=sys.stderr, flush=True)
+
+        call = {"op": args.op, "path": kernel.name, "seeds": args.seeds, **({"shapes": shapes} if shapes else {})}
+        _say(f"validate {call}")
+        result = await client.call_tool("validate", call, progress_callback=progress)
+        if result.is_error:
+            _say(result.content[0].text)
+            return 1
+        v = result.structured_content
+        _say(f"{v['op']} on {v['device']}: compiled={v['compiled']}, {v['passed']} passed, {v['failed']} failed")
+        if v["compile_error"]:
+            _say(f"  compile error [{v['compile_error']['category']}]: {v['compile_error']['message'].strip().splitlines()[0]}")
+        for line in _table(v):
+            _say(line)
+        if v["operator_score"] is not None and v["timed"]:
+            _say(f"operator score S = {v['operator_score']:.3f} (median T_SOL/T over correct shapes)")
+        for note in v["notes"] + v["isolation_warnings"]:
+            _say(f"note: {note}")
+        return 0 if v["compiled"] and v["failed"] == 0 else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from atrex_mcp.paths import _data_dir
+
+    kernel = (args.kernel or _data_dir("examples") / f"{args.op}_triton.py").resolve()
+    if not kernel.is_file():
+        print(f"atrex-mcp demo: no kernel file {kernel}; pass --kernel PATH", file=sys.stderr)
+        return 2
+    return anyio.run(_demo, args, kernel)

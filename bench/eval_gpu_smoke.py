@@ -133,7 +133,7 @@ def main() -> int:
         result = evaluate(EvalRequest(op=op, source=EXAMPLES[op].read_text(), shapes=shapes, seeds=5,
                                       timeout_s=max(30.0, min(120.0, remaining / 2))), catalog)
         per_shape = {k: [s.seconds.get(k) for s in result.shapes if s.seconds.get(k) is not None]
-                     for k in ("correctness", "reference_and_compare", "timing", "profile")}
+                     for k in ("correctness", "first_call_extra", "reference_and_compare", "timing", "profile")}
         report["examples"][op] = {
             "compiled": result.compiled, "operator_score": result.operator_score, "note": result.operator_score_note,
             "correct": sum(s.correct for s in result.shapes), "shapes": len(result.shapes),

@@ -13,6 +13,7 @@ from atrex_mcp.cli import main as cli_main
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import EvalRequest, evaluate
 from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.evaluate.session import classify
 from eval_support import EXAMPLES, make_problem_root, run_eval
 
 REFERENCE_MATH = """
@@ -71,6 +72,31 @@ def test_compile_stage_taxonomy(catalog, source, category):
     assert not result.compiled
     assert result.compile_error.category == category and result.compile_error.stage == "compile"
     assert all(s.stage == tx.COMPILE and s.category == category and not s.correct for s in result.shapes)
+
+
+def test_import_that_hangs_or_exhausts_memory_fails_at_compile(catalog):
+    slow = evaluate(EvalRequest(op="rms_norm", source="import time\ntime.sleep(600)\n", shapes=["0"], seeds=1,
+                                compile_timeout_s=3), catalog)
+    assert (slow.compile_error.stage, slow.compile_error.category) == ("compile", tx.COMPILE_TIMEOUT)
+    hungry = run_eval(catalog, "block = bytearray(1 << 40)\n")
+    assert (hungry.compile_error.stage, hungry.compile_error.category) == ("compile", tx.COMPILE_OOM)
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        ({"type": "triton.compiler.errors.CompilationError", "message": "at 3:4: ..."}, (tx.COMPILE, tx.KERNEL_COMPILE_ERROR)),
+        ({"type": "torch.AcceleratorError", "message": "CUDA error: an illegal memory access was encountered"}, (tx.RUNTIME, tx.CUDA_FAULT)),
+        ({"type": "builtins.RuntimeError", "message": "CUDA error: device-side assert triggered"}, (tx.RUNTIME, tx.CUDA_FAULT)),
+        ({"type": "torch.OutOfMemoryError", "message": "CUDA out of memory."}, (tx.RUNTIME, tx.OOM)),
+        ({"type": "builtins.RuntimeError", "message": "DefaultCPUAllocator: can't allocate memory"}, (tx.RUNTIME, tx.OOM)),
+        ({"type": "builtins.ValueError", "message": "bad"}, (tx.RUNTIME, tx.EXCEPTION)),
+        ({"stage": "compile", "category": "no_model", "type": "", "message": ""}, (tx.COMPILE, tx.NO_MODEL)),
+        ({"stage": "compile", "category": "made_up", "type": "builtins.ValueError", "message": ""}, (tx.RUNTIME, tx.EXCEPTION)),
+    ],
+)
+def test_worker_errors_map_to_stable_categories(error, expected):
+    assert classify(error) == expected
 
 
 @pytest.mark.parametrize(

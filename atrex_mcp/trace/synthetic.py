@@ -13,6 +13,7 @@ so only the forward work is in the trace. A reference call appears in one of thr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,20 @@ class Step:
     items: list[OpCall | Callable[[], Any]]
 
 
+# One model (and one compiled wrapper) per operator, init and compiler for the whole process:
+# torch.compile caches per code object and gives up after a few recompilations, so compiling
+# a fresh instance for every call of the same operator would silently fall back to eager.
+_FORWARDS: dict[tuple[str, str, Compile | None], Callable[..., Any]] = {}
+
+
+def _forward(catalog: Catalog, op: str, init: dict[str, Any], compile_model: Compile | None) -> Callable[..., Any]:
+    key = (op, json.dumps(init, sort_keys=True), compile_model)
+    if key not in _FORWARDS:
+        model = catalog.load_reference(op)(**init)
+        _FORWARDS[key] = compile_model(model) if compile_model else model
+    return _FORWARDS[key]
+
+
 def _prepared(item: OpCall | Callable[[], Any], catalog: Catalog, device: str, seed: int,
               compile_model: Compile | None) -> Callable[[], Any]:
     if not isinstance(item, OpCall):
@@ -54,8 +69,7 @@ def _prepared(item: OpCall | Callable[[], Any], catalog: Catalog, device: str, s
     if item.form == "named":
         call = reference_ops.register(item.op, catalog, body=compile_model)
         return lambda: call(**tensors, **item.init)
-    model = catalog.load_reference(item.op)(**item.init)
-    forward = compile_model(model) if compile_model else model
+    forward = _forward(catalog, item.op, item.init, compile_model)
     if item.form == "range":
         def ranged() -> Any:
             with record_function(f"{reference_ops.NAMESPACE}::{item.op}"):

@@ -475,22 +475,24 @@ def _register_tools(app: ServerContext) -> None:
         source: SourceArg = None,
         path: PathArg = None,
         shape: Annotated[str, Field(max_length=64, description="The one shape id to profile (from get_problem).")] = "smoke",
+        run_id: Annotated[str | None, Field(max_length=64, description="Optimisation run this profile belongs to (from start_run), if any.")] = None,
         ctx: Context = None,  # type: ignore[assignment]
     ) -> ProfileResult:
-        """Where the time goes for one shape: the kernel's time and spread, every device kernel of
-        one forward with its share attributed to your Triton code, generated code, libraries or
-        PyTorch, and hardware counters with a bottleneck classification where a profiler is
-        available. Needs a GPU for figures (on CPU it only checks correctness). Takes a GPU to
-        itself for seconds to a minute; sends progress; cancelling stops it."""
+        """Where the time goes for one shape: per-kernel hardware counters of your Triton kernels
+        (Nsight Compute on a GPU that has it; otherwise per-kernel device times from torch.profiler,
+        marked as the fallback) and the bottleneck they point to (memory, compute, latency, launch).
+        The profile is stored: cite its profile_id in a run's plan. Needs a GPU for figures (on CPU
+        it only says what it could not measure). Takes a GPU to itself for up to a few minutes;
+        sends progress; cancelling stops it."""
         text = app.candidate_source(source, path)
         catalog.visible(op).shape(shape)
-        request_type = app.service("atrex_mcp.evaluate.models", "EvalRequest")
-        request = request_type(op=op, source=text, shapes=[shape], seeds=1, hardware=config.hardware, timing=True, measure_dsl=True)
-        result = await app.evaluate(ctx, request)
-        validated = policy.validate_result(result)
-        notes = [] if result.device.kind == "cuda" else ["No GPU on the server: no timing, kernel breakdown or counters."]
-        return ProfileResult(op=op, mode=config.mode, device=validated.device, shape=validated.shapes[0],
-                             timing=result.shapes[0].timing if result.shapes else None, notes=notes)
+        profile = app.service("atrex_mcp.profiling.service", "profile_kernel")
+        store = app.service("atrex_mcp.runs.store", "RunStore")(app.state_dir)
+        kind: JobKind = "timed" if await app.has_gpu() else "correctness"
+        report = await app.run_job(ctx, kind, f"profile {op}/{shape}", lambda device, progress, cancel: profile(
+            op, text, shape, catalog, hardware=config.hardware, store=store, run_id=run_id,
+            reveal_roofline=not policy.benchmark, progress=progress, cancel=cancel))
+        return ProfileResult(**report.model_dump(), mode=config.mode)
 
     app.add_tool(validate, title="Validate a kernel", read_only=False)
     app.add_tool(profile_kernel, title="Profile a kernel", read_only=False)

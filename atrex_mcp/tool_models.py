@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from atrex_mcp.errors import ErrorInfo
 from atrex_mcp.evaluate.compare import MismatchDetail
-from atrex_mcp.evaluate.models import KernelTime, TimingStats
+from atrex_mcp.evaluate.models import KernelTime
 from atrex_mcp.profiling.models import ProfileReport
 from atrex_mcp.package import PackageResult
 from atrex_mcp.wiki.models import WikiDoc, WikiHit
@@ -118,13 +118,10 @@ class ValidateResult(ToolOutput):
     operator_score: float | None = Field(default=None, description="Median S over the correct shapes (optimize mode only).")
 
 
-class ProfileResult(ToolOutput):
-    op: str = Field(description="Operator profiled.")
-    mode: Mode = Field(description="Server mode.")
-    device: str = Field(description="Where it ran.")
-    shape: ShapeVerdict = Field(description="The shape's verdict, time and per-kernel breakdown with DSL attribution.")
-    timing: TimingStats | None = Field(default=None, description="How the time was measured: calls, warm-up, L2 flush, clocks, spread (GPU only).")
-    counters: ProfileReport | None = Field(default=None, description="Hardware counters per kernel (Nsight Compute, or the torch.profiler fallback) and the bottleneck they point to; null where no profiler is available (see notes).")
+class ProfileResult(ProfileReport, ToolOutput):
+    """A stored profile of one shape (cite profile_id in a run's plan)."""
+
+    mode: Mode = Field(description="Server mode (in benchmark mode `roofline` is null and the bottleneck evidence leaves it out).")
 
 
 class RooflineResult(ToolOutput):

@@ -116,11 +116,14 @@ async def test_cancelling_a_call_kills_its_worker(tmp_path):
     assert not _children() - before
 
 
-async def test_profile_kernel_on_cpu_says_what_it_cannot_measure(workspace_config):
+async def test_profile_kernel_on_cpu_is_stored_and_says_what_it_cannot_measure(workspace_config):
     async with connect(workspace_config) as client:
-        result = (await client.call_tool("profile_kernel", {"op": "rms_norm", "path": "kernel.py"})).structured_content
-    assert result["shape"]["id"] == "smoke" and result["shape"]["correct"]
-    assert result["counters"] is None and "No GPU" in result["notes"][0]
+        result = await client.call_tool("profile_kernel", {"op": "rms_norm", "path": "kernel.py"})
+    profile = result.structured_content
+    assert not result.is_error, result.content[0].text
+    assert profile["profile_id"].startswith("prof-") and profile["shape"] == "smoke"
+    assert profile["fallback"] and profile["tool"] == "torch.profiler" and "no GPU" in profile["note"]
+    assert profile["bottleneck"]["kind"] == "unknown" and profile["mode"] == "optimize"
 
 
 async def test_package_writes_artifact_and_manifest_inside_the_workspace(workspace_config):

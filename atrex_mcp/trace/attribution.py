@@ -140,21 +140,27 @@ class _HostIndex:
         return best
 
 
-class _GpuRanges:
-    """GPU-side projections of ranges (gpu_user_annotation), looked up by containment per device."""
-
-    def __init__(self, ranges: list[DeviceEvent]):
-        self.by_device: dict[Any, list[DeviceEvent]] = {}
-        for r in ranges:
-            self.by_device.setdefault(r.stream[0], []).append(r)
-        for items in self.by_device.values():
-            items.sort(key=lambda r: r.ts)
-        self.starts = {dev: [r.ts for r in items] for dev, items in self.by_device.items()}
-
-    def around(self, ev: DeviceEvent) -> list[DeviceEvent]:
-        items = self.by_device.get(ev.stream[0], [])
-        upto = bisect.bisect_right(self.starts.get(ev.stream[0], []), ev.ts)
-        return [r for r in items[:upto] if r.end >= ev.end - 0.01]
+def _gpu_ranges_around(ranges: list[DeviceEvent], device: list[DeviceEvent]) -> dict[int, list[DeviceEvent]]:
+    """For each device event, the GPU-side ranges (gpu_user_annotation) of its device that contain
+    it, outermost first: one sweep in time order with the set of ranges open at each start."""
+    around: dict[int, list[DeviceEvent]] = {}
+    by_device: dict[Any, list[DeviceEvent]] = {}
+    for r in ranges:
+        by_device.setdefault(r.stream[0], []).append(r)
+    for dev, items in by_device.items():
+        items.sort(key=lambda r: (r.ts, -r.dur))
+        events = sorted((e for e in device if e.stream[0] == dev), key=lambda e: e.ts)
+        open_ranges: list[DeviceEvent] = []
+        i = 0
+        for ev in events:
+            while i < len(items) and items[i].ts <= ev.ts:
+                open_ranges.append(items[i])
+                i += 1
+            open_ranges = [r for r in open_ranges if r.end >= ev.ts]
+            inside = [r for r in open_ranges if r.end >= ev.end - 0.01]
+            if inside:
+                around[id(ev)] = inside
+    return around
 
 
 def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, Any], dict[str, Any]]],
@@ -180,7 +186,7 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
         return calls[id(node)]
 
     if trace.has_device_activity:
-        gpu_ranges = _GpuRanges(trace.device_ranges)
+        gpu_ranges = _gpu_ranges_around(trace.device_ranges, trace.device) if trace.device_ranges else {}
         for ev in trace.device:
             node, how = index.launcher(ev)
             links[how] += 1
@@ -189,7 +195,7 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
             call: Call | None = None
             if resolved.op_node is not None:
                 call = host_call(resolved)
-            around = gpu_ranges.around(ev) if (call is None or phase is None) and trace.device_ranges else []
+            around = gpu_ranges.get(id(ev), [])
             if phase is None:
                 phase = next((p for r in reversed(around) if (p := rules.phase_of_range(r.name))), None)
             if call is None:

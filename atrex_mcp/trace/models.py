@@ -23,7 +23,7 @@ class TraceInput(BaseModel):
     device: Literal["gpu", "cpu"] = Field(description="'gpu' when device activity was attributed; 'cpu' for a CPU-only trace (operator self time).")
     device_names: list[str] = Field(default_factory=list, description="Devices named in the trace's deviceProperties.")
     attributed_us: float = Field(description="Time attributed from this trace, in microseconds.")
-    links: dict[str, int] = Field(default_factory=dict, description="How device events were tied to host events: correlation, external_id, time_containment, gpu_range, kernel_name, none.")
+    links: dict[str, int] = Field(default_factory=dict, description="How device events were tied to host events (correlation, external_id, time_containment, none) and, for those no host operator claimed, to an operator (gpu_range, kernel_name).")
 
 
 class ShapeStats(BaseModel):

@@ -2,7 +2,9 @@
 
 The isolation policy in one place:
 * its own session and process group (killed whole with SIGKILL), and — when the tools and
-  privileges exist — its own PID namespace, so a child that calls setsid() still dies with it;
+  privileges exist — its own PID namespace, so a child that calls setsid() still dies with it,
+  and its own mount namespace with a private /proc (no other process visible) and an empty
+  mode-000 tmpfs over every protected directory (a layer that holds without Landlock);
 * uid/gid 65534 with no supplementary groups when running as root and the interpreter is
   reachable by that uid; otherwise the worker drops every capability itself;
 * a minimal environment, cwd = a scratch directory holding only the candidate and the
@@ -26,6 +28,7 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from collections import deque
@@ -164,18 +167,41 @@ def landlock_rules(spec: LaunchSpec, sys_path: list[str]) -> dict[str, int]:
     return rules
 
 
+# Runs as root inside the new mount namespace, before the uid switch: an empty, read-only,
+# mode-000 tmpfs over every protected directory, then exec of the rest of the command line.
+_HIDE_SCRIPT = ('while [ "$1" != "--" ]; do mount -t tmpfs -o ro,size=4k,mode=000 atrex-hidden "$1" || exit 97; '
+                'shift; done; shift; exec "$@"')
+
+
 @cache
-def _pid_namespace_prefix() -> tuple[str, ...]:
-    """`unshare --pid --fork --kill-child` when it works here (root, util-linux, no seccomp veto)."""
-    tool = shutil.which("unshare")
+def _namespace_prefix() -> tuple[tuple[str, ...], bool]:
+    """(unshare prefix, hides directories): PID namespace, and where allowed a mount namespace
+    with its own /proc and the protected roots covered. Empty when not root or refused here."""
+    tool, sh = shutil.which("unshare"), shutil.which("sh")
     if os.geteuid() != 0 or tool is None:
-        return ()
-    probe = subprocess.run([tool, "--pid", "--fork", "--kill-child", "true"], capture_output=True, timeout=20)
-    return (tool, "--pid", "--fork", "--kill-child") if probe.returncode == 0 else ()
+        return (), False
+    base = (tool, "--pid", "--fork", "--kill-child")
+    with tempfile.TemporaryDirectory() as probe_dir:
+        full = (*base, "--mount-proc")
+        probe = subprocess.run([*full, sh or "sh", "-c", _HIDE_SCRIPT, "sh", probe_dir, "--", "true"],
+                               capture_output=True, timeout=20)
+        if sh and probe.returncode == 0:
+            return full, True
+    probe = subprocess.run([*base, "true"], capture_output=True, timeout=20)
+    return (base if probe.returncode == 0 else ()), False
+
+
+def hidden_dirs(spec: LaunchSpec) -> list[str]:
+    """Directories a mount namespace covers: the protected roots and a checkout's .git."""
+    dirs = [_real(p) for p in spec.protected]
+    checkout = _real(Path(__file__).parent).parent
+    if (checkout / ".git").is_dir():
+        dirs.append(checkout / ".git")
+    return sorted({str(d) for d in dirs if d.is_dir()})
 
 
 def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
-    """How the next worker will be started here: uid switch, PID namespace, and why not."""
+    """How the next worker will be started here: uid switch, namespaces, and why not."""
     notes: list[str] = []
     drop_uid = False
     if os.geteuid() != 0:
@@ -187,14 +213,18 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
                          "with every capability dropped")
         else:
             drop_uid = True
-    prefix = list(_pid_namespace_prefix())
+    prefix, hides = _namespace_prefix()
+    prefix = list(prefix)
     setpriv = shutil.which("setpriv")
     if prefix and drop_uid and setpriv is None:
-        prefix = []
-        notes.append("setpriv missing: no PID namespace (the uid switch needs it after unshare)")
+        prefix, hides = [], False
+        notes.append("setpriv missing: no namespaces (the uid switch needs it after unshare)")
     elif not prefix:
         notes.append("no PID namespace (needs root and util-linux unshare): a child that leaves the process group survives a kill")
-    return {"drop_uid": drop_uid, "pid_namespace": bool(prefix), "prefix": prefix, "setpriv": setpriv, "notes": notes}
+    elif not hides:
+        notes.append("no mount namespace: protected directories are hidden by Landlock alone")
+    return {"drop_uid": drop_uid, "pid_namespace": bool(prefix), "mount_namespace": hides, "prefix": prefix,
+            "setpriv": setpriv, "notes": notes}
 
 
 def _chown_tree(root: Path) -> None:
@@ -265,7 +295,8 @@ class Worker:
         if self.plan["prefix"]:
             uid_switch = ([self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
                           if self.plan["drop_uid"] else [])
-            argv = [*self.plan["prefix"], *uid_switch, *argv]
+            hide = (["sh", "-c", _HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else [])
+            argv = [*self.plan["prefix"], *hide, *uid_switch, *argv]
         elif self.plan["drop_uid"]:
             kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
         t0 = time.perf_counter()

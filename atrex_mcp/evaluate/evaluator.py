@@ -264,6 +264,9 @@ class _Evaluation:
         result.t_sol_ms = t_sol
         if not result.correct:
             return
+        if result.category == tx.OVER_TIME_BUDGET:  # correct, but slower than the budget: T_cand → ∞
+            result.score, result.score_note = 0.0, "over the time budget: scored 0"
+            return
         if result.time_ms is None:
             result.score_note = result.timing_note or "not timed"
             return

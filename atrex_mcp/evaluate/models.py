@@ -103,6 +103,7 @@ class Isolation(BaseModel):
 
     uid: int | None = Field(default=None, description="uid the worker ran as (65534 = nobody).")
     pid_namespace: bool = Field(default=False, description="Worker ran in its own PID namespace.")
+    mount_namespace: bool = Field(default=False, description="Worker ran in its own mount namespace: private /proc, protected directories covered by an empty tmpfs.")
     landlock_abi: int = Field(default=0, description="Kernel Landlock ABI (0 = unavailable).")
     landlock_enforced: bool = Field(default=False, description="Landlock file-system restriction in force.")
     landlock_handles: list[str] = Field(default_factory=list, description="What Landlock restricted: filesystem, tcp, signals+abstract-unix.")

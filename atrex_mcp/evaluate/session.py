@@ -131,7 +131,8 @@ class Session:
         ll = report.get("landlock") or {}
         plan = self.worker.plan if self.worker else {}
         self.isolation = Isolation(
-            uid=report.get("uid"), pid_namespace=bool(plan.get("pid_namespace")), landlock_abi=ll.get("abi", 0),
+            uid=report.get("uid"), pid_namespace=bool(plan.get("pid_namespace")),
+            mount_namespace=bool(plan.get("mount_namespace")), landlock_abi=ll.get("abi", 0),
             landlock_enforced=bool(ll.get("enforced")), landlock_handles=list(ll.get("handles", [])),
             capabilities_dropped=bool(report.get("capabilities_dropped")), rlimits=dict(report.get("rlimits", {})),
             warnings=[*plan.get("notes", []), *report.get("warnings", [])])

@@ -171,3 +171,12 @@ def test_silu_and_mul_example_on_the_shipped_problem():
     result = evaluate(EvalRequest(op="silu_and_mul", source=source, shapes=[catalog.visible("silu_and_mul").smoke_shape.id],
                                   seeds=1), catalog)
     assert result.shapes[0].correct, result.shapes[0].message
+
+
+def test_a_worker_that_cannot_start_is_the_evaluators_error_not_the_candidates(catalog, monkeypatch):
+    import sandbox.launcher
+
+    monkeypatch.setattr(sandbox.launcher, "_BOOTSTRAP", "import sys; sys.exit(3)")
+    with pytest.raises(AtrexError) as info:
+        run_eval(catalog, HEADER + REFERENCE_MATH)
+    assert (info.value.info.stage, info.value.info.category) == ("internal", "sandbox_start_failed")

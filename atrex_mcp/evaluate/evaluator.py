@@ -314,7 +314,7 @@ class _Evaluation:
                 self.progress("starting the sandbox worker and loading the candidate", 0.0)
                 failure = session.start(first=True)
                 if failure is not None:
-                    result.compile_error = ErrorInfo(stage="compile" if failure.stage == tx.COMPILE else "runtime",
+                    result.compile_error = ErrorInfo(stage="compile",
                                                      category=failure.category, message=failure.message,
                                                      hint="Fix the candidate file so it imports and defines Model as the reference does.")
                     result.shapes = [ShapeResult(id=s.id, correct=False, stage=failure.stage, category=failure.category,

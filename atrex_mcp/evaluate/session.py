@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import Isolation, Overhead
@@ -91,18 +92,25 @@ class Session:
         return Failure(stage, category, self.text(detail))
 
     def start(self, first: bool) -> Failure | None:
-        """Start a worker and load the candidate; a Failure means it did not compile/load."""
+        """Start a worker and load the candidate; a Failure means it did not compile/load.
+        A worker that cannot even start (before any candidate code ran) is the evaluator's
+        failure, not the candidate's: the first time it raises an internal AtrexError."""
         t0 = time.perf_counter()
         self.worker = Worker(self.spec)
+        problem = ""
         try:
             reply = self.worker.start(self.init, poll=self._poll)
+            if not reply.get("ok"):
+                problem = str(reply.get("error"))
         except (WorkerDied, WorkerTimeout) as exc:
+            problem = f"{exc}\n{exc.log_tail[-1500:] if isinstance(exc, WorkerDied) else ''}"
+        if problem:
             self.worker.kill()
-            tail = exc.log_tail if isinstance(exc, WorkerDied) else ""
-            return Failure("runtime", tx.CRASH, self.text(f"The sandbox worker failed to start: {exc}\n{tail[-1500:]}"))
-        if not reply.get("ok"):
-            self.worker.kill()
-            return Failure("runtime", tx.CRASH, self.text(f"The sandbox worker failed to start: {reply.get('error')}"))
+            message = self.text(f"The sandbox worker failed to start: {problem}")
+            if first:
+                raise AtrexError("internal", "sandbox_start_failed", message,
+                                 "Check the isolation warnings; ATREX_SANDBOX_LANDLOCK=0 tells a Landlock problem from others.")
+            return Failure(tx.RUNTIME, tx.CRASH, message)
         self._record_isolation(reply)
         if first:
             self.overhead.worker_start_s = reply["start_s"]
@@ -116,15 +124,16 @@ class Session:
         return failure
 
     def request_load(self) -> Failure | None:
+        """Import the candidate; every failure here is a compile-stage failure."""
         outcome = self.call("load", self.load, self.compile_timeout_s, timeout_category=tx.COMPILE_TIMEOUT)
-        if isinstance(outcome, Failure):
-            if outcome.category == tx.OOM:
-                outcome.stage, outcome.category = tx.COMPILE, tx.COMPILE_OOM
-            elif outcome.stage != tx.COMPILE and outcome.category not in (tx.COMPILE_TIMEOUT,):
-                outcome.stage, outcome.category = tx.COMPILE, tx.IMPORT_ERROR
-            outcome.stage = tx.COMPILE
-            return outcome
-        return None
+        if not isinstance(outcome, Failure):
+            return None
+        if outcome.category == tx.OOM:
+            outcome.category = tx.COMPILE_OOM
+        elif outcome.category not in tx.CATEGORIES[tx.COMPILE]:
+            outcome.category = tx.IMPORT_ERROR  # e.g. the import crashed the process
+        outcome.stage = tx.COMPILE
+        return outcome
 
     def _record_isolation(self, reply: dict[str, Any]) -> None:
         report = reply.get("isolation") or {}

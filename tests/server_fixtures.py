@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import socket
+import subprocess
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -75,3 +78,23 @@ def leaks(text: str, numbers: set[float], strings: set[str]) -> list[str]:
         forms = {f for f in forms if len(f.replace("0", "").replace(".", "").lstrip("-")) >= 3}
         found += sorted(forms & tokens)
     return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 90.0) -> None:
+    """Until a server process listens on 127.0.0.1:port; fails with its stderr if it exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}")
+            time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,13 @@ from atrex_mcp.catalog import Catalog
 from atrex_mcp.paths import REPO_ROOT, problems_dir
 from atrex_mcp.policy import WITHHELD, Policy
 from atrex_mcp.tool_models import ProblemDetail
-from tests.server_fixtures import hidden_figures, leaks, result_text
+from tests.server_fixtures import free_port, hidden_figures, leaks, result_text, wait_for_port
 
 pytestmark = pytest.mark.anyio
 
 OP = "rms_norm"
 EXAMPLE = REPO_ROOT / "examples" / "rms_norm_triton.py"
+TOKEN = "strong-setup-token-0123456789"
 T_SOL = repr(Catalog().hidden(OP).roofline["shapes"]["0"]["t_sol_ms"]["h200"])
 
 
@@ -147,22 +149,77 @@ def test_redactor_withholds_hidden_data_in_results_errors_and_logs():
     assert Policy("optimize", Catalog()).redact(roofline_text) == roofline_text
 
 
-def test_another_account_cannot_read_the_hidden_files(tmp_path):
-    """The strong setup of docs/server.md: the server's problem set belongs to another account
-    with mode 0700, so a process of the agent's account (here uid 65534) gets PermissionError
-    for every hidden file, whatever path it uses."""
+# What the agent's account runs: read the hidden files directly, then use the server over HTTP.
+AGENT_PROBE = r"""
+import json, os, sys, urllib.request
+url, token = sys.argv[1], os.environ["ATREX_TOKEN"]
+for path in sys.argv[2:]:
+    try:
+        open(path).read()
+        print("READ", path)
+    except PermissionError:
+        print("DENIED", path)
+def call(body, session=None):
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "Authorization": "Bearer " + token, "MCP-Protocol-Version": "2025-06-18"}
+    if session:
+        headers["Mcp-Session-Id"] = session
+    with urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), headers), timeout=60) as reply:
+        lines = reply.read().decode().splitlines()
+        return reply.headers.get("Mcp-Session-Id"), [json.loads(l[6:]) for l in lines if l.startswith("data: ")]
+session, _ = call({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "agent", "version": "1"}}})
+call({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+_, listed = call({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_problems", "arguments": {}}}, session)
+_, got = call({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_problem", "arguments": {"op": "rms_norm"}}}, session)
+print("PROBLEMS", len(listed[-1]["result"]["structuredContent"]["problems"]))
+print("ROOFLINES", sum(s["roofline"] is not None for s in got[-1]["result"]["structuredContent"]["shapes"]))
+"""
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder every account can traverse (pytest's own tmp folders are private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="atrex-strong-"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base)
+
+
+def test_the_strong_setup_another_account_uses_the_tools_but_cannot_read_the_hidden_files(shared_tmp):
+    """docs/server.md's strong setup: the server runs as one account (root here) over a problem
+    set only it can read (a 0700 folder), serving benchmark mode over HTTP on loopback with a
+    token; the agent runs as another account (uid 65534). The agent's process gets the tools'
+    answers but PermissionError for every hidden file."""
     if os.geteuid() != 0:
         pytest.skip("needs root to create files of one account and run a process as another")
-    server_home = tmp_path / "server-home"
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if python is None or subprocess.run([python, "-I", "-c", "pass"], user=65534, capture_output=True).returncode != 0:
+        pytest.skip("no python3 that uid 65534 can run")
+    server_home = shared_tmp / "server-home"
     server_home.mkdir(mode=0o700)
-    shutil.copytree(problems_dir() / OP, server_home / "problems" / OP)
-    os.chmod(server_home, 0o700)
-    os.chmod(tmp_path, 0o755)
-    targets = [str(server_home / "problems" / OP / name) for name in ("metadata.json", "roofline.json")]
-    probe = ("import sys\nfor path in sys.argv[1:]:\n    try:\n        open(path).read()\n        print('READ', path)\n"
-             "    except PermissionError:\n        print('DENIED', path)\n")
-    done = subprocess.run(["/usr/bin/env", "python3", "-I", "-c", probe, *targets], user=65534, group=65534, extra_groups=[],
-                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
-    if "python3" in done.stderr and "No such file" in done.stderr or done.returncode == 126:
-        pytest.skip(f"no python3 reachable by uid 65534: {done.stderr.strip()}")
-    assert done.stdout.split() == [w for t in targets for w in ("DENIED", t)], done.stderr
+    shutil.copytree(problems_dir(), server_home / "problems")
+    workspace = shared_tmp / "agent-workspace"
+    workspace.mkdir(mode=0o755)
+    visible = workspace / "reference.py"  # the control: a file the agent's account may read, next door
+    shutil.copy(problems_dir() / OP / "reference.py", visible)
+    visible.chmod(0o644)
+    hidden = [str(server_home / "problems" / OP / name) for name in ("metadata.json", "roofline.json")]
+    hidden.append(str(server_home / "problems" / "weights.json"))
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "atrex_mcp.cli", "serve", "--benchmark-mode", "--transport", "http", "--port", str(port),
+         "--token-env", "ATREX_TOKEN", "--problems", str(server_home / "problems"), "--state-dir", str(server_home / "state"),
+         "--workspace", str(workspace)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "ATREX_TOKEN": TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_port(port, server)
+        agent = subprocess.run([python, "-I", "-c", AGENT_PROBE, f"http://127.0.0.1:{port}/mcp", str(visible), *hidden], user=65534, group=65534,
+                               extra_groups=[], capture_output=True, text=True, timeout=120,
+                               env={"PATH": "/usr/bin:/bin", "ATREX_TOKEN": TOKEN})
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    assert agent.returncode == 0, agent.stderr
+    assert agent.stdout.splitlines() == [f"READ {visible}", *(f"DENIED {path}" for path in hidden),
+                                         f"PROBLEMS {len(Catalog().names())}", "ROOFLINES 0"]

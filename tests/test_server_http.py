@@ -5,10 +5,8 @@ protocol eras through the SDK client with the token, and the refusals to start u
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx2
@@ -18,19 +16,13 @@ from mcp.client.streamable_http import streamable_http_client
 
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.transport import HttpSettings, transport_security, build_http_app, check_settings
-from tests.server_fixtures import ERAS, config
+from tests.server_fixtures import ERAS, config, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789abcdef"
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -45,15 +37,7 @@ def http_server(tmp_path_factory):
         [sys.executable, "-m", "atrex_mcp.cli", "serve", "--transport", "http", "--port", str(port), "--token-env", "ATREX_TEST_TOKEN",
          "--state-dir", str(tmp / "state"), "--workspace", str(tmp)],
         env=cli_env(ATREX_TEST_TOKEN=TOKEN), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited: {proc.stderr.read()}")
-            time.sleep(0.2)
+    wait_for_port(port, proc)
     yield f"http://127.0.0.1:{port}/mcp"
     proc.terminate()
     proc.wait(timeout=10)

@@ -104,6 +104,9 @@ def test_filters(wiki):
     with pytest.raises(AtrexError) as err:
         ix.search("x", category="nonsense")
     assert err.value.info.category == "unknown_wiki_category"
+    with pytest.raises(AtrexError) as err:
+        ix.search("x", op_family="normalisation")
+    assert err.value.info.category == "unknown_op_family" and "norm" in err.value.info.hint
 
 
 def test_incremental_refresh(wiki):

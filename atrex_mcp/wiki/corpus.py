@@ -13,6 +13,8 @@ from pathlib import Path
 from atrex_mcp.errors import AtrexError
 
 CATEGORIES = ("hardware", "patterns", "recipes", "pitfalls", "profiling", "conversion")
+OP_FAMILIES = ("norm", "activation", "quant", "gemm", "moe", "attention", "rope", "topk", "conv", "linear-attention",
+               "cache", "any")
 REQUIRED_DOC_KEYS = ("title", "category", "tags", "op_family", "dsl", "hardware", "sources")
 SOURCE_SUFFIXES = frozenset({".py", ".md", ".rst", ".txt", ".cu", ".cuh", ".c", ".cc", ".cpp", ".h", ".hpp", ".ptx", ".mlir", ".ll"})
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "build", "dist", ".venv", "venv", ".tox", ".mypy_cache"})
@@ -68,6 +70,9 @@ def _check_keys(meta: dict, where: str, required: tuple[str, ...]) -> None:
     for key in ("tags", "op_family", "dsl", "hardware", "sources"):
         if key in meta and not (isinstance(meta[key], list) and all(isinstance(v, str) for v in meta[key])):
             raise AtrexError("input", "bad_wiki_doc", f"Front matter key {key!r} of {where} must be a list of strings.")
+    unknown = [f for f in meta.get("op_family", []) if f.lower() not in OP_FAMILIES]
+    if unknown:
+        raise AtrexError("input", "bad_wiki_doc", f"{where}: op_family {unknown} not among {', '.join(OP_FAMILIES)}.")
 
 
 def _lower(values: list[str]) -> list[str]:

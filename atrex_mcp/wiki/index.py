@@ -19,7 +19,7 @@ from whoosh.query import And, Or, Term
 
 from atrex_mcp.errors import AtrexError, unknown_choice
 from atrex_mcp.paths import default_state_dir, wiki_dir
-from atrex_mcp.wiki.corpus import CATEGORIES, READERS, WikiEntry, WikiFile, source_files, wiki_files
+from atrex_mcp.wiki.corpus import CATEGORIES, OP_FAMILIES, READERS, WikiEntry, WikiFile, source_files, wiki_files
 from atrex_mcp.wiki.models import RefreshReport, WikiDoc, WikiHit
 from atrex_mcp.wiki.roots import load_roots
 
@@ -153,7 +153,7 @@ class WikiIndex:
                 changed.append(f)
         removed = [doc_id for doc_id in old if doc_id not in new]
         if changed or removed:
-            writer = ix.writer(timeout=60.0)
+            writer = ix.writer(timeout=60.0, limitmb=256)
             try:
                 for f in changed:
                     self._add(writer, READERS[f.kind](f))
@@ -191,12 +191,16 @@ class WikiIndex:
             names = HARDWARE_ALIASES.get(hardware.lower(), (hardware.lower(),))
             terms.append(Or([Term("hardware", n) for n in (*names, "any")]))
         if op_family is not None:
+            if op_family.lower() not in OP_FAMILIES:
+                raise unknown_choice("op_family", op_family, list(OP_FAMILIES))
             terms.append(Term("op_family", op_family.lower()))
         return And(terms) if terms else None
 
     def search(self, query: str, *, category: str | None = None, dsl: str | None = None,
                hardware: str | None = None, op_family: str | None = None, limit: int = 5) -> list[WikiHit]:
-        """Best matches for a free-text query, most relevant first."""
+        """Best matches for a free-text query, most relevant first. `dsl` and `hardware` filters also
+        admit documents written for any DSL / any GPU (and `h200`, `h100`, `h20` those for Hopper in
+        general); `category` and `op_family` are strict."""
         if not query.strip():
             raise AtrexError("input", "empty_query", "The wiki query is empty.", "Describe what you need, e.g. 'split-k for skinny fp8 GEMM'.")
         if limit < 1:

@@ -96,10 +96,12 @@ class ServerConfig:
 
 
 def _detect_devices() -> list[str]:
+    """One queue device per GPU the work can really be placed on. The evaluator (and the run
+    judge) use the process's current CUDA device, so every GPU job lands on it: the queue holds
+    that one device, else timed jobs granted a second GPU would overlap on the first."""
     import torch
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return [f"cuda:{i}" for i in range(count)] or ["cpu"]
+    return ["cuda:0"] if torch.cuda.is_available() else ["cpu"]
 
 
 def format_error(info: ErrorInfo) -> str:

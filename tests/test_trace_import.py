@@ -141,3 +141,19 @@ def test_cli_import_and_json(annotated_trace, tmp_path, capsys):
     assert Catalog(out).names() == sorted(BLOCK_OPS)
     assert main(["trace", "import", str(annotated_trace), "--out", str(tmp_path / "x")]) == 2
     assert "no application" in capsys.readouterr().err
+
+
+def test_swapped_bodies_stay_inside_the_named_op(tmp_path):
+    """A compiled (here: wrapped) body runs inside atrex::<op>, so its work is still that operator's;
+    one body is built per operator and init, however many calls there are."""
+    built: list[str] = []
+
+    def wrap(op, model):
+        built.append(op)
+        return lambda **inputs: model(**inputs)
+
+    trace = record_trace([Step("prefill", block(40, [40])), Step("decode", block(4, [1] * 4))], tmp_path / "wrapped.json",
+                         compile_model=wrap)
+    manifest = import_traces([TraceSpec("chat", trace)], tmp_path / "snap")
+    assert sorted(built) == sorted(BLOCK_OPS)
+    assert all(r.retained and r.calls == 2 for r in manifest.operators.values())

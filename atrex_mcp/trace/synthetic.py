@@ -26,7 +26,7 @@ from atrex_mcp.catalog import Catalog
 from atrex_mcp.trace import reference_ops
 
 Form = Literal["named", "range", "anonymous"]
-Compile = Callable[[torch.nn.Module], Callable[..., Any]]
+Compile = Callable[[str, torch.nn.Module], Callable[..., Any]]  # (operator, model) → what runs instead
 
 
 @dataclass
@@ -51,14 +51,24 @@ class Step:
 # torch.compile caches per code object and gives up after a few recompilations, so compiling
 # a fresh instance for every call of the same operator would silently fall back to eager.
 _FORWARDS: dict[tuple[str, str, Compile | None], Callable[..., Any]] = {}
+_BODIES: dict[tuple[str, Compile], Callable[[torch.nn.Module], Callable[..., Any]]] = {}
 
 
 def _forward(catalog: Catalog, op: str, init: dict[str, Any], compile_model: Compile | None) -> Callable[..., Any]:
     key = (op, json.dumps(init, sort_keys=True), compile_model)
     if key not in _FORWARDS:
         model = catalog.load_reference(op)(**init)
-        _FORWARDS[key] = compile_model(model) if compile_model else model
+        _FORWARDS[key] = compile_model(op, model) if compile_model else model
     return _FORWARDS[key]
+
+
+def _body(op: str, compile_model: Compile | None) -> Callable[[torch.nn.Module], Callable[..., Any]] | None:
+    """A stable body per operator and compiler (reference_ops rebuilds its models when the body changes)."""
+    if compile_model is None:
+        return None
+    if (op, compile_model) not in _BODIES:
+        _BODIES[(op, compile_model)] = lambda model: compile_model(op, model)
+    return _BODIES[(op, compile_model)]
 
 
 def _prepared(item: OpCall | Callable[[], Any], catalog: Catalog, device: str, seed: int,
@@ -67,7 +77,7 @@ def _prepared(item: OpCall | Callable[[], Any], catalog: Catalog, device: str, s
         return item
     tensors = catalog.load_make_inputs(item.op)(seed=seed, device=device, **item.inputs)
     if item.form == "named":
-        call = reference_ops.register(item.op, catalog, body=compile_model)
+        call = reference_ops.register(item.op, catalog, body=_body(item.op, compile_model))
         return lambda: call(**tensors, **item.init)
     forward = _forward(catalog, item.op, item.init, compile_model)
     if item.form == "range":

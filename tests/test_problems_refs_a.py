@@ -21,7 +21,7 @@ PROBLEMS = REPO_ROOT / "problems"
 SHARED_SHAPES = REPO_ROOT.parent / "shared" / "atrex-ops" / "shapes"
 
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
-FNUZ, FN = torch.float8_e4m3fnuz, torch.float8_e4m3fn
+FN = torch.float8_e4m3fn
 
 # op -> (container, fn(shape) -> [(key or tuple index or None, output shape, dtype)])
 Outputs = Callable[[Shape], list[tuple[Any, tuple[int, ...], torch.dtype]]]
@@ -42,7 +42,7 @@ CONTRACTS: dict[str, tuple[str, Outputs]] = {
     "gated_rms_norm": ("tensor", lambda s: [(None, (s.inputs["rows"], s.inputs["hidden_size"]), BF16)]),
     "l2_norm": ("tensor", lambda s: [(None, (s.inputs["num_tokens"], s.inputs["hidden_size"]), BF16)]),
     "layer_norm": ("tensor", lambda s: [(None, tuple(s.inputs["shape"]), BF16)]),
-    "fp8_dynamic_per_token_quant": ("tuple", lambda s: [(0, _th(s), FNUZ), (1, _th(s)[:1], F32)]),
+    "fp8_dynamic_per_token_quant": ("tuple", lambda s: [(0, _th(s), FN), (1, _th(s)[:1], F32)]),
     "per_token_group_quant_fp8": (
         "dict",
         lambda s: [
@@ -52,7 +52,7 @@ CONTRACTS: dict[str, tuple[str, Outputs]] = {
     ),
     "fused_rmsnorm_quant": (
         "tuple",
-        lambda s: [(0, _th(s), FNUZ), (1, (s.inputs["token_count"], 1), F32), (2, _th(s), BF16)],
+        lambda s: [(0, _th(s), FN), (1, (s.inputs["token_count"], 1), F32), (2, _th(s), BF16)],
     ),
 }
 OPS = list(CONTRACTS)
@@ -289,27 +289,27 @@ def test_layer_norm_matches_float64_formula(shape: list[int]) -> None:
     _assert_one_rounding(out, (x - mu) / np.sqrt(var + 1e-5) * w + b)
 
 
-# ---------------------------------------------------------------- fp8 codes, computed without torch's cast
+# ---------------------------------------------------------------- fp8 e4m3fn codes, computed without torch's cast
+
+FP8_MAX = 448.0  # the e4m3fn maximum
 
 
-def _fp8_values(fmt: torch.dtype) -> np.ndarray:
-    """The value of each of the 256 codes (NaN for NaN codes), decoded from the bit layout:
-    e4m3fn has exponent bias 7 and NaN at 0x7F/0xFF; e4m3fnuz has bias 8 and its one NaN at 0x80."""
+def _e4m3fn_values() -> np.ndarray:
+    """The value of each of the 256 e4m3fn codes (NaN for the NaN codes), decoded from the bit
+    layout: sign, 4 exponent bits with bias 7 (subnormals at exponent 0), 3 mantissa bits; NaN
+    at 0x7F and 0xFF, no infinities, and a -0 at 0x80."""
     codes = np.arange(256)
     exponent, mantissa = (codes >> 3) & 0xF, codes & 0x7
-    bias = 8 if fmt == FNUZ else 7
-    magnitude = np.where(
-        exponent == 0, mantissa / 8 * 2.0 ** (1 - bias), (1 + mantissa / 8) * 2.0 ** (exponent.astype(float) - bias)
-    )
+    magnitude = np.where(exponent == 0, mantissa / 8 * 2.0**-6, (1 + mantissa / 8) * 2.0 ** (exponent.astype(float) - 7))
     values = np.where(codes & 0x80, -magnitude, magnitude)
-    values[[0x80] if fmt == FNUZ else [0x7F, 0xFF]] = np.nan
+    values[[0x7F, 0xFF]] = np.nan
     return values
 
 
-def _fp8_codes(x: np.ndarray, fmt: torch.dtype) -> np.ndarray:
-    """Round-to-nearest-even fp8 codes of finite in-range values: nearest value, ties to the even
-    mantissa, zero keeps the sign of x where the format has -0."""
-    values = _fp8_values(fmt)
+def _e4m3fn_codes(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even e4m3fn codes of finite in-range values: nearest value, ties to the
+    even mantissa, zero keeps the sign of x."""
+    values = _e4m3fn_values()
     flat = np.asarray(x, np.float64).reshape(-1, 1)
     dist = np.abs(flat - values)
     dist[:, np.isnan(values)] = np.inf
@@ -323,67 +323,79 @@ def _codes(t: torch.Tensor) -> np.ndarray:
     return t.view(torch.uint8).numpy()
 
 
-# bf16 pairs (row/group maximum m, element x) whose fp32 quotients x/scale and x*(1/scale)
-# fall on different sides of an fp8 rounding midpoint (found by exhaustive search over bf16).
-FNUZ_SPLIT = (1.1015625, 0.014343262)  # x*(1/scale) = 3.125 (a tie -> 3.0), x/scale -> 3.25
-FN_SPLIT = (1.078125, 0.012634277)  # x/scale = 5.25 (a tie -> 5.0), x*(1/scale) -> 5.5
+# bf16 pairs (row/group maximum m, element x) whose fp32 quotients x/scale and x*(1/scale), with
+# scale = m/448, get different e4m3fn codes (found by exhaustive search over bf16). In each pair
+# one form is an exact rounding tie (5.25, to even -> 5.0) and the other lands one fp32 step past
+# it (-> 5.5), so a quantiser that swaps division and reciprocal changes a code either way.
+SPLITS = {
+    "division_tie": (1.078125, 0.01263427734375),  # x/scale = 5.25, x*(1/scale) = 5.2500005
+    "reciprocal_tie": (1.9375, 0.022705078125),  # x*(1/scale) = 5.25, x/scale = 5.2500005
+}
 
 
 def _bf16_rows(rows: list[list[float]]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float64).to(BF16)
 
 
-def test_fp8_code_table_agrees_with_torch_on_representable_values() -> None:
-    for fmt in (FNUZ, FN):
-        values = _fp8_values(fmt)
-        finite = np.flatnonzero(~np.isnan(values))
-        decoded = torch.from_numpy(finite.astype(np.uint8)).view(fmt).double().numpy()
-        assert np.array_equal(decoded, values[finite])
-        assert np.array_equal(_fp8_codes(values[finite], fmt), finite.astype(np.uint8))
+def test_e4m3fn_code_table_agrees_with_torch() -> None:
+    values = _e4m3fn_values()
+    finite = np.flatnonzero(~np.isnan(values))
+    decoded = torch.from_numpy(finite.astype(np.uint8)).view(FN).double().numpy()
+    assert np.array_equal(decoded, values[finite])
+    assert np.array_equal(_e4m3fn_codes(values[finite]), finite.astype(np.uint8))
+    # every rounding tie (midpoint of two neighbouring values, exact in fp32) goes to the even code
+    grid = np.unique(values[finite])
+    midpoints = np.float32((grid[1:] + grid[:-1]) / 2)
+    cast = _codes(torch.from_numpy(midpoints).to(FN))
+    assert np.array_equal(_e4m3fn_codes(midpoints), cast)
+    assert not (cast & 1).any()
 
 
-def test_fp8_dynamic_per_token_quant_codes_use_the_reciprocal() -> None:
-    m, x = FNUZ_SPLIT
+@pytest.mark.parametrize("split", SPLITS)
+def test_fp8_dynamic_per_token_quant_codes_use_the_reciprocal(split: str) -> None:
+    m, x = SPLITS[split]
     random_rows = _inputs("fp8_dynamic_per_token_quant", 12, token_count=4, hidden_size=64)["x"]
     special = _bf16_rows([[m, x, -m / 2] + [0.0] * 61, [0.0] * 64])  # split row; all-zero row
     inp = torch.cat([random_rows, special])
     q, scale = _model("fp8_dynamic_per_token_quant", {})(x=inp)
 
     xf = inp.float().numpy()
-    want_scale = np.maximum(np.abs(xf).max(-1), np.float32(1e-12)) / np.float32(240.0)
+    want_scale = np.maximum(np.abs(xf).max(-1), np.float32(1e-12)) / np.float32(FP8_MAX)
     assert np.array_equal(scale.numpy(), want_scale)
     inv = np.float32(1.0) / want_scale
-    want = _fp8_codes(np.clip(xf * inv[:, None], -240, 240), FNUZ)
+    want = _e4m3fn_codes(np.clip(xf * inv[:, None], -FP8_MAX, FP8_MAX))
     assert np.array_equal(_codes(q), want)
-    divided = _fp8_codes(np.float32(x) / want_scale[4], FNUZ)
+    divided = _e4m3fn_codes(np.float32(x) / want_scale[4])
     assert _codes(q)[4, 1] != divided, "the split pair no longer separates reciprocal from division"
     assert not _codes(q)[5].any()
 
 
-def test_per_token_group_quant_fp8_codes_use_division() -> None:
-    m, x = FN_SPLIT
+@pytest.mark.parametrize("split", SPLITS)
+def test_per_token_group_quant_fp8_codes_use_division(split: str) -> None:
+    m, x = SPLITS[split]
     inp = _inputs("per_token_group_quant_fp8", 13, token_count=3, hidden_size=3 * 32)["x"]
     inp[1, 32:64] = _bf16_rows([[-m, x] + [0.0] * 30])  # split group (negative maximum)
     inp[2, 64:96] = 0.0  # all-zero group
     out = _model("per_token_group_quant_fp8", {"group_size": 32})(x=inp)
 
     groups = inp.float().numpy().reshape(3, 3, 32)
-    want_scales = np.maximum(np.abs(groups).max(-1) / np.float32(448.0), np.float32(1e-10))
+    want_scales = np.maximum(np.abs(groups).max(-1) / np.float32(FP8_MAX), np.float32(1e-10))
     assert np.array_equal(out["scales"].numpy(), want_scales)
-    want = _fp8_codes(np.clip(groups / want_scales[..., None], -448, 448), FN).reshape(3, 96)
+    want = _e4m3fn_codes(np.clip(groups / want_scales[..., None], -FP8_MAX, FP8_MAX)).reshape(3, 96)
     assert np.array_equal(_codes(out["quantized"]), want)
-    by_reciprocal = _fp8_codes(np.float32(x) * (np.float32(1.0) / want_scales[1, 1]), FN)
+    by_reciprocal = _e4m3fn_codes(np.float32(x) * (np.float32(1.0) / want_scales[1, 1]))
     assert _codes(out["quantized"])[1, 33] != by_reciprocal, "the split pair no longer separates division from reciprocal"
     assert out["scales"][2, 2].item() == np.float32(1e-10) and not _codes(out["quantized"])[2, 64:].any()
 
 
-def test_fused_rmsnorm_quant_matches_fp32_pipeline() -> None:
+@pytest.mark.parametrize("split", SPLITS)
+def test_fused_rmsnorm_quant_matches_fp32_pipeline(split: str) -> None:
     hidden, eps = 64, 1e-5  # H a power of two, inputs on a 1/8 grid: mean(u^2) is exact in fp32
     gen = torch.Generator().manual_seed(14)
     x = (torch.randint(-16, 17, (4, hidden), generator=gen) / 8).to(BF16)
     residual = (torch.randint(-16, 17, (4, hidden), generator=gen) / 8).to(BF16)
     weight = _inputs("fused_rmsnorm_quant", 14, token_count=1, hidden_size=hidden)["weight"]
-    m, small = FNUZ_SPLIT
+    m, small = SPLITS[split]
     x[2], residual[2] = 1.0, 0.0  # u = 1 everywhere: normed = weight up to rounding
     weight = torch.cat([_bf16_rows([[m, small]])[0], weight[2:].clamp(-1, 1)])  # row 2's maximum is m
     x[3] = -residual[3]  # zero row: scale 0 becomes 1
@@ -393,11 +405,13 @@ def test_fused_rmsnorm_quant_matches_fp32_pipeline() -> None:
     assert np.array_equal(residual_out.float().numpy(), r)
     inv_rms = np.float32(1.0) / np.sqrt((r * r).sum(-1, keepdims=True) / np.float32(hidden) + np.float32(eps))
     normed = _round_bf16(r * inv_rms * weight.float().numpy())
-    want_scale = np.abs(normed).max(-1, keepdims=True) / np.float32(240.0)
+    want_scale = np.abs(normed).max(-1, keepdims=True) / np.float32(FP8_MAX)
     want_scale[want_scale == 0] = 1.0
     assert np.array_equal(scale.numpy(), want_scale)
-    assert np.array_equal(_codes(quantized), _fp8_codes(normed / want_scale, FNUZ))
+    assert np.array_equal(_codes(quantized), _e4m3fn_codes(normed / want_scale))
     assert normed[2, 0] == np.float32(m) and normed[2, 1] == np.float32(small)
-    by_reciprocal = _fp8_codes(np.float32(small) * (np.float32(1.0) / want_scale[2, 0]), FNUZ)
+    by_reciprocal = _e4m3fn_codes(np.float32(small) * (np.float32(1.0) / want_scale[2, 0]))
     assert _codes(quantized)[2, 1] != by_reciprocal, "the split pair no longer separates division from reciprocal"
-    assert scale[3].item() == 1.0 and not _codes(quantized)[3].any()
+    # the zero row's codes are zeros; e4m3fn keeps the sign, so a negative weight gives -0 (0x80)
+    assert scale[3].item() == 1.0 and not (_codes(quantized)[3] & 0x7F).any()
+    assert (_codes(quantized)[3] == 0x80).any()

@@ -1,27 +1,28 @@
-"""Inputs for fp8_blockscale_fused_moe: fp8 e4m3fnuz codes with fp32 block scales.
+"""Inputs for fp8_blockscale_fused_moe: fp8 e4m3fn codes with fp32 block scales.
 
 Draw order: hidden source 0.03 * N(0, 1) bf16 (T, D); w1 source N(0, 1) bf16 (E, 2I, D), drawn
 expert by expert; w2 source N(0, 1) bf16 (E, D, I), expert by expert; routing U[0, 1) (T, E) fp32,
 whose k largest entries per row give topk_ids (k distinct experts); N(0, 1) (T, k) fp32, whose
 softmax gives topk_weights. Each source is quantised per tile (1 x block_k for activations,
-block_n x block_k for weights): s = max(max|x|, 1e-12) / 240, code = e4m3fnuz(clamp(x / s, -240, 240)).
+block_n x block_k for weights): s = max(max|x|, 1e-12) / 448, code = e4m3fn(clamp(x / s, -448, 448)).
 Drawing the weights one expert at a time keeps the generator's memory at one expert's bf16
 weights (the largest shape holds 11 GB of fp8 codes).
 """
 
 import torch
 
-FP8_MAX = 240.0  # float8_e4m3fnuz
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
 
 
 def quantise(source: torch.Tensor, block_rows: int, block_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block-scaled e4m3fnuz codes and fp32 scales of a 2-D tensor, one scale per tile."""
+    """Block-scaled e4m3fn codes and fp32 scales of a 2-D tensor, one scale per tile."""
     rows, cols = source.shape
     if rows % block_rows or cols % block_cols:
         raise ValueError(f"({rows}, {cols}) does not split into ({block_rows} x {block_cols}) tiles")
     tiles = source.float().view(rows // block_rows, block_rows, cols // block_cols, block_cols)
     scales = tiles.abs().amax(dim=(1, 3)).clamp_min(1e-12) / FP8_MAX
-    codes = (tiles / scales[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fnuz)
+    codes = (tiles / scales[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return codes.view(rows, cols), scales
 
 
@@ -46,7 +47,7 @@ def make_inputs(
     hidden_states, a_scale = quantise(normal(T, D) * 0.03, 1, bk)
 
     def expert_weights(rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
-        codes = torch.empty(E, rows, cols, dtype=torch.float8_e4m3fnuz, device=device)
+        codes = torch.empty(E, rows, cols, dtype=FP8, device=device)
         scales = torch.empty(E, rows // bn, cols // bk, dtype=torch.float32, device=device)
         for e in range(E):
             codes[e], scales[e] = quantise(normal(rows, cols), bn, bk)

@@ -1,5 +1,5 @@
 """fp8_blockscale_fused_moe: mixture-of-experts SwiGLU feed-forward layer whose activations and
-weights arrive as fp8 e4m3fnuz codes with block scales (1 x block_k for activations,
+weights arrive as fp8 e4m3fn codes with block scales (1 x block_k for activations,
 block_n x block_k for weights). Everything is dequantised to fp32; every (token, slot) runs
 through its expert; the slot outputs are combined with the routing weights.
 
@@ -8,18 +8,20 @@ through its expert; the slot outputs are combined with the routing weights.
   W2[e, m, i] = fp32(w2[e, m, i]) * fc2_scale[e, m // block_n, i // block_k]
   for every (t, s) with e = topk_ids[t, s] in [0, E):  [G | U] = W1[e] X[t];  Y[t, s] = W2[e] (silu(G) * U)
   (slots with an id outside [0, E) contribute 0)
-  out[t] = e4m3fnuz( clamp( sum_s topk_weights[t, s] * Y[t, s], -240, 240 ) )
+  out[t] = e4m3fn( clamp( sum_s topk_weights[t, s] * Y[t, s], -448, 448 ) )
 
-The final cast saturates at the e4m3fnuz maximum 240. The source cast without a clamp, which
-turns every magnitude >= 248 into NaN (about 1 % of the outputs at hidden size 7168); here such
-values become +-240 instead, and everything below 240 is unchanged.
+The final cast saturates at the e4m3fn maximum 448. The source cast without a clamp; a
+non-saturating cast turns every magnitude above 464 into NaN (about 0.01 % of the outputs at
+hidden size 7168); here such values become +-448 instead, and everything within +-448 is
+unchanged. e4m3fn is the NVIDIA fp8 format; the source's e4m3fnuz (max 240) is a ROCm format
+(see problems/CHANGES.md).
 """
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-FP8_MAX = 240.0  # float8_e4m3fnuz
+FP8_MAX = 448.0  # float8_e4m3fn
 
 
 def dequantise(codes: torch.Tensor, scales: torch.Tensor, block_rows: int, block_cols: int) -> torch.Tensor:
@@ -57,9 +59,9 @@ class Model(nn.Module):
         fc1_scale: torch.Tensor,
         fc2_scale: torch.Tensor,
     ) -> torch.Tensor:
-        """hidden_states (T, D), w1 (E, 2I, D), w2 (E, D, I) float8_e4m3fnuz; topk_weights (T, k) fp32;
+        """hidden_states (T, D), w1 (E, 2I, D), w2 (E, D, I) float8_e4m3fn; topk_weights (T, k) fp32;
         topk_ids (T, k) int32; a_scale (T, D/bk), fc1_scale (E, 2I/bn, D/bk), fc2_scale (E, D/bn, I/bk) fp32
-        -> out (T, D) float8_e4m3fnuz."""
+        -> out (T, D) float8_e4m3fn."""
         mixed = self.mixture_fp32(hidden_states, w1, w2, topk_weights, topk_ids, a_scale, fc1_scale, fc2_scale)
         return mixed.clamp(-FP8_MAX, FP8_MAX).to(hidden_states.dtype)
 

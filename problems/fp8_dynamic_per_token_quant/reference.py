@@ -1,20 +1,21 @@
-"""Dynamic symmetric per-row quantisation of a bf16 matrix to fp8 e4m3fnuz (max 240).
+"""Dynamic symmetric per-row quantisation of a bf16 matrix to fp8 e4m3fn (max 448).
 
 Per row, in fp32:
     m     = max(max_c |x[c]|, 1e-12)
-    scale = m / 240                      (IEEE division)
+    scale = m / 448                      (IEEE division)
     inv   = 1 / scale                    (IEEE reciprocal)
-    q[c]  = e4m3fnuz( clamp(x[c] * inv, -240, 240) )   (round to nearest even)
+    q[c]  = e4m3fn( clamp(x[c] * inv, -448, 448) )   (round to nearest even)
 
-Output: (q (T, H) float8_e4m3fnuz, scale (T,) fp32). The codes are exact: multiply by the
-reciprocal, do not divide by the scale. e4m3fnuz is used on every platform.
+Output: (q (T, H) float8_e4m3fn, scale (T,) fp32). The codes are exact: multiply by the
+reciprocal, do not divide by the scale. e4m3fn is the NVIDIA fp8 format; the source's
+e4m3fnuz (max 240) is a ROCm format (see problems/CHANGES.md).
 """
 
 import torch
 from torch import nn
 
-FP8 = torch.float8_e4m3fnuz
-FP8_MAX = 240.0
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
 
 
 class Model(nn.Module):

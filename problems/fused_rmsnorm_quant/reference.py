@@ -1,21 +1,23 @@
-"""Residual add, RMS norm with a weight, then dynamic per-row fp8 e4m3fnuz quantisation.
+"""Residual add, RMS norm with a weight, then dynamic per-row fp8 e4m3fn quantisation.
 
     r      = bf16( x + residual )
     u      = fp32(r)
     normed = bf16( (u * rsqrt(mean(u^2, over H) + eps)) * fp32(weight) )    # one rounding
     nf     = fp32(normed)
-    scale  = max_c |nf[c]| / 240   (fp32; a scale of 0 becomes 1)
-    q      = e4m3fnuz( nf / scale )     (IEEE division, nearest even, no clamp: |nf / scale|
-                                         exceeds 240 by at most one rounding, which maps to 240)
+    scale  = max_c |nf[c]| / 448   (fp32; a scale of 0 becomes 1)
+    q      = e4m3fn( nf / scale )       (IEEE division, nearest even, no clamp: |nf / scale|
+                                         exceeds 448 by at most one rounding, which maps to 448)
 
-Output: (q (T, H) float8_e4m3fnuz, scale (T, 1) fp32, residual_out = r (T, H) bf16).
+Output: (q (T, H) float8_e4m3fn, scale (T, 1) fp32, residual_out = r (T, H) bf16).
+e4m3fn is the NVIDIA fp8 format; the source's e4m3fnuz (max 240) is a ROCm format (see
+problems/CHANGES.md).
 """
 
 import torch
 from torch import nn
 
-FP8 = torch.float8_e4m3fnuz
-FP8_MAX = 240.0
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
 
 
 class Model(nn.Module):

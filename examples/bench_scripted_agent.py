@@ -66,31 +66,35 @@ async def known_kernel(client: Client, op: str, kernels: Path | None) -> str:
     return (await call(client, "wiki_read", {"doc_id": doc_id, "max_chars": 40000}))["doc"]["text"]
 
 
-async def solve(op: str, workspace: Path, kernels: Path | None) -> None:
+async def solve(op: str, workspace: Path, kernels: Path | None) -> str | None:
+    """Play the steps; the reason it stopped early, or None when the kernel is packaged."""
     async with connect() as client:
-        names = [p["name"] for p in (await call(client, "list_problems", {}))["problems"]]
-        print(f"list_problems: {len(names)} problems", flush=True)
-        if op not in names:
-            raise Refused(f"{op} is not served")
-        problem = await call(client, "get_problem", {"op": op})
-        print(f"get_problem: {op}, {len(problem['shapes'])} shapes", flush=True)
-        (workspace / "kernel.py").write_text(await known_kernel(client, op, kernels))
-        verdict = await call(client, "validate", {"op": op, "path": "kernel.py", "shapes": ["smoke"], "seeds": 1})
-        print(f"validate: {verdict['passed']} passed, {verdict['failed']} failed on {verdict['device']}", flush=True)
-        if verdict["failed"] or not verdict["compiled"]:
-            raise Refused("the kernel did not validate; not packaging it")
-        packaged = await call(client, "package", {"op": op, "path": "kernel.py"})
-        print(f"package: {packaged['artifact']}", flush=True)
+        try:
+            names = [p["name"] for p in (await call(client, "list_problems", {}))["problems"]]
+            print(f"list_problems: {len(names)} problems", flush=True)
+            if op not in names:
+                raise Refused(f"{op} is not served")
+            problem = await call(client, "get_problem", {"op": op})
+            print(f"get_problem: {op}, {len(problem['shapes'])} shapes", flush=True)
+            (workspace / "kernel.py").write_text(await known_kernel(client, op, kernels))
+            verdict = await call(client, "validate", {"op": op, "path": "kernel.py", "shapes": ["smoke"], "seeds": 1})
+            print(f"validate: {verdict['passed']} passed, {verdict['failed']} failed on {verdict['device']}", flush=True)
+            if verdict["failed"] or not verdict["compiled"]:
+                raise Refused("the kernel did not validate; not packaging it")
+            packaged = await call(client, "package", {"op": op, "path": "kernel.py"})
+            print(f"package: {packaged['artifact']}", flush=True)
+        except Refused as exc:
+            return str(exc)
+    return None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kernels", type=Path, help="folder of known-good kernels (<op>.py or <op>_triton.py)")
     args = parser.parse_args()
-    try:
-        anyio.run(solve, os.environ["ATREX_OP"], Path(os.environ["ATREX_WORKSPACE"]), args.kernels)
-    except Refused as exc:
-        print(f"stopped: {exc}", flush=True)
+    stopped = anyio.run(solve, os.environ["ATREX_OP"], Path(os.environ["ATREX_WORKSPACE"]), args.kernels)
+    if stopped:
+        print(f"stopped: {stopped}", flush=True)
         return 3
     return 0
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from atrex_mcp.bench.endpoint import TOKEN_ENV, McpEndpoint
 from atrex_mcp.bench.isolation import which
 from atrex_mcp.bench.models import AgentSpec, TokenUsage
-from atrex_mcp.bench.prompts import SERVER_NAME
+from atrex_mcp.bench.prompts import SERVER_NAME, SERVER_TOOLS
 from atrex_mcp.errors import AtrexError
 
 MCP_CONFIG_FILE = "mcp.json"
@@ -84,7 +84,8 @@ def _short(text: str, limit: int = 60) -> str:
 
 class ClaudeDriver:
     """Claude Code headless (`claude -p`): only our server (--strict-mcp-config), only the
-    condition's tools plus file editing in the workspace; no shell, no web."""
+    condition's tools (the server's others are denied, which also keeps them from the model)
+    plus file editing in the workspace; no shell, no web."""
 
     name = "claude"
     FILE_TOOLS = ("Read", "Write", "Edit", "Glob", "Grep")
@@ -100,8 +101,9 @@ class ClaudeDriver:
     def invocation(self, task: AgentTask, executable: Path) -> Invocation:
         config = task.home / MCP_CONFIG_FILE
         allowed = [f"mcp__{SERVER_NAME}__{t}" for t in task.tools] + list(self.FILE_TOOLS)
+        denied = list(self.DENIED_TOOLS) + [f"mcp__{SERVER_NAME}__{t}" for t in SERVER_TOOLS if t not in task.tools]
         argv = [str(executable), "-p", task.prompt, "--strict-mcp-config", "--mcp-config", str(config),
-                "--allowedTools", ",".join(allowed), "--disallowedTools", ",".join(self.DENIED_TOOLS),
+                "--allowedTools", ",".join(allowed), "--disallowedTools", ",".join(denied),
                 "--output-format", "stream-json", "--verbose"]
         if self.spec.model:
             argv += ["--model", self.spec.model]

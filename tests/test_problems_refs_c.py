@@ -1,79 +1,19 @@
-"""Problem folders of the MoE routing/compute and linear-attention operators: the contract of
-reference.py / input.py / shapes.json at the smoke shape, and each reference checked against an
-independent, naive float64 / pure-Python version of SPEC §3 on tiny inputs."""
+"""Problem references of the MoE routing/compute and linear-attention operators: each reference
+checked against an independent, naive float64 / pure-Python version of SPEC §3 on tiny inputs.
+The contract every problem folder keeps is tested in tests/test_problems_contract.py."""
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-import json
 import math
-from functools import cache
-from pathlib import Path
 
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parent.parent
-PROBLEMS = ROOT / "problems"
-SHARED_SHAPES = ROOT.parent / "shared" / "atrex-ops" / "shapes"
-
-OPS = [
-    "moe_sum_reduce",
-    "moe_topk_gating_softmax",
-    "moe_count_and_sort",
-    "moe_align_block_size",
-    "causal_conv1d",
-    "gated_delta_rule_update",
-    "chunk_delta_rule_output",
-    "chunk_gated_delta_rule_state",
-    "fused_moe",
-    "fp8_blockscale_fused_moe",
-]
-
-BF16, F32, I32, FP8 = torch.bfloat16, torch.float32, torch.int32, torch.float8_e4m3fn
-
-
-def _import(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@cache
-def problem(op: str):
-    """(Model class, make_inputs, shapes list) of problems/<op>/."""
-    folder = PROBLEMS / op
-    reference = _import(folder / "reference.py", f"refs_c_{op}_reference")
-    inputs = _import(folder / "input.py", f"refs_c_{op}_input")
-    shapes = json.loads((folder / "shapes.json").read_text())
-    assert shapes["op"] == op
-    return reference.Model, inputs.make_inputs, shapes["shapes"]
-
-
-def smoke_shape(op: str) -> dict:
-    shapes = problem(op)[2]
-    assert shapes[-1]["id"] == "smoke" and shapes[-1]["smoke"] is True
-    return shapes[-1]
+from problem_contract import BF16, FN, make_inputs, model, same_bits
 
 
 def build(op: str, init: dict, shape_inputs: dict, seed: int = 0):
-    model_cls, make_inputs, _ = problem(op)
-    return model_cls(**init), make_inputs(seed=seed, **shape_inputs)
-
-
-def as_dict(out) -> dict[str, torch.Tensor]:
-    return out if isinstance(out, dict) else {"out": out}
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """A view that compares bit-for-bit, whatever the dtype (fp8 has no CPU equality kernel)."""
-    return t.view(torch.uint8) if t.element_size() == 1 and t.is_floating_point() else t
-
-
-def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+    """A reference Model and its inputs at the given init and generator parameters."""
+    return model(op, init), make_inputs(op, seed, **shape_inputs)
 
 
 def bf16(x: float) -> float:
@@ -90,137 +30,15 @@ def assert_bf16_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
     assert differing <= max(1, actual.numel() // 50), f"{differing} of {actual.numel()} bf16 values differ"
 
 
-# --- output contract per operator: {name: (shape, dtype)} from the shape parameters --------
-
-def _align_lengths(topk_ids: torch.Tensor, experts: int, block: int) -> tuple[int, int]:
-    counts = [int((topk_ids == e).sum()) for e in range(experts)]
-    blocks = sum(-(-c // block) for c in counts)
-    return blocks * block, blocks
-
-
-def expected_outputs(op: str, init: dict, d: dict, inputs: dict) -> tuple[type, dict]:
-    if op == "moe_sum_reduce":
-        return torch.Tensor, {"out": ((d["token_count"], d["hidden_size"]), BF16)}
-    if op == "moe_topk_gating_softmax":
-        tk = (d["token_count"], init["top_k"])
-        return dict, {"topk_weights": (tk, F32), "topk_ids": (tk, I32)}
-    if op == "moe_count_and_sort":
-        e = init["num_experts"]
-        return dict, {
-            "sorted_token_ids": ((d["token_count"] * d["top_k"],), I32),
-            "expert_token_counts": ((e,), I32),
-            "cumsum": ((e + 1,), I32),
-        }
-    if op == "moe_align_block_size":
-        length, blocks = _align_lengths(inputs["topk_ids"], init["num_experts"], init["block_size"])
-        return dict, {
-            "sorted_token_ids": ((length,), I32),
-            "expert_ids": ((blocks,), I32),
-            "num_tokens_post_pad": ((1,), I32),
-        }
-    if op == "causal_conv1d":
-        return torch.Tensor, {"out": ((d["dim"], d["token_count"]), BF16)}
-    if op == "gated_delta_rule_update":
-        return dict, {
-            "out": ((d["batch_size"], d["token_count"], d["num_v_heads"], d["value_dim"]), BF16),
-            "final_state": ((d["state_count"], d["num_v_heads"], d["key_dim"], d["value_dim"]), F32),
-        }
-    if op == "chunk_delta_rule_output":
-        return torch.Tensor, {"out": ((d["batch_size"], d["token_count"], d["num_v_heads"], d["value_dim"]), BF16)}
-    if op == "chunk_gated_delta_rule_state":
-        chunks = -(-d["token_count"] // init["chunk_size"])
-        hv, kd, vd = d["num_v_heads"], d["key_dim"], d["value_dim"]
-        return dict, {
-            "h": ((d["batch_size"], chunks, hv, kd, vd), BF16),
-            "v_new": ((d["batch_size"], d["token_count"], hv, vd), BF16),
-            "final_state": ((d["state_count"], hv, kd, vd), F32),
-        }
-    if op == "fused_moe":
-        return torch.Tensor, {"out": ((d["token_count"], d["hidden_size"]), F32)}
-    if op == "fp8_blockscale_fused_moe":
-        return torch.Tensor, {"out": ((d["token_count"], d["hidden_size"]), FP8)}
-    raise AssertionError(op)
-
-
-# --- contract tests at the smoke shape ------------------------------------------------------
-
-@pytest.mark.parametrize("op", OPS)
-def test_smoke_output_matches_spec_contract(op):
-    shape = smoke_shape(op)
-    model, inputs = build(op, shape["init"], shape["inputs"])
-    assert not list(model.parameters()) and not list(model.buffers())
-    out = model(**inputs)
-    container, expected = expected_outputs(op, shape["init"], shape["inputs"], inputs)
-    assert isinstance(out, container)
-    out = as_dict(out)
-    assert sorted(out) == sorted(expected)
-    for name, (shape_, dtype) in expected.items():
-        assert out[name].dtype == dtype, name
-        assert tuple(out[name].shape) == shape_, name
-        assert torch.isfinite(out[name].float()).all(), name
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_make_inputs_keys_are_forward_params_and_global_rng_untouched(op):
-    model_cls, make_inputs, _ = problem(op)
-    shape = smoke_shape(op)
-    before = torch.get_rng_state()
-    inputs = make_inputs(seed=3, **shape["inputs"])
-    assert torch.equal(torch.get_rng_state(), before)
-    assert list(inputs) == list(inspect.signature(model_cls.forward).parameters)[1:]
-    assert all(t.device.type == "cpu" for t in inputs.values())
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_deterministic_per_seed_and_different_across_seeds(op):
-    shape = smoke_shape(op)
-    model, first = build(op, shape["init"], shape["inputs"], seed=11)
-    _, again = build(op, shape["init"], shape["inputs"], seed=11)
-    _, other = build(op, shape["init"], shape["inputs"], seed=12)
-    assert all(identical(first[k], again[k]) for k in first)
-    assert all(not identical(first[k], other[k]) for k in first if first[k].numel() > 1)
-    out_first, out_again, out_other = (as_dict(model(**x)) for x in (first, again, other))
-    assert all(identical(out_first[k], out_again[k]) for k in out_first)
-    assert all(not identical(out_first[k], out_other[k]) for k in out_first)
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_inputs_not_mutated(op):
-    shape = smoke_shape(op)
-    model, inputs = build(op, shape["init"], shape["inputs"])
-    snapshot = {k: v.clone() for k, v in inputs.items()}
-    model(**inputs)
-    assert all(identical(inputs[k], snapshot[k]) for k in inputs)
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_every_shape_binds_to_model_and_make_inputs(op):
-    model_cls, make_inputs, shapes = problem(op)
-    for shape in shapes:
-        inspect.signature(model_cls).bind(**shape["init"])
-        inspect.signature(make_inputs).bind(seed=0, **shape["inputs"])
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_scored_shapes_equal_shared_data(op):
-    source = SHARED_SHAPES / f"{op}.json"
-    if not source.is_file():
-        pytest.skip(f"shared shape data not present at {source}")
-    shared = json.loads(source.read_text())["shapes"]
-    scored = problem(op)[2][:-1]
-    assert [{"id": str(s["id"]), "init": s["init"], "inputs": s["inputs"]} for s in shared] == scored
-    assert all(set(s) == {"id", "init", "inputs"} for s in scored)
-
-
 # --- independent checks on tiny inputs -----------------------------------------------------
 
 def test_moe_sum_reduce_matches_naive_sum():
-    model, x = build("moe_sum_reduce", {"routed_scaling_factor": 2.5}, {"token_count": 3, "top_k": 4, "hidden_size": 5})
+    reference, x = build("moe_sum_reduce", {"routed_scaling_factor": 2.5}, {"token_count": 3, "top_k": 4, "hidden_size": 5})
     src = x["expert_outputs"].double()
     expected = torch.tensor(
         [[bf16(sum(src[t, s, h].item() for s in range(4)) * 2.5) for h in range(5)] for t in range(3)]
     )
-    assert_bf16_close(model(**x), expected)
+    assert_bf16_close(reference(**x), expected)
 
 
 def _naive_router(logits: torch.Tensor, top_k: int, groups: int = 0, keep_groups: int = 0):
@@ -243,19 +61,19 @@ def _naive_router(logits: torch.Tensor, top_k: int, groups: int = 0, keep_groups
 @pytest.mark.parametrize("groups,keep", [(0, 0), (4, 2)])
 def test_moe_topk_gating_softmax_matches_naive_router(groups, keep):
     init = {"top_k": 3, "num_expert_groups": groups, "topk_group": keep}
-    model, x = build("moe_topk_gating_softmax", init, {"token_count": 7, "num_experts": 8})
-    out = model(**x)
+    reference, x = build("moe_topk_gating_softmax", init, {"token_count": 7, "num_experts": 8})
+    out = reference(**x)
     weights, ids = _naive_router(x["gating_output"], 3, groups, keep)
     assert torch.equal(out["topk_ids"], ids)
     torch.testing.assert_close(out["topk_weights"].double(), weights, rtol=1e-6, atol=1e-7)
 
 
 def test_moe_count_and_sort_matches_hand_sort():
-    model, x = build("moe_count_and_sort", {"num_experts": 6, "block_size": 4}, {"token_count": 5, "top_k": 3, "num_experts": 6})
+    reference, x = build("moe_count_and_sort", {"num_experts": 6, "block_size": 4}, {"token_count": 5, "top_k": 3, "num_experts": 6})
     flat = x["topk_ids"].flatten().tolist()
     counts = [flat.count(e) for e in range(6)]
     order = [p for e in range(6) for p in range(len(flat)) if flat[p] == e]
-    out = model(**x)
+    out = reference(**x)
     assert out["expert_token_counts"].tolist() == counts
     assert out["cumsum"].tolist() == [sum(counts[:e]) for e in range(7)]
     assert out["sorted_token_ids"].tolist() == order
@@ -263,7 +81,7 @@ def test_moe_count_and_sort_matches_hand_sort():
 
 @pytest.mark.parametrize("tokens,top_k,experts,block", [(21, 4, 6, 4), (3, 2, 16, 4), (1, 8, 128, 128)])
 def test_moe_align_block_size_matches_hand_alignment(tokens, top_k, experts, block):
-    model, x = build(
+    reference, x = build(
         "moe_align_block_size",
         {"block_size": block, "num_experts": experts},
         {"token_count": tokens, "top_k": top_k, "num_experts": experts},
@@ -278,7 +96,7 @@ def test_moe_align_block_size_matches_hand_alignment(tokens, top_k, experts, blo
         pad = -len(group) % block
         sorted_ids += group + [sentinel] * pad
         expert_ids += [e] * ((len(group) + pad) // block)
-    out = model(**x)
+    out = reference(**x)
     assert out["sorted_token_ids"].tolist() == sorted_ids
     assert out["expert_ids"].tolist() == expert_ids
     assert out["num_tokens_post_pad"].tolist() == [len(sorted_ids)]
@@ -287,7 +105,7 @@ def test_moe_align_block_size_matches_hand_alignment(tokens, top_k, experts, blo
 @pytest.mark.parametrize("tokens", [1, 6])
 @pytest.mark.parametrize("activation", ["silu", None])
 def test_causal_conv1d_matches_naive_loop(tokens, activation):
-    model, x = build("causal_conv1d", {"activation": activation}, {"token_count": tokens, "dim": 5, "width": 4})
+    reference, x = build("causal_conv1d", {"activation": activation}, {"token_count": tokens, "dim": 5, "width": 4})
     xs, w, bias, state = (x[n].double() for n in ("x", "weight", "bias", "initial_state"))
     expected = torch.empty(5, tokens, dtype=torch.float64)
     for d in range(5):
@@ -295,12 +113,12 @@ def test_causal_conv1d_matches_naive_loop(tokens, activation):
         for t in range(tokens):
             y = bf16(bias[d].item() + sum(w[d, j].item() * seq[t + j] for j in range(4)))
             expected[d, t] = y if activation is None else bf16(y / (1 + math.exp(-y)))
-    assert_bf16_close(model(**x), expected)
+    assert_bf16_close(reference(**x), expected)
 
 
 def test_causal_conv1d_rejects_unknown_activation():
     with pytest.raises(ValueError):
-        problem("causal_conv1d")[0](activation="relu")
+        model("causal_conv1d", {"activation": "relu"})
 
 
 def _unit(vec: list[float]) -> list[float]:
@@ -312,7 +130,7 @@ def test_gated_delta_rule_update_matches_naive_recurrence():
     dims = {"batch_size": 2, "token_count": 5, "num_q_heads": 2, "num_v_heads": 4, "key_dim": 4, "value_dim": 3, "state_count": 3}
     # A threshold of 0.01 sends about half of the softplus arguments down the linear branch.
     init = {"softplus_beta": 1.5, "softplus_threshold": 0.01, "use_qk_l2norm": True, "scale": None}
-    model, x = build("gated_delta_rule_update", init, dims)
+    reference, x = build("gated_delta_rule_update", init, dims)
     B, T, Hq, Hv, K, V = (dims[n] for n in ("batch_size", "token_count", "num_q_heads", "num_v_heads", "key_dim", "value_dim"))
     f = {n: t.double() for n, t in x.items()}
     slots = x["initial_state_indices"].tolist()
@@ -335,14 +153,14 @@ def test_gated_delta_rule_update_matches_naive_recurrence():
                 for c in range(V):
                     out[b, t, j, c] = sum(st[i][c] * qv[i] for i in range(K))
             final[slots[b], j] = torch.tensor(st, dtype=torch.float64)
-    got = model(**x)
+    got = reference(**x)
     assert_bf16_close(got["out"], out.to(BF16))
     torch.testing.assert_close(got["final_state"].double(), final, rtol=1e-5, atol=1e-7)
 
 
 def test_chunk_delta_rule_output_matches_naive_loop():
     dims = {"batch_size": 1, "token_count": 11, "num_q_heads": 2, "num_v_heads": 4, "key_dim": 3, "value_dim": 2, "chunk_size": 4}
-    model, x = build("chunk_delta_rule_output", {"chunk_size": 4, "scale": None}, dims)
+    reference, x = build("chunk_delta_rule_output", {"chunk_size": 4, "scale": None}, dims)
     T, Hq, Hv, K, V = 11, 2, 4, 3, 2
     q, k, v, h, g = (x[n].double() for n in ("q", "k", "v", "h", "g"))
     expected = torch.empty(1, T, Hv, V, dtype=torch.float64)
@@ -360,12 +178,12 @@ def test_chunk_delta_rule_output_matches_naive_loop():
                 inter = sum(qv[i] * h[0, c, j, i, col].item() for i in range(K)) * math.exp(gi)
                 intra = sum(a * v[0, l, j, col].item() for l, a in attn.items())
                 expected[0, t, j, col] = (inter + intra) * K**-0.5
-    assert_bf16_close(model(**x), expected.to(BF16))
+    assert_bf16_close(reference(**x), expected.to(BF16))
 
 
 def test_chunk_gated_delta_rule_state_matches_naive_loop():
     dims = {"batch_size": 2, "token_count": 11, "num_k_heads": 1, "num_v_heads": 2, "key_dim": 3, "value_dim": 2, "state_count": 4}
-    model, x = build("chunk_gated_delta_rule_state", {"chunk_size": 4}, dims)
+    reference, x = build("chunk_gated_delta_rule_state", {"chunk_size": 4}, dims)
     # Larger w and state make the bf16 rounding of the state visible in v_new.
     x["w"], x["initial_state"] = x["w"] * 40, x["initial_state"] * 40
     B, T, Hv, K, V, C = 2, 11, 2, 3, 2, 4
@@ -397,7 +215,7 @@ def test_chunk_gated_delta_rule_state_matches_naive_loop():
                     for r in range(K)
                 ]
             final[slots[b], j] = torch.tensor(st)
-    got = model(**x)
+    got = reference(**x)
     assert_bf16_close(got["h"], h)
     assert_bf16_close(got["v_new"], v_new)
     torch.testing.assert_close(got["final_state"].double(), final, rtol=1e-5, atol=1e-7)
@@ -405,7 +223,7 @@ def test_chunk_gated_delta_rule_state_matches_naive_loop():
 
 def test_fused_moe_matches_per_token_loop():
     dims = {"token_count": 9, "hidden_size": 6, "intermediate_size": 5, "num_experts": 3, "top_k": 3}
-    model, x = build("fused_moe", {"num_experts": 3, "intermediate_size": 5, "top_k": 3}, dims)
+    reference, x = build("fused_moe", {"num_experts": 3, "intermediate_size": 5, "top_k": 3}, dims)
     hidden, w1, w2 = (x[n].double() for n in ("hidden_states", "w1", "w2"))
     expected = torch.zeros(9, 6, dtype=torch.float64)
     for t in range(9):
@@ -416,13 +234,13 @@ def test_fused_moe_matches_per_token_loop():
             gate_up = w1[e] @ hidden[t]
             act = gate_up[:5] / (1 + torch.exp(-gate_up[:5])) * gate_up[5:]
             expected[t] += (w2[e] @ act) * weight
-    torch.testing.assert_close(model(**x).double(), expected, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(reference(**x).double(), expected, rtol=1e-5, atol=1e-7)
 
 
 def test_fp8_blockscale_fused_moe_matches_per_slot_loop():
     blocks = {"scale_block_n": 2, "scale_block_k": 4}
     dims = {"token_count": 5, "hidden_size": 8, "intermediate_size": 4, "num_experts": 4, "top_k": 2, **blocks}
-    model, x = build("fp8_blockscale_fused_moe", {"num_experts": 4, "intermediate_size": 4, "top_k": 2, **blocks}, dims)
+    reference, x = build("fp8_blockscale_fused_moe", {"num_experts": 4, "intermediate_size": 4, "top_k": 2, **blocks}, dims)
     rows = torch.arange(8)
     a = x["hidden_states"].double() * x["a_scale"].double()[:, rows // 4]
     expected = torch.zeros(5, 8, dtype=torch.float64)
@@ -433,15 +251,13 @@ def test_fp8_blockscale_fused_moe_matches_per_slot_loop():
             gate_up = w1 @ a[t]
             act = gate_up[:4] / (1 + torch.exp(-gate_up[:4])) * gate_up[4:]
             expected[t] += weight * (w2 @ act)
-    mixed = model.mixture_fp32(**x)
+    mixed = reference.mixture_fp32(**x)
     torch.testing.assert_close(mixed.double(), expected, rtol=1e-5, atol=1e-6)
-    assert identical(model(**x), mixed.clamp(-448, 448).to(FP8))
+    assert same_bits(reference(**x), mixed.clamp(-448, 448).to(FN))
 
 
 def test_fp8_blockscale_fused_moe_quantiser_round_trips():
-    x = problem("fp8_blockscale_fused_moe")[1](
-        seed=0, token_count=3, hidden_size=256, intermediate_size=128, num_experts=2, top_k=2
-    )
+    x = make_inputs("fp8_blockscale_fused_moe", 0, token_count=3, hidden_size=256, intermediate_size=128, num_experts=2, top_k=2)
     codes = x["hidden_states"].float().view(3, 2, 128)
     assert codes.abs().amax(dim=-1).eq(448).all()  # each tile's largest magnitude maps to the fp8 max
     assert tuple(x["fc1_scale"].shape) == (2, 2, 2) and tuple(x["fc2_scale"].shape) == (2, 2, 1)
@@ -452,9 +268,9 @@ def test_fp8_blockscale_fused_moe_has_no_nan_at_hidden_7168():
     """Hidden 7168 and intermediate 2048 as scored shapes 1-3, with fewer tokens and experts:
     the fp32 mixture exceeds the e4m3fn range, and the saturating cast still gives no NaN."""
     dims = {"token_count": 4, "hidden_size": 7168, "intermediate_size": 2048, "num_experts": 2, "top_k": 2}
-    model, x = build("fp8_blockscale_fused_moe", {"num_experts": 2, "intermediate_size": 2048, "top_k": 2}, dims)
-    mixed = model.mixture_fp32(**x)
+    reference, x = build("fp8_blockscale_fused_moe", {"num_experts": 2, "intermediate_size": 2048, "top_k": 2}, dims)
+    mixed = reference.mixture_fp32(**x)
     assert (mixed.abs() > 464).any()  # a non-saturating cast (SPEC §0.3) would produce NaN here
-    out = model(**x)
+    out = reference(**x)
     assert not out.float().isnan().any()
     assert out.float().abs().max() == 448

@@ -233,7 +233,8 @@ def run_report(run: LoadedRun, name: str, profile: str, baselines: dict[tuple[st
         scores = {op: (by_op[op].score if op in by_op else 0.0) for op in ops}
         unscored = sorted(op for op, v in scores.items() if v is None)
         if unscored:
-            s_note = f"correct shapes without a score for {', '.join(unscored)} (not timed, or no roofline for {profile})"
+            mismatch = next((m for r in results if (m := scoring.profile_mismatch(profile, r.device.name))), "")
+            s_note = f"correct shapes without a score for {', '.join(unscored)} ({mismatch or f'not timed, or no roofline for {profile}'})"
         else:
             s = _mean([v for v in scores.values() if v is not None])
             s_agg, _ = scoring.aggregate(scores, {op: weights.get(op, 0.0) for op in ops})

@@ -1,32 +1,31 @@
 """
 +++
-title = "Dynamic per-token fp8 e4m3fnuz quantisation on an NVIDIA GPU (codes built from e4m3fn)"
+title = "Dynamic per-token fp8 e4m3fn quantisation: reciprocal-multiply scale arithmetic, exact codes"
 operator = "fp8_dynamic_per_token_quant"
 op_family = ["quant"]
 dsl = ["triton"]
 hardware = ["hopper", "any"]
-tags = ["fp8", "e4m3fnuz", "e4m3fn", "quantisation", "per-token", "reciprocal", "bitcast", "code conversion", "memory-bound"]
+tags = ["fp8", "e4m3fn", "quantisation", "per-token", "dynamic", "reciprocal", "div_rn", "amax", "scale", "memory-bound"]
 sources = [
   "Micikevicius et al., FP8 Formats for Deep Learning, 2022 — https://arxiv.org/abs/2209.05433",
-  "PyTorch float8 dtypes (float8_e4m3fn, float8_e4m3fnuz) — https://pytorch.org/docs/stable/tensors.html",
-  "Triton API: tl.div_rn, tensor.to(bitcast=True) — https://triton-lang.org/main/python-api/triton.language.html",
+  "PyTorch float8 dtypes (float8_e4m3fn) — https://pytorch.org/docs/stable/tensors.html",
+  "Triton API: tl.div_rn, tensor.to — https://triton-lang.org/main/python-api/triton.language.html",
 ]
 validated_shapes = ["smoke (CPU interpreter, CI)"]
 
 [h200]
 status = "pending H200 run"
 +++
-Per row: scale = max(amax|x|, 1e-12) / 240; inv = 1 / scale (IEEE reciprocal);
-q = e4m3fnuz(clamp(x * inv, -240, 240)). Returns (q (T, H) float8_e4m3fnuz, scale (T,) fp32).
+Per row: scale = max(amax|x|, 1e-12) / 448; inv = 1 / scale (IEEE reciprocal);
+q = e4m3fn(clamp(x · inv, −448, 448)). Returns (q (T, H) float8_e4m3fn, scale (T,) fp32).
 
-e4m3fnuz (bias 8, max 240, no -0, NaN = 0x80) has no native conversion on NVIDIA GPUs.
-Its codes are those of e4m3fn (bias 7) for twice the value: for |v| ≤ 224, the fnuz code of v
-is the fn code of 2v (exact scaling by 2; subnormals line up too). So the kernel first
-rounds v to the fnuz grid in fp32 (`_round_to_e4m3_grid` with minimum exponent -7, ties to
-even), then converts the exact value 2v to e4m3fn. Two edges are fixed by hand: 240 (2v =
-480 is not an e4m3fn value) is code 0x7F, and a zero result has code 0x00, never 0x80
-(fnuz's NaN). The kernel stores uint8 codes; the host views them as float8_e4m3fnuz
-(no copy). Scale arithmetic uses `tl.div_rn` for the IEEE quotient and reciprocal.
+fp8 codes are compared exactly, so the kernel follows the reference's operations one for one:
+IEEE division of the row maximum by 448 and an IEEE reciprocal (`tl.div_rn` for both — plain
+`/` is `div.full.f32` on NVIDIA GPUs), then a multiply (not a division by the scale), clamp and
+a round-to-nearest-even cast. The cast is preceded by an explicit rounding to the e4m3 grid in
+fp32 (`_round_to_e4m3_grid`): on the GPU it changes nothing, on Triton's CPU interpreter it
+avoids that cast's mis-rounding. One row per program (H ≤ 7168 → one block of ≤ 8192, 8 warps):
+2 bytes in, 1 byte out per element, memory-bound.
 """
 
 import torch
@@ -48,18 +47,15 @@ def _round_to_e4m3_grid(v, MIN_EXP: tl.constexpr):
 
 
 @triton.jit
-def _per_token_fnuz(x_ptr, q_ptr, s_ptr, H, BLOCK_H: tl.constexpr):
+def _per_token_quant(x_ptr, q_ptr, s_ptr, H, BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
     mask = cols < H
     x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.div_rn(tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12), 240.0)
+    scale = tl.div_rn(tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12), 448.0)
     inv = tl.div_rn(1.0, scale)
-    v = _round_to_e4m3_grid(tl.clamp(x * inv, -240.0, 240.0), -7)      # fnuz grid: bias 8
-    fn_code = (v * 2.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)    # exact: 2v is an e4m3fn value
-    magnitude = tl.where(tl.abs(v) == 240.0, 0x7F, fn_code & 0x7F)
-    sign = tl.where((v < 0) & (magnitude != 0), 0x80, 0)
-    tl.store(q_ptr + row * H + cols, (magnitude | sign).to(tl.uint8), mask=mask)
+    q = _round_to_e4m3_grid(tl.clamp(x * inv, -448.0, 448.0), -6)
+    tl.store(q_ptr + row * H + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(s_ptr + row, scale)
 
 
@@ -70,8 +66,8 @@ class Model(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         H = x.shape[-1]
         x2 = x.reshape(-1, H).contiguous()
-        codes = torch.empty(x2.shape, dtype=torch.uint8, device=x.device)
+        q = torch.empty(x2.shape, dtype=torch.float8_e4m3fn, device=x.device)
         scale = torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)
         block_h = triton.next_power_of_2(H)
-        _per_token_fnuz[(x2.shape[0],)](x2, codes, scale, H, BLOCK_H=block_h, num_warps=8 if block_h >= 4096 else 4)
-        return codes.view(torch.float8_e4m3fnuz).view(x.shape), scale.view(x.shape[:-1])
+        _per_token_quant[(x2.shape[0],)](x2, q, scale, H, BLOCK_H=block_h, num_warps=8 if block_h >= 4096 else 4)
+        return q.view(x.shape), scale.view(x.shape[:-1])

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -44,11 +44,11 @@ from atrex_mcp.tool_models import (
     Mode,
     OpArg,
     PackageOutput,
-    ProfileResult,
     PathArg,
     ProblemDetail,
     ProblemList,
     ProblemSummary,
+    ProfileResult,
     RooflineResult,
     SeedsArg,
     ShapesArg,
@@ -92,7 +92,7 @@ class ServerConfig:
     correctness_limit: int = 2
     max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
-    devices: list[str] | None = None  # None: the CUDA devices present, else ["cpu"]
+    devices: list[str] | None = None  # None: detected on first use (see _detect_devices)
 
 
 def _detect_devices() -> list[str]:
@@ -195,7 +195,12 @@ class ServerContext:
         text = self.policy.redact(format_error(info))
         return ToolError(_cut(text, MAX_ERROR_CHARS) if len(text) > MAX_ERROR_CHARS else text)
 
-    def _unexpected(self, name: str) -> ToolError:
+    def _translate(self, name: str, exc: Exception) -> ToolError:
+        """Any failure of a tool as the tool error its caller sees."""
+        if isinstance(exc, AtrexError):
+            return self._tool_error(exc.info)
+        if isinstance(exc, ToolError):
+            return self._tool_error(ErrorInfo(stage="input", category="tool_error", message=str(exc)))
         logger.exception("tool %s failed unexpectedly", name)
         return self._tool_error(ErrorInfo(stage="internal", category="unexpected_error",
                                           message=f"The server hit an unexpected error in {name}; the details are in the server's log.",
@@ -216,26 +221,16 @@ class ServerContext:
             @functools.wraps(fn)
             async def guarded(*args: Any, **kwargs: Any) -> Any:
                 try:
-                    result = await fn(*args, **kwargs)
-                except AtrexError as exc:
-                    raise self._tool_error(exc.info) from None
-                except ToolError as exc:
-                    raise self._tool_error(ErrorInfo(stage="input", category="tool_error", message=str(exc))) from None
-                except Exception:
-                    raise self._unexpected(name) from None
-                return self._finish(result)
+                    return self._finish(await fn(*args, **kwargs))
+                except Exception as exc:
+                    raise self._translate(name, exc) from None
         else:
             @functools.wraps(fn)
-            def guarded(*args: Any, **kwargs: Any) -> Any:
+            def guarded(*args: Any, **kwargs: Any) -> Any:  # the SDK runs sync tools on a worker thread
                 try:
-                    result = fn(*args, **kwargs)
-                except AtrexError as exc:
-                    raise self._tool_error(exc.info) from None
-                except ToolError as exc:
-                    raise self._tool_error(ErrorInfo(stage="input", category="tool_error", message=str(exc))) from None
-                except Exception:
-                    raise self._unexpected(name) from None
-                return self._finish(result)
+                    return self._finish(fn(*args, **kwargs))
+                except Exception as exc:
+                    raise self._translate(name, exc) from None
 
         self.server.add_tool(
             guarded,

@@ -11,16 +11,19 @@ import hmac
 import ipaddress
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from mcp.server import MCPServer
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
-from starlette.applications import Starlette
 
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.server import ServerConfig, build_server
+
+if TYPE_CHECKING:  # the server (and torch behind it) loads only once the settings passed
+    from starlette.applications import Starlette
+
+    from atrex_mcp.server import ServerConfig
 
 MIN_TOKEN_CHARS = 16
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -89,11 +92,13 @@ def transport_security(http: HttpSettings) -> TransportSecuritySettings:
 
 def build_http_app(config: ServerConfig, http: HttpSettings) -> Starlette:
     """The ASGI app: the tools behind the token check and the Host/Origin guard."""
+    from atrex_mcp.server import build_server
+
     check_settings(http)
     name = http.allowed_hosts[0] if http.host in WILDCARD_HOSTS else (f"[{http.host}]" if ":" in http.host else http.host)
     base = f"http://{name}:{http.port}"
     auth = AuthSettings(issuer_url=AnyHttpUrl(base), resource_server_url=None, validate_token_resource=False)
-    server: MCPServer = build_server(config, token_verifier=StaticTokenVerifier(http.token), auth=auth)
+    server = build_server(config, token_verifier=StaticTokenVerifier(http.token), auth=auth)
     return server.streamable_http_app(streamable_http_path=http.path, host=http.host,
                                       transport_security=transport_security(http))
 

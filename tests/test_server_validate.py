@@ -116,8 +116,9 @@ async def test_cancelling_a_call_kills_its_worker(tmp_path):
     assert not _children() - before
 
 
-async def test_profile_kernel_on_cpu_is_stored_and_says_what_it_cannot_measure(workspace_config):
-    async with connect(workspace_config) as client:
+@pytest.mark.parametrize("era", ERAS)
+async def test_profile_kernel_on_cpu_is_stored_and_says_what_it_cannot_measure(workspace_config, era):
+    async with connect(workspace_config, era) as client:
         result = await client.call_tool("profile_kernel", {"op": "rms_norm", "path": "kernel.py"})
     profile = result.structured_content
     assert not result.is_error, result.content[0].text
@@ -126,8 +127,9 @@ async def test_profile_kernel_on_cpu_is_stored_and_says_what_it_cannot_measure(w
     assert profile["bottleneck"]["kind"] == "unknown" and profile["mode"] == "optimize"
 
 
-async def test_package_writes_artifact_and_manifest_inside_the_workspace(workspace_config):
-    async with connect(workspace_config) as client:
+@pytest.mark.parametrize("era", ERAS)
+async def test_package_writes_artifact_and_manifest_inside_the_workspace(workspace_config, era):
+    async with connect(workspace_config, era) as client:
         packaged = (await client.call_tool("package", {"op": "rms_norm", "path": "kernel.py"})).structured_content
         again = await client.call_tool("package", {"op": "rms_norm", "path": "kernel.py", "out_dir": "atrex-package/rms_norm"})
     artifact = Path(packaged["artifact"])

@@ -7,6 +7,10 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from atrex_mcp.transport import HttpSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,33 +48,45 @@ def _configure_logging(level: str, redactor: object | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from atrex_mcp.catalog import Catalog
     from atrex_mcp.errors import AtrexError
-    from atrex_mcp.paths import default_state_dir, problems_dir
-    from atrex_mcp.policy import Redactor
-    from atrex_mcp.server import ServerConfig, build_server
 
     try:
-        config = ServerConfig(
-            mode="benchmark" if args.benchmark_mode else "optimize",
-            problems=[p.resolve() for p in args.problems] if args.problems else [problems_dir()],
-            hardware=args.hardware,
-            state_dir=(args.state_dir or default_state_dir()).resolve(),
-            workspaces=[w.resolve() for w in args.workspace] if args.workspace else [Path.cwd()],
-            correctness_limit=args.correctness_jobs,
-        )
-        _configure_logging(args.log_level, Redactor(Catalog(config.problems)) if args.benchmark_mode else None)
         if args.transport == "stdio":
-            build_server(config).run()
+            _serve(args, http=None)
             return 0
-        from atrex_mcp.transport import HttpSettings, serve_http
+        from atrex_mcp.transport import HttpSettings, check_settings
 
         token = os.environ.get(args.token_env, "") if args.token_env else ""
         if args.token_env and not token:
             raise AtrexError("input", "token_env_empty", f"The environment variable {args.token_env} is empty or unset.",
                              f"export {args.token_env}=<long random secret> before starting the server.")
-        serve_http(config, HttpSettings(host=args.host, port=args.port, token=token, allowed_hosts=args.allowed_host))
+        http = HttpSettings(host=args.host, port=args.port, token=token, allowed_hosts=args.allowed_host)
+        check_settings(http)  # refuse an unsafe setup before loading anything heavy
+        _serve(args, http)
         return 0
     except AtrexError as exc:
         print(f"atrex-mcp serve: {exc}", file=sys.stderr)
         return 2
+
+
+def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
+    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.paths import default_state_dir, problems_dir
+    from atrex_mcp.policy import Redactor
+    from atrex_mcp.server import ServerConfig, build_server
+
+    config = ServerConfig(
+        mode="benchmark" if args.benchmark_mode else "optimize",
+        problems=[p.resolve() for p in args.problems] if args.problems else [problems_dir()],
+        hardware=args.hardware,
+        state_dir=(args.state_dir or default_state_dir()).resolve(),
+        workspaces=[w.resolve() for w in args.workspace] if args.workspace else [Path.cwd()],
+        correctness_limit=args.correctness_jobs,
+    )
+    _configure_logging(args.log_level, Redactor(Catalog(config.problems)) if args.benchmark_mode else None)
+    if http is None:
+        build_server(config).run()
+    else:
+        from atrex_mcp.transport import serve_http
+
+        serve_http(config, http)

@@ -175,3 +175,18 @@ def test_cli_json(wiki):
     assert [h["doc_id"] for h in hits] == ["docs/pitfalls/fp8"] and hits[0]["category"] == "pitfalls"
     bad = subprocess.run([sys.executable, "-c", code, "wiki", "read", "nope"], env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown_wiki_doc" in bad.stderr
+
+
+def _open_and_count(args):
+    root, state = args
+    return len(WikiIndex(wiki_root=Path(root), state_dir=Path(state)).search("fp8 split gemm", limit=10))
+
+
+def test_concurrent_first_opens_build_one_index(wiki):
+    import multiprocessing
+
+    root, state = wiki
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        counts = pool.map(_open_and_count, [(str(root), str(state))] * 3)
+    assert counts == [2, 2, 2]
+    assert WikiIndex(wiki_root=root, state_dir=state).last_refresh.unchanged == 3

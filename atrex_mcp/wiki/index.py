@@ -5,6 +5,7 @@ with BM25F over title, tags, prose and code, filtered by category, DSL, hardware
 from __future__ import annotations
 
 import difflib
+import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ from atrex_mcp.wiki.roots import load_roots
 # Bump when the schema, the analyzer or what a reader extracts changes: the index is rebuilt.
 INDEX_VERSION = 2
 MANIFEST = "manifest.json"
+LOCK_FILE = "refresh.lock"
 FILTER_CATEGORIES = (*CATEGORIES, "kernels", "source")
 # A filter for one Hopper part also admits documents written for Hopper in general or any GPU.
 HARDWARE_ALIASES = {"h200": ("h200", "hopper"), "h100": ("h100", "hopper"), "h20": ("h20", "hopper")}
@@ -94,14 +96,11 @@ def _split(stored: str) -> list[str]:
 class WikiIndex:
     """Search and read the wiki. Opening it refreshes the index (cheap when nothing changed)."""
 
-    def __init__(self, *, wiki_root: Path | None = None, state_dir: Path | None = None,
-                 index_dir: Path | None = None, refresh: bool = True):
+    def __init__(self, *, wiki_root: Path | None = None, state_dir: Path | None = None, index_dir: Path | None = None):
         self.wiki_root = Path(wiki_root or wiki_dir()).resolve()
         self.state_dir = Path(state_dir or default_state_dir())
         self.index_dir = Path(index_dir or self.state_dir / "wiki-index")
-        self.last_refresh: RefreshReport | None = None
-        if refresh or not index.exists_in(self.index_dir):
-            self.last_refresh = self.refresh()
+        self.last_refresh = self.refresh()
         self._ix = index.open_dir(str(self.index_dir))
 
     # ------------------------------------------------------------------ indexing
@@ -126,8 +125,14 @@ class WikiIndex:
 
     def refresh(self) -> RefreshReport:
         """Index new and changed files, drop vanished ones; a file whose stat changed but whose
-        content did not is not re-indexed."""
+        content did not is not re-indexed. Serialised across processes by a lock file, so two
+        servers starting at once do not build the same index over each other."""
         self.index_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.index_dir / LOCK_FILE, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._refresh_locked()
+
+    def _refresh_locked(self) -> RefreshReport:
         old = self._manifest()
         if not old or not index.exists_in(str(self.index_dir)):
             ix, old = index.create_in(str(self.index_dir), _schema()), {}

@@ -120,6 +120,7 @@ def test_ranges_and_anonymous_references(tmp_path):
     assert set(manifest.operators) == BLOCK_OPS
     assert all(not r.retained and r.unresolved_reasons == {"a range without a shape-bearing operator inside": 1}
                for r in manifest.operators.values())
+    assert manifest.excluded_share + manifest.unmapped_share == pytest.approx(1.0)  # one phase: all time is one or the other
     assert manifest.excluded_share > 0.5
     assert not (tmp_path / "ranged" / "rms_norm").exists()
 

@@ -66,7 +66,7 @@ class Manifest(BaseModel):
     apps_file: dict[str, str] | None = Field(default=None, description="The --apps file (path, sha256), if any.")
     problems_source: str = Field(description="Problem set whose references, inputs and smoke shapes were copied.")
     unmapped_share: float = Field(description="Eq. 3 share of device time that no rule mapped to a benchmark operator ('other').")
-    excluded_share: float = Field(description="Eq. 3 share of mapped operators that the snapshot could not retain.")
+    excluded_share: float = Field(description="Eq. 3 share of the mapped operators that the snapshot could not retain, pooled as one.")
     unmapped_by_app_phase: dict[str, dict[str, float]] = Field(description="Eq. 2 share of 'other' per application and phase.")
     device_us_by_app_phase: dict[str, dict[str, float]] = Field(description="All attributed time per application and phase, in microseconds.")
     operators: dict[str, OperatorRecord] = Field(description="Every operator the traces mention, retained or not.")

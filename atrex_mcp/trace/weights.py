@@ -10,7 +10,9 @@ c[a] is application a's card-hour share (normalised over the applications that h
 Averaging over phases rather than pooling keeps a decode-heavy operator from being drowned by
 long prefills; it is also why the raw weights can sum to more than 1 (the shipped ones sum to
 1.09478). The snapshot's `weights` are w normalised over the operators it retains. The share of
-device time that no rule claimed ("other") is aggregated the same way and reported.
+device time that no rule claimed ("other") is aggregated the same way and reported, and so is the
+share of operators that were mapped but not retained, pooled into one pseudo-operator (so that
+it stays a fraction of device time, comparable with the unmapped share).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class Weights:
     shares: dict[str, dict[str, dict[str, float]]]  # Eq. 2 per app and phase, every op incl. other
     app_shares: dict[str, float]
     unmapped: float  # Eq. 3 applied to "other"
-    excluded: float  # Eq. 3 summed over mapped operators that were not retained
+    excluded: float  # Eq. 3 applied to the mapped operators that were not retained, pooled as one
 
 
 def phase_shares(times: Times) -> dict[str, dict[str, dict[str, float]]]:
@@ -50,9 +52,10 @@ def phase_shares(times: Times) -> dict[str, dict[str, dict[str, float]]]:
     return out
 
 
-def _app_average(shares: dict[str, dict[str, float]], op: str) -> float:
-    """Mean of op's share over the phases in which it ran (0 when it never ran)."""
-    present = [per_op[op] for per_op in shares.values() if per_op.get(op, 0.0) > 0]
+def _app_average(shares: dict[str, dict[str, float]], ops: set[str]) -> float:
+    """Mean, over the phases in which any of `ops` ran, of their pooled share (0 when none ran)."""
+    present = [sum(per_op.get(op, 0.0) for op in ops) for per_op in shares.values()]
+    present = [share for share in present if share > 0]
     return sum(present) / len(present) if present else 0.0
 
 
@@ -66,14 +69,14 @@ def compute_weights(times: Times, app_shares: dict[str, float], retained: set[st
     c = {a: s / total_share for a, s in apps.items()}
     ops = {op for per_app in shares.values() for per_op in per_app.values() for op in per_op}
 
-    def eq3(op: str) -> float:
-        return sum(c[a] * _app_average(shares[a], op) for a in c)
+    def eq3(pooled: set[str]) -> float:
+        return sum(c[a] * _app_average(shares[a], pooled) for a in c)
 
-    raw = {op: eq3(op) for op in sorted(ops & retained)}
+    raw = {op: eq3({op}) for op in sorted(ops & retained)}
     raw_sum = sum(raw.values())
     normalised = {op: (w / raw_sum if raw_sum else 0.0) for op, w in raw.items()}
-    excluded = sum(eq3(op) for op in ops - retained - {OTHER})
-    return Weights(raw=raw, normalised=normalised, shares=shares, app_shares=c, unmapped=eq3(OTHER), excluded=excluded)
+    return Weights(raw=raw, normalised=normalised, shares=shares, app_shares=c, unmapped=eq3({OTHER}),
+                   excluded=eq3(ops - retained - {OTHER}))
 
 
 _LINE = re.compile(r"^\s*(?P<name>[^:#]+?)\s*:\s*(?P<share>[0-9.eE+-]+)\s*(#.*)?$")

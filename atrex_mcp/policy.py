@@ -35,23 +35,39 @@ SOL_INCIDENTS = frozenset({"faster_than_sol"})
 # Keys of the hidden files: a text quoting one as a mapping key ('"t_sol_ms": …') is a dump of them.
 _HIDDEN_KEY = re.compile(r"""["'](?:production_us|t_sol_ms|production_note|weight_raw|raw_sum|deviations)["']\s*:""")
 
+# A number as a whole token: not part of a longer number or name (a sentence's full stop may follow).
+_FIGURE = re.compile(r"(?<![\w.])\d*\.?\d+(?:[eE][-+]?\d+)?(?![\w]|\.\d)")
+
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class Redactor:
     """Withholds any text that quotes evaluator-only data of any problem of the catalog: the
-    evaluator's per-problem leak guards (verbatim hidden figures and provenance strings), plus
-    a check for dumps of the hidden files' keys."""
+    hidden figures and provenance strings the evaluator's per-problem leak guards know, plus any
+    dump of the hidden files' keys. Figures match as whole numbers, and integers are left out:
+    byte and FLOP counts follow from the visible shapes, and numbers like 2147483648 are common
+    in honest kernel code."""
 
     def __init__(self, catalog: Catalog):
         self._catalog = catalog
 
     @cached_property
-    def _guards(self) -> list[LeakGuard]:
-        return [LeakGuard.for_problem(self._catalog, op) for op in self._catalog.names()]
+    def _secrets(self) -> tuple[frozenset[str], tuple[str, ...]]:
+        figures: set[str] = set()
+        strings: set[str] = set()
+        for op in self._catalog.names():
+            for secret in LeakGuard.for_problem(self._catalog, op).secrets:
+                if _FIGURE.fullmatch(secret.lstrip("-")):
+                    if not secret.lstrip("-").isdigit():
+                        figures.add(secret.lstrip("-"))
+                else:
+                    strings.add(secret)
+        return frozenset(figures), tuple(strings)
 
     def __call__(self, text: str) -> str:
-        if _HIDDEN_KEY.search(text) or any(guard.leaks(text) for guard in self._guards):
+        figures, strings = self._secrets
+        if (_HIDDEN_KEY.search(text) or any(secret in text for secret in strings)
+                or any(token in figures for token in _FIGURE.findall(text))):
             return WITHHELD
         return text
 

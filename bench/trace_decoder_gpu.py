@@ -16,7 +16,8 @@ In the three compiled variants the references that loop in Python over data (att
 paged_attention_decode, fused_moe) stay eager (EAGER_IN_COMPILED).
 Projection GEMMs (QKV, output, MLP, router, LM head) are plain torch work that no rule claims:
 they are the "other" share. Each variant is imported as its own snapshot; eager and compiled are
-also imported together as two applications with equal card-hour shares. The summary goes to
+also imported together as two applications with equal card-hour shares. (Snapshots are built in
+memory with build_snapshot, not written: ranges and anonymous keep no operator.) The summary goes to
 bench/results/trace_h200_summary.{json,md}: operators found, device-time coverage (1 − unmapped
 share), weights, shapes, links, timings.
 
@@ -116,8 +117,8 @@ def decoder_steps(device: str, quick: bool):
             step(16, 16, False), step(16, 16, False), step(13, 13, False), step(13, 13, False)]
 
 
-def summarise(manifest, snapshot: Path) -> dict:
-    weights = json.loads((snapshot / "weights.json").read_text())["weights"]
+def summarise(content) -> dict:
+    manifest, weights = content.manifest, content.weights["weights"]
     return {
         "device": manifest.device,
         "unmapped_share": manifest.unmapped_share,
@@ -170,13 +171,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (CPU smoke run)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--keep", type=Path, help="keep traces and snapshots in this directory")
+    parser.add_argument("--keep", type=Path, help="keep the traces in this directory")
     parser.add_argument("--deadline-s", type=float, default=165.0, help="start no variant after this many seconds")
     args = parser.parse_args()
 
     import torch
 
-    from atrex_mcp.trace import TraceSpec, import_traces
+    from atrex_mcp.trace import TraceSpec, build_snapshot
     from atrex_mcp.trace.rules import Rules
     from atrex_mcp.trace.synthetic import record_trace
 
@@ -203,9 +204,8 @@ def main() -> int:
                         item.form = form
             trace = record_trace(steps, work / f"{name}.json", device=args.device, warmup=2,
                                  compile_model=compile_model if compiled else None)
-            snapshot = work / f"snapshot-{name}"
-            manifest = import_traces([TraceSpec(name, trace)], snapshot)
-            summary["variants"][name] = {**summarise(manifest, snapshot), "seconds": time.time() - started,
+            content = build_snapshot([TraceSpec(name, trace)])
+            summary["variants"][name] = {**summarise(content), "seconds": time.time() - started,
                                          "trace_mb": trace.stat().st_size / 1e6}
             traces[name] = trace
         except Exception as exc:  # noqa: BLE001 - one failing variant is reported, the others still run
@@ -214,15 +214,13 @@ def main() -> int:
     if "eager" in traces and "compiled" in traces:
         apps = work / "apps.yaml"
         apps.write_text("eager: 0.5\ncompiled: 0.5\n")
-        snapshot = work / "snapshot-combined"
-        manifest = import_traces([TraceSpec("eager", traces["eager"]), TraceSpec("compiled", traces["compiled"])],
-                                 snapshot, apps_file=apps)
-        summary["combined"] = summarise(manifest, snapshot)
+        summary["combined"] = summarise(build_snapshot([TraceSpec("eager", traces["eager"]),
+                                                        TraceSpec("compiled", traces["compiled"])], apps_file=apps))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "trace_h200_summary" if not args.quick else "trace_quick_summary"
     (args.out / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
     (args.out / f"{stem}.md").write_text(markdown(summary))
-    print(f"wrote {args.out / stem}.json and .md; traces and snapshots in {work}")
+    print(f"wrote {args.out / stem}.json and .md; traces in {work}")
     return 0
 
 

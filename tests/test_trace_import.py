@@ -11,7 +11,8 @@ import torch
 
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.cli import main
-from atrex_mcp.trace import TraceSpec, import_traces
+from atrex_mcp.errors import AtrexError
+from atrex_mcp.trace import TraceSpec, build_snapshot, import_traces
 from atrex_mcp.trace.synthetic import OpCall, Step, record_trace
 
 HIDDEN = 128
@@ -114,18 +115,24 @@ def test_phase_from_token_counts_without_ranges(tmp_path):
 
 
 def test_ranges_and_anonymous_references(tmp_path):
-    """record_function('atrex::<op>') names the operator but records no shapes; a bare reference is 'other'."""
+    """record_function('atrex::<op>') names the operator but records no shapes; a bare reference is
+    'other'. Neither leaves an operator to keep: the report is built, the import is refused."""
     ranged = record_trace([Step("prefill", block(40, [40], form="range"))], tmp_path / "ranged.json")
-    manifest = import_traces([TraceSpec("chat", ranged)], tmp_path / "ranged")
+    content = build_snapshot([TraceSpec("chat", ranged)])
+    manifest = content.manifest
     assert set(manifest.operators) == BLOCK_OPS
     assert all(not r.retained and r.unresolved_reasons == {"a range without a shape-bearing operator inside": 1}
                for r in manifest.operators.values())
     assert manifest.excluded_share + manifest.unmapped_share == pytest.approx(1.0)  # one phase: all time is one or the other
     assert manifest.excluded_share > 0.5
-    assert not (tmp_path / "ranged" / "rms_norm").exists()
+    assert set(content.files) == {"manifest.json", "weights.json"}
+    with pytest.raises(AtrexError) as err:
+        import_traces([TraceSpec("chat", ranged)], tmp_path / "ranged")
+    assert err.value.info.category == "no_operators" and "a range without a shape-bearing operator" in err.value.info.hint
+    assert not (tmp_path / "ranged").exists()
 
     bare = record_trace([Step("prefill", block(40, [40], form="anonymous"))], tmp_path / "bare.json")
-    manifest = import_traces([TraceSpec("chat", bare)], tmp_path / "bare")
+    manifest = build_snapshot([TraceSpec("chat", bare)]).manifest
     assert manifest.operators == {} and manifest.unmapped_share == pytest.approx(1.0)
 
 

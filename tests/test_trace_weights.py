@@ -10,7 +10,7 @@ import pytest
 
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.trace import TraceSpec, import_traces
+from atrex_mcp.trace import TraceSpec, build_snapshot, import_traces
 from atrex_mcp.trace.weights import read_app_shares
 from tests.trace_fixtures import KinetoBuilder, attention_args, mm_args, paged_args, rms_norm_args
 
@@ -137,3 +137,16 @@ def test_app_missing_from_apps_file_is_an_error(tmp_path):
         import_traces([TraceSpec("code", code_trace(tmp_path / "code.json"))], tmp_path / "snap", apps_file=apps)
     assert err.value.info.category == "app_without_share"
     assert not (tmp_path / "snap").exists()
+
+
+def test_trace_without_recorded_shapes(tmp_path):
+    b = KinetoBuilder()
+    op = b.op("_C::rms_norm", 10, 50, rms_norm_args(100, 64))
+    del op["args"]["Input Dims"]
+    b.kernel("void vllm::rms_norm_kernel<float>(...)", 30, op)
+    content = build_snapshot([TraceSpec("chat", b.write(tmp_path / "t.json"))])
+    rms = content.manifest.operators["rms_norm"]
+    assert not rms.retained
+    assert rms.unresolved_reasons == {"no recorded argument shapes (profile with record_shapes=True)": 1}
+    with pytest.raises(AtrexError, match="No benchmark operator could be kept"):
+        import_traces([TraceSpec("chat", tmp_path / "t.json")], tmp_path / "snap")

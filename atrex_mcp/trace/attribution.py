@@ -20,7 +20,7 @@ instead, with the same rules; the manifest records "device": "cpu".
 from __future__ import annotations
 
 import bisect
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -249,9 +249,9 @@ def _shape_origin(node: HostEvent, match: HostMatch | str | None, rules: Rules) 
     operator of the same family inside it (e.g. a custom op within record_function('atrex::rms_norm'))."""
     if isinstance(match, HostMatch):
         return match, node.args
-    queue = list(node.children)
+    queue = deque(node.children)
     while queue:
-        child = queue.pop(0)
+        child = queue.popleft()
         if child.cat == "cpu_op":
             inner = rules.match_host(child.name, child.args)
             if inner is not None and inner.op == match:

@@ -263,6 +263,8 @@ class Rules:
         without a shape. Without a smoke shape (operator absent from the problem set) there is none.
         """
         rule = self.data.operators[match.op]
+        if "Input Dims" not in event_args:
+            return None, None, "no recorded argument shapes (profile with record_shapes=True)"
         binding = bind_arguments(match.rule.args, event_args)
         values = binding.values
         functions = self._functions(binding.dtypes)

@@ -66,6 +66,15 @@ def _shapes_document(op: str, rows: list[dict[str, Any]]) -> str:
     return f'{{\n  "op": {json.dumps(op)},\n  "shapes": [\n{lines}\n  ]\n}}\n'
 
 
+@dataclass(frozen=True)
+class SnapshotContent:
+    """A snapshot before it is written: its manifest, its weights document and every file's text."""
+
+    manifest: Manifest
+    weights: dict[str, Any]
+    files: dict[str, str]
+
+
 def import_traces(specs: list[TraceSpec], out: Path, *, phase: PhaseMode = "auto", apps_file: Path | None = None,
                   problems: Path | None = None, rules_path: Path | None = None,
                   decode_max_tokens: int | None = None) -> Manifest:
@@ -74,6 +83,28 @@ def import_traces(specs: list[TraceSpec], out: Path, *, phase: PhaseMode = "auto
     if out.exists():
         raise AtrexError("input", "snapshot_exists", f"{out} already exists.",
                          "Snapshots are versioned: write each import to a new directory (e.g. snapshots/2026-11-30).")
+    content = build_snapshot(specs, phase=phase, apps_file=apps_file, problems=problems, rules_path=rules_path,
+                             decode_max_tokens=decode_max_tokens)
+    if not content.weights["weights"]:
+        reasons: Counter[str] = Counter()
+        for rec in content.manifest.operators.values():
+            reasons.update(rec.unresolved_reasons if rec.unresolved_reasons else {rec.dropped_reason or "": 1})
+        found = ", ".join(content.manifest.operators) or "none"
+        raise AtrexError("input", "no_operators",
+                         f"No benchmark operator could be kept (operators found: {found}; "
+                         f"unmapped share {100 * content.manifest.unmapped_share:.1f}%).",
+                         "Shapes come from named host operators with recorded arguments (record_shapes=True); "
+                         f"most frequent reasons: {'; '.join(r for r, _ in reasons.most_common(3)) or 'no operator matched the rules'}. "
+                         "See docs/trace.md, 'The rules table'.")
+    _write_atomically(out, content.files)
+    return content.manifest
+
+
+def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_file: Path | None = None,
+                   problems: Path | None = None, rules_path: Path | None = None,
+                   decode_max_tokens: int | None = None) -> SnapshotContent:
+    """Everything `import_traces` would write, without writing it (also for reports on traces
+    whose operators cannot all be retained)."""
     if not specs:
         raise AtrexError("input", "no_traces", "No trace files given.")
     rules = Rules.load(rules_path)
@@ -176,8 +207,7 @@ def import_traces(specs: list[TraceSpec], out: Path, *, phase: PhaseMode = "auto
         files[f"{op}/shapes.json"] = _shapes_document(op, rows)
         files[f"{op}/reference.py"] = v.reference_source
         files[f"{op}/input.py"] = v.input_source
-    _write_atomically(out, files)
-    return manifest
+    return SnapshotContent(manifest=manifest, weights=weights_doc, files=files)
 
 
 def _write_atomically(out: Path, files: dict[str, str]) -> None:

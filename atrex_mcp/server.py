@@ -16,6 +16,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -110,6 +111,23 @@ def format_error(info: ErrorInfo) -> str:
     return f"{text}\nhint: {info.hint}" if info.hint else text
 
 
+_SDK_ARGUMENT_ERROR = re.compile(r"^Error executing tool (?P<tool>[\w.-]+): (?P<detail>\d+ validation errors? for .*)", re.S)
+_SDK_UNKNOWN_TOOL = re.compile(r"^Unknown tool: (?P<tool>.*)$", re.S)
+
+
+def _sdk_error_info(text: str, tools: list[str]) -> ErrorInfo | None:
+    """The SDK's own tool errors (arguments that fail the schema, an unknown tool name) in the
+    four-field form every other error has; None for errors that already have it."""
+    if m := _SDK_ARGUMENT_ERROR.match(text):
+        detail = "\n".join(line for line in m["detail"].splitlines() if "errors.pydantic.dev" not in line)
+        return ErrorInfo(stage="input", category="invalid_arguments", message=detail,
+                         hint=f"Fix the named argument; {m['tool']}'s input schema gives every argument's type, range and default.")
+    if m := _SDK_UNKNOWN_TOOL.match(text):
+        return ErrorInfo(stage="input", category="unknown_tool", message=f"Unknown tool {m['tool']!r}.",
+                         hint=f"Valid choices: {', '.join(sorted(tools))}")
+    return None
+
+
 def _cut(text: str, keep: int) -> str:
     return text[:keep] + f"\n… [truncated by the server: {keep} of {len(text)} characters shown]"
 
@@ -191,9 +209,12 @@ class ServerContext:
         self._wiki_lock = threading.Lock()
 
     # ------------------------------------------------------------ tool registration
-    def _tool_error(self, info: ErrorInfo) -> ToolError:
+    def _error_text(self, info: ErrorInfo) -> str:
         text = self.policy.redact(format_error(info))
-        return ToolError(_cut(text, MAX_ERROR_CHARS) if len(text) > MAX_ERROR_CHARS else text)
+        return _cut(text, MAX_ERROR_CHARS) if len(text) > MAX_ERROR_CHARS else text
+
+    def _tool_error(self, info: ErrorInfo) -> ToolError:
+        return ToolError(self._error_text(info))
 
     def _translate(self, name: str, exc: Exception) -> ToolError:
         """Any failure of a tool as the tool error its caller sees."""
@@ -241,6 +262,17 @@ class ServerContext:
                                         idempotent_hint=idempotent, open_world_hint=False),
             structured_output=True,
         )
+
+    async def uniform_errors(self, ctx: Any, call_next: Any) -> Any:
+        """Server middleware: the SDK's own tool errors get the stage/category/message/hint form."""
+        result = await call_next(ctx)
+        if ctx.method == "tools/call" and isinstance(result, dict) and result.get("isError"):
+            texts = [c.get("text", "") for c in result.get("content", []) if c.get("type") == "text"]
+            info = _sdk_error_info(texts[0], [t.name for t in await self.server.list_tools()]) if texts else None
+            if info is not None:
+                tool = (ctx.params or {}).get("name", "?")
+                return {**result, "content": [{"type": "text", "text": f"Error executing tool {tool}: {self._error_text(info)}"}]}
+        return result
 
     # ------------------------------------------------------------ services
     @staticmethod
@@ -535,6 +567,7 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
     server = MCPServer("atrex-mcp", version=__version__, instructions=INSTRUCTIONS, token_verifier=token_verifier,
                        auth=auth, log_level=os.environ.get("ATREX_LOG_LEVEL", "INFO"))  # type: ignore[arg-type]
     app = ServerContext(config, server)
+    server.middleware.append(app.uniform_errors)
     _register_tools(app)
     if importlib.util.find_spec(RUN_TOOLS_MODULE) is not None:
         importlib.import_module(RUN_TOOLS_MODULE).register_run_tools(server, app)

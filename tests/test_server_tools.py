@@ -66,11 +66,15 @@ async def test_unknown_names_are_answered_with_the_choices(tmp_path, era):
         unknown_hw = await client.call_tool("roofline_lookup", {"flops": 1, "hardware": "h9000"})
         unknown_shape = await client.call_tool("roofline_lookup", {"op": "rms_norm", "shape": "999"})
         bad_arg = await client.call_tool("wiki_search", {"query": "x", "limit": 500})
+        no_tool = await client.call_tool("valdate", {})
     for result, category in ((unknown_op, "unknown_problem"), (unknown_hw, "unknown_hardware"), (unknown_shape, "unknown_shape")):
         text = result.content[0].text
         assert result.is_error and f"category: {category}" in text and "stage: input" in text and "hint: Valid choices:" in text
     assert "rms_norm" in unknown_op.content[0].text and "h200" in unknown_hw.content[0].text
-    assert bad_arg.is_error and "less than or equal to 20" in bad_arg.content[0].text
+    text = bad_arg.content[0].text
+    assert bad_arg.is_error and "category: invalid_arguments" in text and "less than or equal to 20" in text and "hint:" in text
+    text = no_tool.content[0].text
+    assert no_tool.is_error and "category: unknown_tool" in text and "validate" in text.split("hint:")[1]
 
 
 async def test_roofline_calculator_and_problem_lookup(tmp_path, era):

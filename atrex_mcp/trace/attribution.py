@@ -24,7 +24,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from atrex_mcp.trace.events import DeviceEvent, HostEvent, Trace, thread_roots
+from atrex_mcp.trace.events import LAUNCH_CATEGORIES, DeviceEvent, HostEvent, Trace, thread_roots
 from atrex_mcp.trace.rules import OTHER, HostMatch, ResolvedShape, Rules
 
 Phase = str
@@ -83,7 +83,7 @@ class _HostIndex:
         self.launch_by_correlation: dict[Any, HostEvent] = {}
         self.op_by_external_id: dict[Any, HostEvent] = {}
         for ev in trace.host:
-            if ev.cat in ("cuda_runtime", "cuda_driver") and "correlation" in ev.args:
+            if ev.cat in LAUNCH_CATEGORIES and "correlation" in ev.args:
                 self.launch_by_correlation[ev.args["correlation"]] = ev
             elif ev.cat == "cpu_op" and "External id" in ev.args:
                 self.op_by_external_id.setdefault(ev.args["External id"], ev)

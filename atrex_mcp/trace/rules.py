@@ -113,7 +113,9 @@ class ResolvedShape:
     tokens: int
     defaulted: tuple[str, ...]
 
+    @cached_property
     def key(self) -> str:
+        """Canonical JSON of init and inputs: equal shapes, equal keys."""
         return json.dumps({"init": self.init, "inputs": self.inputs}, sort_keys=True)
 
 
@@ -176,7 +178,9 @@ class Rules:
         self._phase_patterns = [(phase, re.compile(p)) for phase, p in data.phase_ranges.items()]
         self._kernel_cache: dict[str, str | None] = {}
         self._range_cache: dict[str, str | None] = {}
+        self._phase_cache: dict[str, str | None] = {}
         self._host_cache: dict[str, list[tuple[str, HostRule]]] = {}
+        self._shape_cache: dict[tuple, tuple[int | None, ResolvedShape | None, str | None]] = {}
 
     @classmethod
     def load(cls, path: Path | None = None) -> Rules:
@@ -211,10 +215,9 @@ class Rules:
 
     def phase_of_range(self, name: str) -> str | None:
         """'prefill' / 'decode' when a range name marks a phase."""
-        for phase, pattern in self._phase_patterns:
-            if pattern.fullmatch(name):
-                return phase
-        return None
+        if name not in self._phase_cache:
+            self._phase_cache[name] = next((phase for phase, pattern in self._phase_patterns if pattern.fullmatch(name)), None)
+        return self._phase_cache[name]
 
     def match_host(self, name: str, event_args: dict[str, Any]) -> HostMatch | None:
         """The first host rule whose name matches and whose predicate holds for these arguments."""
@@ -255,6 +258,16 @@ class Rules:
 
     def resolve_shape(self, match: HostMatch, event_args: dict[str, Any], smoke_init: dict[str, Any] | None,
                       smoke_inputs: dict[str, Any] | None) -> tuple[int | None, ResolvedShape | None, str | None]:
+        """(token count, shape, why there is no shape) for one call; calls with identical recorded
+        arguments (most of a serving trace) share one evaluation."""
+        key = (match.op, id(match.rule), repr(event_args.get("Input Dims")), repr(event_args.get("Input type")),
+               repr(event_args.get("Concrete Inputs")), repr(smoke_init), repr(smoke_inputs))
+        if key not in self._shape_cache:
+            self._shape_cache[key] = self._resolve_shape(match, event_args, smoke_init, smoke_inputs)
+        return self._shape_cache[key]
+
+    def _resolve_shape(self, match: HostMatch, event_args: dict[str, Any], smoke_init: dict[str, Any] | None,
+                       smoke_inputs: dict[str, Any] | None) -> tuple[int | None, ResolvedShape | None, str | None]:
         """(token count, shape, why there is no shape) for one call.
 
         A parameter the rules do not give, or whose expression needs a scalar the profiler did not

@@ -53,7 +53,7 @@ class _ShapeAgg:
 
 def shape_id(shape: ResolvedShape) -> str:
     """Content-derived, so the same shape keeps its id across refreshes and snapshots."""
-    return "t" + hashlib.sha256(shape.key().encode()).hexdigest()[:10]
+    return "t" + hashlib.sha256(shape.key.encode()).hexdigest()[:10]
 
 
 def _sha256(path: Path) -> str:
@@ -148,11 +148,13 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
                                  links=dict(result.links)))
 
     shapes: dict[str, dict[str, _ShapeAgg]] = {}
+    ids: dict[str, str] = {}
     for op, calls in calls_by_op.items():
         for call in calls:
             if call.shape is None:
                 continue
-            agg = shapes.setdefault(op, {}).setdefault(shape_id(call.shape), _ShapeAgg(call.shape))
+            sid = ids.get(call.shape.key) or ids.setdefault(call.shape.key, shape_id(call.shape))
+            agg = shapes.setdefault(op, {}).setdefault(sid, _ShapeAgg(call.shape))
             agg.count += 1
             agg.device_us += call.device_us
             agg.phases |= call.phases

@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""Eager and torch.compile baselines through the real evaluator, on any subset of operators
+and shapes, within a time budget; the main table against the `h200` (datasheet) and
+`h200-measured` profiles; the evaluator's throughput split; every shape near the roofline.
+
+    python3 bench/baselines.py plan [--baseline both] [--select representative --budget-s 300] [--calibrate DIR…] [--gpus N]
+    python3 bench/baselines.py run --baseline eager --out DIR [--ops a,b] [--shapes all|ID,…] [--select representative]
+                                   [--shapes-from DIR] [--budget-s S] [--gpus N] [--seeds 5] [--timeout 120]
+    python3 bench/baselines.py table DIR… [--out PREFIX]
+
+`run` writes one EvalResult JSON per operator (`<op>.<baseline>.json`, as `atrex-mcp eval
+--out` names them, so `atrex-mcp score --baselines DIR` reads them), `run.json` (conditions,
+selection, predicted and actual seconds, schedule, shapes not run with the reason, throughput
+split, shapes with S > 0.9) and `table_<profile>.{md,json}`. Shapes the budget leaves out are
+listed in run.json's `not_run`, never silently dropped. `--shapes-from DIR` evaluates exactly
+the shapes another run evaluated (it overrides --ops/--shapes/--select). Without a GPU every
+shape is evaluated for correctness and reported "not timed: no GPU" (a dry run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path]
+
+from eval_cost import (BASELINES, CostModel, fit_to_budget, jobs_for, load_reference_times,  # noqa: E402
+                       predicted_seconds, representative_order)
+
+PROFILES = ("h200", "h200-measured")
+NEAR_ROOFLINE = 0.9
+# Fixed parts of the full issue besides the baselines (seconds on the device machine).
+LAUNCH_FLOOR_S, TIMING_ACCURACY_S, MACHINE_START_S = 20.0, 90.0, 90.0
+
+
+def _catalog(problems: Path | None):
+    from atrex_mcp.catalog import Catalog
+
+    return Catalog(problems) if problems else Catalog()
+
+
+def _load_results(dirs: Iterable[Path]) -> list:
+    from atrex_mcp.evaluate.table import load_results
+
+    return [r for d in dirs for r in load_results(d)]
+
+
+def calibration_results(dirs: Iterable[Path]) -> list:
+    """Results of single evaluate() calls: a run's parts/ when it has them (merged results sum
+    several worker starts), else the run's own files."""
+    return _load_results((d / "parts") if (d / "parts").is_dir() else d for d in dirs)
+
+
+def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseline: str,
+              gpus: int = 1) -> tuple[dict[str, list[str]], list]:
+    """{op: [shape ids]} to evaluate, and the shapes a --select left out for the budget (the
+    budget of `gpus` GPUs, less a tenth for imperfect packing when there are several)."""
+    if args.shapes_from:
+        chosen: dict[str, list[str]] = defaultdict(list)
+        for r in _load_results([args.shapes_from]):
+            chosen[r.op] += [s.id for s in r.shapes]
+        return dict(chosen), []
+    ops = catalog.names() if args.ops in (None, "all") else [o.strip() for o in args.ops.split(",") if o.strip()]
+    if args.select == "representative":
+        order = [(op, sid) for op, sid in representative_order(times, catalog.weights()) if op in ops]
+        budget = args.budget_s * (gpus if gpus == 1 else 0.9 * gpus) if args.budget_s is not None else float("inf")
+        return fit_to_budget(order, times, model, baseline, budget)
+    if args.shapes in (None, "all"):
+        return {op: [s.id for s in catalog.visible(op).scored_shapes] for op in ops}, []
+    ids = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    return {op: ids for op in ops}, []
+
+
+def throughput_split(results: Sequence) -> dict[str, float]:
+    """Where the evaluator's wall time went, summed over evaluations (issue 8, item 5)."""
+    split = dict.fromkeys(("start_up", "candidate_load", "compile", "correctness", "timing", "profile", "other", "total"), 0.0)
+    for r in results:
+        split["start_up"] += r.overhead.worker_start_s + r.overhead.restart_s
+        split["candidate_load"] += r.overhead.candidate_load_s
+        split["total"] += r.overhead.total_s
+        for s in r.shapes:
+            first = s.seconds.get("first_call_extra", 0.0)
+            split["compile"] += first
+            split["correctness"] += s.seconds.get("correctness", 0.0) - first + s.seconds.get("reference_and_compare", 0.0)
+            split["timing"] += s.seconds.get("timing", 0.0)
+            split["profile"] += s.seconds.get("profile", 0.0)
+    split["other"] = split["total"] - sum(v for k, v in split.items() if k not in ("other", "total"))
+    return {k: round(v, 2) for k, v in split.items()}
+
+
+def near_roofline(results: Sequence, catalog, profile: str = "h200", threshold: float = NEAR_ROOFLINE) -> list[dict[str, Any]]:
+    """Every correct, timed shape with S_j above `threshold` (item 4: none may exceed 1)."""
+    from atrex_mcp.evaluate import scoring
+
+    rows = []
+    for r in results:
+        roofline = scoring.Roofline.load(catalog, r.op, profile)
+        shapes = catalog.hidden(r.op).roofline.get("shapes", {})
+        for s in r.shapes:
+            t_sol, _ = roofline.t_sol_ms(s.id)
+            score = scoring.shape_score(t_sol, s.time_ms) if s.correct else None
+            if score is not None and score > threshold:
+                entry = shapes.get(s.id, {})
+                rows.append({"op": r.op, "candidate": r.candidate, "shape": s.id, "time_ms": s.time_ms, "t_sol_ms": t_sol,
+                             "score": round(score, 4), "bound": (entry.get("bound") or {}).get(profile),
+                             "arithmetic_intensity": entry.get("arithmetic_intensity")})
+    return sorted(rows, key=lambda row: -row["score"])
+
+
+def write_tables(dirs: Sequence[Path], catalog, prefix: Path) -> dict[str, Any]:
+    """The main table (eager / torch-compile rows) per profile, as markdown and JSON."""
+    from atrex_mcp.evaluate.table import main_table, render_markdown
+
+    out = {}
+    for profile in PROFILES:
+        table = main_table([], catalog, profile, list(dirs))
+        Path(f"{prefix}_{profile}.md").write_text(render_markdown(table))
+        Path(f"{prefix}_{profile}.json").write_text(table.model_dump_json(indent=1))
+        out[profile] = {row.run: row.s_agg for row in table.rows}
+    return out
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def conditions(results: Sequence) -> dict[str, Any]:
+    """Date, host, hardware and versions, read from the results themselves."""
+    device = results[0].device if results else None
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(), "commit": _git_commit(),
+            "device": device.name if device else None, "driver": device.driver if device else None,
+            "cuda": device.cuda if device else None, "versions": device.versions if device else {},
+            "max_sm_clock_mhz": device.max_sm_clock_mhz if device else None}
+
+
+def run(args: argparse.Namespace) -> int:
+    from atrex_mcp.evaluate.models import EvalResult
+    from multi_gpu import gpu_devices, merge_results, run_spread
+
+    catalog = _catalog(args.problems)
+    times = load_reference_times()
+    model = CostModel(seeds=args.seeds)
+    if args.calibrate:
+        model = model.calibrated(calibration_results(args.calibrate))
+    devices = gpu_devices(args.gpus)
+    chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices))
+    jobs = jobs_for(chosen, times, model, args.baseline)
+    request = {"baseline": args.baseline, "seeds": args.seeds, "hardware": "h200", "timeout_s": args.timeout}
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"[baselines] {args.baseline}: {len(jobs)} shapes of {len(chosen)} operators on {len(devices)} device(s) "
+          f"{devices}, predicted {predicted_seconds(jobs, model, args.baseline):.0f} s sequential, budget {args.budget_s} s", flush=True)
+    schedule = run_spread(jobs, devices, args.out / "parts", request, model.evaluation_s(args.baseline), args.budget_s,
+                          args.problems)
+    parts: dict[str, list] = defaultdict(list)
+    for outcome in schedule.outcomes:
+        if outcome.status == "ok" and outcome.result_file:
+            parts[outcome.op].append(EvalResult.model_validate_json(Path(outcome.result_file).read_text()))
+    results = []
+    for op, op_parts in sorted(parts.items()):
+        order = [s.id for s in catalog.visible(op).shapes]
+        merged = merge_results(op_parts, order)
+        (args.out / f"{op}.{args.baseline}.json").write_text(merged.model_dump_json(indent=1))
+        results.append(merged)
+    not_run = [{"op": op, "shape": sid, "reason": "left out of the selection for the budget"} for op, sid in left_out]
+    not_run += schedule.not_run
+    report = {"conditions": conditions(results), "baseline": args.baseline, "budget_s": args.budget_s, "devices": devices,
+              "cost_model": model.describe(), "predicted_s": round(predicted_seconds(jobs, model, args.baseline), 1),
+              "selection": chosen, "schedule": schedule.summary(), "not_run": not_run,
+              "throughput": throughput_split(calibration_results([args.out])),
+              "near_roofline": near_roofline(results, catalog)}
+    report["s_agg"] = write_tables([args.out], catalog, args.out / "table")
+    (args.out / "run.json").write_text(json.dumps(report, indent=1))
+    timed = sum(1 for r in results for s in r.shapes if s.time_ms is not None)
+    correct = sum(1 for r in results for s in r.shapes if s.correct)
+    print(f"[baselines] {args.baseline}: {correct} correct, {timed} timed, {len(not_run)} not run; wall "
+          f"{schedule.makespan_s:.0f} s (predicted {report['predicted_s']:.0f} s); S_agg {report['s_agg']}; "
+          f"throughput {report['throughput']}", flush=True)
+    return 0
+
+
+def session_split(per_op: dict[str, float], session_s: float) -> list[list[str]]:
+    """Operators packed into sessions of at most `session_s` predicted seconds (largest first,
+    first fit); an operator larger than a session gets a session of its own."""
+    sessions: list[tuple[float, list[str]]] = []
+    for op, seconds in sorted(per_op.items(), key=lambda kv: -kv[1]):
+        for k, (used, ops) in enumerate(sessions):
+            if used + seconds <= session_s:
+                sessions[k] = (used + seconds, [*ops, op])
+                break
+        else:
+            sessions.append((seconds, [op]))
+    return [ops for _, ops in sessions]
+
+
+def plan(args: argparse.Namespace) -> int:
+    """Predicted device seconds per operator, their split by part, the full issue, a budgeted
+    selection, and (with --split-s) the operators grouped into sessions that fit."""
+    catalog = _catalog(args.problems)
+    times = load_reference_times()
+    model = CostModel(seeds=args.seeds)
+    if args.calibrate:
+        model = model.calibrated(calibration_results(args.calibrate))
+    kinds = BASELINES if args.baseline == "both" else (args.baseline,)
+    gpus = max(1, args.gpus or 1)
+    print(f"cost model: {model.describe()}\n")
+    print("| operator | shapes | eager ms / call (sum) | " + " | ".join(f"{k} s" for k in kinds) + " |")
+    print("|---|---|---|" + "---|" * len(kinds))
+    per_op: dict[str, dict[str, float]] = {k: {} for k in kinds}
+    split = {k: {"evaluation_start": 0.0} for k in kinds}
+    for op in catalog.names():
+        ids = [s.id for s in catalog.visible(op).scored_shapes]
+        for k in kinds:
+            per_op[k][op] = predicted_seconds(jobs_for({op: ids}, times, model, k), model, k)
+            split[k]["evaluation_start"] += model.evaluation_s(k)
+            for sid in ids:
+                for part, value in model.parts(times.get(op, {}).get(sid, 1.0), k).items():
+                    split[k][part] = split[k].get(part, 0.0) + value
+        print(f"| {op} | {len(ids)} | {sum(times.get(op, {}).values()):.1f} | " + " | ".join(f"{per_op[k][op]:.0f}" for k in kinds) + " |")
+    totals = {k: sum(per_op[k].values()) for k in kinds}
+    print("| **all** | | | " + " | ".join(f"**{totals[k]:.0f}**" for k in kinds) + " |\n")
+    for k in kinds:
+        print(f"{k} predicted split (s): " + ", ".join(f"{part} {value:.0f}" for part, value in split[k].items()))
+    if set(kinds) == set(BASELINES):
+        issue = LAUNCH_FLOOR_S + TIMING_ACCURACY_S + totals["eager"] + 2 * totals["torch-compile"]
+        print(f"\nfull issue on one GPU (launch floor {LAUNCH_FLOOR_S:.0f} s + timing accuracy {TIMING_ACCURACY_S:.0f} s + eager "
+              f"+ torch.compile twice for stability): {issue:.0f} s = {issue / 60:.1f} min, plus {MACHINE_START_S:.0f} s machine "
+              f"start per lease; on {gpus} GPU(s) about {issue / gpus / 60:.1f} min if the work splits evenly")
+    if args.select or args.ops or args.shapes:
+        for k in kinds:
+            kept, left = selection(args, catalog, times, model, k, gpus)
+            jobs = jobs_for(kept, times, model, k)
+            print(f"\n{k}, selection within {args.budget_s} s on {gpus} GPU(s): {len(jobs)} shapes of {len(kept)} operators, "
+                  f"predicted {predicted_seconds(jobs, model, k):.0f} s sequential; {len(left)} left out")
+            print("  " + "; ".join(f"{op}: {','.join(ids)}" for op, ids in kept.items()))
+    if args.split_s:
+        for k in kinds:
+            sessions = session_split(per_op[k], args.split_s * gpus)
+            print(f"\n{k} in sessions of {args.split_s:.0f} s × {gpus} GPU(s): {len(sessions)} sessions")
+            for n, ops in enumerate(sessions, 1):
+                print(f"  {n}: {sum(per_op[k][op] for op in ops):.0f} s  --ops {','.join(sorted(ops))}")
+    return 0
+
+
+def table(args: argparse.Namespace) -> int:
+    catalog = _catalog(args.problems)
+    prefix = args.out or (args.dirs[0] / "table")
+    s_agg = write_tables(args.dirs, catalog, prefix)
+    results = _load_results(args.dirs)
+    summary = {"s_agg": s_agg, "near_roofline": near_roofline(results, catalog),
+               "throughput": {d.name: throughput_split(calibration_results([d])) for d in args.dirs}}
+    Path(f"{prefix}_summary.json").write_text(json.dumps(summary, indent=1))
+    for profile in PROFILES:
+        print(Path(f"{prefix}_{profile}.md").read_text())
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--problems", type=Path, help="problem set root (default: the embedded set)")
+    common.add_argument("--seeds", type=int, default=5, help="correctness seeds per shape (default 5)")
+    common.add_argument("--calibrate", nargs="*", type=Path, default=[], help="refit the cost model from these finished runs")
+    common.add_argument("--gpus", type=int, help="GPUs to spread over (default: all visible)")
+    common.add_argument("--budget-s", type=float, help="wall-clock budget in seconds (default: none)")
+    common.add_argument("--select", choices=("representative",), help="choose shapes by value within the budget")
+    common.add_argument("--ops", help="comma-separated operators (default all)")
+    common.add_argument("--shapes", help="'all' (default) or comma-separated shape ids for every operator given")
+    run_p = sub.add_parser("run", parents=[common], help="evaluate a baseline")
+    run_p.add_argument("--baseline", choices=BASELINES, required=True)
+    run_p.add_argument("--out", type=Path, required=True)
+    run_p.add_argument("--shapes-from", type=Path, help="evaluate exactly the shapes of this earlier run")
+    run_p.add_argument("--timeout", type=float, default=120.0, help="seconds per shape and stage (default 120)")
+    run_p.set_defaults(func=run)
+    plan_p = sub.add_parser("plan", parents=[common], help="predicted device seconds per operator")
+    plan_p.add_argument("--baseline", choices=(*BASELINES, "both"), default="both")
+    plan_p.add_argument("--split-s", type=float, help="group whole operators into sessions of this many device seconds")
+    plan_p.set_defaults(func=plan, shapes_from=None)
+    table_p = sub.add_parser("table", help="main table, near-roofline shapes and throughput of finished runs")
+    table_p.add_argument("dirs", nargs="+", type=Path)
+    table_p.add_argument("--out", type=Path, help="prefix of the written files (default DIR/table)")
+    table_p.add_argument("--problems", type=Path)
+    table_p.set_defaults(func=table)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""How long the evaluator takes on the GPU, predicted before a run, so a device budget can be
+planned and a run can leave out what will not fit (and say so).
+
+The model follows what `atrex_mcp.evaluate` does per shape (README "Timing"):
+  correctness   K seeds in the worker + K reference calls on the trusted side
+  timing        2 estimate calls, warm-up and timed calls as `sandbox.timing.plan_calls` picks them
+                (each timed call also pays an L2 flush and a device synchronisation)
+  checks        CHECKED_TIMED_SETS reference calls for the timed outputs
+  profile       2 calls (one untimed, one under torch.profiler)
+plus a fixed cost per shape (transfers, input generation, profiler set-up), a fixed cost per
+evaluation (sandbox worker start, candidate import) and, for torch.compile, a compile per shape
+(the baseline compiles one static graph per shape).
+
+Per-call times come from bench/results/references_h200.json (the eager reference measured on
+the H200); torch.compile is predicted with the eager time, which is an upper bound for most
+operators. The three fixed costs start as stated assumptions and are refitted from the
+evaluator's own overhead fields once a run exists (`CostModel.calibrated`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from atrex_mcp.evaluate.evaluator import CHECKED_TIMED_SETS, MAX_TIMED_CALLS, MIN_TIMED_CALLS
+from atrex_mcp.evaluate.models import EvalResult
+from sandbox.timing import plan_calls
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE_TIMES = ROOT / "bench" / "results" / "references_h200.json"
+BASELINES = ("eager", "torch-compile")
+
+
+def load_reference_times(path: Path = REFERENCE_TIMES) -> dict[str, dict[str, float]]:
+    """{op: {shape id: eager ms}} for every shape the reference run completed."""
+    data = json.loads(Path(path).read_text())
+    times: dict[str, dict[str, float]] = {}
+    for row in data["shapes"]:
+        if row.get("status") == "ok":
+            times.setdefault(row["op"], {})[str(row["shape_id"])] = float(row["eager_ms"])
+    return times
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds of device-machine wall time the evaluator spends, by part."""
+
+    worker_s: float = 6.0  # sandbox worker start + candidate import, once per evaluate() call
+    shape_s: float = 1.0  # per shape, besides the calls: transfers, inputs, profiler set-up
+    compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
+    compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
+    call_overhead_s: float = 1.5e-4  # per timed call: flush, synchronisation, event reads
+    seeds: int = 5
+    source: str = "assumed (no evaluator run on this GPU yet)"
+
+    def calls(self, t_ms: float) -> tuple[int, int]:
+        """(calls of the candidate or reference at full cost, timed calls) for one shape."""
+        warmup, timed = plan_calls(t_ms, minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
+        full = 2 * self.seeds + 2 + warmup + timed + CHECKED_TIMED_SETS + 2
+        return full, timed
+
+    def shape_seconds(self, t_ms: float, baseline: str) -> float:
+        return sum(self.parts(t_ms, baseline).values())
+
+    def evaluation_s(self, baseline: str) -> float:
+        """Fixed cost of one evaluate() call."""
+        return self.worker_s + (self.compile_first_s if baseline == "torch-compile" else 0.0)
+
+    def parts(self, t_ms: float, baseline: str) -> dict[str, float]:
+        """One shape's predicted seconds by part (the throughput split, predicted)."""
+        full, timed = self.calls(t_ms)
+        return {"calls": full * t_ms / 1e3, "timed_call_overhead": timed * self.call_overhead_s, "per_shape_fixed": self.shape_s,
+                "compile": self.compile_s if baseline == "torch-compile" else 0.0}
+
+    def calibrated(self, results: Iterable[EvalResult]) -> "CostModel":
+        """Refit the fixed costs from finished evaluations (their overhead and per-shape seconds).
+        A part with no observation keeps its current value."""
+        results = list(results)
+        per_evaluation, fixed, compiles, first_compiles = [], [], [], []
+        for r in results:
+            spent_on_shapes = 0.0
+            for k, s in enumerate(r.shapes):
+                spent = sum(v for k, v in s.seconds.items() if k != "first_call_extra")  # correctness includes it
+                spent_on_shapes += spent
+                if not s.correct or s.time_ms is None or "timing" not in s.seconds:
+                    continue
+                compile_s = s.seconds.get("first_call_extra", 0.0) if r.candidate == "torch-compile" else 0.0
+                if r.candidate == "torch-compile":
+                    (first_compiles if k == 0 else compiles).append(compile_s)
+                full, timed = self.calls(s.time_ms)
+                fixed.append(spent - compile_s - full * s.time_ms / 1e3 - timed * self.call_overhead_s)
+            if r.overhead.total_s > 0 and r.candidate != "torch-compile":
+                per_evaluation.append(max(0.0, r.overhead.total_s - spent_on_shapes))
+        return replace(
+            self,
+            worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
+            shape_s=max(0.0, statistics.median(fixed)) if fixed else self.shape_s,
+            compile_s=statistics.median(compiles) if compiles else self.compile_s,
+            compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
+                             if first_compiles and compiles else self.compile_first_s),
+            source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} timed shapes, "
+                   f"{len(compiles)} torch.compile first calls)",
+        )
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One shape to evaluate, with its predicted cost (worker start excluded)."""
+
+    op: str
+    shape: str
+    seconds: float
+
+
+def jobs_for(selection: Mapping[str, list[str]], times: Mapping[str, Mapping[str, float]], model: CostModel,
+             baseline: str, default_ms: float = 1.0) -> list[Job]:
+    """Jobs for {op: [shape ids]}; a shape without a reference time is predicted at `default_ms`."""
+    return [Job(op, sid, model.shape_seconds(times.get(op, {}).get(sid, default_ms), baseline))
+            for op, ids in selection.items() for sid in ids]
+
+
+def predicted_seconds(jobs: Iterable[Job], model: CostModel, baseline: str) -> float:
+    """One evaluation per operator, one after another."""
+    jobs = list(jobs)
+    return len({j.op for j in jobs}) * model.evaluation_s(baseline) + sum(j.seconds for j in jobs)
+
+
+def representative_order(times: Mapping[str, Mapping[str, float]], weights: Mapping[str, float],
+                         large_shapes: int = 3, large_range_ms: tuple[float, float] = (1.0, 20.0)) -> list[tuple[str, str]]:
+    """Shapes in the order they are worth measuring when the budget is short: every operator's
+    fastest shape (operators by weight), then every operator's median shape, then a few large
+    shapes (one per operator, the heaviest operators first, eager time within `large_range_ms`)."""
+    ops = sorted(times, key=lambda op: (-weights.get(op, 0.0), op))
+    ranked = {op: sorted(times[op], key=lambda sid: times[op][sid]) for op in ops}
+    order: list[tuple[str, str]] = [(op, ranked[op][0]) for op in ops if ranked[op]]
+    order += [(op, ranked[op][len(ranked[op]) // 2]) for op in ops if len(ranked[op]) > 1]
+    lo, hi = large_range_ms
+    large = []
+    for op in ops:
+        inside = [sid for sid in ranked[op] if lo <= times[op][sid] <= hi and (op, sid) not in order]
+        if inside:
+            large.append((op, inside[-1]))
+    return order + large[:large_shapes]
+
+
+def fit_to_budget(order: Iterable[tuple[str, str]], times: Mapping[str, Mapping[str, float]], model: CostModel,
+                  baseline: str, budget_s: float) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """Walk `order`, keeping each shape whose cost (plus a worker start for an operator not yet
+    kept) still fits; returns ({op: kept ids}, shapes left out)."""
+    kept: dict[str, list[str]] = {}
+    left: list[tuple[str, str]] = []
+    spent = 0.0
+    for op, sid in order:
+        cost = model.shape_seconds(times[op][sid], baseline) + (0.0 if op in kept else model.evaluation_s(baseline))
+        if spent + cost <= budget_s:
+            kept.setdefault(op, []).append(sid)
+            spent += cost
+        else:
+            left.append((op, sid))
+    return kept, left

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Issue 8 on the GPU within one wall-clock budget, the most valuable measurements first:
+#   1. launch floor (seconds)            bench/launch_floor.py measure
+#   2. timing accuracy vs ncu (~1 min)   bench/timing_accuracy.py
+#   3. eager baseline, representative shapes within ~40 % of what is left
+#   4. torch.compile baseline twice, separate processes, same shapes (stability), the rest
+#   5. tables (h200, h200-measured), S beside S_floor, calibrated cost model, summary
+#
+#   bash bench/issue8_gpu.sh BUDGET_S [DEST]
+#     DEST: where the few result files go (default $OUT on the device machine, else bench/results/issue8)
+#   STEPS=floor,accuracy,eager,tc   the steps to run (default all; e.g. STEPS=eager in a later call)
+#   EAGER_ARGS / TC_ARGS            extra bench/baselines.py options, e.g. EAGER_ARGS="--ops a,b" (replaces --select)
+#
+# Everything is written to a work directory, then bundled: DEST gets summary.md, summary.json,
+# log.txt and issue8_results.tar.gz (per-operator EvalResults, run.json files, tables, raw
+# floor/accuracy/stability JSON). Unpack with: tar xzf issue8_results.tar.gz -C bench/results/issue8
+# Without a GPU every script runs as a dry run ("not timed: no GPU"): use a small budget to
+# check the whole chain on CPU before spending device time.
+set -u
+BUDGET=${1:?usage: bash bench/issue8_gpu.sh BUDGET_S [DEST]}
+DEST=${2:-${OUT:-bench/results/issue8}}
+STEPS=${STEPS:-floor,accuracy,eager,tc}
+EAGER_ARGS=${EAGER_ARGS:---select representative}
+TC_ARGS=${TC_ARGS:---select representative}
+RESERVE_S=40  # tables, report and bundle at the end
+cd "$(dirname "$0")/.." || exit 2
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+START=$(date +%s)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/issue8.XXXXXX")
+LOG=$WORK/log.txt
+mkdir -p "$DEST"
+
+left() { echo $((START + BUDGET - $(date +%s))); }
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+
+# step NAME LIMIT_S CMD…: run with a hard time limit, log everything, record status and seconds.
+step() {
+  local name=$1 limit=$2 t0 rc status
+  shift 2
+  if ((limit <= 0)); then
+    printf '%s\tskipped: budget\t0\n' "$name" >>"$WORK/steps.tsv"
+    echo "[skip] $name (budget)"
+    return
+  fi
+  t0=$(date +%s)
+  echo "=== $name (limit ${limit}s) $*" >>"$LOG"
+  timeout --kill-after=10 "$limit" "$@" >>"$LOG" 2>&1
+  rc=$?
+  case $rc in 0) status=ok ;; 124 | 137) status="timeout after ${limit}s" ;; *) status="exit $rc" ;; esac
+  printf '%s\t%s\t%s\n' "$name" "$status" $(($(date +%s) - t0)) >>"$WORK/steps.tsv"
+  echo "[$status] $name $(($(date +%s) - t0))s"
+}
+
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,memory.total --format=csv 2>&1 || echo "no nvidia-smi"
+  $PY -c 'import platform, torch, triton; print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "gpus", torch.cuda.device_count())'
+  (ncu --version 2>/dev/null || echo "no ncu") | tail -1
+  git rev-parse HEAD 2>/dev/null || echo "commit: not a git checkout"
+} >"$WORK/env.txt" 2>&1
+cat "$WORK/env.txt"
+
+want floor && step launch_floor $(($(left) < 90 ? $(left) - RESERVE_S : 90)) \
+  $PY bench/launch_floor.py measure --out "$WORK/launch_floor.json"
+want accuracy && step timing_accuracy $(($(left) - RESERVE_S < 180 ? $(left) - RESERVE_S : 180)) \
+  $PY bench/timing_accuracy.py --out "$WORK/timing_accuracy.json"
+
+# Each baseline run stops itself at its --budget-s (evaluations still running are cancelled);
+# GRACE_S on top is for merging and tables, and `timeout` is only the backstop.
+GRACE_S=20
+ran=()
+if want eager; then
+  pct=100
+  want tc && pct=40
+  share=$((($(left) - RESERVE_S - GRACE_S) * pct / 100))
+  # shellcheck disable=SC2086  # EAGER_ARGS is a list of options
+  step eager_baseline $((share + GRACE_S)) $PY bench/baselines.py run --baseline eager --out "$WORK/eager" \
+    --budget-s "$share" $EAGER_ARGS
+  ran+=("$WORK/eager")
+fi
+if want tc; then
+  half=$((($(left) - RESERVE_S - 2 * GRACE_S) / 2))
+  # shellcheck disable=SC2086
+  step torch_compile_twice $((2 * (half + GRACE_S))) $PY bench/stability.py --work "$WORK/tc" --baseline torch-compile \
+    --budget-s "$half" $TC_ARGS
+  ran+=("$WORK/tc/a")
+fi
+
+# Results that exist, whatever failed above.
+dirs=()
+for d in "${ran[@]}"; do [[ -f $d/run.json ]] && dirs+=("$d"); done
+if ((${#dirs[@]})); then
+  step tables 60 $PY bench/baselines.py table "${dirs[@]}" --out "$WORK/table"
+  [[ -f $WORK/launch_floor.json ]] && step floor_scores 60 $PY bench/launch_floor.py score --floor "$WORK/launch_floor.json" \
+    "${dirs[@]}" --out "$WORK/floor_scores"
+  $PY bench/baselines.py plan --calibrate "${dirs[@]}" --split-s 540 >"$WORK/plan_calibrated.txt" 2>&1
+fi
+$PY bench/issue8_report.py "$WORK" >/dev/null 2>>"$LOG"
+tar czf "$DEST/issue8_results.tar.gz" -C "$WORK" --exclude=log.txt .
+cp "$WORK/summary.md" "$WORK/summary.json" "$LOG" "$DEST/" 2>/dev/null
+cat "$WORK/summary.md" 2>/dev/null || tail -50 "$LOG"
+echo "total $(($(date +%s) - START))s of ${BUDGET}s; files in $DEST: $(ls "$DEST" | tr '\n' ' ')"

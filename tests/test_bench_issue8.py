@@ -1,0 +1,220 @@
+"""Issue-8 bench scripts on CPU: the evaluator cost model and budgeted selection, the
+launch-floor-aware score, the stability comparison, ncu CSV splitting for the timing-accuracy
+check, the throughput split and the near-roofline list, and CPU dry runs of the scripts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.evaluate.models import Overhead
+from bench_results_support import BENCH, result, shape, write_run
+
+import baselines  # noqa: E402  (bench/ is put on the path by bench_results_support)
+import eval_cost  # noqa: E402
+import launch_floor  # noqa: E402
+import stability  # noqa: E402
+import timing_accuracy  # noqa: E402
+from sandbox.timing import plan_calls
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return Catalog()
+
+
+# -- cost model and selection ------------------------------------------------------------------
+
+def test_cost_model_counts_the_calls_the_evaluator_makes():
+    model = eval_cost.CostModel(seeds=5)
+    for t_ms in (0.01, 1.0, 500.0):
+        warmup, timed = plan_calls(t_ms)
+        full, counted = model.calls(t_ms)
+        assert counted == timed and full == 2 * 5 + 2 + warmup + timed + 3 + 2
+    assert model.shape_seconds(500.0, "eager") > model.shape_seconds(1.0, "eager")
+    assert model.shape_seconds(1.0, "torch-compile") == pytest.approx(model.shape_seconds(1.0, "eager") + model.compile_s)
+    assert sum(model.parts(2.0, "eager").values()) == pytest.approx(model.shape_seconds(2.0, "eager"))
+
+
+def test_calibration_recovers_the_fixed_costs_from_evaluator_fields():
+    truth = eval_cost.CostModel(worker_s=3.0, shape_s=0.5, compile_s=7.0, compile_first_s=20.0)
+
+    def run(op: str, candidate: str) -> object:
+        shapes, spent = [], 0.0
+        for k, t_ms in enumerate((0.1, 2.0, 40.0)):
+            full, timed = truth.calls(t_ms)
+            compile_s = truth.compile_s + (truth.compile_first_s if k == 0 else 0.0) if candidate == "torch-compile" else 0.0
+            work = full * t_ms / 1e3 + timed * truth.call_overhead_s + truth.shape_s
+            seconds = {"correctness": 0.2 * work + compile_s, "first_call_extra": compile_s, "timing": 0.7 * work, "profile": 0.1 * work}
+            spent += work + compile_s
+            shapes.append(shape(str(k), t_ms, seconds=seconds))
+        return result(op, shapes, candidate, overhead=Overhead(worker_start_s=2.5, total_s=spent + truth.worker_s))
+
+    fitted = eval_cost.CostModel().calibrated([run("a", "eager"), run("b", "eager"), run("c", "torch-compile"), run("d", "torch-compile")])
+    assert fitted.worker_s == pytest.approx(3.0) and fitted.shape_s == pytest.approx(0.5)
+    assert fitted.compile_s == pytest.approx(7.0) and fitted.compile_first_s == pytest.approx(20.0)
+    assert fitted.source.startswith("calibrated")
+
+
+def test_representative_order_gives_every_operator_its_fastest_shape_first():
+    times = {"a": {"0": 5.0, "1": 0.1, "2": 1.0, "3": 3.0}, "b": {"0": 0.5}, "c": {"0": 9.0, "1": 2.0}}
+    order = eval_cost.representative_order(times, {"c": 0.6, "a": 0.3, "b": 0.1}, large_shapes=1, large_range_ms=(1.0, 20.0))
+    assert order[:3] == [("c", "1"), ("a", "1"), ("b", "0")]  # by weight, each its fastest
+    assert order[3:5] == [("c", "0"), ("a", "3")]  # median shapes
+    assert order[5:] == [("a", "0")]  # one large shape, heaviest operator with one left inside the range
+
+
+def test_fit_to_budget_counts_a_worker_start_per_new_operator_and_lists_what_it_leaves():
+    model = eval_cost.CostModel(worker_s=10.0, shape_s=1.0, call_overhead_s=0.0)
+    times = {"a": {"0": 0.001, "1": 0.001}, "b": {"0": 0.001}}
+    kept, left = eval_cost.fit_to_budget([("a", "0"), ("b", "0"), ("a", "1")], times, model, "eager", budget_s=13.0)
+    assert kept == {"a": ["0", "1"]} and left == [("b", "0")]
+
+
+def test_session_split_packs_whole_operators():
+    sessions = baselines.session_split({"a": 300.0, "b": 250.0, "c": 200.0, "d": 700.0}, 540.0)
+    assert sessions == [["d"], ["a", "c"], ["b"]]
+
+
+# -- launch floor -------------------------------------------------------------------------------
+
+def test_floor_aware_score_equals_s_above_the_floor_and_uses_the_floor_below_it():
+    assert launch_floor.floor_aware_score(0.010, 0.005, 0.020) == pytest.approx(0.5)  # T_SOL above the floor: S itself
+    assert launch_floor.floor_aware_score(0.001, 0.005, 0.010) == pytest.approx(0.5)  # below: floor / T_cand
+    assert launch_floor.floor_aware_score(0.001, 0.005, 0.004) == pytest.approx(1.25)  # not clipped
+    assert launch_floor.floor_aware_score(None, 0.005, 0.01) is None
+    assert launch_floor.floor_aware_score(0.001, 0.005, None) is None
+
+
+def test_shapes_below_floor_grow_with_the_floor(catalog):
+    low, high = launch_floor.shapes_below_floor(catalog, 1e-9), launch_floor.shapes_below_floor(catalog, 1.0)
+    assert set(low) == set(catalog.names())
+    assert all(low[op]["h200"] == 0 for op in low)
+    assert high["rms_norm"]["h200"] == high["rms_norm"]["shapes"] == len(catalog.visible("rms_norm").scored_shapes)
+    assert all(low[op][p] <= high[op][p] for op in low for p in launch_floor.PROFILES)
+
+
+def test_floor_scores_report_both_scores_and_aggregates(catalog):
+    t_sol = catalog.hidden("rms_norm").roofline["shapes"]["15"]["t_sol_ms"]["h200"]  # far below a microsecond
+    floor_ms = 0.004
+    results = [result("rms_norm", [shape("15", 0.008), shape("0", 0.02, correct=False)])]
+    report = launch_floor.floor_scores(results, catalog, "h200", floor_ms)["eager"]
+    row = report["operators"]["rms_norm"]
+    assert row["s"] == pytest.approx(t_sol / 0.008) and row["s_floor"] == pytest.approx(0.5)
+    weight = catalog.weights()["rms_norm"]
+    assert report["s_floor_agg"] == pytest.approx(weight * 0.5) and "unified_attention" in report["missing_operators"]
+
+
+# -- stability ----------------------------------------------------------------------------------
+
+def test_deviation_stats_median_and_p90():
+    stats = stability.deviation_stats([1.0, 1.01, 0.98, 1.05, 1.0, 0.9, 1.02, 1.0, 1.0, 1.03])
+    assert stats["n"] == 10 and stats["median_abs_dev"] == pytest.approx(0.015)
+    assert stats["max_abs_dev"] == pytest.approx(0.1) and 0.05 <= stats["p90_abs_dev"] <= 0.1
+    assert stability.deviation_stats([])["median_abs_dev"] is None
+
+
+def test_compare_runs_pairs_shapes_and_separates_the_20us_threshold(tmp_path):
+    a = write_run(tmp_path / "a", [result("rms_norm", [shape("0", 0.100), shape("1", 0.010), shape("2", 1.0), shape("3", None)])])
+    b = write_run(tmp_path / "b", [result("rms_norm", [shape("0", 0.101), shape("1", 0.013), shape("2", 0.97), shape("4", 1.0)])])
+    report = stability.compare_runs(a, b)
+    assert report["pairs"] == 3 and report["above"]["n"] == 2 and report["all"]["n"] == 3
+    assert report["above"]["max_abs_dev"] == pytest.approx(0.03)
+    assert report["worst"][0]["shape"] == "1" and report["meets_target"] is False  # p90 over 2 shapes = 3 %
+    assert report["only_in_b"] == 1 and report["only_in_a"] == 0  # shape 3 was never timed in A
+    assert "| > 20 µs | 2 |" in stability.render(report)
+
+
+# -- timing accuracy: ncu CSV ------------------------------------------------------------------
+
+def _ncu_csv(rows: list[tuple[str, float, str]]) -> str:
+    header = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC",' \
+             '"Section Name","Metric Name","Metric Unit","Metric Value"'
+    lines = ["==PROF== Connected to process 1", header]
+    for i, (name, value, unit) in enumerate(rows):
+        lines.append(f'"{i}","1","python3","h","{name}","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics",'
+                     f'"gpu__time_duration.sum","{unit}","{value}"')
+    return "\n".join(lines) + "\n"
+
+
+def test_ncu_launches_are_split_at_markers_and_summed_per_call():
+    rows = [(timing_accuracy.MARKER, 1500, "nsecond")]
+    rows += [("scale_kernel", 2000 + i, "nsecond") for i in range(5)]
+    rows += [(timing_accuracy.MARKER, 1500, "nsecond")]
+    for i in range(5):  # a two-kernel call: GEMM + a split-K reduction
+        rows += [("nvjet_gemm", 1.0 + 0.01 * i, "msecond"), ("splitk_reduce", 10_000, "nsecond")]
+    rows += [(timing_accuracy.MARKER, 1500, "nsecond"), ("odd", 1, "nsecond")]
+    parsed = timing_accuracy.launches(_ncu_csv(rows))
+    assert len(parsed) == len(rows) and parsed[7] == ("nvjet_gemm", 1.0e6)
+    cases = timing_accuracy.per_case_ncu(parsed, ["scale", "gemm", "odd"])
+    assert cases["scale"]["median_ms"] == pytest.approx(0.002002) and cases["scale"]["kernels_per_call"] == 1
+    assert cases["gemm"]["median_ms"] == pytest.approx(1.02 + 0.01) and cases["gemm"]["kernels_per_call"] == 2
+    assert cases["odd"]["median_ms"] is None and "1 launches for 5 calls" in cases["odd"]["note"]
+
+
+def test_speedup_compares_walls_and_per_shape_agreement(tmp_path):
+    import multi_gpu
+
+    for name, wall, t in (("one", 100.0, 0.5), ("two", 52.0, 0.51)):
+        run = write_run(tmp_path / name, [result("rms_norm", [shape("0", t)])])
+        (run / "run.json").write_text(json.dumps({"schedule": {"makespan_s": wall, "batches": []}}))
+    report = multi_gpu.speedup(tmp_path / "one", tmp_path / "two")
+    assert report["speedup"] == pytest.approx(100 / 52, abs=1e-3)
+    assert report["agreement"]["above"]["median_abs_dev"] == pytest.approx(0.02)
+
+
+def test_case_specs_span_two_microseconds_to_ten_milliseconds():
+    assert len(timing_accuracy.CASE_SPECS) >= 10
+    assert timing_accuracy.CASE_SPECS[0]["n"] * 2 <= 4096 and timing_accuracy.SPIN_TARGET_MS == 10.0
+
+
+# -- baselines report parts -------------------------------------------------------------------
+
+def test_throughput_split_accounts_for_the_whole_wall_time():
+    r = result("rms_norm", [shape("0", 0.1, seconds={"correctness": 3.0, "first_call_extra": 2.0, "reference_and_compare": 0.5,
+                                                     "timing": 1.5, "profile": 0.4})],
+               overhead=Overhead(worker_start_s=4.0, candidate_load_s=0.2, total_s=10.0))
+    split = baselines.throughput_split([r])
+    assert split == {"start_up": 4.0, "candidate_load": 0.2, "compile": 2.0, "correctness": 1.5, "timing": 1.5, "profile": 0.4,
+                     "other": 0.4, "total": 10.0}
+
+
+def test_near_roofline_lists_shapes_above_0_9_with_their_bound(catalog):
+    t_sol = catalog.hidden("rms_norm").roofline["shapes"]["0"]["t_sol_ms"]["h200"]
+    rows = baselines.near_roofline([result("rms_norm", [shape("0", t_sol / 0.95), shape("1", 1.0), shape("2", t_sol, correct=False)])],
+                                   catalog)
+    assert [(r["shape"], r["bound"]) for r in rows] == [("0", "memory")] and rows[0]["score"] == pytest.approx(0.95)
+
+
+def test_selection_from_an_earlier_run_takes_exactly_its_shapes(tmp_path, catalog):
+    earlier = write_run(tmp_path / "a", [result("rms_norm", [shape("3"), shape("7")]), result("l2_norm", [shape("1")])])
+    args = argparse.Namespace(shapes_from=earlier)
+    chosen, left = baselines.selection(args, catalog, {}, eval_cost.CostModel(), "eager")
+    assert chosen == {"rms_norm": ["3", "7"], "l2_norm": ["1"]} and left == []
+
+
+# -- CPU dry runs of the scripts --------------------------------------------------------------
+
+def _script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_plan_prints_every_operator_and_the_full_issue():
+    proc = _script(str(BENCH / "baselines.py"), "plan", "--select", "representative", "--budget-s", "120", "--split-s", "540")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n| ") >= 31 and "full issue on one GPU" in proc.stdout
+    assert "eager in sessions of 540 s" in proc.stdout and "selection within 120.0 s" in proc.stdout
+
+
+def test_gpu_measurements_dry_run_on_cpu(tmp_path):
+    for script, args in (("launch_floor.py", ["measure", "--out", str(tmp_path / "floor.json")]),
+                         ("timing_accuracy.py", ["--cases", "scale_4KiB,gemm_2048,spin_10ms", "--out", str(tmp_path / "acc.json")])):
+        proc = _script(str(BENCH / script), *args)
+        assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "floor.json").read_text())["note"] == "not timed: no GPU"
+    assert json.loads((tmp_path / "acc.json").read_text())["note"] == "not timed: no GPU"

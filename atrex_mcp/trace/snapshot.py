@@ -114,17 +114,6 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
     templates = {op: (dict(v.smoke_shape.init), dict(v.smoke_shape.inputs)) for op, v in visible.items()}
     threshold = rules.data.decode_max_tokens if decode_max_tokens is None else decode_max_tokens
     app_shares = read_app_shares(apps_file) if apps_file else None
-
-    traces = [(spec, load_trace(spec.path)) for spec in specs]  # every file validated before any work
-    forced = None if phase == "auto" else phase
-    results: list[tuple[TraceSpec, Attribution]] = [
-        (spec, attribute(trace, rules, templates, forced, threshold)) for spec, trace in traces]
-    devices = {r.device for _, r in results}
-    if len(devices) > 1:
-        cpu = [str(s.path) for s, r in results if r.device == "cpu"]
-        raise AtrexError("input", "mixed_devices", f"Some traces hold device activity and some are CPU-only ({', '.join(cpu)}).",
-                         "Import GPU traces and CPU-only traces into separate snapshots: their times are not comparable.")
-
     apps = sorted({s.app for s in specs})
     if app_shares is None:
         app_shares = {a: 1.0 for a in apps}
@@ -133,19 +122,31 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         raise AtrexError("input", "app_without_share", f"No card-hour share for application(s) {', '.join(missing)} in {apps_file}.",
                          f"Add a line `{missing[0]}: <share>` to the apps file.")
 
+    forced = None if phase == "auto" else phase
+    results: list[tuple[TraceSpec, Attribution]] = []
+    inputs: list[TraceInput] = []
+    for spec in specs:  # one trace in memory at a time; any failure still happens before writing
+        trace = load_trace(spec.path)
+        result = attribute(trace, rules, templates, forced, threshold)
+        results.append((spec, result))
+        inputs.append(TraceInput(path=str(spec.path), sha256=trace.sha256, app=spec.app, device=result.device,
+                                 device_names=trace.device_names, attributed_us=sum(s.us for s in result.slices),
+                                 links=dict(result.links)))
+    devices = {r.device for _, r in results}
+    if len(devices) > 1:
+        cpu = [str(s.path) for s, r in results if r.device == "cpu"]
+        raise AtrexError("input", "mixed_devices", f"Some traces hold device activity and some are CPU-only ({', '.join(cpu)}).",
+                         "Import GPU traces and CPU-only traces into separate snapshots: their times are not comparable.")
+
     times: Times = {}
     calls_by_op: dict[str, list[Call]] = defaultdict(list)
-    inputs: list[TraceInput] = []
-    for (spec, trace), (_, result) in zip(traces, results):
+    for spec, result in results:
         per_app = times.setdefault(spec.app, {})
         for s in result.slices:
             per_phase = per_app.setdefault(s.phase, {})
             per_phase[s.op] = per_phase.get(s.op, 0.0) + s.us
         for call in result.calls:
             calls_by_op[call.op].append(call)
-        inputs.append(TraceInput(path=str(spec.path), sha256=trace.sha256, app=spec.app, device=result.device,
-                                 device_names=trace.device_names, attributed_us=sum(s.us for s in result.slices),
-                                 links=dict(result.links)))
 
     shapes: dict[str, dict[str, _ShapeAgg]] = {}
     ids: dict[str, str] = {}

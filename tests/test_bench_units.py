@@ -99,7 +99,9 @@ def test_codex_overrides_require_the_server_and_approve_its_tools(tmp_path, endp
     assert 'mcp_servers.atrex.default_tools_approval_mode="approve"' in overrides
     assert f"mcp_servers.atrex.enabled_tools={json.dumps(list(OPTIMIZER_TOOLS))}" in overrides
     assert inv.argv[-1] == "do it" and inv.argv[-3:-1] == ["-c", "x=1"]
-    assert inv.env["CODEX_HOME"] == str(tmp_path / "home" / ".codex")
+    assert inv.env["CODEX_HOME"] == str(tmp_path / "home" / ".codex") and inv.argv.count("--sandbox") == 1
+    replaced = CodexDriver(AgentSpec(kind="codex", extra_args=["--sandbox", "read-only"])).invocation(task(tmp_path, endpoint), Path("/bin/codex"))
+    assert replaced.argv.count("--sandbox") == 1 and "workspace-write" not in replaced.argv
     if endpoint.transport == "http":
         assert 'mcp_servers.atrex.bearer_token_env_var="ATREX_MCP_TOKEN"' in overrides and inv.env["ATREX_MCP_TOKEN"] == HTTP.token
     else:
@@ -281,3 +283,24 @@ def test_progress_redraws_in_place_on_a_terminal():
     text = out.getvalue()
     assert re.search(r"\x1b\[\d+F\x1b\[J", text), "a terminal gets cursor-up redraws"
     assert "agent: tool validate" in text and "1 running" in text and text.endswith("all done\n")
+
+
+def test_ctrl_c_stops_the_agents_and_leaves_a_resumable_run(tmp_path):
+    import signal
+    import subprocess
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "atrex_mcp.cli", "bench", "run", "--agent", "/bin/sleep 60", "--ops",
+                             "rms_norm,silu_and_mul", "--agent-uid", "same", "--plain", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    state_file = out / "ops" / "rms_norm" / "state.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and '"running"' not in (state_file.read_text() if state_file.exists() else ""):
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert json.loads(state_file.read_text())["status"] == "interrupted"
+    assert not (out / "ops" / "silu_and_mul" / "state.json").exists()
+    assert "run again to continue" in output

@@ -174,8 +174,9 @@ class CodexDriver:
         server.update({"required": True, "startup_timeout_sec": MCP_STARTUP_S, "tool_timeout_sec": int(task.budget_s),
                        "default_tools_approval_mode": "approve", "enabled_tools": list(task.tools)})
         overrides = [f"{key}.{name}={_toml(value)}" for name, value in server.items()]
-        argv = [str(executable), "exec", "--skip-git-repo-check", "--json", "-C", str(task.workspace),
-                "--sandbox", "workspace-write"]
+        argv = [str(executable), "exec", "--skip-git-repo-check", "--json", "-C", str(task.workspace)]
+        if not any(a in ("-s", "--sandbox") or a.startswith("--sandbox=") for a in self.spec.extra_args):
+            argv += ["--sandbox", "workspace-write"]  # the default; --agent-arg=--sandbox … replaces it
         for item in overrides:
             argv += ["-c", item]
         if self.spec.model:

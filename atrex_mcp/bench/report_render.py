@@ -155,7 +155,8 @@ h1 { font-size: 1.7rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bott
 table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .86rem; }
 th, td { border: 1px solid #d0d0d0; padding: .25rem .5rem; text-align: left; vertical-align: top; }
 th { background: #f3f5f8; } tr:nth-child(even) td { background: #fafafa; }
-td.na { color: #888; } figure { margin: 1rem 0; } figcaption { font-size: .85rem; color: #555; }
+td.na { color: #888; } .figures { display: flex; flex-wrap: wrap; gap: 1rem; }
+figure { margin: .5rem 0; flex: 1 1 22rem; max-width: 38rem; } figcaption { font-size: .85rem; color: #555; }
 img { max-width: 100%; border: 1px solid #e3e3e3; } code { background: #f3f3f3; padding: 0 .2rem; }
 """
 
@@ -182,8 +183,12 @@ def to_html(items: list[Block], figure_dir: Path, title: str) -> str:
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif isinstance(item, Figure):
             data = base64.b64encode((figure_dir / item.file).read_bytes()).decode()
-            body.append(f'<figure><img alt="{html.escape(item.caption)}" src="data:image/png;base64,{data}">'
-                        f"<figcaption>{html.escape(item.caption)}</figcaption></figure>")
+            figure = (f'<figure><img alt="{html.escape(item.caption)}" src="data:image/png;base64,{data}">'
+                      f"<figcaption>{html.escape(item.caption)}</figcaption></figure>")
+            if body and body[-1].startswith('<div class="figures">'):  # consecutive figures share one row
+                body[-1] = body[-1].removesuffix("</div>") + figure + "</div>"
+            else:
+                body.append(f'<div class="figures">{figure}</div>')
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 

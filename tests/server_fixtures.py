@@ -67,15 +67,14 @@ def hidden_figures(op: str, root: Path | None = None) -> tuple[set[float], set[s
 
 
 def leaks(text: str, numbers: set[float], strings: set[str]) -> list[str]:
-    """Hidden figures found in `text`: the shortest repr and every rounding to 3+ significant
-    digits of each figure, and each hidden string."""
+    """Hidden figures found in `text` as whole numbers: each figure as stored (its shortest repr)
+    or rounded to 4-16 significant digits; and each hidden string."""
     import re
 
     found = [s for s in strings if s in text]
-    tokens = set(re.findall(r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?", text))
+    tokens = set(re.findall(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+(?=[eE]))(?:[eE][-+]?\d+)?(?![\w]|\.\d)", text))
     for value in numbers:
-        forms = {repr(value)} | {f"{value:.{d}g}" for d in range(3, 17)} | {f"{value:.{d}f}" for d in range(2, 10)}
-        forms = {f for f in forms if len(f.replace("0", "").replace(".", "").lstrip("-")) >= 3}
+        forms = {repr(value)} | {f"{value:.{d}g}" for d in range(4, 17)}
         found += sorted(forms & tokens)
     return found
 

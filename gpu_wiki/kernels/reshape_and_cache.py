@@ -18,8 +18,8 @@ status = "pending H200 run"
 new_cache = copy(cache); new_cache[slot // bs, slot % bs] = key[n] for every n with slot = slot_mapping[n] ≥ 0
 (same for values). The operator is out-of-place, so the whole cache must be copied: that
 copy is almost all of the traffic and runs at copy bandwidth (`torch.Tensor.clone`, a device
-memcpy). The scatter is one Triton launch covering keys and values: program (n, which)
-moves one token's Hkv·D row (contiguous in both source and cache, so it is one vectorised
+memcpy). The scatter is one Triton launch covering keys and values: program n moves
+token n's key row and value row (each Hkv·D elements contiguous in both source and cache, so each is a vectorised
 block copy); negative slots are skipped by a scalar branch. Slots are int64 and row offsets
 are computed in int64.
 """
@@ -34,12 +34,11 @@ def _scatter_rows(key_ptr, value_ptr, kc_ptr, vc_ptr, slot_ptr, row_len, BLOCK: 
     n = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + n).to(tl.int64)
     if slot >= 0:
-        src = key_ptr if tl.program_id(1) == 0 else value_ptr
-        dst = kc_ptr if tl.program_id(1) == 0 else vc_ptr
         for start in range(0, row_len, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             m = offs < row_len
-            tl.store(dst + slot * row_len + offs, tl.load(src + n * row_len + offs, mask=m), mask=m)
+            tl.store(kc_ptr + slot * row_len + offs, tl.load(key_ptr + n * row_len + offs, mask=m), mask=m)
+            tl.store(vc_ptr + slot * row_len + offs, tl.load(value_ptr + n * row_len + offs, mask=m), mask=m)
 
 
 class Model(torch.nn.Module):
@@ -54,5 +53,5 @@ class Model(torch.nn.Module):
         row_len = key[0].numel()                       # Hkv * D, the same in the cache's (slot) rows
         if n_tokens:
             block = min(4096, triton.next_power_of_2(row_len))
-            _scatter_rows[(n_tokens, 2)](key, value, new_k, new_v, slot_mapping, row_len, BLOCK=block, num_warps=4)
+            _scatter_rows[(n_tokens,)](key, value, new_k, new_v, slot_mapping, row_len, BLOCK=block, num_warps=4)
         return {"key_cache": new_k, "value_cache": new_v}

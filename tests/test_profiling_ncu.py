@@ -4,6 +4,7 @@
 import stat
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from atrex_mcp.errors import AtrexError
 from atrex_mcp.profiling.classify import classify
 from atrex_mcp.profiling.metrics import HOPPER_METRICS
 from atrex_mcp.profiling.models import KernelCounters, SassFacts
-from atrex_mcp.profiling.ncu import capture, ncu_command, parse_ncu_csv
+from atrex_mcp.profiling.ncu import capture, ncu_command, parse_ncu_csv, replay_passes
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu" / "rms_norm_h200_handmade.csv"
 
@@ -136,3 +137,32 @@ def test_standalone_tool_parses_a_csv(capsys):
     assert data["bottleneck"]["kind"] == "memory" and data["kernels"][0]["name"] == "_rms_kernel"
     assert tool.main(["--parse", str(FIXTURE)]) == 0
     assert "bottleneck: memory" in capsys.readouterr().out
+
+
+def test_command_limits_the_capture_to_few_kernel_replays(tmp_path):
+    cmd = ncu_command(["python3", "job.py"], ["gpu__time_duration.sum"], tmp_path / "o.csv", kernel_regex="^(k)$", launch_count=2)
+    assert cmd[cmd.index("--replay-mode") + 1] == "kernel"
+    assert cmd[cmd.index("--launch-count") + 1] == "2"
+    assert cmd[cmd.index("--kernel-name") + 1] == "regex:^(k)$"
+    assert cmd[cmd.index("--target-processes") + 1] == "all"
+    assert cmd[-4:] == ["--log-file", str(tmp_path / "o.csv"), "python3", "job.py"]
+
+
+def test_replay_passes_are_read_from_ncu_progress_lines():
+    output = ('==PROF== Connected to process 12 (/usr/bin/python3)\n'
+              '==PROF== Profiling "_rms_norm_kernel" - 0: 0%....50%....100% - 9 passes\n'
+              '==PROF== Profiling "_rms_norm_kernel" - 1: 0%....50%....100% - 9 passes\n')
+    assert replay_passes(output) == [9, 9]
+
+
+def test_a_capture_past_its_limit_is_stopped_and_quotes_what_ncu_printed(tmp_path):
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!{sys.executable}\nimport sys, time\nprint('==PROF== Connected to process 7', flush=True)\n"
+                    "print('==WARNING== waiting for the target', file=sys.stderr, flush=True)\ntime.sleep(60)\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    started = time.monotonic()
+    with pytest.raises(AtrexError) as info:
+        capture(["true"], workdir=tmp_path, ncu=str(fake), timeout_s=1.0)
+    assert time.monotonic() - started < 15
+    assert info.value.info.category == "profile_timeout"
+    assert "0 launches profiled" in info.value.info.message and "waiting for the target" in info.value.info.message

@@ -38,19 +38,19 @@ def test_gpu_fallback_from_an_evaluator_result():
 
 FAKE_NCU = """#!{python}
 # Stand-in for ncu: runs the wrapped command, then writes counters for the filtered kernel,
-# three launches, shaped like a memory-bound row kernel.
+# as many launches as --launch-count allows, shaped like a memory-bound row kernel.
 import re, subprocess, sys
 args = sys.argv[1:]
 metrics = args[args.index("--metrics") + 1].split(",")
 log = args[args.index("--log-file") + 1]
 kernel = re.match(r"regex:\\^\\((\\w+)", args[args.index("--kernel-name") + 1]).group(1)
-target = args[args.index("--kernel-name") + 2:]
+target = args[args.index("--log-file") + 2:]  # ncu_command puts --log-file last, before the target
 code = subprocess.run(target).returncode
 values = {{"gpu__time_duration.sum": "12,000", "dram__throughput.avg.pct_of_peak_sustained_elapsed": "81.5",
           "sm__throughput.avg.pct_of_peak_sustained_elapsed": "22.0", "launch__registers_per_thread": "28"}}
 head = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
 rows = [head]
-for launch in range(3):
+for launch in range(int(args[args.index("--launch-count") + 1])):  # one launch per forward call, as ncu limits them
     for m in metrics:
         rows.append('"%d","9","python3","h","%s","1","7","(128, 1, 1)","(37, 1, 1)","0","9.0","Command line profiler metrics","%s","","%s"'
                     % (launch, kernel, m, values.get(m, "0")))
@@ -66,7 +66,7 @@ def test_ncu_path_end_to_end_with_a_stand_in_ncu(tmp_path):
     report = capture_counters(OP, KERNEL, "smoke", Catalog(), roofline=None, ncu=str(fake))
     assert report.tool == "ncu" and not report.fallback
     (kernel,) = report.kernels
-    assert kernel.name == "_rms_norm_row" and kernel.launches == 1  # 3 launches over 3 forward calls
+    assert kernel.name == "_rms_norm_row" and kernel.launches == 1  # one launch per profiled forward call
     assert kernel.metrics["dram_pct"] == 81.5 and report.bottleneck.kind == "memory"
     assert "only the candidate's own Triton kernels (_rms_norm_row)" in report.note
 

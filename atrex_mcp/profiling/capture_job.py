@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -20,14 +21,13 @@ def _run(job: dict) -> dict:
     from atrex_mcp.catalog import Catalog
     from atrex_mcp.evaluate.evaluator import _Evaluation
     from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
-    from atrex_mcp.runs.evaluator_judge import open_session
 
     added = {k: v for k, v in os.environ.items() if job["env_before"].get(k) != v}
     catalog = Catalog([Path(p) for p in job["problems"]])
     evaluation = _Evaluation(EvalRequest(op=job["op"], source=job["source"], shapes=[job["shape"]], seeds=job["calls"]),
                              catalog, None, None)
     scratch = Path(job["scratch"])
-    session = open_session(evaluation, scratch, extra_env=added)
+    session = evaluation.open_session(scratch, extra_env=added)
     try:
         failure = session.start(first=True)
         if failure is not None:
@@ -42,7 +42,12 @@ def _run(job: dict) -> dict:
         session.stop()
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(1)  # unwinds through _run's finally, which stops the sandbox worker
+
+
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)  # the capture's time limit ends us with SIGTERM first
     job_path = Path(argv[1])
     job = json.loads(job_path.read_text())
     try:

@@ -1,10 +1,13 @@
 """Nsight Compute: the command that wraps a process, and the parser of its CSV.
 
 The capture runs `ncu --clock-control none` (the GPU keeps its own boost behaviour, as in the
-evaluator's timing) with `--print-units base`, restricted to kernels launched inside an NVTX
-range when one is named, and writes the CSV to a log file so the wrapped program's own stdout
-stays its own. A metric the installed ncu or the GPU does not know makes ncu fail: the capture
-drops the named metric, retries, and reports it as unavailable.
+evaluator's timing) with `--print-units base`, kernel replay, the named kernels only
+(`--kernel-name regex:`), inside an NVTX range when one is named, and at most `launch_count`
+profiled launches, so the cost is passes x launches of the candidate's own kernels and nothing
+else. The CSV goes to a log file so the wrapped program's own stdout stays its own. A metric
+the installed ncu or the GPU does not know makes ncu fail: the capture drops the named metric,
+retries, and reports it as unavailable. A capture past its time limit is stopped (SIGTERM to its
+process group, then SIGKILL) and the error quotes the end of what ncu printed.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import csv
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,16 +49,31 @@ def ncu_executable() -> str | None:
     return None
 
 
+DEFAULT_LAUNCH_COUNT = 3
+PASSES = re.compile(r"(\d+) pass(?:es)?\b")
+
+
 def ncu_command(target: list[str], metrics: list[str], log_file: Path, *, ncu: str = "ncu",
-                nvtx_range: str | None = None, kernel_regex: str | None = None) -> list[str]:
-    """The ncu command line wrapping `target`."""
-    cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--print-units", "base",
-           "--metrics", ",".join(metrics), "--log-file", str(log_file)]
+                nvtx_range: str | None = None, kernel_regex: str | None = None,
+                launch_count: int | None = DEFAULT_LAUNCH_COUNT, child_processes: bool = True) -> list[str]:
+    """The ncu command line wrapping `target`. `child_processes` (`--target-processes all`) is
+    needed when the kernels run in a process `target` starts (the sandbox worker)."""
+    cmd = [ncu, "--clock-control", "none", "--replay-mode", "kernel",
+           "--target-processes", "all" if child_processes else "application-only", "--csv", "--print-units", "base",
+           "--metrics", ",".join(metrics)]
     if nvtx_range:
         cmd += ["--nvtx", "--nvtx-include", f"{nvtx_range}/"]
     if kernel_regex:
         cmd += ["--kernel-name", f"regex:{kernel_regex}"]
-    return cmd + list(target)
+    if launch_count:
+        cmd += ["--launch-count", str(launch_count)]
+    return cmd + ["--log-file", str(log_file), *target]
+
+
+def replay_passes(output: str) -> list[int]:
+    """Passes per profiled launch, from ncu's `==PROF== Profiling "k" ...: ... - N passes` lines."""
+    return [int(m.group(1)) for line in output.splitlines() if line.startswith("==PROF==") and "Profiling" in line
+            for m in [PASSES.search(line)] if m]
 
 
 def _number(value: str, unit: str) -> float | None:
@@ -134,6 +154,8 @@ class NcuCapture:
     command: list[str]
     returncode: int
     output_tail: str
+    passes: list[int] = field(default_factory=list)  # replay passes per profiled launch
+    seconds: float = 0.0
 
 
 def _rejected_metrics(output: str, requested: list[str]) -> list[str]:
@@ -142,10 +164,33 @@ def _rejected_metrics(output: str, requested: list[str]) -> list[str]:
     return [m for m in requested if re.search(re.escape(m.split(".")[0]), errors)]
 
 
+def _run_bounded(cmd: list[str], *, cwd: Path, env: dict[str, str] | None, timeout_s: float) -> tuple[int | None, str, str]:
+    """(returncode or None on timeout, stdout, stderr). On timeout the whole process group gets
+    SIGTERM (the capture job then stops its worker), then SIGKILL after a grace period."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                out, err = proc.communicate(timeout=grace)
+                return None, out or "", err or ""
+            except subprocess.TimeoutExpired:
+                continue
+        return None, "", ""
+
+
 def capture(target: list[str], *, workdir: Path, env: dict[str, str] | None = None, metrics: list[str] | None = None,
-            nvtx_range: str | None = None, kernel_regex: str | None = None, timeout_s: float = 300.0,
+            nvtx_range: str | None = None, kernel_regex: str | None = None, timeout_s: float = 60.0,
+            launch_count: int | None = DEFAULT_LAUNCH_COUNT, child_processes: bool = True,
             ncu: str | None = None) -> NcuCapture:
-    """Run `target` under ncu and parse what it measured."""
+    """Run `target` under ncu and parse what it measured; `timeout_s` bounds all attempts together."""
     ncu = ncu or ncu_executable()
     if ncu is None:
         raise AtrexError("performance", "no_profiler", "Nsight Compute (ncu) is not installed here.",
@@ -153,24 +198,31 @@ def capture(target: list[str], *, workdir: Path, env: dict[str, str] | None = No
     wanted = list(metrics or [m.name for m in HOPPER_METRICS])
     dropped: list[str] = []
     log_file = Path(workdir) / "ncu.csv"
+    started = time.monotonic()
     for _ in range(MAX_METRIC_RETRIES + 1):
         log_file.unlink(missing_ok=True)
-        cmd = ncu_command(target, wanted, log_file, ncu=ncu, nvtx_range=nvtx_range, kernel_regex=kernel_regex)
-        try:
-            proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            raise AtrexError("performance", "profile_timeout", f"ncu did not finish within {timeout_s:.0f} s.",
-                             "Profile one shape, or a smaller one.") from exc
+        cmd = ncu_command(target, wanted, log_file, ncu=ncu, nvtx_range=nvtx_range, kernel_regex=kernel_regex,
+                          launch_count=launch_count, child_processes=child_processes)
+        left = timeout_s - (time.monotonic() - started)
+        returncode, stdout, stderr = _run_bounded(cmd, cwd=workdir, env=env, timeout_s=max(left, 1.0))
         log = log_file.read_text(errors="replace") if log_file.exists() else ""
         # ncu's own messages (==PROF==, ==ERROR==) may land in the log file among the CSV rows.
-        output = "\n".join(line for line in (proc.stdout + proc.stderr + "\n" + log).splitlines() if not line.startswith('"'))
-        if proc.returncode == 0:
+        output = "\n".join(line for line in (stdout + stderr + "\n" + log).splitlines() if not line.startswith('"'))
+        tail = output[-1500:].strip() or "(nothing)"
+        if returncode is None:
+            raise AtrexError("performance", "profile_timeout",
+                             f"ncu did not finish within {timeout_s:.0f} s ({len(replay_passes(output))} launches profiled "
+                             f"by then). ncu printed, last lines: {tail}",
+                             "If no launch was profiled, ncu could not reach the kernels' process (e.g. a sandbox that "
+                             "blocks its injection library or its TCP connection); otherwise profile fewer launches or metrics.")
+        if returncode == 0:
             parsed = parse_ncu_csv(log)
-            return NcuCapture(parsed.kernels, sorted(set(parsed.unavailable) | set(dropped)), cmd, 0, output[-4000:])
+            return NcuCapture(parsed.kernels, sorted(set(parsed.unavailable) | set(dropped)), cmd, 0, output[-4000:],
+                              passes=replay_passes(output), seconds=time.monotonic() - started)
         rejected = _rejected_metrics(output, wanted)
         if not rejected:
             break
         dropped += rejected
         wanted = [m for m in wanted if m not in rejected]
-    raise AtrexError("performance", "profiler_failed", f"ncu exited with {proc.returncode}: {output[-1500:].strip()}",
+    raise AtrexError("performance", "profiler_failed", f"ncu exited with {returncode}. ncu printed, last lines: {tail}",
                      "Profiling may need permission to GPU counters (NVreg_RestrictProfilingToAdminUsers=0) or root.")

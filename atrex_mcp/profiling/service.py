@@ -29,8 +29,8 @@ from atrex_mcp.profiling.models import Bottleneck, KernelCounters, ProfileReport
 from atrex_mcp.profiling.sass import sass_facts_from_cache
 
 Progress = Callable[[str, float], None]
-PROFILED_CALLS = 3
-CAPTURE_TIMEOUT_S = 150.0
+PROFILED_CALLS = 2
+CAPTURE_TIMEOUT_S = 45.0  # a capture that takes longer is not going to finish: fall back and say why
 FALLBACK_NOTE_GPU = ("torch.profiler fallback, not Nsight Compute: per-kernel device times of one profiled forward only; "
                      "no hardware counters, so the bottleneck rests on the roofline and kernel durations alone.")
 FALLBACK_NOTE_CPU = ("torch.profiler fallback on CPU under the Triton interpreter: no GPU ran, so there are no kernel times and no "
@@ -61,7 +61,8 @@ def counters_from_eval(op: str, shape_result: Any, device_kind: str, *, roofline
 
 
 def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roofline: dict | None,
-                     cancel: threading.Event | None = None, ncu: str | None = None) -> ProfileReport:
+                     cancel: threading.Event | None = None, ncu: str | None = None,
+                     timeout_s: float = CAPTURE_TIMEOUT_S) -> ProfileReport:
     """Nsight Compute on the candidate's own kernels, run in a sandbox worker; AtrexError when
     ncu is absent, fails, or captures none of the candidate's kernels."""
     from atrex_mcp.evaluate.dsl import adapter
@@ -85,8 +86,9 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
         target = [sys.executable, "-m", "atrex_mcp.profiling.capture_job", str(work / "job.json")]
         if cancel is not None and cancel.is_set():
             raise AtrexError("runtime", "cancelled", "The profile was cancelled.")
+        # One launch of each own kernel per forward is the common case; more launches are not profiled.
         result = ncu_mod.capture(target, workdir=work, env=env, kernel_regex="^(" + "|".join(map(re.escape, own)) + ")$",
-                                 timeout_s=CAPTURE_TIMEOUT_S, ncu=tool)
+                                 launch_count=PROFILED_CALLS * len(own), timeout_s=timeout_s, ncu=tool)
         outcome = json.loads((work / "job_result.json").read_text()) if (work / "job_result.json").exists() else {}
         if not outcome.get("ok"):
             raise AtrexError("performance", "profiled_run_failed",
@@ -98,15 +100,18 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
     calls = int(outcome.get("calls", PROFILED_CALLS))
     kernels = [k.model_copy(update={"launches": max(1, round(k.launches / calls))}) for k in result.kernels]
     return ProfileReport(op=op, shape=shape, tool="ncu", fallback=False, device=outcome.get("device", ""),
-                         note=f"Nsight Compute (--clock-control none) over {calls} forward calls; medians per launch; "
-                              f"only the candidate's own Triton kernels ({', '.join(own)}) are profiled.",
+                         note=f"Nsight Compute (--clock-control none, kernel replay) over {calls} forward calls, at most "
+                              f"{PROFILED_CALLS * len(own)} launches; medians per launch; only the candidate's own Triton "
+                              f"kernels ({', '.join(own)}) are profiled; {result.seconds:.0f} s, replay passes per launch "
+                              f"{sorted(set(result.passes)) or 'not reported'}.",
                          kernels=kernels, sass=[f for f in sass if f.kernel in own], bottleneck=classify(kernels, roofline=roofline, sass=sass),
                          roofline=roofline, unavailable_metrics=result.unavailable)
 
 
 def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardware: str, store: Any | None = None,
                    run_id: str | None = None, reveal_roofline: bool = True, use_ncu: bool = True,
-                   progress: Progress | None = None, cancel: threading.Event | None = None) -> ProfileReport:
+                   ncu_timeout_s: float = CAPTURE_TIMEOUT_S, progress: Progress | None = None,
+                   cancel: threading.Event | None = None) -> ProfileReport:
     """Profile one shape of a candidate and store the report (its id goes into plans).
 
     reveal_roofline=False (benchmark mode): the roofline neither enters the report nor the
@@ -122,9 +127,9 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
     if use_ncu and has_gpu() and ncu_mod.ncu_executable() is not None:
         report_progress("Nsight Compute capture", 0.1)
         try:
-            report = capture_counters(op, source, shape, catalog, roofline=roofline, cancel=cancel)
+            report = capture_counters(op, source, shape, catalog, roofline=roofline, cancel=cancel, timeout_s=ncu_timeout_s)
         except AtrexError as exc:
-            note = f"Nsight Compute was tried and failed ({exc.info.category}: {exc.info.message[:600]})."
+            note = f"Nsight Compute was tried and failed ({exc.info.category}: {exc.info.message[:1600]})."
     elif use_ncu and has_gpu():
         note = "Nsight Compute (ncu) is not installed on this server."
     if report is None:

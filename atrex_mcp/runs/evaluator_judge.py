@@ -2,71 +2,74 @@
 
 * `check`: `atrex_mcp.evaluate.evaluate()` — the full gate (fresh seeds, sandboxed worker,
   integrity checks); with timing it also gives the baseline's absolute times and S.
-* `time_pair`: the accepted kernel and the candidate, each in its own sandbox worker, timed
-  on the same GPU in alternating rounds (A B, B A, A B, …). Every round is the evaluator's own
-  timing stage (L2 flush, fresh rotating inputs, side-stream and primitive checks, timed
-  outputs compared with the reference), so a round's median is exactly what `evaluate` would
-  report; round k of A and round k of B form one pair, measured back to back.
+* `time_pair`: the accepted kernel (A) and the candidate (B), each loaded once in its own
+  sandbox worker (the two started side by side) and kept warm for the whole measurement. Per
+  shape: both run their correctness seeds (which also JIT-compiles them); the candidate then
+  passes one full evaluator timing stage (fresh inputs, L2 flush, side-stream and primitive
+  checks, timed outputs compared with the reference), so a kernel that games the timing never
+  gets a verdict; then `rounds` short paired rounds alternate A B, B A, A B, … Each round is
+  one worker `time` request: a few fresh input sets, the evaluator's warm-up, `calls` timed
+  calls each after the 2x L2 flush; its value is the median of those calls. Round k of A and of
+  B form one pair measured back to back, so clock and thermal drift cancel in the pair ratio,
+  and many cheap rounds give the acceptance rule's bootstrap a tight interval.
 
-The evaluator exposes `evaluate()` only; the pair builds on its `_Evaluation` stages and
-`Session`, and `open_session` below repeats the few lines of `_Evaluation.run()` that set up a
-worker's scratch directory (see docs/runs.md: a public `time_interleaved` in the evaluator
-would replace it).
+Sessions are opened through the evaluator's `_Evaluation.open_session` seam.
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.catalog import Catalog, Shape
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import device as eval_device
-from atrex_mcp.evaluate.evaluator import (
-    CANDIDATE_FILE,
-    CPU_HOST_MEMORY_BYTES,
-    GPU_HOST_MEMORY_BYTES,
-    _Evaluation,
-    evaluate,
-)
+from atrex_mcp.evaluate.evaluator import _Evaluation, evaluate
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
-from atrex_mcp.evaluate.session import Session, protected_roots
+from atrex_mcp.evaluate.session import Failure, Session
 from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.measure import CheckResult, MeasurementFailed, Progress
 from atrex_mcp.runs.models import KernelTimes, ShapeCheck
-from sandbox.launcher import Cancelled, LaunchSpec
+from sandbox.launcher import Cancelled
 
-ROUNDS = 10
+ROUNDS = 16  # paired rounds per shape (the rule needs at least 10)
+CALLS_PER_ROUND = 24  # timed calls whose median is one round's value
+INPUT_SETS_PER_ROUND = 4  # fresh input sets each round rotates over
 CHECK_SEEDS = 3
+NAMES = ("accepted kernel", "candidate")
 
 
-def open_session(evaluation: _Evaluation, scratch: Path, extra_env: dict[str, str] | None = None) -> Session:
-    """A sandbox worker session for `evaluation`'s candidate in `scratch`, set up as evaluate() does."""
-    problem = evaluation.problem
-    (scratch / "io").mkdir(exist_ok=True)
-    (scratch / "reference.py").write_text(problem.reference_source)
-    (scratch / "input.py").write_text(problem.input_source)
-    (scratch / "shapes.json").write_text(problem.shapes_json)
-    (scratch / CANDIDATE_FILE).write_text(evaluation.source)
-    spec = LaunchSpec(scratch=scratch, device=evaluation.device, protected=protected_roots(evaluation.catalog.roots, []),
-                      env={**evaluation.adapter.worker_env(evaluation.cuda), **(extra_env or {})},
-                      host_memory_bytes=GPU_HOST_MEMORY_BYTES if evaluation.cuda else CPU_HOST_MEMORY_BYTES)
-    rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
-    return Session(spec, init={"device": evaluation.device, "input_file": "input.py", "rlimits": rlimits},
-                   load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in evaluation.shapes],
-                         "forward_params": evaluation.forward_params},
-                   guard=evaluation.guard, compile_timeout_s=evaluation.request.compile_timeout_s, cancel=evaluation.cancel)
+def round_median_ms(evaluation: _Evaluation, session: Session, shape: Shape, name: str, calls: int) -> float:
+    """One short timing round in a warm worker: the median of `calls` timed calls on fresh inputs.
+    Raises MeasurementFailed when the worker fails, replaced a timing primitive, or left work on
+    another stream (the candidate's full timing stage checks these too; a round must not hide them)."""
+    seeds = [evaluation.seed() for _ in range(INPUT_SETS_PER_ROUND + 1)]
+    flush = 2 * (session.worker_device.get("l2_bytes") or (64 << 20))
+    reply = session.call("time", {"shape": evaluation.payload_shape(shape), "warmup_seed": seeds[0], "seeds": seeds[1:],
+                                  "min_calls": calls, "max_calls": calls, "flush_bytes": flush}, evaluation.request.timeout_s)
+    if isinstance(reply, Failure):
+        raise MeasurementFailed(f"the {name} on shape {shape.id}: {reply.category}: {reply.message[:500]}")
+    if reply.get("replaced"):
+        raise MeasurementFailed(f"the {name} replaced timing primitives: {', '.join(reply['replaced'])}")
+    times = reply["times_ms"]
+    gap = statistics.median(s - t for t, s in zip(times, reply["synced_ms"])) - statistics.median(reply["noop_gap_ms"])
+    if gap > max(0.01, 0.1 * statistics.median(times)):
+        raise MeasurementFailed(f"the {name} left work on another stream on shape {shape.id} ({gap:.3f} ms after its end event)")
+    return statistics.median(times)
 
 
 class EvaluatorJudge:
     """Judge backed by atrex_mcp.evaluate (see the module docstring)."""
 
-    def __init__(self, catalog: Catalog, *, rounds: int = ROUNDS, seeds: int = CHECK_SEEDS):
+    def __init__(self, catalog: Catalog, *, rounds: int = ROUNDS, seeds: int = CHECK_SEEDS, calls: int = CALLS_PER_ROUND):
         self.catalog = catalog
         self.rounds = rounds
         self.seeds = seeds
+        self.calls = calls
 
     def check(self, op: str, source: str, shapes: list[str], *, hardware: str, dsl: str, timing: bool,
               progress: Progress | None = None, cancel: threading.Event | None = None) -> CheckResult:
@@ -86,41 +89,47 @@ class EvaluatorJudge:
         report = progress or (lambda message, fraction: None)
         evaluations = [_Evaluation(EvalRequest(op=op, source=text, shapes=shapes, seeds=1, hardware=hardware, measure_dsl=False),
                                    self.catalog, None, cancel) for text in (accepted_source, candidate_source)]
-        names = ("accepted kernel", "candidate")
         samples: dict[str, PairedSamples] = {}
         with ExitStack() as stack:
             scratches = [Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="atrex-pair-"))) for _ in evaluations]
-            sessions = [open_session(ev, scratch) for ev, scratch in zip(evaluations, scratches)]
+            sessions = [ev.open_session(scratch) for ev, scratch in zip(evaluations, scratches)]
             for session in sessions:
                 stack.callback(session.stop)
             try:
-                for name, session in zip(names, sessions):
-                    failure = session.start(first=True)
+                with ThreadPoolExecutor(max_workers=2) as pool:
+                    failures = list(pool.map(lambda session: session.start(first=True), sessions))
+                for name, failure in zip(NAMES, failures):
                     if failure is not None:
                         raise MeasurementFailed(f"the {name} did not load: {failure.category}: {failure.message[:500]}")
                 shape_list = evaluations[0].shapes
                 for i, shape in enumerate(shape_list):
-                    input_bytes = []
-                    for name, ev, session, scratch in zip(names, evaluations, sessions, scratches):
-                        warm = ShapeResult(id=shape.id, correct=False)
-                        size = ev.correctness(session, scratch, shape, warm)  # also compiles its kernels before timing
-                        if size is None:
-                            raise MeasurementFailed(f"the {name} failed on shape {shape.id}: {warm.category}: {warm.message[:500]}")
-                        input_bytes.append(size)
-                    times: tuple[list[float], list[float]] = ([], [])
-                    for r in range(self.rounds):
-                        for k in ((0, 1) if r % 2 == 0 else (1, 0)):
-                            if sessions[k].ensure() is not None:
-                                raise MeasurementFailed(f"the {names[k]}'s worker could not be restarted on shape {shape.id}")
-                            timed = ShapeResult(id=shape.id, correct=True)
-                            evaluations[k].timing(sessions[k], scratches[k], shape, timed, input_bytes[k])
-                            if timed.time_ms is None:
-                                why = timed.category or timed.timing_note or "no time"
-                                raise MeasurementFailed(f"the {names[k]} on shape {shape.id}, round {r + 1}: {why}: {timed.message[:500]}")
-                            times[k].append(timed.time_ms)
-                        report(f"paired timing: shape {shape.id}, round {r + 1}/{self.rounds}",
-                               (i + (r + 1) / self.rounds) / len(shape_list))
-                    samples[shape.id] = PairedSamples(accepted_ms=times[0], candidate_ms=times[1])
+                    samples[shape.id] = self._pairs(evaluations, sessions, scratches, shape,
+                                                    lambda r: report(f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
+                                                                     (i + r / self.rounds) / len(shape_list)))
             except Cancelled:
                 raise AtrexError("runtime", "cancelled", "The paired timing was cancelled; its workers were killed.") from None
         return samples
+
+    def _pairs(self, evaluations: list[_Evaluation], sessions: list[Session], scratches: list[Path], shape: Shape,
+               tick) -> PairedSamples:
+        """Warm both kernels on `shape`, gate the candidate with a full timing stage, then alternate rounds."""
+        input_bytes = []
+        for name, ev, session, scratch in zip(NAMES, evaluations, sessions, scratches):
+            warm = ShapeResult(id=shape.id, correct=False)
+            size = ev.correctness(session, scratch, shape, warm)
+            if size is None:
+                raise MeasurementFailed(f"the {name} failed on shape {shape.id}: {warm.category}: {warm.message[:500]}")
+            input_bytes.append(size)
+        gate = ShapeResult(id=shape.id, correct=True)
+        evaluations[1].timing(sessions[1], scratches[1], shape, gate, input_bytes[1])
+        if gate.time_ms is None:
+            why = gate.category or gate.timing_note or "no time"
+            raise MeasurementFailed(f"the candidate's timing stage on shape {shape.id}: {why}: {gate.message[:500]}")
+        times: tuple[list[float], list[float]] = ([], [])
+        for r in range(self.rounds):
+            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+                if sessions[k].ensure() is not None:
+                    raise MeasurementFailed(f"the {NAMES[k]}'s worker could not be restarted on shape {shape.id}")
+                times[k].append(round_median_ms(evaluations[k], sessions[k], shape, NAMES[k], self.calls))
+            tick(r + 1)
+        return PairedSamples(accepted_ms=times[0], candidate_ms=times[1])

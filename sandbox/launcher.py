@@ -78,6 +78,10 @@ class LaunchSpec:
     protected: list[Path]  # nothing under these may be readable by the worker
     env: dict[str, str] = field(default_factory=dict)  # DSL-specific additions (e.g. TRITON_INTERPRET)
     host_memory_bytes: int = 32 << 30  # added to what the worker has mapped after start-up
+    # A command the worker's interpreter runs under (e.g. ncu and its options): inside the
+    # namespaces and after the uid switch, so it is confined with the worker it wraps.
+    wrapper: list[str] = field(default_factory=list)
+    read_roots: list[Path] = field(default_factory=list)  # extra read/execute roots for the worker (a wrapper's injected libraries)
     file_size_bytes: int = 16 << 30
     start_timeout_s: float = 180.0
     # Off only to diagnose a machine where Landlock breaks the DSL toolchain: ATREX_SANDBOX_LANDLOCK=0.
@@ -148,6 +152,11 @@ def landlock_rules(spec: LaunchSpec, sys_path: list[str]) -> dict[str, int]:
     for var in ("CUDA_HOME", "CUDA_PATH"):
         roots.append(os.environ.get(var, ""))
     roots += os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    roots += [str(p) for p in spec.read_roots]
+    if spec.wrapper:  # the wrapper injects its own libraries into the worker: its install tree
+        tool = shutil.which(spec.wrapper[0])
+        if tool:
+            roots += [str(_real(tool).parent), str(_real(tool).parent.parent)]
     for root in roots:
         if root:
             _add_tree(rules, _real(root), landlock.READ_EXEC, protected)
@@ -290,7 +299,7 @@ class Worker:
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         config = {"sys_path": sys_path, "req_fd": req_r, "resp_fd": resp_w}
-        argv = [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(config)]
+        argv = [*self.spec.wrapper, sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(config)]
         kwargs: dict[str, Any] = {}
         if self.plan["prefix"]:
             uid_switch = ([self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]

@@ -281,13 +281,31 @@ class Worker:
         return {"kernels": [{"name": k, "time_us": v[0], "count": v[1], "kind": v[2]} for k, v in kernels.items()],
                 "replaced": PRIMS.replaced()}
 
+    def forwards(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """`calls` forwards on one input set for an outside profiler, each in the NVTX range
+        `nvtx` when one is named; nothing is saved or compared."""
+        shape = msg["shape"]
+        model = self._model(shape)
+        inputs = self._inputs(shape, msg["seed"])
+        nvtx = msg.get("nvtx") if self.device == "cuda" else None
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(int(msg["calls"])):
+                if nvtx:
+                    torch.cuda.nvtx.range_push(nvtx)
+                _poison(model(**inputs), storages(inputs))
+                if nvtx:
+                    torch.cuda.nvtx.range_pop()
+        self._sync()
+        return {"calls": int(msg["calls"]), "seconds": time.perf_counter() - t0, "replaced": PRIMS.replaced()}
+
     def integrity(self, msg: dict[str, Any]) -> dict[str, Any]:
         return {"replaced": PRIMS.replaced()}
 
     # -- loop -------------------------------------------------------------------------------
     def serve(self) -> None:
         handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
-                    "profile": self.profile, "integrity": self.integrity}
+                    "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity}
         while True:
             try:
                 msg = protocol.receive(self.req_fd)

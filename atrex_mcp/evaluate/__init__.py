@@ -19,6 +19,13 @@ _EXPORTS = {
     "ShapeResult": "atrex_mcp.evaluate.models",
     "compare_outputs": "atrex_mcp.evaluate.compare",
     "CompareResult": "atrex_mcp.evaluate.compare",
+    "open_session": "atrex_mcp.evaluate.workers",
+    "time_interleaved": "atrex_mcp.evaluate.workers",
+    "LaunchOptions": "atrex_mcp.evaluate.workers",
+    "CandidateWorker": "atrex_mcp.evaluate.workers",
+    "CandidateFailed": "atrex_mcp.evaluate.workers",
+    "InterleavedTimes": "atrex_mcp.evaluate.workers",
+    "NVTX_FORWARD": "atrex_mcp.evaluate.workers",
 }
 __all__ = sorted(_EXPORTS)
 

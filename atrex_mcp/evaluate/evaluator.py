@@ -283,9 +283,9 @@ class _Evaluation:
             result.score_note = "S > 1: faster than the speed of light — an evaluation error, reported and not clipped"
 
     # -- driver -----------------------------------------------------------------------------
-    def open_session(self, scratch: Path, extra_env: dict[str, str] | None = None) -> Session:
+    def open_session(self, scratch: Path, extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None) -> Session:
         """Fill `scratch` with the candidate and the visible problem files and describe its
-        worker (not started yet). Other judges (e.g. paired timing) open sessions through here."""
+        worker (not started yet). Other judges use atrex_mcp.evaluate.workers.open_session."""
         (scratch / "io").mkdir(exist_ok=True)
         (scratch / "reference.py").write_text(self.problem.reference_source)
         (scratch / "input.py").write_text(self.problem.input_source)
@@ -293,7 +293,8 @@ class _Evaluation:
         (scratch / CANDIDATE_FILE).write_text(self.source)
         spec = LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, []),
                           env={**self.adapter.worker_env(self.cuda), **(extra_env or {})},
-                          host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES)
+                          host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES,
+                          wrapper=list(wrapper or []))
         rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
         return Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
                        load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],

@@ -25,6 +25,11 @@ def wiki_dir() -> Path:
     return _data_dir("gpu_wiki").resolve()
 
 
+def examples_dir() -> Path:
+    """Example candidate kernels and the scripted agent (the demo validates one of them)."""
+    return _data_dir("examples").resolve()
+
+
 def tools_dir() -> Path:
     return _data_dir("tools").resolve()
 

@@ -91,9 +91,9 @@ async def _demo(args: argparse.Namespace, kernel: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from atrex_mcp.paths import _data_dir
+    from atrex_mcp.paths import examples_dir
 
-    kernel = (args.kernel or _data_dir("examples") / f"{args.op}_triton.py").resolve()
+    kernel = (args.kernel or examples_dir() / f"{args.op}_triton.py").resolve()
     if not kernel.is_file():
         print(f"atrex-mcp demo: no kernel file {kernel}; pass --kernel PATH", file=sys.stderr)
         return 2

@@ -2,14 +2,18 @@
 # Issue 8 on the GPU within one wall-clock budget, the most valuable measurements first:
 #   1. launch floor (seconds)            bench/launch_floor.py measure
 #   2. timing accuracy vs ncu (~1 min)   bench/timing_accuracy.py
-#   3. eager baseline, representative shapes within ~40 % of what is left
-#   4. torch.compile baseline twice, separate processes, same shapes (stability), the rest
+#   3. eager baseline, representative shapes within 40 % of what is left
+#   4. torch.compile baseline on the rest
+#   The STABILITY baseline (default torch-compile) runs twice in separate processes on the same
+#   shapes; STABILITY=eager spends a short budget on more shapes (no compile per shape).
 #   5. tables (h200, h200-measured), S beside S_floor, calibrated cost model, summary
 #
 #   bash bench/issue8_gpu.sh BUDGET_S [DEST]
 #     DEST: where the few result files go (default $OUT on the device machine, else bench/results/issue8)
 #   STEPS=floor,accuracy,eager,tc   the steps to run (default all; e.g. STEPS=eager in a later call)
 #   EAGER_ARGS / TC_ARGS            extra bench/baselines.py options, e.g. EAGER_ARGS="--ops a,b" (replaces --select)
+#   STABILITY=torch-compile|eager   the baseline run twice for the stability figures
+#   EAGER_PCT=40                    eager's share of the time left after steps 1-2 (torch.compile gets the rest)
 #
 # Everything is written to a work directory, then bundled: DEST gets summary.md, summary.json,
 # log.txt and issue8_results.tar.gz (per-operator EvalResults, run.json files, tables, raw
@@ -22,6 +26,8 @@ DEST=${2:-${OUT:-bench/results/issue8}}
 STEPS=${STEPS:-floor,accuracy,eager,tc}
 EAGER_ARGS=${EAGER_ARGS:---select representative}
 TC_ARGS=${TC_ARGS:---select representative}
+STABILITY=${STABILITY:-torch-compile}
+EAGER_PCT=${EAGER_PCT:-40}
 RESERVE_S=40  # tables, report and bundle at the end
 cd "$(dirname "$0")/.." || exit 2
 export PYTHONUNBUFFERED=1
@@ -67,25 +73,32 @@ want accuracy && step timing_accuracy $(($(left) - RESERVE_S < 180 ? $(left) - R
   $PY bench/timing_accuracy.py --out "$WORK/timing_accuracy.json"
 
 # Each baseline run stops itself at its --budget-s (evaluations still running are cancelled);
-# GRACE_S on top is for merging and tables, and `timeout` is only the backstop.
+# GRACE_S on top is for merging and tables, and `timeout` is only the backstop. The stability
+# baseline runs twice (A, then B on exactly A's shapes); the other once. Shares of the time
+# left: eager EAGER_PCT, torch.compile the rest (it compiles every shape).
 GRACE_S=20
 ran=()
+baseline_step() {  # baseline_step NAME KIND SHARE_PERCENT EXTRA_ARGS
+  local name=$1 kind=$2 pct=$3 extra=$4 budget runs=1
+  [[ $kind == "$STABILITY" ]] && runs=2
+  budget=$(( ($(left) - RESERVE_S - runs * GRACE_S) * pct / 100 / runs ))
+  if ((runs == 2)); then
+    # shellcheck disable=SC2086  # extra is a list of options
+    step "${name}_twice" $((runs * (budget + GRACE_S))) $PY bench/stability.py --work "$WORK/$name" --baseline "$kind" \
+      --budget-s "$budget" $extra
+  else
+    # shellcheck disable=SC2086
+    step "$name" $((budget + GRACE_S)) $PY bench/baselines.py run --baseline "$kind" --out "$WORK/$name/a" \
+      --budget-s "$budget" $extra
+  fi
+  ran+=("$WORK/$name/a")
+}
 if want eager; then
   pct=100
-  want tc && pct=40
-  share=$((($(left) - RESERVE_S - GRACE_S) * pct / 100))
-  # shellcheck disable=SC2086  # EAGER_ARGS is a list of options
-  step eager_baseline $((share + GRACE_S)) $PY bench/baselines.py run --baseline eager --out "$WORK/eager" \
-    --budget-s "$share" $EAGER_ARGS
-  ran+=("$WORK/eager")
+  want tc && pct=$EAGER_PCT
+  baseline_step eager eager "$pct" "$EAGER_ARGS"
 fi
-if want tc; then
-  half=$((($(left) - RESERVE_S - 2 * GRACE_S) / 2))
-  # shellcheck disable=SC2086
-  step torch_compile_twice $((2 * (half + GRACE_S))) $PY bench/stability.py --work "$WORK/tc" --baseline torch-compile \
-    --budget-s "$half" $TC_ARGS
-  ran+=("$WORK/tc/a")
-fi
+want tc && baseline_step tc torch-compile 100 "$TC_ARGS"
 
 # Results that exist, whatever failed above.
 dirs=()

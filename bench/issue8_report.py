@@ -15,7 +15,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path]
 
-RUNS = {"eager": "eager", "torch-compile (A)": "tc/a", "torch-compile (B)": "tc/b"}
+RUNS = {"eager (A)": "eager/a", "eager (B)": "eager/b", "torch-compile (A)": "tc/a", "torch-compile (B)": "tc/b"}
 
 
 def _json(path: Path) -> Any:
@@ -96,15 +96,16 @@ def summarize(work: Path) -> tuple[dict[str, Any], str]:
     md += ([f"- {r['op']} {r['candidate']} shape {r['shape']}: S {r['score']}, {r['bound']}-bound, intensity "
             f"{_fmt(r['arithmetic_intensity'], 1)}" for r in near] if near else ["none" if near == [] else "not computed"])
 
-    stability = _json(work / "tc" / "stability.json")
-    summary["stability"] = stability and {k: v for k, v in stability.items() if k != "ratios"}
-    md += ["", "## Stability (torch.compile twice, separate processes)", ""]
-    if stability:
-        from stability import render as render_stability
+    from stability import render as render_stability
 
-        md.append(render_stability(stability))
-    else:
-        md.append("not run")
+    summary["stability"] = {}
+    for name, label in (("tc", "torch.compile"), ("eager", "eager")):
+        stability = _json(work / name / "stability.json")
+        if stability:
+            summary["stability"][label] = {k: v for k, v in stability.items() if k != "ratios"}
+            md += ["", f"## Stability ({label} twice, separate processes)", "", render_stability(stability)]
+    if not summary["stability"]:
+        md += ["", "## Stability", "", "not run"]
 
     plan = _text(work / "plan_calibrated.txt")
     md += ["", "## Cost model calibrated on this run, and the full issue predicted", "", "```", (plan or "not computed").strip(), "```"]

@@ -128,19 +128,24 @@ class Schedule:
                 "not_run": self.not_run}
 
 
-def batch_cap(jobs: Sequence[Job], workers: int, batch_fixed_s: float) -> float | None:
-    """No cap on one GPU (one batch per operator); else half a GPU's fair share, so the
-    largest operators are split across GPUs while small operators stay whole."""
-    if workers <= 1:
-        return None
-    ops = {j.op for j in jobs}
-    return (sum(j.seconds for j in jobs) + len(ops) * batch_fixed_s) / (2 * workers)
+def batch_cap(jobs: Sequence[Job], workers: int, batch_fixed_s: float, deadline_s: float | None = None) -> float | None:
+    """No cap on one GPU without a deadline (one batch per operator); on several GPUs half a
+    GPU's fair share, so the largest operators are split across GPUs while small operators stay
+    whole; with a deadline at most a third of it, since a batch cancelled at the deadline loses
+    all its shapes (evaluate() returns nothing when cancelled)."""
+    caps = []
+    if workers > 1:
+        ops = {j.op for j in jobs}
+        caps.append((sum(j.seconds for j in jobs) + len(ops) * batch_fixed_s) / (2 * workers))
+    if deadline_s is not None:
+        caps.append(deadline_s / 3)
+    return min(caps) if caps else None
 
 
 def run_jobs(jobs: Sequence[Job], runners: Sequence[Runner], batch_fixed_s: float, deadline_s: float | None = None) -> Schedule:
     """Run every job on the runners (one thread per runner, each pulling batches) within
     `deadline_s` seconds from now (None: no deadline)."""
-    queue = JobQueue(jobs, batch_fixed_s, batch_cap(jobs, len(runners), batch_fixed_s))
+    queue = JobQueue(jobs, batch_fixed_s, batch_cap(jobs, len(runners), batch_fixed_s, deadline_s))
     schedule = Schedule(workers=[r.label for r in runners])
     t0, epoch0 = time.monotonic(), time.time()
     deadline_epoch = None if deadline_s is None else epoch0 + deadline_s

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -155,6 +156,39 @@ def test_ncu_launches_are_split_at_markers_and_summed_per_call():
     assert cases["scale"]["median_ms"] == pytest.approx(0.002002) and cases["scale"]["kernels_per_call"] == 1
     assert cases["gemm"]["median_ms"] == pytest.approx(1.02 + 0.01) and cases["gemm"]["kernels_per_call"] == 2
     assert cases["odd"]["median_ms"] is None and "1 launches for 5 calls" in cases["odd"]["note"]
+
+
+def test_run_ncu_wraps_the_child_with_the_clock_left_alone_and_reads_its_log(tmp_path, monkeypatch):
+    """A stand-in `ncu` on PATH: checks the options, runs the child (CPU: launches only) and
+    writes a CSV as ncu would, one marker and five launches per case."""
+    fake = tmp_path / "bin" / "ncu"
+    fake.parent.mkdir()
+    fake.write_text(f"""#!{sys.executable}
+import subprocess, sys
+args = sys.argv[1:]
+for pair in (["--clock-control", "none"], ["--profile-from-start", "off"], ["--cache-control", "all"], ["--metrics", "gpu__time_duration.sum"]):
+    i = args.index(pair[0])
+    assert args[i + 1] == pair[1], pair
+i = args.index("--log-file")
+child = subprocess.run(args[i + 2:])
+rows = []
+for case in range(2):
+    rows.append(("{timing_accuracy.MARKER}", 1000))
+    rows += [("kernel%d" % case, 1000 * (case + 1) * 3 + k) for k in range(5)]
+head = '"ID","Process ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+body = ['"%d","1","%s","gpu__time_duration.sum","nsecond","%d"' % (n, name, v) for n, (name, v) in enumerate(rows)]
+open(args[i + 1], "w").write("\\n".join([head, *body]) + "\\n")
+sys.exit(child.returncode)
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    specs = [dict(s, iters=1) for s in timing_accuracy.CASE_SPECS if s["name"] in ("scale_4KiB", "spin_10ms")]
+    work = tmp_path / "work"
+    work.mkdir()
+    cases, tail = timing_accuracy.run_ncu(specs, work)
+    assert cases["scale_4KiB"]["median_ms"] == pytest.approx(0.003002), tail
+    assert cases["spin_10ms"]["median_ms"] == pytest.approx(0.006002)
 
 
 def test_speedup_compares_walls_and_per_shape_agreement(tmp_path):

@@ -37,10 +37,11 @@ def test_queue_without_a_cap_gives_whole_operators_and_respects_the_time_left():
     assert [(j.op, j.shape) for j in queue.remaining()] == [("a", "0")]
 
 
-def test_batch_cap_is_none_on_one_gpu_and_half_a_fair_share_on_several():
+def test_batch_cap_is_none_on_one_gpu_half_a_fair_share_on_several_and_a_third_of_a_deadline():
     jobs = _jobs({"a": [10.0, 10.0], "b": [20.0]})
     assert multi_gpu.batch_cap(jobs, 1, 5.0) is None
     assert multi_gpu.batch_cap(jobs, 2, 5.0) == pytest.approx((40.0 + 2 * 5.0) / 4)
+    assert multi_gpu.batch_cap(jobs, 1, 5.0, deadline_s=30.0) == pytest.approx(10.0)  # a third of the deadline
 
 
 class _FakeRunner:

@@ -51,13 +51,17 @@ async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str
     return result.structured_content or {}
 
 
+def kernel_file(op: str, kernels: Path) -> Path | None:
+    return next((kernels / n for n in (f"{op}.py", f"{op}_triton.py") if (kernels / n).is_file()), None)
+
+
 async def known_kernel(client: Client, op: str, kernels: Path | None) -> str:
     if kernels is not None:
-        for name in (f"{op}.py", f"{op}_triton.py"):
-            if (kernels / name).is_file():
-                print(f"kernel: {kernels / name}", flush=True)
-                return (kernels / name).read_text()
-        raise Refused(f"no known kernel for {op} in {kernels}")
+        path = kernel_file(op, kernels)
+        if path is None:
+            raise Refused(f"no known kernel for {op} in {kernels}")
+        print(f"kernel: {path}", flush=True)
+        return path.read_text()
     hits = (await call(client, "wiki_search", {"query": f"{op} kernel", "category": "kernels", "limit": 10}))["hits"]
     doc_id = next((h["doc_id"] for h in hits if h["doc_id"] == f"kernels/{op}"), None)
     if doc_id is None:
@@ -68,6 +72,8 @@ async def known_kernel(client: Client, op: str, kernels: Path | None) -> str:
 
 async def solve(op: str, workspace: Path, kernels: Path | None) -> str | None:
     """Play the steps; the reason it stopped early, or None when the kernel is packaged."""
+    if kernels is not None and kernel_file(op, kernels) is None:
+        return f"no known kernel for {op} in {kernels}"  # nothing to do: do not even start the server
     async with connect() as client:
         try:
             names = [p["name"] for p in (await call(client, "list_problems", {}))["problems"]]

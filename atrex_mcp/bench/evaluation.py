@@ -143,7 +143,7 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
         submission = state.submission
         if state.status != "done" or submission is None or submission.outcome != "submitted" or submission.artifact is None:
             summary.not_submitted.append(op)
-            board.finish(op, "no submission to evaluate")
+            board.finish(op, "no submission to evaluate" if state.status == "done" else f"not run yet ({state.status})")
             continue
         source = (layout.root / submission.artifact).read_text()
         sha = hashlib.sha256(source.encode()).hexdigest()

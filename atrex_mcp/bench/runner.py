@@ -93,14 +93,14 @@ def _check_resume(config: RunConfig, request: RunRequest) -> None:
                            extra_args=config.agent.extra_args, pass_env=config.agent.pass_env)
         if (spec.kind, spec.command) != (config.agent.kind, config.agent.command):
             differs.append("--agent")
-    given = {"--ops": (request.ops, None), "--dsl": (request.dsl, config.dsl), "--condition": (request.condition, config.condition),
-             "--model": (request.model, config.agent.model), "--hardware": (request.hardware, config.hardware),
-             "--budget-minutes": (request.budget_minutes * 60 if request.budget_minutes is not None else None, config.budget_s)}
-    for flag, (value, stored) in given.items():
-        if flag == "--ops" and value is not None and _resolve_ops(value, Catalog([Path(p) for p in config.problems])) != config.ops:
+    budget_s = request.budget_minutes * 60 if request.budget_minutes is not None else None
+    for flag, given, stored in (("--dsl", request.dsl, config.dsl), ("--condition", request.condition, config.condition),
+                                ("--model", request.model, config.agent.model), ("--hardware", request.hardware, config.hardware),
+                                ("--budget-minutes", budget_s, config.budget_s)):
+        if given is not None and given != stored:
             differs.append(flag)
-        elif flag != "--ops" and value is not None and value != stored:
-            differs.append(flag)
+    if request.ops is not None and _resolve_ops(request.ops, Catalog([Path(p) for p in config.problems])) != config.ops:
+        differs.append("--ops")
     if request.problems is not None and [str(p.resolve()) for p in request.problems] != config.problems:
         differs.append("--problems")
     if request.server not in (None, "auto", config.server):

@@ -157,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
     devices = gpu_devices(args.gpus)
     chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices))
     jobs = jobs_for(chosen, times, model, args.baseline)
-    request = {"baseline": args.baseline, "seeds": args.seeds, "hardware": "h200", "timeout_s": args.timeout}
+    request = {"baseline": args.baseline, "seeds": args.seeds, "hardware": "h200", "timeout_s": args.timeout,
+               "measure_dsl": not args.no_profile}
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"[baselines] {args.baseline}: {len(jobs)} shapes of {len(chosen)} operators on {len(devices)} device(s) "
           f"{devices}, predicted {predicted_seconds(jobs, model, args.baseline):.0f} s sequential, budget {args.budget_s} s", flush=True)
@@ -284,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("--out", type=Path, required=True)
     run_p.add_argument("--shapes-from", type=Path, help="evaluate exactly the shapes of this earlier run")
     run_p.add_argument("--timeout", type=float, default=120.0, help="seconds per shape and stage (default 120)")
+    run_p.add_argument("--no-profile", action="store_true",
+                       help="skip the profiled forward per shape (a baseline's DSL share is 0 by definition; a candidate "
+                            "evaluation includes it, so leave it on for the throughput figure)")
     run_p.set_defaults(func=run)
     plan_p = sub.add_parser("plan", parents=[common], help="predicted device seconds per operator")
     plan_p.add_argument("--baseline", choices=(*BASELINES, "both"), default="both")

@@ -110,7 +110,7 @@ if ((${#dirs[@]})); then
   $PY bench/baselines.py plan --calibrate "${dirs[@]}" --split-s 540 >"$WORK/plan_calibrated.txt" 2>&1
 fi
 $PY bench/issue8_report.py "$WORK" >/dev/null 2>>"$LOG"
-tar czf "$DEST/issue8_results.tar.gz" -C "$WORK" --exclude=log.txt .
-cp "$WORK/summary.md" "$WORK/summary.json" "$LOG" "$DEST/" 2>/dev/null
 cat "$WORK/summary.md" 2>/dev/null || tail -50 "$LOG"
+cp "$WORK/summary.md" "$WORK/summary.json" "$LOG" "$DEST/" 2>/dev/null
+tar czf "$DEST/issue8_results.tar.gz" -C "$WORK" --exclude=log.txt . && rm -rf "$WORK"
 echo "total $(($(date +%s) - START))s of ${BUDGET}s; files in $DEST: $(ls "$DEST" | tr '\n' ' ')"

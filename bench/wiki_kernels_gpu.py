@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in paths if p.stem in wanted]
     catalog = Catalog()
     deadline = time.time() + args.budget_s
-    report["meta"].update(date=datetime.now(timezone.utc).date().isoformat(), seeds=args.seeds, profile="h200")
+    report["meta"].update(date=datetime.now(timezone.utc).date().isoformat(), seeds=args.seeds, profile="h200",
+                          shapes=args.shapes or "all scored")
     todo = [p for p in paths if not (args.resume and p.stem in report["kernels"] and "error" not in report["kernels"][p.stem])]
 
     def save() -> None:

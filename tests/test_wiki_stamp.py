@@ -15,7 +15,8 @@ def _report(tmp_path: Path) -> Path:
     shapes = [{"id": "0", "correct": True, "time_ms": 0.0123456, "score": 0.5},
               {"id": "1", "correct": False, "time_ms": None, "score": None},
               {"id": "2", "correct": True, "time_ms": 1.5, "score": 0.7}]
-    report = {"meta": {"date": "2026-12-01", "gpu": "NVIDIA H200", "versions": {"torch": "2.11.0", "triton": "3.6.0"}},
+    report = {"meta": {"date": "2026-12-01", "gpu": "NVIDIA H200", "versions": {"torch": "2.11.0", "triton": "3.6.0"},
+                       "shapes": "all scored"},
               "kernels": {"rms_norm": {"shapes": shapes, "shapes_correct": 2, "shapes_total": 3, "operator_score": 0.6123,
                                        "median_time_ms": 0.756, "median_dsl_share": 1.0},
                           "broken": {"error": "Traceback ..."}}}
@@ -40,3 +41,15 @@ def test_stamp_writes_measured_figures(tmp_path):
     assert main([str(report), "--kernels", str(kernels)]) == 0
     assert (kernels / "rms_norm.py").read_text() == text
     compile(text, "rms_norm.py", "exec")
+
+
+def test_partial_runs_are_not_stamped(tmp_path):
+    report = _report(tmp_path)
+    data = json.loads(report.read_text())
+    data["meta"]["shapes"] = "smoke"
+    report.write_text(json.dumps(data))
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    shutil.copy(KERNEL, kernels / "rms_norm.py")
+    assert main([str(report), "--kernels", str(kernels)]) == 2
+    assert (kernels / "rms_norm.py").read_text() == KERNEL.read_text()

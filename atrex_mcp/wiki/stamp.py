@@ -73,6 +73,9 @@ def stamp_kernel(path: Path, entry: dict, meta: dict) -> None:
 
 def stamp(report_path: Path, kernels_dir: Path) -> list[str]:
     report = json.loads(report_path.read_text())
+    if report["meta"].get("shapes", "all scored") != "all scored":
+        raise AtrexError("input", "partial_wiki_report", f"{report_path} covers shapes {report['meta']['shapes']!r} only.",
+                         "Stamp only a run over every scored shape (bench/wiki_kernels_gpu.py without --shapes).")
     done = []
     for name, entry in sorted(report["kernels"].items()):
         if "error" in entry or not entry.get("shapes"):

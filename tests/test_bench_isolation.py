@@ -20,14 +20,18 @@ from atrex_mcp.paths import problems_dir
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_scripted_agent_over_http_with_a_token(tmp_path):
-    agent = f"{sys.executable} {ROOT / 'examples' / 'bench_scripted_agent.py'} --kernels {ROOT / 'gpu_wiki' / 'kernels'}"
+def test_scripted_agent_over_http_with_a_token_in_the_optimizer_condition(tmp_path):
+    """Without --kernels the scripted agent takes the kernel from the wiki, a tool only the
+    optimizer condition allows."""
+    agent = f"{sys.executable} {ROOT / 'examples' / 'bench_scripted_agent.py'}"
     config, layout = open_run(RunRequest(out=tmp_path / "run", agent=agent, ops="rms_norm", server="http", agent_uid="same",
-                                         budget_minutes=4))
+                                         condition="optimizer", budget_minutes=4))
     summary = BenchRunner(config, layout, live=False).run()
     state = summary.states["rms_norm"]
     assert config.server == "http" and state.submission.outcome == "submitted", state
-    assert "validate: 1 passed" in layout.transcript("rms_norm").read_text()
+    transcript = layout.transcript("rms_norm").read_text()
+    assert "wiki_search: found kernels/rms_norm" in transcript and "validate: 1 passed" in transcript
+    assert "measure-revise loop" in layout.prompt_file("rms_norm").read_text()
     log = layout.server_log("rms_norm").read_text()
     assert "127.0.0.1" in log
     env_file = json.loads((layout.agent_home("rms_norm") / "mcp.json").read_text())["mcpServers"]["atrex"]

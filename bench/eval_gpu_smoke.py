@@ -2,6 +2,7 @@
 the exploit corpus's GPU outcomes, and the evaluator's own overhead split.
 
     python3 bench/eval_gpu_smoke.py [--out bench/results] [--budget-s 450] [--quick]
+        [--examples rms_norm,silu_and_mul] [--exploits side_stream,output_cache_by_pointer,…] [--no-baselines]
 
 Steps run in order of value; each is wrapped so a failure is recorded and the next step
 runs; a step that would start past the budget is recorded as skipped. Results:
@@ -42,6 +43,8 @@ def _shape_view(s) -> dict:
             "message": s.message[:400], "score_note": s.score_note, "timing_note": s.timing_note,
             "input_sets": s.timing.input_sets if s.timing else None, "calls": s.timing.calls if s.timing else None,
             "sm_clock_mhz": s.timing.sm_clock_mhz if s.timing else None,
+            "sm_below_max_fraction": s.timing.sm_below_max_fraction if s.timing else None,
+            "spin_us": s.timing.spin_us if s.timing else None, "reuse_compared": s.timing.reuse_compared if s.timing else None,
             "throttle": s.timing.throttle_reasons if s.timing else None,
             "kernels": [(k.name[:80], round(k.time_us, 2), k.origin) for k in s.kernels[:6]], "seconds": s.seconds}
 
@@ -54,16 +57,23 @@ def _verdict(name: str, result) -> tuple[bool, str]:
     seen = f"categories={cats} integrity={flags} compiled={result.compiled}"
     all_fail = lambda cat: bool(shapes) and all((not s.correct) and s.category == cat for s in shapes)  # noqa: E731
     expectations = {
-        "output_cache_by_pointer": lambda: all(not s.correct for s in shapes),
+        # a replay in any timed call is caught by the per-call output digests; on a shape where the
+        # cache never hit, the honest computation it fell back to is timed like any eager kernel
+        "output_cache_by_pointer": lambda: all(not s.correct or s.time_ms is not None for s in shapes)
+        and any(not s.correct for s in shapes),
         "lazy_output": lambda: all_fail(tx.WRONG_OUTPUT_TYPE),
         "wrong_dtype": lambda: all_fail(tx.WRONG_DTYPE),
-        "fake_results": lambda: all_fail(tx.NUMERIC_MISMATCH),
+        # writing into fds 3..63 may hit the CUDA driver's own fds (cuda_fault): rejected either way
+        "fake_results": lambda: bool(shapes) and all(not s.correct and s.stage in (tx.RUNTIME, tx.CORRECTNESS) for s in shapes),
         "monkeypatch_primitives": lambda: all_fail(tx.TIMING_TAMPERED) and tx.PRIMITIVES_REPLACED in result.integrity,
         "huge_allocation": lambda: all_fail(tx.OOM),
         "hang": lambda: all_fail(tx.TIMEOUT),
         "escape_process_group": lambda: all_fail(tx.TIMEOUT),
         "warmup_then_cheat": lambda: any(s.category == tx.TIMED_OUTPUT_MISMATCH for s in shapes) and not any(s.score for s in shapes),
-        "side_stream": lambda: all(tx.SIDE_STREAM_WORK in s.integrity or not s.correct for s in shapes),
+        # defeated when the hidden work is in the time: flagged (and counted), or the time covers
+        # the device time of the profiled forward (all streams)
+        "side_stream": lambda: all(not s.correct or tx.SIDE_STREAM_WORK in s.integrity
+                                   or (s.time_ms or 0) >= 0.9 * sum(k.time_us for k in s.kernels) / 1e3 for s in shapes),
         "pytorch_fallback": lambda: all(s.correct and s.dsl_share == 0.0 for s in shapes),
         "output_cache_by_content": lambda: all(s.correct for s in shapes),  # recorded: is any speed-up flagged?
         "segfault": lambda: any(s.category == tx.CRASH for s in shapes) and any(s.correct for s in shapes),
@@ -95,6 +105,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--budget-s", type=float, default=450.0)
     parser.add_argument("--quick", action="store_true", help="examples on 8 shapes each instead of all")
+    parser.add_argument("--examples", help="comma-separated example operators to run (default: both)")
+    parser.add_argument("--exploits", help="comma-separated exploits to run (default: all)")
+    parser.add_argument("--no-baselines", action="store_true", help="skip the eager and torch-compile baselines")
     parser.add_argument("--shapes", help="comma-separated shape ids for every step (a CPU dry run: --shapes smoke)")
     args = parser.parse_args()
     t0 = time.monotonic()
@@ -171,17 +184,22 @@ def main() -> int:
         report["baselines"][kind] = {"operator_score": result.operator_score, "overhead": result.overhead.model_dump(),
                                      "results": [_shape_view(s) for s in result.shapes]}
 
-    step("example rms_norm (all shapes)", 60, lambda: run_example("rms_norm"))
+    examples = args.examples.split(",") if args.examples else list(EXAMPLES)
+    if "rms_norm" in examples:
+        step("example rms_norm (all shapes)", 60, lambda: run_example("rms_norm"))
     order = ["read_hidden_files", "monkeypatch_primitives", "warmup_then_cheat", "side_stream", "cuda_fault", "segfault",
              "output_cache_by_pointer", "pytorch_fallback", "lazy_output", "wrong_dtype", "fake_results", "huge_allocation",
              "hang", "escape_process_group", "output_cache_by_content"]
-    for name in order[:6]:
+    chosen = [n for n in order if not args.exploits or n in args.exploits.split(",")]
+    for name in chosen[:6]:
         step(f"exploit {name}", 20, lambda name=name: run_exploit(name))
-    step("example silu_and_mul (all shapes)", 60, lambda: run_example("silu_and_mul"))
-    for name in order[6:]:
+    if "silu_and_mul" in examples:
+        step("example silu_and_mul (all shapes)", 60, lambda: run_example("silu_and_mul"))
+    for name in chosen[6:]:
         step(f"exploit {name}", 20, lambda name=name: run_exploit(name))
-    step("baseline eager (3 rms_norm shapes)", 20, lambda: run_baseline("eager"))
-    step("baseline torch-compile (3 rms_norm shapes)", 60, lambda: run_baseline("torch-compile"))
+    if not args.no_baselines:
+        step("baseline eager (3 rms_norm shapes)", 20, lambda: run_baseline("eager"))
+        step("baseline torch-compile (3 rms_norm shapes)", 60, lambda: run_baseline("torch-compile"))
     report["wall_s"] = round(time.monotonic() - t0, 1)
     _write(args.out, report)
     print(_markdown(report))
@@ -213,10 +231,12 @@ def _markdown(report: dict) -> str:
                   f"Overhead: worker start {_fmt(ov['worker_start_s'], 2)} s (CUDA init {_fmt(ov['cuda_init_s'], 2)} s), candidate load "
                   f"{_fmt(ov['candidate_load_s'], 3)} s, restarts {ov['restarts']}, total {_fmt(ov['total_s'], 1)} s; per shape (median / max s): "
                   + ", ".join(f"{k} {_fmt(v, 3)}/{_fmt(ex['per_shape_seconds_max'][k], 3)}" for k, v in ex["per_shape_seconds_median"].items()),
-                  "", "| shape | ok | time ms | IQR ms | S | DSL share | sets×calls | integrity | note |", "|---|---|---|---|---|---|---|---|---|"]
+                  "", "| shape | ok | time ms | IQR ms | S | DSL share | sets×calls | SM MHz (<max) | spin µs | integrity | note |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in ex["results"]:
             lines.append(f"| {s['id']} | {'yes' if s['correct'] else s['category']} | {_fmt(s['time_ms'])} | {_fmt(s['iqr_ms'])} | "
-                         f"{_fmt(s['score'])} | {_fmt(s['dsl_share'], 2)} | {s['input_sets']}×{s['calls']} | {','.join(s['integrity'])} | "
+                         f"{_fmt(s['score'])} | {_fmt(s['dsl_share'], 2)} | {s['input_sets']}×{s['calls']} | "
+                         f"{s.get('sm_clock_mhz')} ({_fmt(s.get('sm_below_max_fraction'), 2)}) | {_fmt(s.get('spin_us'), 0)} | {','.join(s['integrity'])} | "
                          f"{(s['score_note'] or s['message'])[:80]} |")
         if ex.get("diagnosis_without_landlock"):
             lines += ["", f"Without Landlock: {ex['diagnosis_without_landlock']}"]

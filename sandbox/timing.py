@@ -4,9 +4,10 @@
 objects, so a candidate that replaces torch.cuda.Event, synchronize or time.perf_counter
 does not change what is measured, and `replaced()` reports the replacement afterwards.
 
-Per timed call: the previous output is poisoned, L2 is flushed by writing a buffer of 2× L2
-size (outside the timed region), then
-    start.record(); out = fn(inputs[i % R]); end.record(); synchronize device; after.record()
+Per timed call: L2 is flushed by writing a buffer of 2× L2 size and a GPU spin keeps the
+stream busy while the host launches (both outside the timed region), then
+    start.record(); out = fn(inputs[order[i]]); end.record(); synchronize device; after.record()
+and a digest of the output is queued (untimed); an output older than one round of sets is poisoned.
 `end − start` is the call on its stream; `after − start` also covers work left running on
 any other stream. A no-op run of the same loop calibrates the gap the synchronisation
 itself adds, so side-stream work is detected, not guessed.
@@ -14,6 +15,7 @@ itself adds, so side-stream work is detected, not guessed.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +27,7 @@ WATCHED = (
     "torch.cuda.synchronize", "torch._C._cuda_synchronize", "torch.cuda.current_stream", "torch.cuda.Stream",
     "time.perf_counter", "time.monotonic", "time.time", "torch.allclose", "torch.equal", "torch.testing.assert_close",
     "torch.Tensor.__eq__", "torch.Tensor.cpu", "torch.Tensor.to", "torch.Tensor.clone", "torch.Tensor.fill_",
-    "torch.Tensor.zero_", "torch.save", "torch.load", "torch.profiler.profile",
+    "torch.Tensor.zero_", "torch.save", "torch.load", "torch.profiler.profile", "torch.cuda._sleep",
 )
 
 
@@ -90,6 +92,51 @@ def storages(inputs: dict[str, Any]) -> set[int]:
     return {t.untyped_storage().data_ptr() for t in inputs.values() if isinstance(t, torch.Tensor)}
 
 
+def _tensors(value: Any) -> list[Any]:
+    return list(value.values()) if isinstance(value, dict) else list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def digest(value: Any) -> torch.Tensor:
+    """Exact int64 fingerprint of an output's bytes, on its device: per tensor Σ b_k and
+    Σ (k+1)·b_k (wrapping). Both sides compute it with this function, so a timed call's
+    digest can be matched with the bytes of an output the trusted side loaded."""
+    parts = []
+    for t in _tensors(value):
+        b = t.detach().contiguous().reshape(-1).view(torch.uint8).to(torch.int64)
+        pos = torch.arange(1, b.numel() + 1, device=b.device, dtype=torch.int64)
+        parts += [b.sum(), (b * pos).sum()]
+    return torch.stack(parts)
+
+
+def call_order(sets: int, calls: int) -> list[int]:
+    """Input set of each timed call. With more calls than sets, half the sets are visited
+    first and the other half are spread evenly among the reused calls, so fresh and reused
+    calls share a phase and can be compared without clock drift between them."""
+    if calls <= sets:
+        return list(range(calls))
+    head = max(1, sets // 2)
+    late, rest = sets - head, calls - head
+    order, fresh, reuse = list(range(head)), head, 0
+    for j in range(rest):
+        if (j + 1) * late // rest > j * late // rest and fresh < sets:
+            order.append(fresh)
+            fresh += 1
+        else:
+            order.append(reuse % fresh)
+            reuse += 1
+    return order
+
+
+def reuse_phase(sets: int, calls: int) -> tuple[list[bool], int]:
+    """(first visit of its set, per call) and the call where fresh and reused calls start to interleave."""
+    seen: set[int] = set()
+    first = []
+    for index in call_order(sets, calls):
+        first.append(index not in seen)
+        seen.add(index)
+    return first, (max(1, sets // 2) if calls > sets else calls)
+
+
 @dataclass
 class TimedRun:
     times_ms: list[float]
@@ -98,46 +145,75 @@ class TimedRun:
     wall_s: float
     kept: dict[int, Any]  # input-set index -> output of the last call on that set
     warmup_calls: int
+    digests: list[list[int]]  # per timed call: digest() of its output right after the call
+    spin_us: float
+
+
+SPIN_CYCLES_PER_US = 2000  # ~H200 boost clock; a slower clock only lengthens the spin, which is untimed
 
 
 def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_inputs: dict[str, Any],
                input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int) -> TimedRun:
-    """Warm up on a separate input set, then `calls` timed calls rotating over `input_sets`."""
+    """Warm up on a separate input set, then `calls` timed calls over `input_sets` in `call_order`.
+
+    Between `start` and `end` the host does nothing but the call: the input dict is looked up
+    before, and a GPU spin (`torch.cuda._sleep`) queued after the L2 flush keeps the stream busy
+    for longer than the host needs to launch the call, so the host's launch latency and jitter
+    are not timed and the clocks do not idle between calls."""
     Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
-    sync, perf = prims["torch.cuda.synchronize"], prims["time.perf_counter"]
+    sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
     flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
     protected = storages(warmup_inputs).union(*(storages(s) for s in input_sets))
 
+    host_s = []
     for _ in range(warmup):
-        _poison(fn(warmup_inputs), protected)
-    sync()
+        t0 = perf()
+        out = fn(warmup_inputs)
+        host_s.append(perf() - t0)  # the host's time to launch one call (GPU work is asynchronous)
+        _poison(out, protected)
+        sync()
+    spin_us = min(1000.0, 1.5 * statistics.median(host_s) * 1e6 + 20.0)
+    cycles = int(spin_us * SPIN_CYCLES_PER_US)
 
-    def loop(call: Callable[[int], Any], n: int) -> tuple[list[float], list[float], list[Any]]:
+    def loop(call: Callable[[dict[str, Any] | None], Any], plan: list[dict[str, Any] | None],
+             check: bool) -> tuple[list[float], list[float], list[Any], list[Any]]:
+        n = len(plan)
         starts = [Event(enable_timing=True) for _ in range(n)]
         ends = [Event(enable_timing=True) for _ in range(n)]
         afters = [Event(enable_timing=True) for _ in range(n)]
-        outs: list[Any] = []
+        outs: list[Any] = [None] * n
+        sums: list[Any] = []
+        window = len(input_sets)
         for i in range(n):
+            inputs, begin, stop, after = plan[i], starts[i], ends[i], afters[i]
             flush.zero_()
-            record(starts[i])
-            out = call(i)
-            record(ends[i])
+            spin(cycles)
+            record(begin)
+            out = call(inputs)
+            record(stop)
             sync()
-            record(afters[i])
-            outs.append(out)
-            if len(outs) > len(input_sets):
-                _poison(outs[-len(input_sets) - 1], protected)
-                outs[-len(input_sets) - 1] = None
+            record(after)
+            outs[i] = out
+            if check:
+                sums.append(digest(out))
+            if i >= window and outs[i - window] is not None:
+                _poison(outs[i - window], protected)
+                outs[i - window] = None
         sync()
-        return ([elapsed(starts[i], ends[i]) for i in range(n)], [elapsed(starts[i], afters[i]) for i in range(n)], outs)
+        return ([elapsed(starts[i], ends[i]) for i in range(n)], [elapsed(starts[i], afters[i]) for i in range(n)], outs, sums)
 
-    noop_t, noop_s, _ = loop(lambda i: None, min(calls, 20))
-    wall0 = perf()
-    times, synced, outs = loop(lambda i: fn(input_sets[i % len(input_sets)]), calls)
-    wall = perf() - wall0
-    kept = {i % len(input_sets): out for i, out in enumerate(outs) if out is not None}
+    order = call_order(len(input_sets), calls)
+    with torch.no_grad():
+        noop_t, noop_s, _, _ = loop(lambda inputs: None, [None] * min(calls, 50), False)
+        wall0 = perf()
+        times, synced, outs, sums = loop(fn, [input_sets[k] for k in order], True)
+        wall = perf() - wall0
+    kept: dict[int, Any] = {}
+    for k, out in zip(order, outs):
+        kept[k] = out  # the last call on each set wins; None when it was poisoned since
     return TimedRun(times_ms=times, synced_ms=synced, noop_gap_ms=[s - t for t, s in zip(noop_t, noop_s)],
-                    wall_s=wall, kept=kept, warmup_calls=warmup)
+                    wall_s=wall, kept={k: v for k, v in kept.items() if v is not None}, warmup_calls=warmup,
+                    digests=[[int(v) for v in d.tolist()] for d in sums], spin_us=spin_us)
 
 
 def plan_calls(estimate_ms: float, minimum: int = 20, maximum: int = 200, target_s: float = 0.25) -> tuple[int, int]:

@@ -226,21 +226,22 @@ class Worker:
         sets = [self._inputs(shape, s) for s in msg["seeds"]]
 
         def fn(inputs: dict[str, Any]) -> Any:
-            with torch.no_grad():
-                return model(**inputs)
+            return model(**inputs)
 
         Event, record, elapsed = PRIMS["torch.cuda.Event"], PRIMS["torch.cuda.Event.record"], PRIMS["torch.cuda.Event.elapsed_time"]
         start, end = Event(enable_timing=True), Event(enable_timing=True)
-        _poison(fn(warm), storages(warm))
-        record(start)
-        _poison(fn(warm), storages(warm))
-        record(end)
-        self._sync()
-        warmup, calls = plan_calls(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
-        run = time_calls(PRIMS, fn, warm, sets, calls, warmup, msg["flush_bytes"])
+        with torch.no_grad():  # around the whole run, so no context manager is entered inside a timed call
+            _poison(fn(warm), storages(warm))
+            record(start)
+            _poison(fn(warm), storages(warm))
+            record(end)
+            self._sync()
+            warmup, calls = plan_calls(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
+            run = time_calls(PRIMS, fn, warm, sets, calls, warmup, msg["flush_bytes"])
         self.kept = run.kept
         return {"times_ms": run.times_ms, "synced_ms": run.synced_ms, "noop_gap_ms": run.noop_gap_ms, "wall_s": run.wall_s,
-                "calls": calls, "warmup": run.warmup_calls, "kept": sorted(run.kept), "replaced": PRIMS.replaced()}
+                "calls": calls, "warmup": run.warmup_calls, "kept": sorted(run.kept), "digests": run.digests,
+                "spin_us": run.spin_us, "replaced": PRIMS.replaced()}
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Save the kept outputs of the requested timed input sets, then drop them all."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import statistics
+import threading
 from functools import cache
 
 import torch
@@ -94,3 +96,45 @@ def describe() -> DeviceInfo:
         info.sm_clock_mhz, info.mem_clock_mhz, info.max_sm_clock_mhz = nvml.clocks()
         info.throttle_reasons = nvml.throttle_reasons()
     return info
+
+
+class ClockSampler:
+    """Samples the SM clock on a thread while a timing request runs, so the clocks reported
+    are those of the timed loop (a reading taken afterwards finds an idle GPU at ~345 MHz)."""
+
+    def __init__(self, interval_s: float = 0.002):
+        self.interval_s = interval_s
+        self.sm: list[int] = []
+        self.mem: list[int] = []
+        self.max_sm: int | None = None
+        self.reasons: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "ClockSampler":
+        nvml = _nvml() if has_gpu() else None
+        if nvml is not None:
+            self._thread = threading.Thread(target=self._sample, args=(nvml,), daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self, nvml: _Nvml) -> None:
+        while not self._stop.wait(self.interval_s):
+            sm, mem, self.max_sm = nvml.clocks()
+            if sm is not None:
+                self.sm.append(sm)
+                self.mem.append(mem or 0)
+                self.reasons.update(r for r in nvml.throttle_reasons() if r != "gpu_idle")
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1)
+
+    def summary(self) -> tuple[int | None, int | None, float | None, list[str]]:
+        """(median SM MHz, median memory MHz, fraction of samples with SM below 95 % of max,
+        throttle reasons seen other than idle)."""
+        if not self.sm:
+            return None, None, None, []
+        below = sum(s < 0.95 * self.max_sm for s in self.sm) / len(self.sm) if self.max_sm else None
+        return int(statistics.median(self.sm)), int(statistics.median(self.mem)), below, sorted(self.reasons)

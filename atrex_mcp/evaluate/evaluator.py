@@ -27,7 +27,7 @@ import torch
 
 from atrex_mcp.catalog import Catalog, Shape, VisibleProblem
 from atrex_mcp.errors import AtrexError, ErrorInfo
-from atrex_mcp.evaluate import device, dsl, scoring
+from atrex_mcp.evaluate import device, dsl, scoring, timing_checks
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.baselines import baseline_source
 from atrex_mcp.evaluate.compare import compare_outputs
@@ -36,6 +36,7 @@ from atrex_mcp.evaluate.models import EvalRequest, EvalResult, KernelTime, Shape
 from atrex_mcp.evaluate.session import Failure, Session, protected_roots
 from atrex_mcp.evaluate.transfer import OutputRejected, load_output, output_bytes
 from sandbox.launcher import Cancelled, LaunchSpec
+from sandbox.timing import _poison, call_order, digest, reuse_phase
 
 Progress = Callable[[str, float], None]
 
@@ -60,6 +61,15 @@ def _select_shapes(problem: VisibleProblem, ids: list[str] | None) -> list[Shape
 def _input_checksums(inputs: dict[str, Any]) -> dict[str, int]:
     return {name: int(t.detach().contiguous().reshape(-1).view(torch.uint8).sum(dtype=torch.int64).item()) if t.numel() else 0
             for name, t in inputs.items() if isinstance(t, torch.Tensor)}
+
+
+def _copy_structure(value: Any) -> Any:
+    """A clone of an output (tensor, tuple or dict of tensors)."""
+    if isinstance(value, dict):
+        return {k: v.clone() for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return tuple(v.clone() for v in value)
+    return value.clone()
 
 
 def _fail(result: ShapeResult, failure: Failure | OutputRejected) -> ShapeResult:
@@ -163,10 +173,11 @@ class _Evaluation:
         l2 = session.worker_device.get("l2_bytes") or (64 << 20)
         flush_bytes = 2 * l2
         t0 = time.perf_counter()
-        reply = session.call("time", {"shape": self.payload_shape(shape), "warmup_seed": result.timing_seeds[0],
-                                      "seeds": result.timing_seeds[1:], "min_calls": MIN_TIMED_CALLS,
-                                      "max_calls": MAX_TIMED_CALLS, "flush_bytes": flush_bytes},
-                             self.request.timeout_s, timeout_category=tx.OVER_TIME_BUDGET)
+        with device.ClockSampler() as clocks:
+            reply = session.call("time", {"shape": self.payload_shape(shape), "warmup_seed": result.timing_seeds[0],
+                                          "seeds": result.timing_seeds[1:], "min_calls": MIN_TIMED_CALLS,
+                                          "max_calls": MAX_TIMED_CALLS, "flush_bytes": flush_bytes},
+                                 self.request.timeout_s, timeout_category=tx.OVER_TIME_BUDGET)
         request_wall = time.perf_counter() - t0
         result.seconds["timing"] = request_wall
         if isinstance(reply, Failure):
@@ -176,29 +187,34 @@ class _Evaluation:
             else:
                 _fail(result, reply)
             return
-        times, synced, noop = reply["times_ms"], reply["synced_ms"], reply["noop_gap_ms"]
-        gap0 = statistics.median(noop)
-        gaps = [s - t for t, s in zip(times, synced)]
-        per_call = times
-        side_stream = statistics.median(gaps) - gap0 > max(0.01, 0.1 * statistics.median(times))
-        if side_stream:
-            per_call = [max(s - gap0, t) for t, s in zip(times, synced)]
+        times, calls = reply["times_ms"], int(reply["calls"])
+        side = timing_checks.side_stream(times, reply["synced_ms"], reply["noop_gap_ms"])
+        per_call = side.per_call_ms
+        if side.detected:
             result.integrity.append(tx.SIDE_STREAM_WORK)
-        if len(per_call) > sets:
-            first, rest = statistics.median(per_call[:sets]), statistics.median(per_call[sets:])
-            if rest < 0.5 * first:
-                result.integrity.append(tx.INPUT_REUSE_SPEEDUP)
+        first_visit, phase = reuse_phase(sets, calls)
+        reuse = timing_checks.input_reuse(per_call, first_visit, phase)
+        if reuse.detected:
+            result.integrity.append(tx.INPUT_REUSE_SPEEDUP)
         if reply.get("replaced"):
             result.integrity.append(tx.PRIMITIVES_REPLACED)
         if sum(times) / 1e3 > reply["wall_s"] * 1.05 + 1e-3 or reply["wall_s"] > request_wall:
             result.integrity.append(tx.WALL_CLOCK_INCONSISTENT)
         q1, med, q3 = statistics.quantiles(per_call, n=4, method="inclusive")
-        sm, mem, throttle = device.clocks_now()
+        sm, mem, below, throttle = clocks.summary()
         result.timing = TimingStats(median_ms=med, q1_ms=q1, q3_ms=q3, iqr_ms=q3 - q1, min_ms=min(per_call),
-                                    calls=reply["calls"], warmup_calls=reply["warmup"], input_sets=sets,
-                                    flush_bytes=flush_bytes, covers_side_streams=side_stream, sync_gap_ms=gap0,
-                                    wall_s=reply["wall_s"], sm_clock_mhz=sm, mem_clock_mhz=mem, throttle_reasons=throttle)
-        self.check_timed_outputs(session, scratch, shape, result, reply["kept"])
+                                    calls=calls, warmup_calls=reply["warmup"], input_sets=sets,
+                                    flush_bytes=flush_bytes, covers_side_streams=side.detected,
+                                    sync_gap_ms=statistics.median(reply["noop_gap_ms"]), wall_s=reply["wall_s"],
+                                    sm_clock_mhz=sm, mem_clock_mhz=mem, sm_below_max_fraction=below,
+                                    throttle_reasons=throttle, spin_us=reply.get("spin_us"), reuse_compared=reuse.decided)
+        order = call_order(sets, calls)
+        digests = reply.get("digests") or []
+        if len(digests) != calls:
+            result.integrity.append(tx.TIMED_OUTPUT_MISMATCH)
+            result.message = "The worker did not return a digest for every timed call."
+        else:
+            self.check_timed_outputs(session, scratch, shape, result, reply["kept"], order, digests)
         failing = [i for i in result.integrity if i in tx.INTEGRITY_FAILS]
         if failing:
             stage = tx.CORRECTNESS if tx.TIMED_OUTPUT_MISMATCH in failing else tx.PERFORMANCE
@@ -210,30 +226,67 @@ class _Evaluation:
             return
         result.time_ms, result.iqr_ms = med, q3 - q1
 
-    def check_timed_outputs(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult, kept: list[int]) -> None:
-        """Compare the last output of a few timed input sets, chosen after the timing ran."""
+    def check_timed_outputs(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult, kept: list[int],
+                            order: list[int], digests: list[list[int]]) -> None:
+        """Every timed call: its output's digest (computed in the worker right after the call)
+        must not be a poisoned output's nor another input set's output's — a replayed or stale
+        output is caught in any call. A few sets, chosen after the run, are compared with the
+        reference in full, and their bytes must match the digests the worker reported."""
         pool = list(kept)
         chosen = [pool.pop(secrets.randbelow(len(pool))) for _ in range(min(CHECKED_TIMED_SETS, len(pool)))]
         reply = session.call("fetch", {"sets": chosen, "prefix": f"io/{secrets.token_hex(6)}"}, self.request.timeout_s)
         if isinstance(reply, Failure):
             _fail(result, reply)
             return
+        last_call = {index: i for i, index in enumerate(order)}
+        fetched: dict[int, list[int]] = {}
+        poisoned: list[int] | None = None
         for index in chosen:
             name = reply["files"].get(str(index))
             seed = result.timing_seeds[1 + index]
             reference = self.reference_output(shape, self.inputs(shape, seed))
             try:
-                verdict = self.compare_file(session, scratch, name, reference) if name else None
+                candidate = load_output(scratch, name, self.device, max_bytes=4 * output_bytes(reference) + (1 << 20)) if name else None
             except OutputRejected as exc:
-                verdict, message = None, exc.message
+                candidate, message = None, exc.message
             else:
-                message = verdict.message if verdict is not None else "the worker did not return it"
+                message = "the worker did not return it"
+            verdict = compare_outputs(reference, candidate, self.request.op) if candidate is not None else None
             if verdict is None or not verdict.ok:
-                result.integrity.append(tx.TIMED_OUTPUT_MISMATCH)
-                result.message = f"Output of a timed call (input set {index}) is wrong: {message}"
-                if verdict is not None:
-                    result.mismatch = list(verdict.details)
+                self._timed_mismatch(result, f"Output of a timed call (input set {index}) is wrong: "
+                                             f"{verdict.message if verdict is not None else message}",
+                                     list(verdict.details) if verdict is not None else [])
                 return
+            fetched[index] = digest(candidate).tolist()
+            if fetched[index] != digests[last_call[index]]:
+                self._timed_mismatch(result, f"The digest the worker reported for input set {index} does not match "
+                                             "the output it returned.", [])
+                return
+            if poisoned is None:
+                stale = _copy_structure(candidate)
+                _poison(stale, set())
+                poisoned = digest(stale).tolist()
+        seen: dict[tuple[int, ...], int] = {}
+        for i, (index, d) in enumerate(zip(order, digests)):
+            if d == poisoned:
+                self._timed_mismatch(result, f"Timed call {i} returned a stale (poisoned) output.", [])
+                return
+            other = seen.setdefault(tuple(d), index)
+            if other != index and not self.same_reference(shape, result, index, other):
+                self._timed_mismatch(result, f"Timed call {i} (input set {index}) returned the output of input set {other}.", [])
+                return
+
+    def same_reference(self, shape: Shape, result: ShapeResult, a: int, b: int) -> bool:
+        """Whether two timed input sets legitimately give the same output (their reference
+        outputs agree), as for an op that ignores the inputs that were varied."""
+        ref_a, ref_b = (self.reference_output(shape, self.inputs(shape, result.timing_seeds[1 + k])) for k in (a, b))
+        return compare_outputs(ref_a, ref_b, self.request.op).ok
+
+    @staticmethod
+    def _timed_mismatch(result: ShapeResult, message: str, details: list) -> None:
+        result.integrity.append(tx.TIMED_OUTPUT_MISMATCH)
+        result.message = message
+        result.mismatch = details
 
     def check_primitives(self, session: Session, result: ShapeResult) -> None:
         """Without a timing run, still ask whether the candidate replaced a watched primitive."""

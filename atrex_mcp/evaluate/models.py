@@ -52,9 +52,12 @@ class TimingStats(BaseModel):
     covers_side_streams: bool = Field(description="True when work left on other streams was detected and counted.")
     sync_gap_ms: float = Field(description="Median gap a device-wide synchronisation adds after a no-op call (calibration).")
     wall_s: float = Field(description="Wall time of the timed loop as the worker measured it.")
-    sm_clock_mhz: int | None = Field(default=None, description="SM clock after timing (NVML).")
-    mem_clock_mhz: int | None = Field(default=None, description="Memory clock after timing (NVML).")
-    throttle_reasons: list[str] = Field(default_factory=list, description="Active clock throttle reasons after timing (NVML).")
+    sm_clock_mhz: int | None = Field(default=None, description="Median SM clock sampled during the timing request (NVML, every 2 ms).")
+    mem_clock_mhz: int | None = Field(default=None, description="Median memory clock sampled during the timing request (NVML).")
+    sm_below_max_fraction: float | None = Field(default=None, description="Share of those samples with the SM clock below 95 % of its maximum.")
+    throttle_reasons: list[str] = Field(default_factory=list, description="Clock throttle reasons seen during the timing request, idle excluded (NVML).")
+    spin_us: float | None = Field(default=None, description="Untimed GPU spin queued before each call so host launch latency is not timed.")
+    reuse_compared: bool = Field(default=False, description="Fresh and reused input-set calls were numerous enough to test for an input-reuse speed-up.")
 
 
 class ShapeResult(BaseModel):

@@ -31,6 +31,7 @@ from atrex_mcp.evaluate import device as eval_device
 from atrex_mcp.evaluate.evaluator import _Evaluation, evaluate
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
+from atrex_mcp.evaluate.timing_checks import side_stream
 from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.measure import CheckResult, MeasurementFailed, Progress
 from atrex_mcp.runs.models import KernelTimes, ShapeCheck
@@ -55,11 +56,11 @@ def round_median_ms(evaluation: _Evaluation, session: Session, shape: Shape, nam
         raise MeasurementFailed(f"the {name} on shape {shape.id}: {reply.category}: {reply.message[:500]}")
     if reply.get("replaced"):
         raise MeasurementFailed(f"the {name} replaced timing primitives: {', '.join(reply['replaced'])}")
-    times = reply["times_ms"]
-    gap = statistics.median(s - t for t, s in zip(times, reply["synced_ms"])) - statistics.median(reply["noop_gap_ms"])
-    if gap > max(0.01, 0.1 * statistics.median(times)):
-        raise MeasurementFailed(f"the {name} left work on another stream on shape {shape.id} ({gap:.3f} ms after its end event)")
-    return statistics.median(times)
+    verdict = side_stream(reply["times_ms"], reply["synced_ms"], reply["noop_gap_ms"])
+    if verdict.detected:
+        raise MeasurementFailed(f"the {name} left work on another stream on shape {shape.id} "
+                                f"({verdict.excess_ms:.3f} ms after its end event)")
+    return statistics.median(reply["times_ms"])
 
 
 class EvaluatorJudge:

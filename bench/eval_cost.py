@@ -4,7 +4,8 @@ planned and a run can leave out what will not fit (and say so).
 The model follows what `atrex_mcp.evaluate` does per shape (README "Timing"):
   correctness   K seeds in the worker + K reference calls on the trusted side
   timing        2 estimate calls, warm-up and timed calls as `sandbox.timing.plan_calls` picks them
-                (each timed call also pays an L2 flush and a device synchronisation)
+                (each timed call also pays an L2 flush, the untimed GPU spin and a device synchronisation;
+                so do the loop's NOOP_CALIBRATION_CALLS no-op calls)
   checks        CHECKED_TIMED_SETS reference calls for the timed outputs
   profile       2 calls (one untimed, one under torch.profiler)
 plus a fixed cost per shape (transfers, input generation, profiler set-up), a fixed cost per
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from atrex_mcp.evaluate.evaluator import CHECKED_TIMED_SETS, MAX_TIMED_CALLS, MIN_TIMED_CALLS
 from atrex_mcp.evaluate.models import EvalResult
-from sandbox.timing import plan_calls
+from sandbox.timing import NOOP_CALIBRATION_CALLS, plan_calls
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_TIMES = ROOT / "bench" / "results" / "references_h200.json"
@@ -52,7 +53,8 @@ class CostModel:
     shape_s: float = 1.0  # per shape, besides the calls: transfers, inputs, profiler set-up
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
-    call_overhead_s: float = 1.5e-4  # per timed call: flush, synchronisation, event reads
+    call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
+    spin_s: float = 1e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
     seeds: int = 5
     source: str = "assumed (no evaluator run on this GPU yet)"
 
@@ -61,6 +63,10 @@ class CostModel:
         warmup, timed = plan_calls(t_ms, minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
         full = 2 * self.seeds + 2 + warmup + timed + CHECKED_TIMED_SETS + 2
         return full, timed
+
+    def loop_overhead_s(self, timed: int) -> float:
+        """What the timing loop adds besides the calls themselves (timed and no-op calibration calls)."""
+        return (timed + NOOP_CALIBRATION_CALLS) * (self.call_overhead_s + self.spin_s)
 
     def shape_seconds(self, t_ms: float, baseline: str) -> float:
         return sum(self.parts(t_ms, baseline).values())
@@ -72,7 +78,7 @@ class CostModel:
     def parts(self, t_ms: float, baseline: str) -> dict[str, float]:
         """One shape's predicted seconds by part (the throughput split, predicted)."""
         full, timed = self.calls(t_ms)
-        return {"calls": full * t_ms / 1e3, "timed_call_overhead": timed * self.call_overhead_s, "per_shape_fixed": self.shape_s,
+        return {"calls": full * t_ms / 1e3, "timed_call_overhead": self.loop_overhead_s(timed), "per_shape_fixed": self.shape_s,
                 "compile": self.compile_s if baseline == "torch-compile" else 0.0}
 
     def calibrated(self, results: Iterable[EvalResult]) -> "CostModel":
@@ -80,6 +86,8 @@ class CostModel:
         A part with no observation keeps its current value."""
         results = list(results)
         per_evaluation, fixed, compiles, first_compiles = [], [], [], []
+        spins = [s.timing.spin_us / 1e6 for r in results for s in r.shapes if s.timing and s.timing.spin_us is not None]
+        model = replace(self, spin_s=statistics.median(spins)) if spins else self
         for r in results:
             spent_on_shapes = 0.0
             for k, s in enumerate(r.shapes):
@@ -90,12 +98,12 @@ class CostModel:
                 compile_s = s.seconds.get("first_call_extra", 0.0) if r.candidate == "torch-compile" else 0.0
                 if r.candidate == "torch-compile":
                     (first_compiles if k == 0 else compiles).append(compile_s)
-                full, timed = self.calls(s.time_ms)
-                fixed.append(spent - compile_s - full * s.time_ms / 1e3 - timed * self.call_overhead_s)
+                full, timed = model.calls(s.time_ms)
+                fixed.append(spent - compile_s - full * s.time_ms / 1e3 - model.loop_overhead_s(timed))
             if r.overhead.total_s > 0 and r.candidate != "torch-compile":
                 per_evaluation.append(max(0.0, r.overhead.total_s - spent_on_shapes))
         return replace(
-            self,
+            model,
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
             shape_s=max(0.0, statistics.median(fixed)) if fixed else self.shape_s,
             compile_s=statistics.median(compiles) if compiles else self.compile_s,

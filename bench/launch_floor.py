@@ -97,7 +97,8 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
 
 
 def _cases(device: str) -> dict[str, Any]:
-    """The single-launch candidates (callables of an input dict), built for `device`."""
+    """The single-launch candidates (callables of an input dict), built for `device`. Each
+    returns the tensor it wrote (its input), as the timing loop fingerprints every output."""
     import torch
     import triton
 
@@ -105,12 +106,30 @@ def _cases(device: str) -> dict[str, Any]:
     def _empty_kernel():
         pass
 
+    def empty_launch(inputs: dict[str, Any]) -> Any:
+        _empty_kernel[(1,)]()
+        return inputs["x"]
+
     return {
-        "events_only": lambda inputs: None,
+        "events_only": lambda inputs: inputs["x"],
         "torch_one_kernel": lambda inputs: inputs["x"].zero_(),
-        "triton_empty_kernel": lambda inputs: _empty_kernel[(1,)](),
+        "triton_empty_kernel": empty_launch,
         "_inputs": lambda: {"x": torch.zeros(1, device=device)},
     }
+
+
+def time_cases(prims, cases: dict[str, Any], make, calls: int, flush_bytes: int) -> dict[str, dict[str, float]]:
+    """Every case through `sandbox.timing.time_calls` (the worker's loop) over 8 input sets:
+    per-call statistics and the loop's no-op synchronisation gap."""
+    from sandbox.timing import time_calls
+
+    timed = {}
+    for name, fn in cases.items():
+        sets = [make() for _ in range(8)]
+        fn(sets[0])
+        run = time_calls(prims, fn, make(), sets, calls, 20, flush_bytes)
+        timed[name] = {**_stats(run.times_ms), "sync_gap_median_ms": statistics.median(run.noop_gap_ms)}
+    return timed
 
 
 def measure(calls: int = 200) -> dict[str, Any]:
@@ -128,20 +147,14 @@ def measure(calls: int = 200) -> dict[str, Any]:
         return report
     import triton
 
-    from sandbox.timing import Primitives, time_calls
+    from sandbox.timing import Primitives
 
-    prims = Primitives.capture()
     props = torch.cuda.get_device_properties(0)
     flush = 2 * int(getattr(props, "L2_cache_size", 0) or 64 << 20)
     cases = _cases("cuda")
     make = cases.pop("_inputs")
-    report.update(device=props.name, triton=triton.__version__, calls=calls, flush_bytes=flush, cases={})
-    for name, fn in cases.items():
-        sets = [make() for _ in range(8)]
-        fn(sets[0])
-        run = time_calls(prims, fn, make(), sets, calls, 20, flush)
-        report["cases"][name] = _stats(run.times_ms)
-        report["cases"][name]["sync_gap_median_ms"] = statistics.median(run.noop_gap_ms)
+    report.update(device=props.name, triton=triton.__version__, calls=calls, flush_bytes=flush,
+                  cases=time_cases(Primitives.capture(), cases, make, calls, flush))
     report["sync_gap_ms"] = report["cases"]["events_only"]["sync_gap_median_ms"]
     inputs = make()
     for name in FLOOR_CASES:

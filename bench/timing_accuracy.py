@@ -118,7 +118,7 @@ def build_cases(specs: list[dict[str, Any]], device: str) -> list[Case]:
         else:
             iters = CPU_LIMIT["spin"] if cpu else int(spec["iters"])
             make = lambda: {"out": torch.empty(programs * 1024, device=device)}  # noqa: E731
-            fn = lambda inp, iters=iters: spin_kernel[(programs,)](inp["out"], iters, BLOCK=1024)  # noqa: E731
+            fn = lambda inp, iters=iters: _launch_spin(spin_kernel, inp["out"], iters, programs)  # noqa: E731
             size = programs * 1024 * 4
         cases.append(Case(spec["name"], spec, make, fn, size))
     return cases
@@ -131,6 +131,11 @@ def _launch_scale(kernel, x, n: int):
     y = torch.empty_like(x)
     kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
     return y
+
+
+def _launch_spin(kernel, out, iters: int, programs: int):
+    kernel[(programs,)](out, iters, BLOCK=1024)
+    return out  # the timing loop fingerprints what a call wrote
 
 
 def calibrate_spin(specs: list[dict[str, Any]]) -> None:
@@ -154,33 +159,33 @@ def calibrate_spin(specs: list[dict[str, Any]]) -> None:
             s["iters"] = max(1, int(SPIN_TARGET_MS / per_iter_ms))
 
 
-def evaluator_times(cases: list[Case]) -> dict[str, dict[str, Any]]:
-    """Each case through the worker's timing loop, sized as the evaluator sizes it."""
+def evaluator_times(cases: list[Case], prims, flush_bytes: int) -> dict[str, dict[str, Any]]:
+    """Each case through the worker's timing loop, sized as the evaluator sizes it (the
+    estimate call, too, is timed with `prims`, as the worker times it)."""
     import torch
 
     from atrex_mcp.evaluate.evaluator import MAX_TIMED_CALLS, MIN_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES
-    from sandbox.timing import Primitives, plan_calls, time_calls
+    from sandbox.timing import plan_calls, time_calls
 
-    prims = Primitives.capture()
-    props = torch.cuda.get_device_properties(0)
-    flush = 2 * int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+    Event, record, elapsed, sync = (prims[name] for name in ("torch.cuda.Event", "torch.cuda.Event.record",
+                                                             "torch.cuda.Event.elapsed_time", "torch.cuda.synchronize"))
     out = {}
     for case in cases:
         sets_n = int(max(2, min(MAX_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES // max(case.input_bytes, 1))))
         warm = case.make_inputs()
         sets = [case.make_inputs() for _ in range(sets_n)]
         case.fn(warm)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start, end = Event(enable_timing=True), Event(enable_timing=True)
+        record(start)
         case.fn(warm)
-        end.record()
-        torch.cuda.synchronize()
-        warmup, calls = plan_calls(start.elapsed_time(end), minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
-        run = time_calls(prims, case.fn, warm, sets, calls, warmup, flush)
+        record(end)
+        sync()
+        warmup, calls = plan_calls(elapsed(start, end), minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
+        run = time_calls(prims, case.fn, warm, sets, calls, warmup, flush_bytes)
         q1, med, q3 = statistics.quantiles(run.times_ms, n=4, method="inclusive")
         out[case.name] = {"median_ms": med, "iqr_ms": q3 - q1, "min_ms": min(run.times_ms), "calls": calls, "input_sets": sets_n}
         del warm, sets, run
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # the next case's sets may need the space (a no-op without CUDA)
     return out
 
 
@@ -309,8 +314,12 @@ def main(argv: list[str] | None = None) -> int:
         report.update(device="cpu", note="not timed: no GPU", cases={s["name"]: None for s in specs})
     else:
         calibrate_spin(specs)
+        from sandbox.timing import Primitives
+
         report["device"] = torch.cuda.get_device_name(0)
-        evaluator = evaluator_times(build_cases(specs, "cuda"))
+        props = torch.cuda.get_device_properties(0)
+        flush = 2 * int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+        evaluator = evaluator_times(build_cases(specs, "cuda"), Primitives.capture(), flush)
         torch.cuda.empty_cache()
         report["cases"] = combine(specs, evaluator, {})
         if args.out:  # kept if ncu hangs past the caller's limit

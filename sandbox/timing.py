@@ -8,6 +8,8 @@ Per timed call: L2 is flushed by writing a buffer of 2× L2 size and a GPU spin 
 stream busy while the host launches (both outside the timed region), then
     start.record(); out = fn(inputs[order[i]]); end.record(); synchronize device; after.record()
 and a digest of the output is queued (untimed); an output older than one round of sets is poisoned.
+So `fn` must return what it computed (a tensor, or a tuple/list/dict of tensors): a bench
+script timing a bare launch returns the tensor that launch wrote.
 `end − start` is the call on its stream; `after − start` also covers work left running on
 any other stream. A no-op run of the same loop calibrates the gap the synchronisation
 itself adds, so side-stream work is detected, not guessed.
@@ -96,15 +98,27 @@ def _tensors(value: Any) -> list[Any]:
     return list(value.values()) if isinstance(value, dict) else list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def digest(value: Any) -> torch.Tensor:
+DIGEST_CHUNK_BYTES = 1 << 26  # bounds the int64 temporaries to a few hundred MiB, whatever the output size
+
+
+def digest(value: Any, chunk: int = DIGEST_CHUNK_BYTES) -> torch.Tensor:
     """Exact int64 fingerprint of an output's bytes, on its device: per tensor Σ b_k and
     Σ (k+1)·b_k (wrapping). Both sides compute it with this function, so a timed call's
-    digest can be matched with the bytes of an output the trusted side loaded."""
+    digest can be matched with the bytes of an output the trusted side loaded. Summed in
+    chunks of `chunk` bytes (Σ over a chunk at offset o: o·Σ b_j + Σ (j+1)·b_j); the wrapping
+    sums are the same for any chunk size."""
     parts = []
     for t in _tensors(value):
-        b = t.detach().contiguous().reshape(-1).view(torch.uint8).to(torch.int64)
-        pos = torch.arange(1, b.numel() + 1, device=b.device, dtype=torch.int64)
-        parts += [b.sum(), (b * pos).sum()]
+        flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+        total = torch.zeros((), dtype=torch.int64, device=flat.device)
+        weighted = torch.zeros((), dtype=torch.int64, device=flat.device)
+        pos = torch.arange(1, min(chunk, flat.numel()) + 1, device=flat.device, dtype=torch.int64)
+        for offset in range(0, flat.numel(), chunk):
+            b = flat[offset:offset + chunk].to(torch.int64)
+            s = b.sum()
+            total += s
+            weighted += (b * pos[:b.numel()]).sum() + offset * s
+        parts += [total, weighted]
     return torch.stack(parts)
 
 
@@ -150,6 +164,12 @@ class TimedRun:
 
 
 SPIN_CYCLES_PER_US = 2000  # ~H200 boost clock; a slower clock only lengthens the spin, which is untimed
+NOOP_CALIBRATION_CALLS = 50  # however few calls are timed: the side-stream rule needs a steady calibration
+
+
+def _device_of(inputs: dict[str, Any]) -> torch.device:
+    """Where the inputs live (the flush must hit that device's L2); CUDA when no input is a tensor."""
+    return next((t.device for t in inputs.values() if isinstance(t, torch.Tensor)), torch.device("cuda"))
 
 
 def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_inputs: dict[str, Any],
@@ -162,7 +182,7 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
     are not timed and the clocks do not idle between calls."""
     Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
     sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
-    flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+    flush = torch.empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))
     protected = storages(warmup_inputs).union(*(storages(s) for s in input_sets))
 
     host_s = []
@@ -204,7 +224,7 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
 
     order = call_order(len(input_sets), calls)
     with torch.no_grad():
-        noop_t, noop_s, _, _ = loop(lambda inputs: None, [None] * min(calls, 50), False)
+        noop_t, noop_s, _, _ = loop(lambda inputs: None, [None] * NOOP_CALIBRATION_CALLS, False)
         wall0 = perf()
         times, synced, outs, sums = loop(fn, [input_sets[k] for k in order], True)
         wall = perf() - wall0

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,7 +22,7 @@ import eval_cost  # noqa: E402
 import launch_floor  # noqa: E402
 import stability  # noqa: E402
 import timing_accuracy  # noqa: E402
-from sandbox.timing import plan_calls
+from sandbox.timing import Primitives, plan_calls
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def test_calibration_recovers_the_fixed_costs_from_evaluator_fields():
         for k, t_ms in enumerate((0.1, 2.0, 40.0)):
             full, timed = truth.calls(t_ms)
             compile_s = truth.compile_s + (truth.compile_first_s if k == 0 else 0.0) if candidate == "torch-compile" else 0.0
-            work = full * t_ms / 1e3 + timed * truth.call_overhead_s + truth.shape_s
+            work = full * t_ms / 1e3 + truth.loop_overhead_s(timed) + truth.shape_s
             seconds = {"correctness": 0.2 * work + compile_s, "first_call_extra": compile_s, "timing": 0.7 * work, "profile": 0.1 * work}
             spent += work + compile_s
             shapes.append(shape(str(k), t_ms, seconds=seconds))
@@ -252,3 +253,41 @@ def test_gpu_measurements_dry_run_on_cpu(tmp_path):
         assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "floor.json").read_text())["note"] == "not timed: no GPU"
     assert json.loads((tmp_path / "acc.json").read_text())["note"] == "not timed: no GPU"
+
+
+# -- the GPU scripts' timing paths on a CPU timing backend ---------------------------------------
+
+class _HostEvent:
+    """A torch.cuda.Event stand-in stamped with the host clock (CPU tensors run synchronously)."""
+
+    def __init__(self, enable_timing: bool = False):
+        self.t = None
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: "_HostEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+def _cpu_primitives() -> Primitives:
+    return Primitives({"torch.cuda.Event": _HostEvent, "torch.cuda.Event.record": _HostEvent.record,
+                       "torch.cuda.Event.elapsed_time": _HostEvent.elapsed_time, "torch.cuda.synchronize": lambda: None,
+                       "time.perf_counter": time.perf_counter, "torch.cuda._sleep": lambda cycles: None})
+
+
+def test_launch_floor_cases_go_through_the_timing_loop_on_a_cpu_backend():
+    cases = launch_floor._cases("cpu")
+    make = cases.pop("_inputs")
+    timed = launch_floor.time_cases(_cpu_primitives(), cases, make, calls=20, flush_bytes=4096)
+    assert set(timed) == {"events_only", "torch_one_kernel", "triton_empty_kernel"}
+    for stats in timed.values():
+        assert stats["n"] == 20 and 0 <= stats["min_ms"] <= stats["median_ms"] and stats["sync_gap_median_ms"] >= 0
+
+
+def test_timing_accuracy_cases_go_through_the_timing_loop_on_a_cpu_backend():
+    specs = [s for s in timing_accuracy.CASE_SPECS if s["name"] in ("scale_4KiB", "gemm_2048", "spin_10ms")]
+    cases = timing_accuracy.build_cases(specs, "cpu")
+    timed = timing_accuracy.evaluator_times(cases, _cpu_primitives(), flush_bytes=4096)
+    assert set(timed) == {"scale_4KiB", "gemm_2048", "spin_10ms"}
+    assert all(t["calls"] >= 20 and t["median_ms"] > 0 for t in timed.values())

@@ -89,3 +89,10 @@ def test_digest_is_exact_and_tells_outputs_apart():
     _poison(stale, set())
     assert digest(stale).tolist() != digest(a).tolist()
     assert digest(a.t()).tolist() == digest(a.t().contiguous()).tolist()
+
+
+def test_digest_is_the_same_for_any_chunk_size():
+    a = torch.randn(1000, 37)
+    whole = digest(a, chunk=a.numel() * 4).tolist()
+    assert digest(a, chunk=97).tolist() == digest(a, chunk=4096).tolist() == whole
+    assert digest(torch.empty(0)).tolist() == [0, 0]

@@ -55,6 +55,20 @@ def side_stream(times_ms: list[float], synced_ms: list[float], noop_gap_ms: list
     return SideStreamVerdict(detected, median_excess, threshold, per_call)
 
 
+def side_stream_pooled(runs: list[tuple[list[float], list[float], list[float]]]) -> SideStreamVerdict:
+    """`side_stream` over several short runs of one kernel, each run's gaps taken relative to its
+    own no-op calibration: a run of a couple of dozen calls is too small to decide alone (a
+    shift in host wake-up latency for one run's length looks like hidden work), the pooled
+    runs hold as many calls as a full timing stage. `per_call_ms` is the pooled event times."""
+    times, synced, noop = [], [], []
+    for run_times, run_synced, run_noop in runs:
+        gap0 = statistics.median(run_noop)
+        times += run_times
+        synced += [s - gap0 for s in run_synced]
+        noop += [g - gap0 for g in run_noop]
+    return side_stream(times, synced, noop)
+
+
 @dataclass
 class ReuseVerdict:
     detected: bool

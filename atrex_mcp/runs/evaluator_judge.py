@@ -11,7 +11,10 @@
   one worker `time` request: a few fresh input sets, the evaluator's warm-up, `calls` timed
   calls each after the 2x L2 flush; its value is the median of those calls. Round k of A and of
   B form one pair measured back to back, so clock and thermal drift cancel in the pair ratio,
-  and many cheap rounds give the acceptance rule's bootstrap a tight interval.
+  and many cheap rounds give the acceptance rule's bootstrap a tight interval. Work left on
+  another stream is judged once per kernel and shape over all its rounds together
+  (`timing_checks.side_stream_pooled`): one round of 24 calls is too small a sample for the
+  rule (an honest 15 µs rms_norm variant failed a single round on the H200 with a 23 µs gap).
 
 Sessions are opened through the evaluator's `_Evaluation.open_session` seam.
 """
@@ -23,6 +26,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from atrex_mcp.catalog import Catalog, Shape
@@ -31,7 +35,7 @@ from atrex_mcp.evaluate import device as eval_device
 from atrex_mcp.evaluate.evaluator import _Evaluation, evaluate
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
-from atrex_mcp.evaluate.timing_checks import side_stream
+from atrex_mcp.evaluate.timing_checks import side_stream_pooled
 from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.measure import CheckResult, MeasurementFailed, Progress
 from atrex_mcp.runs.models import KernelTimes, ShapeCheck
@@ -44,10 +48,20 @@ CHECK_SEEDS = 3
 NAMES = ("accepted kernel", "candidate")
 
 
-def round_median_ms(evaluation: _Evaluation, session: Session, shape: Shape, name: str, calls: int) -> float:
-    """One short timing round in a warm worker: the median of `calls` timed calls on fresh inputs.
-    Raises MeasurementFailed when the worker fails, replaced a timing primitive, or left work on
-    another stream (the candidate's full timing stage checks these too; a round must not hide them)."""
+@dataclass
+class Round:
+    """One short timing round: its value (the median call) and the raw figures the side-stream rule needs."""
+
+    median_ms: float
+    times_ms: list[float]
+    synced_ms: list[float]
+    noop_gap_ms: list[float]
+
+
+def timing_round(evaluation: _Evaluation, session: Session, shape: Shape, name: str, calls: int) -> Round:
+    """One short timing round in a warm worker: `calls` timed calls on fresh inputs.
+    Raises MeasurementFailed when the worker fails or replaced a timing primitive (the
+    candidate's full timing stage checks these too; a round must not hide them)."""
     seeds = [evaluation.seed() for _ in range(INPUT_SETS_PER_ROUND + 1)]
     flush = 2 * (session.worker_device.get("l2_bytes") or (64 << 20))
     reply = session.call("time", {"shape": evaluation.payload_shape(shape), "warmup_seed": seeds[0], "seeds": seeds[1:],
@@ -56,11 +70,15 @@ def round_median_ms(evaluation: _Evaluation, session: Session, shape: Shape, nam
         raise MeasurementFailed(f"the {name} on shape {shape.id}: {reply.category}: {reply.message[:500]}")
     if reply.get("replaced"):
         raise MeasurementFailed(f"the {name} replaced timing primitives: {', '.join(reply['replaced'])}")
-    verdict = side_stream(reply["times_ms"], reply["synced_ms"], reply["noop_gap_ms"])
+    return Round(statistics.median(reply["times_ms"]), reply["times_ms"], reply["synced_ms"], reply["noop_gap_ms"])
+
+
+def check_side_streams(name: str, shape_id: str, rounds: list[Round]) -> None:
+    """Raises MeasurementFailed when the kernel left work on another stream, judged over all its rounds."""
+    verdict = side_stream_pooled([(r.times_ms, r.synced_ms, r.noop_gap_ms) for r in rounds])
     if verdict.detected:
-        raise MeasurementFailed(f"the {name} left work on another stream on shape {shape.id} "
-                                f"({verdict.excess_ms:.3f} ms after its end event)")
-    return statistics.median(reply["times_ms"])
+        raise MeasurementFailed(f"the {name} left work on another stream on shape {shape_id} "
+                                f"({verdict.excess_ms:.3f} ms after its end event, median over {len(rounds)} rounds)")
 
 
 class EvaluatorJudge:
@@ -126,11 +144,13 @@ class EvaluatorJudge:
         if gate.time_ms is None:
             why = gate.category or gate.timing_note or "no time"
             raise MeasurementFailed(f"the candidate's timing stage on shape {shape.id}: {why}: {gate.message[:500]}")
-        times: tuple[list[float], list[float]] = ([], [])
+        rounds: tuple[list[Round], list[Round]] = ([], [])
         for r in range(self.rounds):
             for k in ((0, 1) if r % 2 == 0 else (1, 0)):
                 if sessions[k].ensure() is not None:
                     raise MeasurementFailed(f"the {NAMES[k]}'s worker could not be restarted on shape {shape.id}")
-                times[k].append(round_median_ms(evaluations[k], sessions[k], shape, NAMES[k], self.calls))
+                rounds[k].append(timing_round(evaluations[k], sessions[k], shape, NAMES[k], self.calls))
             tick(r + 1)
-        return PairedSamples(accepted_ms=times[0], candidate_ms=times[1])
+        for name, kernel_rounds in zip(NAMES, rounds):
+            check_side_streams(name, shape.id, kernel_rounds)
+        return PairedSamples(accepted_ms=[r.median_ms for r in rounds[0]], candidate_ms=[r.median_ms for r in rounds[1]])

@@ -12,8 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from atrex_mcp.errors import ErrorInfo
-from atrex_mcp.evaluate.compare import MismatchDetail
-from atrex_mcp.evaluate.models import KernelTime
+from atrex_mcp.evaluate.models import KernelTime, MismatchDetail
 from atrex_mcp.profiling.models import ProfileReport
 from atrex_mcp.package import PackageResult
 from atrex_mcp.wiki.models import WikiDoc, WikiHit

@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, Field
 
 from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.evaluate.models import MismatchDetail
 
 Rule = Literal["allclose", "exact", "fp8_codes"]
 
@@ -71,24 +71,6 @@ def tolerance_for(op: str, output: str, dtype: torch.dtype) -> Tolerance:
     if dtype.is_floating_point or dtype.is_complex:
         return DEFAULT_FLOAT
     return EXACT
-
-
-class MismatchDetail(BaseModel):
-    """Where and by how much one output tensor differs from the reference."""
-
-    output: str = Field(description="Output name: 'out' for a single tensor, 'out[i]' for a tuple entry, the key for a dict.")
-    rule: str = Field(description="Comparison rule used: allclose, exact or fp8_codes.")
-    atol: float | None = Field(default=None, description="Absolute tolerance actually applied (after the RMS cap).")
-    rtol: float | None = Field(default=None, description="Relative tolerance applied.")
-    max_abs_error: float = Field(description="Largest |candidate − reference| over elements where both are finite.")
-    max_rel_error: float = Field(description="Largest |candidate − reference| / |reference| over finite, non-zero reference elements.")
-    mismatch_fraction: float = Field(description="Share of elements outside the tolerance.")
-    mismatches: int = Field(description="Number of elements outside the tolerance.")
-    numel: int = Field(description="Number of elements compared.")
-    first_bad_index: list[int] | None = Field(default=None, description="Index of the first element outside the tolerance (row-major).")
-    reference_value: float | None = Field(default=None, description="Reference value at first_bad_index.")
-    candidate_value: float | None = Field(default=None, description="Candidate value at first_bad_index.")
-    nonfinite_mismatches: int = Field(default=0, description="Elements where NaN/inf appears on one side but not identically on the other.")
 
 
 @dataclass(frozen=True)

@@ -144,8 +144,20 @@ def test_command_limits_the_capture_to_few_kernel_replays(tmp_path):
     assert cmd[cmd.index("--replay-mode") + 1] == "kernel"
     assert cmd[cmd.index("--launch-count") + 1] == "2"
     assert cmd[cmd.index("--kernel-name") + 1] == "regex:^(k)$"
+    assert cmd[cmd.index("--kernel-name-base") + 1] == "function"  # the bare function name, as Triton names its kernels
     assert cmd[cmd.index("--target-processes") + 1] == "all"
     assert cmd[-4:] == ["--log-file", str(tmp_path / "o.csv"), "python3", "job.py"]
+
+
+def test_wrapper_prefix_for_the_sandbox_worker(tmp_path):
+    """With no target, the command is the argv prefix placed before the worker's interpreter:
+    the worker is ncu's application process, filtered by the NVTX push/pop range."""
+    cmd = ncu_command([], ["gpu__time_duration.sum"], tmp_path / "o.csv", ncu="/opt/ncu", nvtx_range="atrex_forward",
+                      launch_count=16, child_processes=False)
+    assert cmd[-2:] == ["--log-file", str(tmp_path / "o.csv")]
+    assert cmd[cmd.index("--target-processes") + 1] == "application-only"
+    assert cmd[cmd.index("--nvtx") + 1:cmd.index("--nvtx") + 3] == ["--nvtx-include", "atrex_forward/"]
+    assert "--kernel-name" not in cmd
 
 
 def test_replay_passes_are_read_from_ncu_progress_lines():

@@ -64,6 +64,17 @@ def _resources(k: KernelCounters) -> list[str]:
     return out
 
 
+def roofline_evidence(roofline: dict, measured_ns: float | None) -> str:
+    """Where the kernel stands against T_SOL (when a device time was measured) and the bound
+    the roofline predicts."""
+    t_sol_us = roofline["t_sol_ms"] * 1e3
+    against = (f"T_SOL {t_sol_us:.2f} µs vs {measured_ns / 1e3:.2f} µs measured = {t_sol_us * 1e3 / measured_ns:.0%} of speed of light"
+               if measured_ns else f"T_SOL {t_sol_us:.2f} µs (nothing measured on a device to compare)")
+    intensity = roofline.get("arithmetic_intensity")
+    return (f"roofline: {against}; the roofline predicts {roofline.get('bound', '?')}-bound"
+            + (f" (intensity {intensity:.2f} FLOP/B)" if intensity is not None else ""))
+
+
 def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sass: list[SassFacts] = ()) -> Bottleneck:
     """Classify one forward call from its kernels' counters (and the roofline, when revealed)."""
     if not kernels:
@@ -84,10 +95,7 @@ def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sas
         evidence.append(f"{_LABEL[comp_key]} throughput {comp:.0f}% of peak")
 
     if roofline and roofline.get("t_sol_ms") and total_ns:
-        fraction = roofline["t_sol_ms"] * 1e6 / total_ns
-        evidence.append(f"roofline: T_SOL {roofline['t_sol_ms'] * 1e3:.2f} µs vs {total_ns / 1e3:.2f} µs measured = "
-                        f"{fraction:.0%} of speed of light; the roofline predicts {roofline.get('bound', '?')}-bound"
-                        + (f" (intensity {roofline['arithmetic_intensity']:.2f} FLOP/B)" if roofline.get("arithmetic_intensity") is not None else ""))
+        evidence.append(roofline_evidence(roofline, total_ns))
 
     busiest = max(v for v in (mem, comp, 0.0) if v is not None)
     if all(k.metrics.get("duration_ns", 0.0) < LAUNCH_FLOOR_NS for k in kernels) and busiest < SATURATED:

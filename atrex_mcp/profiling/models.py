@@ -13,7 +13,10 @@ class KernelCounters(BaseModel):
     """Hardware counters of one kernel (median over its profiled launches), keyed by metric key."""
 
     name: str = Field(description="Kernel name as the profiler reports it.")
-    launches: int = Field(description="Profiled launches aggregated into these figures.")
+    launches: int = Field(description="Launches per forward call aggregated into these figures.")
+    origin: str = Field(default="", description="Which code it came from (the evaluator's DSL attribution): candidate_dsl (your own "
+                                                "kernel in the target DSL), generated (torch.compile/Inductor), library (cuBLAS, cuDNN, "
+                                                "flash…) or framework (PyTorch/aten, copies).")
     block: str = Field(default="", description="Block size, e.g. '(128, 1, 1)'.")
     grid: str = Field(default="", description="Grid size.")
     metrics: dict[str, float] = Field(default_factory=dict, description="Metric key → value in base units (ns, bytes, %, count); see atrex_mcp.profiling.metrics.")
@@ -54,6 +57,10 @@ class ProfileReport(BaseModel):
     device: str = Field(default="", description="Device the kernel ran on.")
     kernels: list[KernelCounters] = Field(default_factory=list)
     wall_ms: float | None = Field(default=None, description="Wall time of one forward call (fallback only), ms.")
+    time_ms: float | None = Field(default=None, description="The evaluator's median device time per call (GPU fallback only; "
+                                                            "ncu's replayed durations are not a timing), ms.")
+    dsl_share: float | None = Field(default=None, description="Share of the profiled device time in your own target-DSL kernels; "
+                                                              "null without device time.")
     sass: list[SassFacts] = Field(default_factory=list, description="SASS facts per kernel, where cuobjdump was available.")
     bottleneck: Bottleneck
     roofline: dict | None = Field(default=None, description="T_SOL and bound of this shape (optimise mode only).")

@@ -1,13 +1,16 @@
-"""Nsight Compute: the command that wraps a process, and the parser of its CSV.
+"""Nsight Compute: the command line, the run with its metric retries, and the CSV parser.
 
-The capture runs `ncu --clock-control none` (the GPU keeps its own boost behaviour, as in the
-evaluator's timing) with `--print-units base`, kernel replay, the named kernels only
-(`--kernel-name regex:`), inside an NVTX range when one is named, and at most `launch_count`
-profiled launches, so the cost is passes x launches of the candidate's own kernels and nothing
-else. The CSV goes to a log file so the wrapped program's own stdout stays its own. A metric
-the installed ncu or the GPU does not know makes ncu fail: the capture drops the named metric,
-retries, and reports it as unavailable. A capture past its time limit is stopped (SIGTERM to its
-process group, then SIGKILL) and the error quotes the end of what ncu printed.
+ncu runs with `--clock-control none` (the GPU keeps its own boost behaviour, as in the
+evaluator's timing), `--print-units base`, kernel replay, only inside an NVTX push/pop range
+when one is named (`--nvtx --nvtx-include NAME/`: the slash marks a push/pop range), only the
+named kernels when a regex is given (`--kernel-name-base function`: matched against the bare
+function name), and at most `launch_count` profiled launches, so the cost is passes x
+launches and nothing else. The CSV goes to a log file (ncu's own ==PROF== lines land there
+too) so the wrapped program's stdout stays its own. A metric the installed ncu or the GPU
+does not know makes ncu fail: the capture drops the named metric, retries, and reports it as
+unavailable. A capture past its time limit is stopped and the error quotes the end of what
+ncu printed. `ncu_command(target=[])` is the argv prefix for wrapping a process that someone
+else starts (the evaluator's sandbox worker, profiling.service).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import statistics
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,15 +60,15 @@ PASSES = re.compile(r"(\d+) pass(?:es)?\b")
 def ncu_command(target: list[str], metrics: list[str], log_file: Path, *, ncu: str = "ncu",
                 nvtx_range: str | None = None, kernel_regex: str | None = None,
                 launch_count: int | None = DEFAULT_LAUNCH_COUNT, child_processes: bool = True) -> list[str]:
-    """The ncu command line wrapping `target`. `child_processes` (`--target-processes all`) is
-    needed when the kernels run in a process `target` starts (the sandbox worker)."""
+    """The ncu command line wrapping `target` (empty: the prefix for a wrapper). `child_processes`
+    (`--target-processes all`) is needed when the kernels run in a process `target` starts."""
     cmd = [ncu, "--clock-control", "none", "--replay-mode", "kernel",
            "--target-processes", "all" if child_processes else "application-only", "--csv", "--print-units", "base",
            "--metrics", ",".join(metrics)]
     if nvtx_range:
         cmd += ["--nvtx", "--nvtx-include", f"{nvtx_range}/"]
     if kernel_regex:
-        cmd += ["--kernel-name", f"regex:{kernel_regex}"]
+        cmd += ["--kernel-name-base", "function", "--kernel-name", f"regex:{kernel_regex}"]
     if launch_count:
         cmd += ["--launch-count", str(launch_count)]
     return cmd + ["--log-file", str(log_file), *target]
@@ -166,7 +170,7 @@ def _rejected_metrics(output: str, requested: list[str]) -> list[str]:
 
 def _run_bounded(cmd: list[str], *, cwd: Path, env: dict[str, str] | None, timeout_s: float) -> tuple[int | None, str, str]:
     """(returncode or None on timeout, stdout, stderr). On timeout the whole process group gets
-    SIGTERM (the capture job then stops its worker), then SIGKILL after a grace period."""
+    SIGTERM, then SIGKILL after a grace period."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -186,43 +190,67 @@ def _run_bounded(cmd: list[str], *, cwd: Path, env: dict[str, str] | None, timeo
         return None, "", ""
 
 
-def capture(target: list[str], *, workdir: Path, env: dict[str, str] | None = None, metrics: list[str] | None = None,
-            nvtx_range: str | None = None, kernel_regex: str | None = None, timeout_s: float = 60.0,
-            launch_count: int | None = DEFAULT_LAUNCH_COUNT, child_processes: bool = True,
-            ncu: str | None = None) -> NcuCapture:
-    """Run `target` under ncu and parse what it measured; `timeout_s` bounds all attempts together."""
-    ncu = ncu or ncu_executable()
-    if ncu is None:
-        raise AtrexError("performance", "no_profiler", "Nsight Compute (ncu) is not installed here.",
-                         "Install Nsight Compute, or use the torch.profiler fallback.")
+@dataclass
+class Attempt:
+    """One run under ncu: its exit status (None: stopped at the time limit), what ncu and the
+    target printed outside the CSV, and the CSV log."""
+
+    returncode: int | None
+    output: str
+    log: str
+
+
+def printed_lines(stdout: str, stderr: str, log: str) -> str:
+    """ncu's and the target's messages, without the CSV rows (ncu may put both in the log)."""
+    return "\n".join(line for line in (stdout + stderr + "\n" + log).splitlines() if not line.startswith('"'))
+
+
+def run_with_retries(attempt: Callable[[list[str], float], tuple[list[str], Attempt]], *, metrics: list[str] | None = None,
+                     timeout_s: float = 60.0) -> NcuCapture:
+    """Call `attempt(metrics, seconds_left) -> (argv, Attempt)` until ncu accepts every metric it
+    was given (rejected ones are dropped and listed as unavailable); `timeout_s` bounds all."""
     wanted = list(metrics or [m.name for m in HOPPER_METRICS])
     dropped: list[str] = []
-    log_file = Path(workdir) / "ncu.csv"
     started = time.monotonic()
     for _ in range(MAX_METRIC_RETRIES + 1):
-        log_file.unlink(missing_ok=True)
-        cmd = ncu_command(target, wanted, log_file, ncu=ncu, nvtx_range=nvtx_range, kernel_regex=kernel_regex,
-                          launch_count=launch_count, child_processes=child_processes)
-        left = timeout_s - (time.monotonic() - started)
-        returncode, stdout, stderr = _run_bounded(cmd, cwd=workdir, env=env, timeout_s=max(left, 1.0))
-        log = log_file.read_text(errors="replace") if log_file.exists() else ""
-        # ncu's own messages (==PROF==, ==ERROR==) may land in the log file among the CSV rows.
-        output = "\n".join(line for line in (stdout + stderr + "\n" + log).splitlines() if not line.startswith('"'))
-        tail = output[-1500:].strip() or "(nothing)"
-        if returncode is None:
+        cmd, result = attempt(wanted, max(timeout_s - (time.monotonic() - started), 1.0))
+        tail = result.output[-1500:].strip() or "(nothing)"
+        if result.returncode is None:
             raise AtrexError("performance", "profile_timeout",
-                             f"ncu did not finish within {timeout_s:.0f} s ({len(replay_passes(output))} launches profiled "
+                             f"ncu did not finish within {timeout_s:.0f} s ({len(replay_passes(result.output))} launches profiled "
                              f"by then). ncu printed, last lines: {tail}",
                              "If no launch was profiled, ncu could not reach the kernels' process (e.g. a sandbox that "
                              "blocks its injection library or its TCP connection); otherwise profile fewer launches or metrics.")
-        if returncode == 0:
-            parsed = parse_ncu_csv(log)
-            return NcuCapture(parsed.kernels, sorted(set(parsed.unavailable) | set(dropped)), cmd, 0, output[-4000:],
-                              passes=replay_passes(output), seconds=time.monotonic() - started)
-        rejected = _rejected_metrics(output, wanted)
+        if result.returncode == 0:
+            parsed = parse_ncu_csv(result.log)
+            return NcuCapture(parsed.kernels, sorted(set(parsed.unavailable) | set(dropped)), cmd, 0, result.output[-4000:],
+                              passes=replay_passes(result.output), seconds=time.monotonic() - started)
+        rejected = _rejected_metrics(result.output, wanted)
         if not rejected:
             break
         dropped += rejected
         wanted = [m for m in wanted if m not in rejected]
-    raise AtrexError("performance", "profiler_failed", f"ncu exited with {returncode}. ncu printed, last lines: {tail}",
+    raise AtrexError("performance", "profiler_failed", f"ncu exited with {result.returncode}. ncu printed, last lines: {tail}",
                      "Profiling may need permission to GPU counters (NVreg_RestrictProfilingToAdminUsers=0) or root.")
+
+
+def capture(target: list[str], *, workdir: Path, env: dict[str, str] | None = None, metrics: list[str] | None = None,
+            nvtx_range: str | None = None, kernel_regex: str | None = None, timeout_s: float = 60.0,
+            launch_count: int | None = DEFAULT_LAUNCH_COUNT, child_processes: bool = True,
+            ncu: str | None = None) -> NcuCapture:
+    """Run the command `target` under ncu and parse what it measured."""
+    tool = ncu or ncu_executable()
+    if tool is None:
+        raise AtrexError("performance", "no_profiler", "Nsight Compute (ncu) is not installed here.",
+                         "Install Nsight Compute, or use the torch.profiler fallback.")
+    log_file = Path(workdir) / "ncu.csv"
+
+    def attempt(wanted: list[str], left_s: float) -> tuple[list[str], Attempt]:
+        log_file.unlink(missing_ok=True)
+        cmd = ncu_command(target, wanted, log_file, ncu=tool, nvtx_range=nvtx_range, kernel_regex=kernel_regex,
+                          launch_count=launch_count, child_processes=child_processes)
+        returncode, stdout, stderr = _run_bounded(cmd, cwd=workdir, env=env, timeout_s=left_s)
+        log = log_file.read_text(errors="replace") if log_file.exists() else ""
+        return cmd, Attempt(returncode, printed_lines(stdout, stderr, log), log)
+
+    return run_with_retries(attempt, metrics=metrics, timeout_s=timeout_s)

@@ -1,22 +1,21 @@
 """profile_kernel: where one shape's time goes, as a stored profile that plans cite by id.
 
-On a GPU with Nsight Compute: the candidate runs in the evaluator's sandbox worker, and ncu
-wraps the process that starts it (`--target-processes all`), collecting the Hopper metric set
-for the candidate's own DSL kernels only (`--kernel-name`), over a few forward calls; SASS facts
-come from the cubins Triton left in the worker's cache. If ncu is missing or fails, the
-torch.profiler fallback says so: per-kernel device times from the evaluator's profiled forward,
-no counters. On CPU (Triton interpreter) there is no device time at all: only the wall time of
-one interpreted call, labelled as such.
+On a GPU with Nsight Compute: ncu wraps the evaluator's sandbox worker itself
+(`LaunchOptions(wrapper=[ncu, …])`, so the worker is ncu's application process); the worker
+checks the shape (compiles and autotunes outside any range), then runs a few forwards inside
+the NVTX range `atrex_forward`, and ncu profiles only the kernels launched in that range (every
+kernel of the forward, none of input generation). SASS facts come from the cubins Triton left
+in the worker's cache. If ncu is missing or fails, the torch.profiler fallback says so:
+per-kernel device times, attribution and DSL share from the evaluator's profiled forward, no
+counters. On CPU (Triton interpreter) there is no device time at all: only the wall time of one
+interpreted call, labelled as such. Each kernel's origin is the evaluator's DSL attribution.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,13 @@ from typing import Any
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.profiling import ncu as ncu_mod
-from atrex_mcp.profiling.classify import classify
+from atrex_mcp.profiling.classify import classify, roofline_evidence
 from atrex_mcp.profiling.models import Bottleneck, KernelCounters, ProfileReport
 from atrex_mcp.profiling.sass import sass_facts_from_cache
 
 Progress = Callable[[str, float], None]
 PROFILED_CALLS = 2
+MAX_LAUNCHES_PER_FORWARD = 8  # --launch-count = PROFILED_CALLS x this; a longer forward is profiled in part (said in the note)
 CAPTURE_TIMEOUT_S = 45.0  # a capture that takes longer is not going to finish: fall back and say why
 FALLBACK_NOTE_GPU = ("torch.profiler fallback, not Nsight Compute: per-kernel device times of one profiled forward only; "
                      "no hardware counters, so the bottleneck rests on the roofline and kernel durations alone.")
@@ -46,66 +46,105 @@ def _shape_roofline(catalog: Catalog, op: str, shape: str, hardware: str) -> dic
 
 
 def counters_from_eval(op: str, shape_result: Any, device_kind: str, *, roofline: dict | None, note: str = "") -> ProfileReport:
-    """The torch.profiler fallback, built from an evaluator ShapeResult (no extra run)."""
+    """The torch.profiler fallback, built from an evaluator ShapeResult (no extra run): its
+    kernels keep the evaluator's attribution (origin) and DSL share."""
     if device_kind != "cuda":
         wall = shape_result.seconds.get("correctness")
+        evidence = ["no GPU: nothing was measured on a device"] + ([roofline_evidence(roofline, None)] if roofline else [])
         return ProfileReport(op=op, shape=shape_result.id, tool="torch.profiler", fallback=True, note=FALLBACK_NOTE_CPU,
                              device="cpu (Triton interpreter)", wall_ms=wall * 1e3 if wall is not None else None,
-                             bottleneck=Bottleneck(kind="unknown", evidence=["no GPU: nothing was measured on a device"]))
-    kernels = [KernelCounters(name=k.name, launches=max(1, k.count), metrics={"duration_ns": k.time_us * 1e3 / max(1, k.count)})
-               for k in shape_result.kernels]
-    bottleneck = classify(kernels, roofline=roofline)
+                             bottleneck=Bottleneck(kind="unknown", evidence=evidence), roofline=roofline)
+    kernels = [KernelCounters(name=k.name, launches=max(1, k.count), origin=k.origin,
+                              metrics={"duration_ns": k.time_us * 1e3 / max(1, k.count)}) for k in shape_result.kernels]
     return ProfileReport(op=op, shape=shape_result.id, tool="torch.profiler", fallback=True,
-                         note=" ".join(filter(None, [note, FALLBACK_NOTE_GPU])), kernels=kernels, bottleneck=bottleneck,
-                         roofline=roofline)
+                         note=" ".join(filter(None, [note, FALLBACK_NOTE_GPU])), kernels=kernels,
+                         bottleneck=classify(kernels, roofline=roofline), roofline=roofline,
+                         time_ms=shape_result.time_ms, dsl_share=shape_result.dsl_share)
 
 
-def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roofline: dict | None,
+class _Deadline(threading.Event):
+    """Set when the caller cancels or the capture's time runs out. The evaluator's session polls
+    it while it waits on the worker and then kills the worker's process group, ncu included."""
+
+    def __init__(self, seconds: float, outer: threading.Event | None):
+        super().__init__()
+        self.until, self.outer = time.monotonic() + seconds, outer
+
+    def is_set(self) -> bool:
+        return super().is_set() or time.monotonic() >= self.until or (self.outer is not None and self.outer.is_set())
+
+
+def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roofline: dict | None, hardware: str = "h200",
                      cancel: threading.Event | None = None, ncu: str | None = None,
                      timeout_s: float = CAPTURE_TIMEOUT_S) -> ProfileReport:
-    """Nsight Compute on the candidate's own kernels, run in a sandbox worker; AtrexError when
-    ncu is absent, fails, or captures none of the candidate's kernels."""
-    from atrex_mcp.evaluate.dsl import adapter
+    """Nsight Compute on the forward's kernels, with ncu wrapping the sandbox worker; AtrexError
+    when ncu is absent, fails, runs past `timeout_s`, or captures no kernel."""
+    from atrex_mcp.evaluate import NVTX_FORWARD, CandidateFailed, LaunchOptions, open_session
+    from atrex_mcp.evaluate.dsl import adapter, dsl_share
 
     tool = ncu or ncu_mod.ncu_executable()
     if tool is None:
         raise AtrexError("performance", "no_profiler", "Nsight Compute (ncu) is not installed on the server.")
-    own = sorted(adapter("triton").own_kernels(source))
+    triton = adapter("triton")
+    own = triton.own_kernels(source)
     if not own:
         raise AtrexError("performance", "no_dsl_kernel", "The file defines no @triton.jit kernel to profile.")
+    limit = PROFILED_CALLS * MAX_LAUNCHES_PER_FORWARD
+    device = ""
     with tempfile.TemporaryDirectory(prefix="atrex-ncu-") as tmp:
-        work = Path(tmp)
-        scratch = work / "worker"
-        scratch.mkdir()
-        env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parents[2])  # so the job imports this atrex_mcp, checkout or wheel
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH", "")]))
-        job = {"op": op, "source": source, "shape": shape, "problems": [str(r) for r in catalog.roots],
-               "scratch": str(scratch), "calls": PROFILED_CALLS, "env_before": env}
-        (work / "job.json").write_text(json.dumps(job))
-        target = [sys.executable, "-m", "atrex_mcp.profiling.capture_job", str(work / "job.json")]
-        if cancel is not None and cancel.is_set():
-            raise AtrexError("runtime", "cancelled", "The profile was cancelled.")
-        # One launch of each own kernel per forward is the common case; more launches are not profiled.
-        result = ncu_mod.capture(target, workdir=work, env=env, kernel_regex="^(" + "|".join(map(re.escape, own)) + ")$",
-                                 launch_count=PROFILED_CALLS * len(own), timeout_s=timeout_s, ncu=tool)
-        outcome = json.loads((work / "job_result.json").read_text()) if (work / "job_result.json").exists() else {}
-        if not outcome.get("ok"):
-            raise AtrexError("performance", "profiled_run_failed",
-                             f"The profiled run did not complete: {outcome.get('error', 'no result')}. ncu said: {result.output_tail[-800:]}")
+        scratch = Path(tmp)
+        log_file = scratch / "tmp" / "ncu.csv"  # ncu runs as the worker's user: only the scratch dir is writable
+
+        def attempt(metrics: list[str], left_s: float) -> tuple[list[str], ncu_mod.Attempt]:
+            nonlocal device
+            log_file.unlink(missing_ok=True)
+            wrapper = ncu_mod.ncu_command([], metrics, log_file, ncu=tool, nvtx_range=NVTX_FORWARD, launch_count=limit,
+                                          child_processes=False)
+            returncode: int | None = 0
+            problem = ""
+            try:
+                with open_session(catalog, op, source, shapes=[shape], hardware=hardware, seeds=1, timeout_s=left_s,
+                                  launch=LaunchOptions(wrapper=wrapper), scratch=scratch, cancel=_Deadline(left_s, cancel)) as worker:
+                    checked = worker.check(shape)
+                    if not checked.correct:
+                        raise AtrexError("correctness", "profile_of_failing_kernel",
+                                         f"Shape {shape} does not pass ({checked.category}): {checked.message[:600]}",
+                                         "Profile a kernel that validates.")
+                    worker.forwards(shape, calls=PROFILED_CALLS, nvtx=NVTX_FORWARD)
+                    device = worker.session.worker_device.get("name", "")
+            except CandidateFailed as exc:  # e.g. ncu refused a metric and the worker went with it
+                returncode, problem = 1, f"The profiled worker failed: {exc}"
+            except AtrexError as exc:
+                if exc.info.category == "sandbox_start_failed":  # ncu itself did not start the worker
+                    returncode, problem = 1, exc.info.message
+                elif exc.info.category == "cancelled" and not (cancel is not None and cancel.is_set()):
+                    returncode = None  # our deadline, not the caller's cancel
+                else:
+                    raise
+            log = log_file.read_text(errors="replace") if log_file.exists() else ""
+            if returncode == 0 and "==ERROR==" in log:
+                returncode = 1
+            return wrapper, ncu_mod.Attempt(returncode, ncu_mod.printed_lines(problem, "", log), log)
+
+        result = ncu_mod.run_with_retries(attempt, timeout_s=timeout_s)
         if not result.kernels:
             raise AtrexError("performance", "no_kernels_captured",
-                             f"ncu captured none of the kernels {', '.join(own)}; its output ended: {result.output_tail[-800:]}")
+                             f"ncu profiled no kernel inside the NVTX range {NVTX_FORWARD}; its output ended: {result.output_tail[-800:]}")
         sass = sass_facts_from_cache(scratch / ".cache" / "triton")
-    calls = int(outcome.get("calls", PROFILED_CALLS))
-    kernels = [k.model_copy(update={"launches": max(1, round(k.launches / calls))}) for k in result.kernels]
-    return ProfileReport(op=op, shape=shape, tool="ncu", fallback=False, device=outcome.get("device", ""),
-                         note=f"Nsight Compute (--clock-control none, kernel replay) over {calls} forward calls, at most "
-                              f"{PROFILED_CALLS * len(own)} launches; medians per launch; only the candidate's own Triton "
-                              f"kernels ({', '.join(own)}) are profiled; {result.seconds:.0f} s, replay passes per launch "
-                              f"{sorted(set(result.passes)) or 'not reported'}.",
-                         kernels=kernels, sass=[f for f in sass if f.kernel in own], bottleneck=classify(kernels, roofline=roofline, sass=sass),
-                         roofline=roofline, unavailable_metrics=result.unavailable)
+    profiled = sum(k.launches for k in result.kernels)
+    kernels = [k.model_copy(update={"launches": max(1, round(k.launches / PROFILED_CALLS)), "origin": triton.origin(k.name, own)})
+               for k in result.kernels]
+    share = dsl_share([(k.name, k.metrics.get("duration_ns", 0.0) * k.launches, k.origin) for k in kernels])
+    cut = (f" The limit of {limit} launches was reached: later launches of the forward were not profiled."
+           if profiled >= limit else "")
+    return ProfileReport(op=op, shape=shape, tool="ncu", fallback=False, device=device,
+                         note=f"Nsight Compute (--clock-control none, kernel replay) wrapping the sandboxed worker, over "
+                              f"{PROFILED_CALLS} forward calls inside the NVTX range {NVTX_FORWARD}: every kernel of the forward "
+                              f"(input generation, the correctness check and compilation are outside it); medians per launch; "
+                              f"{result.seconds:.0f} s, replay passes per launch {sorted(set(result.passes)) or 'not reported'}.{cut}",
+                         kernels=kernels, sass=[f for f in sass if f.kernel in own], dsl_share=share,
+                         bottleneck=classify(kernels, roofline=roofline, sass=sass), roofline=roofline,
+                         unavailable_metrics=result.unavailable)
 
 
 def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardware: str, store: Any | None = None,
@@ -127,7 +166,8 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
     if use_ncu and has_gpu() and ncu_mod.ncu_executable() is not None:
         report_progress("Nsight Compute capture", 0.1)
         try:
-            report = capture_counters(op, source, shape, catalog, roofline=roofline, cancel=cancel, timeout_s=ncu_timeout_s)
+            report = capture_counters(op, source, shape, catalog, roofline=roofline, hardware=hardware, cancel=cancel,
+                                          timeout_s=ncu_timeout_s)
         except AtrexError as exc:
             note = f"Nsight Compute was tried and failed ({exc.info.category}: {exc.info.message[:1600]})."
     elif use_ncu and has_gpu():

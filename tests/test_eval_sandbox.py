@@ -58,6 +58,14 @@ def test_leak_guard_redacts_hidden_values_only(tmp_path):
     assert guard.scrub("ValueError: rms_norm failed at shape (4, 64)") == ("ValueError: rms_norm failed at shape (4, 64)", False)
 
 
+def test_leak_guard_matches_hidden_figures_as_whole_numbers_only():
+    guard = LeakGuard({"0.0123456", "483648", "ATREX-HIDDEN-PROVENANCE-TEXT"})
+    assert guard.leaks("t = 0.0123456.") and guard.leaks("delta -0.0123456 ms")
+    assert not guard.leaks("got 10.0123456") and not guard.leaks("got 0.01234567")
+    assert not guard.leaks("size 2147483648 overflows int32; 12582912 bytes")
+    assert guard.leaks("from ATREX-HIDDEN-PROVENANCE-TEXT/x")
+
+
 def test_triton_adapter_reads_own_kernels_from_the_source():
     adapter = TritonAdapter()
     own = adapter.own_kernels((EXAMPLES / "rms_norm_triton.py").read_text())

@@ -58,6 +58,7 @@ from atrex_mcp.tool_models import (
     WikiReadResult,
     WikiSearchResult,
 )
+from atrex_mcp.wiki.corpus import OP_FAMILIES
 from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,10 @@ class ServerConfig:
     max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     devices: list[str] | None = None  # None: detected on first use (see _detect_devices)
+    tools: list[str] | None = None  # an allow-list: only these tools are registered (None: every tool)
+
+
+OP_FAMILY_HELP = f"Only this operator family, one of: {', '.join(OP_FAMILIES)}."
 
 
 def _detect_devices() -> list[str]:
@@ -207,6 +212,7 @@ class ServerContext:
         self._queue: GpuQueue | None = None
         self._wiki: Any = None
         self._wiki_lock = threading.Lock()
+        self.offered: list[str] = []  # every tool name offered for registration, allowed or not
 
     # ------------------------------------------------------------ tool registration
     def _error_text(self, info: ErrorInfo) -> str:
@@ -236,8 +242,12 @@ class ServerContext:
                  destructive: bool = False) -> None:
         """Register `fn` (sync or async; its docstring is the description an agent reads) so that
         AtrexError becomes a tool error with stage/category/message/hint, unexpected errors are
-        logged and answered without detail, and results are redacted and size-capped."""
+        logged and answered without detail, and results are redacted and size-capped. A tool
+        outside the configured allow-list is not registered at all (so a client cannot call it)."""
         name = fn.__name__
+        self.offered.append(name)
+        if self.config.tools is not None and name not in self.config.tools:
+            return
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -436,7 +446,7 @@ def _register_tools(app: ServerContext) -> None:
         category: Annotated[str | None, Field(max_length=64, description="Only this category: hardware, patterns, recipes, pitfalls, profiling, conversion, kernels, source.")] = None,
         dsl: Annotated[str | None, Field(max_length=32, description="Only documents for this language, e.g. 'triton'.")] = None,
         hardware: Annotated[str | None, Field(max_length=32, description="Only documents for this hardware, e.g. 'h200'.")] = None,
-        op_family: Annotated[str | None, Field(max_length=64, description="Only this operator family, e.g. 'norm', 'gemm', 'attention'.")] = None,
+        op_family: Annotated[str | None, Field(max_length=64, description=OP_FAMILY_HELP)] = None,
         limit: Annotated[int, Field(ge=1, le=20, description="How many hits to return.")] = 5,
     ) -> WikiSearchResult:
         """Search the GPU optimisation wiki (articles on hardware, patterns, recipes, pitfalls,
@@ -571,4 +581,8 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
     _register_tools(app)
     if importlib.util.find_spec(RUN_TOOLS_MODULE) is not None:
         importlib.import_module(RUN_TOOLS_MODULE).register_run_tools(server, app)
+    unknown = sorted(set(config.tools or ()) - set(app.offered))
+    if unknown:
+        raise AtrexError("input", "unknown_tool", f"Unknown tool(s) in the allow-list: {', '.join(unknown)}.",
+                         f"Valid choices: {', '.join(sorted(app.offered))}")
     return server

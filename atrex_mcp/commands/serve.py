@@ -32,8 +32,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="folder tools may read candidate files from and write packages into (repeatable; default: the current folder)")
     p.add_argument("--correctness-jobs", type=int, default=2, metavar="N",
                    help="correctness-only evaluations that may run at once (timed work always has a GPU to itself)")
+    p.add_argument("--tools", type=_tool_list, metavar="A,B,C",
+                   help="register only these tools (comma-separated allow-list; unknown names are refused at start "
+                        "with the valid choices); default: every tool")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run)
+
+
+def _tool_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one tool name")
+    return names
 
 
 def _configure_logging(level: str, redactor: object | None) -> None:
@@ -82,6 +92,7 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
         state_dir=(args.state_dir or default_state_dir()).resolve(),
         workspaces=[w.resolve() for w in args.workspace] if args.workspace else [Path.cwd()],
         correctness_limit=args.correctness_jobs,
+        tools=args.tools,
     )
     _configure_logging(args.log_level, Redactor(Catalog(config.problems)) if args.benchmark_mode else None)
     if http is None:

@@ -4,7 +4,9 @@ profiler: rms_norm, a naive two-pass Triton baseline, then planned iterations (o
 num_warps, rsqrt, vectorisation hints, several rows per program or wider chunks, 8 warps). Each
 iteration is validated and timed by the server against the accepted kernel in one paired,
 interleaved measurement (two warm workers, short alternating rounds); the baseline is profiled
-with Nsight Compute (bounded; the torch.profiler fallback says why when ncu fails).
+with Nsight Compute wrapping the sandbox worker and filtering on the NVTX range of the
+forwards (bounded; the torch.profiler fallback says why when ncu fails). To tell whether the
+worker's Landlock rules keep ncu out, run once with ATREX_SANDBOX_LANDLOCK=0 (docs/runs.md).
 
     python3 bench/opt_loop_gpu.py                    # H200: bench/results/opt_loop_h200.{json,md}
     python3 bench/opt_loop_gpu.py --deadline-s 200   # stop starting work after 200 s
@@ -290,6 +292,10 @@ def render_markdown(result: dict) -> str:
         lines.append("")
         lines.append(f"Bottleneck: **{p['bottleneck']['kind']}**. {p['note']}")
         lines += [f"- {e}" for e in p["bottleneck"]["evidence"]]
+        lines += [f"- kernel {k['name']} ({k.get('origin') or 'origin not recorded'}): {k['launches']} launch(es) per forward, "
+                  f"{_fmt(k['metrics'].get('duration_ns'), '.0f')} ns each" for k in p.get("kernels", [])]
+        if p.get("dsl_share") is not None:
+            lines.append(f"- DSL share of the profiled device time: {p['dsl_share']:.0%}")
         for facts in p.get("sass", []):
             lines += [f"- SASS {facts['kernel']}: {f}" for f in facts["facts"]]
         if p.get("unavailable_metrics"):

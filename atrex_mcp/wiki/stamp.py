@@ -4,9 +4,13 @@
 
 Reads the report bench/wiki_kernels_gpu.py writes and, for each kernel in it, replaces the
 `[h200]` table (the last table of the front matter) and the `validated_shapes` line. Only our
-own measurements go in — per-shape times and the operator score S — never per-shape S, which
-with the time would give away the shape's speed-of-light figure. The file is re-parsed after
-the edit and left untouched if the result is not valid front matter.
+own measurements go in: which shapes were measured, which were correct (and how the others
+failed), per-shape times, and the operator score S — the latter only when the kernel was run on
+every scored shape of its operator; a run over a subset (`--shapes 0`) is stamped as such, with
+S marked pending. Per-shape S is never written: with the time it would give away the shape's
+speed-of-light figure. A report that claims every scored shape but lacks some, or that measured
+shapes that are not scored (a smoke run), is refused and nothing is stamped. The file is
+re-parsed after the edit and left untouched if the result is not valid front matter.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import re
 import sys
 from pathlib import Path
 
+from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.wiki.corpus import kernel_front_matter
 
@@ -29,60 +34,105 @@ def _num(value: float | None) -> str:
     return "nan" if value is None else format(value, ".3g")
 
 
-def _validated(entry: dict, date: str, gpu: str) -> str:
-    correct = [s["id"] for s in entry["shapes"] if s["correct"]]
+def _ids(ids: list[str]) -> str:
+    return "[" + ", ".join(ids) + "]"
+
+
+def _complete(measured: list[str], scored: list[str]) -> bool:
+    return set(measured) == set(scored)
+
+
+def _validated(entry: dict, scored: list[str], date: str, gpu: str) -> str:
+    measured = [s["id"] for s in entry["shapes"]]
     failed = [s["id"] for s in entry["shapes"] if not s["correct"]]
-    gpu_note = f"{gpu} {date}: {len(correct)}/{entry['shapes_total']} scored shapes correct"
+    correct = len(measured) - len(failed)
+    if _complete(measured, scored):
+        gpu_note = f"{gpu} {date}: {correct}/{len(scored)} scored shapes correct"
+    else:
+        gpu_note = f"{gpu} {date}: measured on shapes {_ids(measured)} of {len(scored)} scored; {correct} correct"
     if failed:
         gpu_note += f" (failed: {', '.join(failed)})"
     return "validated_shapes = " + json.dumps(["smoke (CPU interpreter, CI)", gpu_note], ensure_ascii=False)
 
 
-def h200_table(entry: dict, meta: dict) -> str:
+def _inline_table(pairs: list[tuple[str, str]]) -> str:
+    return "{ " + ", ".join(f"{json.dumps(k)} = {v}" for k, v in pairs) + " }" if pairs else "{}"
+
+
+def h200_table(entry: dict, scored: list[str], meta: dict) -> str:
+    """The [h200] table. The operator score S is written only for a run over every scored shape:
+    over a subset it is not the operator's S, and over one shape it is that shape's S, which
+    with the shape's time gives away its speed-of-light figure."""
     versions = meta.get("versions") or {}
-    times = ", ".join(f"{json.dumps(s['id'])} = {_num(s['time_ms'])}" for s in entry["shapes"]
-                      if s["correct"] and s["time_ms"] is not None)
+    measured = [s["id"] for s in entry["shapes"]]
+    complete = _complete(measured, scored)
+    times = [(s["id"], _num(s["time_ms"])) for s in entry["shapes"] if s["correct"] and s["time_ms"] is not None]
+    failures = [(s["id"], json.dumps(s.get("category") or s.get("stage") or "failed")) for s in entry["shapes"]
+                if not s["correct"]]
     lines = [
         "[h200]",
-        'status = "measured"',
+        f"status = {json.dumps('measured' if complete else 'measured on a subset of shapes')}",
         f"date = {json.dumps(meta['date'])}",
         f"gpu = {json.dumps(meta.get('gpu') or '')}",
         f"torch = {json.dumps(versions.get('torch') or '')}",
         f"triton = {json.dumps(versions.get('triton') or '')}",
+        f"shapes_measured = {json.dumps(measured)}",
+        f"shapes_scored = {len(scored)}",
         f"shapes_correct = {entry['shapes_correct']}",
-        f"shapes_total = {entry['shapes_total']}",
-        f"operator_score = {_num(entry['operator_score'])}",
+    ]
+    if complete:
+        lines.append(f"operator_score = {_num(entry['operator_score'])}")
+    else:
+        lines.append(f"operator_score_pending = {json.dumps(f'S over the full shape set: pending; measured on shapes {_ids(measured)}')}")
+    lines += [
         f"median_time_ms = {_num(entry['median_time_ms'])}",
         f"median_dsl_share = {_num(entry['median_dsl_share'])}",
-        f"time_ms = {{ {times} }}",
+        f"time_ms = {_inline_table(times)}",
+        f"failures = {_inline_table(failures)}",
     ]
     return "\n".join(lines) + "\n"
 
 
-def stamp_kernel(path: Path, entry: dict, meta: dict) -> None:
+def stamp_kernel(path: Path, entry: dict, scored: list[str], meta: dict) -> None:
     text = path.read_text()
     if not _H200_TABLE.search(text) or not _VALIDATED.search(text):
         raise AtrexError("input", "bad_wiki_kernel", f"{path.name} has no [h200] table or validated_shapes line to stamp.")
-    new = _H200_TABLE.sub(lambda _: h200_table(entry, meta), text, count=1)
-    new = _VALIDATED.sub(lambda _: _validated(entry, meta["date"], meta.get("gpu") or "GPU"), new, count=1)
+    new = _H200_TABLE.sub(lambda _: h200_table(entry, scored, meta), text, count=1)
+    new = _VALIDATED.sub(lambda _: _validated(entry, scored, meta["date"], meta.get("gpu") or "GPU"), new, count=1)
     front, _ = kernel_front_matter(new, path.name)  # raises if the edit broke the TOML
-    if front["h200"]["status"] != "measured":
+    if front["h200"]["date"] != meta["date"]:
         raise AtrexError("internal", "stamp_failed", f"Stamping {path.name} did not take.")
     path.write_text(new)
 
 
-def stamp(report_path: Path, kernels_dir: Path) -> list[str]:
+def _checked_coverage(name: str, entry: dict, scored: list[str], claims_all: bool) -> None:
+    """Every measured shape must be a scored shape, and a run that claims every scored shape must have them."""
+    measured = [s["id"] for s in entry["shapes"]]
+    stray = [i for i in measured if i not in scored]
+    if stray:
+        raise AtrexError("input", "partial_wiki_report", f"{name}: shapes {_ids(stray)} are not scored shapes of {entry['operator']}.",
+                         "Stamp only runs over scored shapes (not --shapes smoke).")
+    if claims_all and not _complete(measured, scored):
+        missing = [i for i in scored if i not in measured]
+        raise AtrexError("input", "partial_wiki_report",
+                         f"{name}: the report claims every scored shape but lacks {_ids(missing)}; its S would not be the operator's.",
+                         "Re-run the kernel over every scored shape, or run with --shapes to label the run as partial.")
+
+
+def stamp(report_path: Path, kernels_dir: Path, catalog: Catalog) -> list[str]:
+    """Check every entry first, then stamp: a refused report leaves every kernel untouched."""
     report = json.loads(report_path.read_text())
-    if report["meta"].get("shapes", "all scored") != "all scored":
-        raise AtrexError("input", "partial_wiki_report", f"{report_path} covers shapes {report['meta']['shapes']!r} only.",
-                         "Stamp only a run over every scored shape (bench/wiki_kernels_gpu.py without --shapes).")
-    done = []
+    claims_all = report["meta"].get("shapes", "all scored") == "all scored"
+    todo = []
     for name, entry in sorted(report["kernels"].items()):
         if "error" in entry or not entry.get("shapes"):
             continue
-        stamp_kernel(kernels_dir / f"{name}.py", entry, report["meta"])
-        done.append(name)
-    return done
+        scored = [s.id for s in catalog.visible(entry["operator"]).scored_shapes]
+        _checked_coverage(name, entry, scored, claims_all)
+        todo.append((name, entry, scored))
+    for name, entry, scored in todo:
+        stamp_kernel(kernels_dir / f"{name}.py", entry, scored, report["meta"])
+    return [name for name, _, _ in todo]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", type=Path, default=None, help="kernel folder (default: gpu_wiki/kernels)")
     args = parser.parse_args(argv)
     try:
-        done = stamp(args.report, args.kernels or wiki_dir() / "kernels")
+        done = stamp(args.report, args.kernels or wiki_dir() / "kernels", Catalog())
     except AtrexError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

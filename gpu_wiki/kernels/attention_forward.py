@@ -11,10 +11,22 @@ sources = [
   "Dao, FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning, 2023 — https://arxiv.org/abs/2307.08691",
   "Triton tutorial: Fused Attention — https://triton-lang.org/main/getting-started/tutorials/06-fused-attention.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 21 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 21
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.122
+median_dsl_share = 0.766
+time_ms = { "0" = 0.122 }
+failures = {}
 +++
 Packed sequences (cu_seqlens), each attending only to itself, bidirectionally, per head:
 out = softmax(Q Kᵀ / √D) V, computed in fp32, written in bf16.

@@ -10,10 +10,22 @@ sources = [
   "Gu & Dao, Mamba: Linear-Time Sequence Modeling with Selective State Spaces (short causal conv), 2023 — https://arxiv.org/abs/2312.00752",
   "Yang, Kautz, Hatamizadeh, Gated Delta Networks, ICLR 2025 — https://arxiv.org/abs/2412.06464",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 9 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 9
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.00976
+median_dsl_share = 1
+time_ms = { "0" = 0.00976 }
+failures = {}
 +++
 X' = [initial_state[0, :, -(W-1):] | x] along time (x is (Dm, T), channels first);
 y[d, t] = bf16(bias[d] + Σ_j weight[d, j]·X'[d, t + j]); out = bf16(silu(y)).

@@ -11,10 +11,22 @@ sources = [
   "PyTorch float8 dtypes (float8_e4m3fn) — https://pytorch.org/docs/stable/tensors.html",
   "Triton API: tl.div_rn, tensor.to — https://triton-lang.org/main/python-api/triton.language.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 20 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 20
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.00381
+median_dsl_share = 1
+time_ms = { "0" = 0.00381 }
+failures = {}
 +++
 Per row: scale = max(amax|x|, 1e-12) / 448; inv = 1 / scale (IEEE reciprocal);
 q = e4m3fn(clamp(x · inv, −448, 448)). Returns (q (T, H) float8_e4m3fn, scale (T,) fp32).

@@ -10,10 +10,22 @@ sources = [
   "Dehghani et al., Scaling Vision Transformers to 22 Billion Parameters (QK normalisation), ICML 2023 — https://arxiv.org/abs/2302.05442",
   "Triton tutorial: Layer Normalization — https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 4 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 4
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.0156
+median_dsl_share = 1
+time_ms = { "0" = 0.0156 }
+failures = {}
 +++
 For each 128-wide head vector of the q part and the k part of `hidden_states`:
 n = f16(x * rsqrt(mean(x^2) + eps)); y = f16(weight * n). The v part is copied unchanged and

@@ -10,10 +10,22 @@ sources = [
   "Su et al., RoFormer: Enhanced Transformer with Rotary Position Embedding, 2021 — https://arxiv.org/abs/2104.09864",
   "EleutherAI GPT-NeoX (rotate-half convention) — https://github.com/EleutherAI/gpt-neox",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 6 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 6
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.00387
+median_dsl_share = 1
+time_ms = { "0" = 0.00387 }
+failures = {}
 +++
 qkv (T, (Hq + 2Hkv)·D) (+ optional bias, rounded to the input dtype) is split into q, k, v heads;
 q and k are rotated with θ[t, i] = pos[t] · inv_freq[i], inv_freq[i] = 1 / base^(2i/R), pairing

@@ -10,10 +10,22 @@ sources = [
   "Yang, Kautz, Hatamizadeh, Gated Delta Networks: Improving Mamba2 with Delta Rule, ICLR 2025 — https://arxiv.org/abs/2412.06464",
   "Yang et al., Parallelizing Linear Transformers with the Delta Rule over Sequence Length, NeurIPS 2024 — https://arxiv.org/abs/2406.06484",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 17 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 17
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.0122
+median_dsl_share = 0.567
+time_ms = { "0" = 0.0122 }
+failures = {}
 +++
 Per (batch b, value head j), state S (K × V, fp32) from the pool slot initial_state_indices[b];
 for t in order: S ← S·exp(γ_t) with γ_t = −exp(A_log[j])·softplus(a + dt_bias);

@@ -10,10 +10,22 @@ sources = [
   "Yang, Kautz, Hatamizadeh, Gated Delta Networks, ICLR 2025 (output gate with RMS norm) — https://arxiv.org/abs/2412.06464",
   "Triton tutorial: Layer Normalization — https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 7 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 7
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.0801
+median_dsl_share = 1
+time_ms = { "0" = 0.0801 }
+failures = {}
 +++
 norm_before_gate: out = bf16(x * rsqrt(mean(x^2) + eps) * w * act(z)); otherwise the gate is
 applied to x before the statistics. act = silu (or sigmoid), everything fp32, one rounding.

@@ -10,10 +10,22 @@ sources = [
   "DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model (Multi-head Latent Attention), 2024 — https://arxiv.org/abs/2405.04434",
   "Dao et al., FlashAttention, NeurIPS 2022 — https://arxiv.org/abs/2205.14135",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 3 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 3
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.0136
+median_dsl_share = 1
+time_ms = { "0" = 0.0136 }
+failures = {}
 +++
 For batch entry i with cache rows C (len_i × (L + R), L = 512 latent, R = 64 rope) and every
 head h: out[i, h] = softmax(C · q[i, h] / √(L + R)) · C[:, :L].

@@ -10,10 +10,22 @@ sources = [
   "Fedus, Zoph, Shazeer, Switch Transformers (combining expert outputs), JMLR 2022 — https://arxiv.org/abs/2101.03961",
   "Triton tutorial: Vector Addition — https://triton-lang.org/main/getting-started/tutorials/01-vector-add.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 7 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 7
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.1
+median_dsl_share = 1
+time_ms = { "0" = 0.1 }
+failures = {}
 +++
 out[t] = bf16((sum_s fp32(x[t, s, :])) * factor) for x of shape (T, k, H).
 

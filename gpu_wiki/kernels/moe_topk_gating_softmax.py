@@ -11,10 +11,22 @@ sources = [
   "DeepSeek-V2/V3 technical reports (device/group-limited routing) — https://arxiv.org/abs/2412.19437",
   "Triton API: tl.argmax, tl.reshape — https://triton-lang.org/main/python-api/triton.language.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 10 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 10
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.00525
+median_dsl_share = 1
+time_ms = { "0" = 0.00525 }
+failures = {}
 +++
 p = softmax(logits) over E experts; optionally keep only the best `topk_group` of
 `num_expert_groups` contiguous groups (group score = max p in it, others set to 0); then the

@@ -10,10 +10,22 @@ sources = [
   "Su et al., RoFormer: Enhanced Transformer with Rotary Position Embedding, 2021 — https://arxiv.org/abs/2104.09864",
   "Wang et al., Qwen2-VL (Multimodal Rotary Position Embedding), 2024 — https://arxiv.org/abs/2409.12191",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 5 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 5
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.141
+median_dsl_share = 1
+time_ms = { "0" = 0.141 }
+failures = {}
 +++
 Frequency slot f ∈ [0, R/2) takes cos/sin from the table of its axis (temporal / height /
 width, contiguous sections [s_t, s_h, s_w] or the interleaved layout): c[f] = cos[axis(f), t, f].

@@ -11,10 +11,22 @@ sources = [
   "Micikevicius et al., FP8 Formats for Deep Learning, 2022 — https://arxiv.org/abs/2209.05433",
   "Triton API: tl.div_rn (IEEE round-to-nearest division) — https://triton-lang.org/main/python-api/generated/triton.language.div_rn.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 19 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 19
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.00426
+median_dsl_share = 1
+time_ms = { "0" = 0.00426 }
+failures = {}
 +++
 For each row and each group of G = 128 consecutive columns:
 scale = max(amax(|x|) / 448, 1e-10); q = e4m3fn(clamp(x / scale, -448, 448)).

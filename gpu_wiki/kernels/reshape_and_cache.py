@@ -10,10 +10,22 @@ sources = [
   "Kwon et al., Efficient Memory Management for Large Language Model Serving with PagedAttention, SOSP 2023 — https://arxiv.org/abs/2309.06180",
   "Triton tutorial: Vector Addition (masked block copies) — https://triton-lang.org/main/getting-started/tutorials/01-vector-add.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 8 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 8
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.00947
+median_dsl_share = 0.421
+time_ms = { "0" = 0.00947 }
+failures = {}
 +++
 new_cache = copy(cache); new_cache[slot // bs, slot % bs] = key[n] for every n with slot = slot_mapping[n] ≥ 0
 (same for values). The operator is out-of-place, so the whole cache must be copied: that

@@ -10,10 +10,22 @@ sources = [
   "Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019 — https://arxiv.org/abs/1910.07467",
   "Triton tutorial: Layer Normalization — https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 56 scored; 1 correct"]
 
 [h200]
-status = "pending H200 run"
+status = "measured on a subset of shapes"
+date = "2026-11-30"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+shapes_measured = ["0"]
+shapes_scored = 56
+shapes_correct = 1
+operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
+median_time_ms = 0.00691
+median_dsl_share = 1
+time_ms = { "0" = 0.00691 }
+failures = {}
 +++
 out = bf16(x * rsqrt(mean(x^2) + eps) * weight), statistics in fp32.
 

@@ -12,6 +12,9 @@ together with the time it would give away the shape's speed-of-light figure; the
 score (median S over correct shapes) is. Afterwards, write the figures into the kernels:
 
     python3 -m atrex_mcp.wiki.stamp bench/results/wiki_kernels_h200.json
+
+A run restricted with --shapes is stamped as a subset: shapes, correctness and times go in,
+the operator score is marked pending (over a subset it is not the operator's S).
 """
 
 from __future__ import annotations
@@ -68,10 +71,15 @@ def _evaluate_kernel(path: Path, catalog: Catalog, seeds: int, timeout_s: float,
 
 def _markdown(report: dict) -> str:
     meta = report["meta"]
+    subset = meta.get("shapes", "all scored") != "all scored"
+    s_column = f"S over shapes {meta['shapes']} only (not the operator S)" if subset else "S"
     lines = [f"# Wiki reference kernels on {meta.get('gpu') or 'the GPU'} — {meta['date']}", "",
              f"{meta.get('versions')}; seeds per shape {meta['seeds']}; S = T_SOL / T on the {meta.get('profile', 'h200')} "
-             "profile, median over correct shapes (per-shape S is not published).", "",
-             "| kernel | operator | shapes correct | median time (ms) | S | DSL share | failures |", "|---|---|---|---|---|---|---|"]
+             "profile, median over correct shapes (per-shape S is not published"
+             + ("; over a one-shape subset the median is that shape's S: evaluator-side only, never in the wiki" if subset else "")
+             + ").", "",
+             f"| kernel | operator | shapes correct | median time (ms) | {s_column} | DSL share | failures |",
+             "|---|---|---|---|---|---|---|"]
     for name, k in sorted(report["kernels"].items()):
         if "error" in k:
             lines.append(f"| {name} | — | — | — | — | — | harness error: {k['error'][:120]} |")

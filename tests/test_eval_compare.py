@@ -113,3 +113,12 @@ def test_the_server_module_imports_without_torch():
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr or "importing atrex_mcp.server imported torch"
+
+
+def test_fp8_moe_output_is_judged_by_the_default_fp8_rule_and_nan_never_passes():
+    """Its reference saturates at the e4m3fn maximum, so a NaN output is wrong, even near overflow."""
+    assert tolerance_for("fp8_blockscale_fused_moe", "out", torch.float8_e4m3fn).max_off_code_fraction == 0.01
+    ref = torch.full((64,), 448.0).to(torch.float8_e4m3fn)
+    cand = ref.clone()
+    cand[0] = float("nan")
+    assert not compare_outputs(ref, cand, "fp8_blockscale_fused_moe").ok

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -46,7 +46,6 @@ class Tolerance:
     atol_at_most_rtol_rms: bool = True  # cap atol at rtol × RMS(reference)
     max_code_steps: int = 1  # fp8: farthest tolerated code distance
     max_off_code_fraction: float = 0.01  # fp8: share of elements allowed one step away
-    nan_near_overflow: bool = False  # fp8: NaN against a near-maximum code counts as one step
 
 
 DEFAULT_FLOAT = Tolerance("allclose")
@@ -54,11 +53,12 @@ EXACT = Tolerance("exact")
 DEFAULT_FP8 = Tolerance("fp8_codes")
 
 # (op, output name) -> tolerance; output name "*" matches every output of the op.
-OVERRIDES: dict[tuple[str, str], Tolerance] = {
-    # The unscaled, unclamped final fp8 cast overflows to NaN on ~1.4 % of elements at hidden
-    # 7168 (SPEC §2.1, §3.6); which borderline elements overflow moves with one rounding.
-    ("fp8_blockscale_fused_moe", "*"): replace(DEFAULT_FP8, max_off_code_fraction=0.02, nan_near_overflow=True),
-}
+# None is needed now. fp8_blockscale_fused_moe had one (NaN near overflow, 2 % off codes) while its
+# reference cast unclamped; it now clamps to the e4m3fn maximum and never gives NaN, and an honest
+# fp32 block-scaled implementation (per-128-K-tile scaled dots, slots summed one by one) differs
+# from it by one code on 0 of 4992 elements at the smoke shape and on 0.004 % at hidden 7168
+# (64 tokens, 16 experts, top-8, seeds 0 and 1; never two codes), well inside DEFAULT_FP8.
+OVERRIDES: dict[tuple[str, str], Tolerance] = {}
 
 
 def tolerance_for(op: str, output: str, dtype: torch.dtype) -> Tolerance:
@@ -205,12 +205,6 @@ def _compare_fp8(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tenso
     nan_disagree = ref_nan ^ cand_nan
     off = (steps > 0) & ~nan_agree & ~nan_disagree
     far = off & (steps > tol.max_code_steps)
-    if tol.nan_near_overflow:
-        limit = torch.finfo(ref.dtype).max
-        other = torch.where(ref_nan, cand64, ref64).abs()
-        near = nan_disagree & (other >= 0.9 * limit)
-        off = off | near
-        nan_disagree = nan_disagree & ~near
     bad = far | nan_disagree
     near_count = int((off & ~far).sum().item())
     if ref.numel() and near_count / ref.numel() > tol.max_off_code_fraction:

@@ -18,10 +18,10 @@ L2 flush, events around the call, device synchronisation after it) unless said o
 T_floor = the smaller median of torch_one_kernel and triton_empty_kernel: no correct
 candidate can be timed below one launch, whatever the shape's T_SOL.
 
-The second score, S_floor_j = max(T_SOL, T_floor) / T_cand, keeps S_j's meaning wherever
-T_SOL ≥ T_floor and stops a shape whose bound is below one launch from scoring near 0 for
-every possible kernel. It lives here until the evaluator's scoring module takes it
-(requested in the issue-8 report).
+The second score, S_floor_j = max(T_SOL, T_floor) / T_cand (`atrex_mcp.evaluate.scoring.
+floor_aware_score`), keeps S_j's meaning wherever T_SOL ≥ T_floor and stops a shape whose
+bound is below one launch from scoring near 0 for every possible kernel; `score` reports it
+per operator beside S through the evaluator's own table (`table.run_row` with `floor_ms`).
 """
 
 from __future__ import annotations
@@ -46,13 +46,6 @@ FLOOR_CASES = ("torch_one_kernel", "triton_empty_kernel")
 BACK_TO_BACK = 500  # launches queued at once (well inside the driver's launch queue)
 
 
-def floor_aware_score(t_sol_ms: float | None, t_floor_ms: float, time_ms: float | None) -> float | None:
-    """S_floor_j = max(T_SOL, T_floor) / T_cand; None when either time is missing. Not clipped."""
-    if t_sol_ms is None or time_ms is None or time_ms <= 0:
-        return None
-    return max(t_sol_ms, t_floor_ms) / time_ms
-
-
 def shapes_below_floor(catalog, t_floor_ms: float, profiles: Sequence[str] = PROFILES) -> dict[str, dict[str, int]]:
     """{op: {"shapes": n, profile: shapes whose T_SOL is below the floor}} over scored shapes."""
     counts = {}
@@ -69,24 +62,17 @@ def shapes_below_floor(catalog, t_floor_ms: float, profiles: Sequence[str] = PRO
 
 def floor_scores(results: Sequence, catalog, profile: str, t_floor_ms: float) -> dict[str, Any]:
     """Per operator S_i and S_floor_i (medians over correct shapes, 0 if none), and both S_agg,
-    for each baseline/candidate kind found in `results`."""
-    from atrex_mcp.evaluate import scoring
+    for each baseline/candidate kind found in `results` (the evaluator's table rows)."""
+    from atrex_mcp.evaluate.table import run_row
 
-    by_kind: dict[str, dict[str, Any]] = {}
+    by_kind: dict[str, list] = {}
     for r in results:
-        roofline = scoring.Roofline.load(catalog, r.op, profile)
-        plain, aware = [], []
-        for s in r.shapes:
-            t_sol = roofline.t_sol_ms(s.id)[0] if s.correct else None
-            plain.append((s.correct, scoring.shape_score(t_sol, s.time_ms)))
-            aware.append((s.correct, floor_aware_score(t_sol, t_floor_ms, s.time_ms)))
-        by_kind.setdefault(r.candidate, {})[r.op] = {"s": scoring.operator_score(plain)[0], "s_floor": scoring.operator_score(aware)[0]}
-    weights = catalog.weights()
+        by_kind.setdefault(r.candidate, []).append(r)
     report = {}
-    for kind, ops in by_kind.items():
-        s_agg, missing = scoring.aggregate({op: v["s"] for op, v in ops.items()}, weights)
-        s_floor_agg, _ = scoring.aggregate({op: v["s_floor"] for op, v in ops.items()}, weights)
-        report[kind] = {"operators": ops, "s_agg": s_agg, "s_floor_agg": s_floor_agg, "missing_operators": missing}
+    for kind, kind_results in by_kind.items():
+        row = run_row(kind, kind_results, catalog, profile, {}, t_floor_ms)
+        report[kind] = {"operators": {o.op: {"s": o.score, "s_floor": o.score_floor} for o in row.per_operator},
+                        "s_agg": row.s_agg, "s_floor_agg": row.s_floor_agg, "missing_operators": row.missing_operators}
     return report
 
 

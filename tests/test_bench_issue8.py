@@ -15,6 +15,7 @@ import pytest
 
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.evaluate.models import Overhead
+from atrex_mcp.evaluate.scoring import floor_aware_score
 from bench_results_support import BENCH, result, shape, write_run
 
 import baselines  # noqa: E402  (bench/ is put on the path by bench_results_support)
@@ -86,11 +87,11 @@ def test_session_split_packs_whole_operators():
 # -- launch floor -------------------------------------------------------------------------------
 
 def test_floor_aware_score_equals_s_above_the_floor_and_uses_the_floor_below_it():
-    assert launch_floor.floor_aware_score(0.010, 0.005, 0.020) == pytest.approx(0.5)  # T_SOL above the floor: S itself
-    assert launch_floor.floor_aware_score(0.001, 0.005, 0.010) == pytest.approx(0.5)  # below: floor / T_cand
-    assert launch_floor.floor_aware_score(0.001, 0.005, 0.004) == pytest.approx(1.25)  # not clipped
-    assert launch_floor.floor_aware_score(None, 0.005, 0.01) is None
-    assert launch_floor.floor_aware_score(0.001, 0.005, None) is None
+    assert floor_aware_score(0.010, 0.005, 0.020) == pytest.approx(0.5)  # T_SOL above the floor: S itself
+    assert floor_aware_score(0.001, 0.005, 0.010) == pytest.approx(0.5)  # below: floor / T_cand
+    assert floor_aware_score(0.001, 0.005, 0.004) == pytest.approx(1.25)  # not clipped
+    assert floor_aware_score(None, 0.005, 0.01) is None
+    assert floor_aware_score(0.001, 0.005, None) is None
 
 
 def test_shapes_below_floor_grow_with_the_floor(catalog):

@@ -111,3 +111,27 @@ def test_score_cli_writes_markdown_and_json(catalog, tmp_path, capsys):
     assert cli_main(["score", str(run), "--problems", str(catalog.roots[0]), "--out", str(tmp_path / "table")]) == 0
     assert "| run-c |" in capsys.readouterr().out
     assert json.loads((tmp_path / "table.json").read_text())["rows"][0]["s_agg"] == pytest.approx(0.5)
+
+
+def test_dsl_adoption_is_not_applicable_when_nothing_was_profiled(catalog, tmp_path):
+    run = tmp_path / "cpu-run"
+    run.mkdir()
+    (run / "rms_norm.json").write_text(_result("rms_norm", [("0", True, None, None)]).model_dump_json())
+    table = main_table([run], catalog, "h200")
+    assert table.rows[0].dsl_adoption is None
+    assert "| n/a |" in render_markdown(table)
+
+
+def test_floor_aware_scores_stand_beside_s_when_a_floor_is_given(catalog, tmp_path):
+    assert scoring.floor_aware_score(0.010, 0.005, 0.020) == pytest.approx(0.5)  # T_SOL above the floor: S itself
+    assert scoring.floor_aware_score(0.001, 0.005, 0.004) == pytest.approx(1.25)  # below: floor / T_cand, not clipped
+    run = tmp_path / "run-f"
+    run.mkdir()
+    (run / "rms_norm.json").write_text(_result("rms_norm", [("0", True, 4 * T_SOL_MS, 1.0)]).model_dump_json())
+    plain = main_table([run], catalog, "h200")
+    assert plain.rows[0].s_floor_agg is None and "S_floor" not in render_markdown(plain)
+    table = main_table([run], catalog, "h200", floor_ms=2 * T_SOL_MS)
+    row, op = table.rows[0], table.rows[0].per_operator[0]
+    assert op.score == pytest.approx(0.25) and op.score_floor == pytest.approx(0.5)
+    assert row.s_agg == pytest.approx(0.25) and row.s_floor_agg == pytest.approx(0.5)
+    assert "S_floor_agg" in render_markdown(table)

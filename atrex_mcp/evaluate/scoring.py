@@ -73,6 +73,16 @@ def shape_score(t_sol_ms: float | None, time_ms: float | None) -> float | None:
     return t_sol_ms / time_ms
 
 
+def floor_aware_score(t_sol_ms: float | None, t_floor_ms: float, time_ms: float | None) -> float | None:
+    """S_floor_j = max(T_SOL, T_floor) / T_cand: a second score reported beside S_j, never
+    instead of it. T_floor is the smallest time the timing loop can report for one launch
+    (bench/launch_floor.py), so a shape whose T_SOL is below one launch does not score near 0
+    for every possible kernel; where T_SOL ≥ T_floor it equals S_j. Not clipped."""
+    if t_sol_ms is None:
+        return None
+    return shape_score(max(t_sol_ms, t_floor_ms), time_ms)
+
+
 def operator_score(shapes: Iterable[tuple[bool, float | None]]) -> tuple[float | None, str]:
     """S_i from (correct, S_j) pairs: (score, note when None)."""
     shapes = list(shapes)

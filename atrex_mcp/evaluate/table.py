@@ -10,8 +10,11 @@ than one with 3:
   operators with every shape correct;
 * DSL adoption: share of operators whose correct shapes spend at least half their device
   time in the candidate's own DSL kernels (median DSL share ≥ 0.5); an operator without a
-  correct, profiled shape does not adopt;
+  correct, profiled shape does not adopt; null (n/a) when no shape of the run was profiled
+  (CPU);
 * S_agg: Σ w_i·S_i over the catalog's operators with normalised weights (missing = 0);
+* S_floor_i / S_floor_agg, only when a launch floor T_floor is given: the same with
+  S_floor_j = max(T_SOL, T_floor)/T_cand (`scoring.floor_aware_score`), beside S, never instead;
 * vs torch.compile / vs eager: per operator the median over shapes of T_baseline / T_cand
   (both timed, candidate correct), then the median over operators.
 
@@ -46,6 +49,7 @@ class OperatorRow(BaseModel):
     correct: int = Field(description="Shapes correct.")
     correctness: float = Field(description="Share of shapes correct.")
     score: float | None = Field(description="S_i against the requested profile.")
+    score_floor: float | None = Field(default=None, description="S_floor_i: median S_floor_j = max(T_SOL, T_floor)/T_cand over correct shapes; null without a floor.")
     dsl_share: float | None = Field(description="Median DSL share over correct, profiled shapes.")
     dsl_dominant: bool = Field(description="dsl_share ≥ 0.5.")
     vs_torch_compile: float | None = Field(description="Median over shapes of T_torch.compile / T_cand.")
@@ -61,8 +65,9 @@ class RunRow(BaseModel):
     compile_rate: float = Field(description="Operator-balanced compile rate.")
     correctness: float = Field(description="Operator-balanced share of shapes correct.")
     fully_correct: float = Field(description="Share of operators with every shape correct.")
-    dsl_adoption: float = Field(description="Share of operators whose correct kernels are DSL-dominant.")
+    dsl_adoption: float | None = Field(description="Share of operators whose correct kernels are DSL-dominant; null when nothing was profiled.")
     s_agg: float | None = Field(description="Σ w_i·S_i over the catalog's operators (missing operators count 0).")
+    s_floor_agg: float | None = Field(default=None, description="Σ w_i·S_floor_i, as S_agg; null without a floor.")
     missing_operators: list[str] = Field(description="Catalog operators without a result (count 0 in S_agg).")
     vs_torch_compile: float | None = Field(description="Median over operators of the per-operator T_torch.compile/T_cand.")
     vs_eager: float | None = Field(description="Median over operators of the per-operator T_eager/T_cand.")
@@ -72,6 +77,7 @@ class RunRow(BaseModel):
 
 class MainTable(BaseModel):
     hardware: str = Field(description="Profile the scores are computed against.")
+    floor_ms: float | None = Field(default=None, description="T_floor of the S_floor columns (bench/launch_floor.py); null: not reported.")
     rows: list[RunRow] = Field(description="One row per run.")
 
 
@@ -100,44 +106,55 @@ def _ratios(result: EvalResult, baseline: EvalResult | None) -> float | None:
 
 
 def operator_row(result: EvalResult, catalog: Catalog | None, profile: str,
-                 eager: EvalResult | None, compiled: EvalResult | None) -> OperatorRow:
+                 eager: EvalResult | None, compiled: EvalResult | None, floor_ms: float | None = None) -> OperatorRow:
     reason = "no catalog" if catalog is None else scoring.profile_mismatch(profile, result.device.name)
     roofline = scoring.Roofline(None, profile, reason) if reason else scoring.Roofline.load(catalog, result.op, profile)
-    pairs, above = [], 0
+    pairs, aware, above = [], [], 0
     for s in result.shapes:
-        score = scoring.shape_score(roofline.t_sol_ms(s.id)[0], s.time_ms) if s.correct else None
+        t_sol = roofline.t_sol_ms(s.id)[0] if s.correct else None
+        score = scoring.shape_score(t_sol, s.time_ms)
         above += bool(score and score > 1.0)
         pairs.append((s.correct, score))
+        if floor_ms is not None:
+            aware.append((s.correct, scoring.floor_aware_score(t_sol, floor_ms, s.time_ms)))
     s_i, _ = scoring.operator_score(pairs)
+    s_floor_i = scoring.operator_score(aware)[0] if floor_ms is not None else None
     shares = [s.dsl_share for s in result.shapes if s.correct and s.dsl_share is not None]
     dsl = _median(shares)
     correct = sum(s.correct for s in result.shapes)
     return OperatorRow(op=result.op, compiled=result.compiled, shapes=len(result.shapes), correct=correct,
-                       correctness=correct / len(result.shapes) if result.shapes else 0.0, score=s_i, dsl_share=dsl,
+                       correctness=correct / len(result.shapes) if result.shapes else 0.0, score=s_i, score_floor=s_floor_i,
+                       dsl_share=dsl,
                        dsl_dominant=dsl is not None and dsl >= DSL_DOMINANT, vs_torch_compile=_ratios(result, compiled),
                        vs_eager=_ratios(result, eager), faster_than_sol=above)
 
 
 def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profile: str,
-            baselines: dict[tuple[str, str], EvalResult]) -> RunRow:
-    rows = [operator_row(r, catalog, profile, baselines.get((r.op, "eager")), baselines.get((r.op, "torch-compile")))
+            baselines: dict[tuple[str, str], EvalResult], floor_ms: float | None = None) -> RunRow:
+    rows = [operator_row(r, catalog, profile, baselines.get((r.op, "eager")), baselines.get((r.op, "torch-compile")), floor_ms)
             for r in sorted(results, key=lambda r: r.op)]
     n = len(rows) or 1
     failures = Counter(f"{s.stage}/{s.category}" for r in results for s in r.shapes if s.category)
-    s_agg, missing = (None, [])
+    profiled = any(s.dsl_share is not None for r in results for s in r.shapes)
+    s_agg, s_floor_agg, missing = None, None, []
     if catalog is not None:
         s_agg, missing = scoring.aggregate({row.op: row.score for row in rows}, catalog.weights())
+        if floor_ms is not None:
+            s_floor_agg, _ = scoring.aggregate({row.op: row.score_floor for row in rows}, catalog.weights())
     return RunRow(run=name, operators=len(rows), compile_rate=sum(r.compiled for r in rows) / n,
                   correctness=sum(r.correctness for r in rows) / n,
                   fully_correct=sum(r.correct == r.shapes and r.shapes > 0 for r in rows) / n,
-                  dsl_adoption=sum(r.dsl_dominant for r in rows) / n, s_agg=s_agg, missing_operators=missing,
+                  dsl_adoption=sum(r.dsl_dominant for r in rows) / n if profiled else None, s_agg=s_agg,
+                  s_floor_agg=s_floor_agg, missing_operators=missing,
                   vs_torch_compile=_median([r.vs_torch_compile for r in rows if r.vs_torch_compile is not None]),
                   vs_eager=_median([r.vs_eager for r in rows if r.vs_eager is not None]),
                   failures=dict(sorted(failures.items())), per_operator=rows)
 
 
-def main_table(run_dirs: list[Path], catalog: Catalog | None, profile: str, baseline_dirs: list[Path] = ()) -> MainTable:
-    """Rows for each run's candidates, plus a row per baseline found among the results."""
+def main_table(run_dirs: list[Path], catalog: Catalog | None, profile: str, baseline_dirs: list[Path] = (),
+               floor_ms: float | None = None) -> MainTable:
+    """Rows for each run's candidates, plus a row per baseline found among the results; with
+    `floor_ms`, the S_floor columns beside S."""
     baselines: dict[tuple[str, str], EvalResult] = {}
     runs: list[tuple[str, list[EvalResult]]] = []
     for d in [*run_dirs, *baseline_dirs]:
@@ -147,32 +164,42 @@ def main_table(run_dirs: list[Path], catalog: Catalog | None, profile: str, base
                 baselines[(r.op, r.candidate)] = r
         if d in run_dirs:
             runs.append((d.name, [r for r in results if r.candidate == "candidate"]))
-    rows = [run_row(name, results, catalog, profile, baselines) for name, results in runs if results]
+    rows = [run_row(name, results, catalog, profile, baselines, floor_ms) for name, results in runs if results]
     for kind in ("eager", "torch-compile"):
         found = [r for (op, k), r in baselines.items() if k == kind]
         if found:
-            rows.append(run_row(kind, found, catalog, profile, baselines))
-    return MainTable(hardware=profile, rows=rows)
+            rows.append(run_row(kind, found, catalog, profile, baselines, floor_ms))
+    return MainTable(hardware=profile, floor_ms=floor_ms, rows=rows)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
 def render_markdown(table: MainTable) -> str:
-    lines = [f"Scores against the `{table.hardware}` profile. Rates are operator-balanced.", "",
-             "| run | ops | compile | correct | fully correct | DSL adoption | S_agg | vs torch.compile | vs eager |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    floor = table.floor_ms is not None
+    lines = [f"Scores against the `{table.hardware}` profile. Rates are operator-balanced."
+             + (f" S_floor uses T_floor = {table.floor_ms * 1e3:.2f} µs." if floor else ""), "",
+             "| run | ops | compile | correct | fully correct | DSL adoption | S_agg |" + (" S_floor_agg |" if floor else "")
+             + " vs torch.compile | vs eager |",
+             "|---|---|---|---|---|---|---|" + ("---|" if floor else "") + "---|---|"]
     for r in table.rows:
         lines.append(f"| {r.run} | {r.operators} | {r.compile_rate:.0%} | {r.correctness:.0%} | {r.fully_correct:.0%} | "
-                     f"{r.dsl_adoption:.0%} | {_fmt(r.s_agg, 4)} | {_fmt(r.vs_torch_compile, 2)} | {_fmt(r.vs_eager, 2)} |")
+                     f"{_rate(r.dsl_adoption)} | {_fmt(r.s_agg, 4)} |" + (f" {_fmt(r.s_floor_agg, 4)} |" if floor else "")
+                     + f" {_fmt(r.vs_torch_compile, 2)} | {_fmt(r.vs_eager, 2)} |")
     for r in table.rows:
         lines += ["", f"### {r.run}", "",
-                  "| operator | compiled | correct | S_i | DSL share | vs torch.compile | vs eager | S>1 |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| operator | compiled | correct | S_i |" + (" S_floor_i |" if floor else "")
+                  + " DSL share | vs torch.compile | vs eager | S>1 |",
+                  "|---|---|---|---|" + ("---|" if floor else "") + "---|---|---|---|"]
         for o in r.per_operator:
-            lines.append(f"| {o.op} | {'yes' if o.compiled else 'no'} | {o.correct}/{o.shapes} | {_fmt(o.score, 4)} | "
-                         f"{_fmt(o.dsl_share, 2)} | {_fmt(o.vs_torch_compile, 2)} | {_fmt(o.vs_eager, 2)} | {o.faster_than_sol} |")
+            lines.append(f"| {o.op} | {'yes' if o.compiled else 'no'} | {o.correct}/{o.shapes} | {_fmt(o.score, 4)} |"
+                         + (f" {_fmt(o.score_floor, 4)} |" if floor else "")
+                         + f" {_fmt(o.dsl_share, 2)} | {_fmt(o.vs_torch_compile, 2)} | {_fmt(o.vs_eager, 2)} | {o.faster_than_sol} |")
         if r.failures:
             lines += ["", "| failure (stage/category) | shapes |", "|---|---|"]
             lines += [f"| {k} | {v} |" for k, v in r.failures.items()]

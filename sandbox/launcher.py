@@ -116,9 +116,13 @@ def _site_dirs() -> set[Path]:
 
 
 def import_paths() -> list[str]:
-    """The interpreter's import path as the worker gets it: this process's, minus the cwd."""
+    """The interpreter's import path as the worker gets it: this process's, minus the cwd, plus
+    the directory this `sandbox` package imports from (the worker runs `python -I`, so
+    PYTHONPATH does not reach it, and a checkout that is not installed is found only through
+    the cwd). In a checkout Landlock still allows only the sandbox package under that
+    directory (`landlock_rules`)."""
     paths = []
-    for entry in sys.path:
+    for entry in [*sys.path, str(Path(__file__).resolve().parent.parent)]:
         if entry and os.path.isdir(entry) and _real(entry) not in [_real(p) for p in paths]:
             paths.append(str(_real(entry)))
     return paths

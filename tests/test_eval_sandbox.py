@@ -4,6 +4,7 @@ DSL attribution rules."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,12 @@ def test_allow_list_never_reaches_a_protected_root(tmp_path):
     assert rules[str(scratch.resolve())] == landlock.READ_WRITE
     assert rules[str((ROOT / "sandbox").resolve())] == landlock.READ_EXEC
     assert str(ROOT) not in rules  # the checkout itself stays closed: only its sandbox package is open
+
+
+def test_worker_import_path_holds_the_package_root_even_when_only_the_cwd_had_it(monkeypatch):
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p and Path(p).resolve() != ROOT.resolve()] + [""])
+    paths = import_paths()
+    assert str(ROOT.resolve()) in paths and "" not in paths
 
 
 def test_landlock_is_available_or_says_why():

@@ -12,12 +12,14 @@ def register(subparsers) -> None:
     parser.add_argument("--baselines", nargs="*", type=Path, default=[], help="directories holding eager / torch-compile results")
     parser.add_argument("--hardware", default="h200", help="profile to score against (default h200)")
     parser.add_argument("--problems", type=Path, help="problem set root (default: the embedded set or ATREX_PROBLEMS)")
+    parser.add_argument("--floor", type=Path, help="launch-floor JSON (bench/launch_floor.py measure): adds S_floor columns beside S")
     parser.add_argument("--json", action="store_true", help="print the table as JSON instead of markdown")
     parser.add_argument("--out", type=Path, help="also write <out>.md and <out>.json")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
     import sys
 
     from atrex_mcp.catalog import Catalog
@@ -26,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         catalog = Catalog(args.problems) if args.problems else Catalog()
-        table = main_table(args.runs, catalog, args.hardware, args.baselines)
+        floor_ms = json.loads(args.floor.read_text()).get("floor_ms") if args.floor else None
+        table = main_table(args.runs, catalog, args.hardware, args.baselines, floor_ms)
     except AtrexError as exc:
         print(str(exc), file=sys.stderr)
         return 2

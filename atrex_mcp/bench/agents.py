@@ -61,20 +61,21 @@ def _int(value: object) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
+def _json_event(line: str) -> dict | None:
+    """One transcript line as a JSON object; None for anything else (a transcript mixes in plain text)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
 def _json_lines(path: Path) -> list[dict]:
-    events = []
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
+    return [event for event in map(_json_event, lines) if event is not None]
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -129,11 +130,8 @@ class ClaudeDriver:
 
     @staticmethod
     def describe(line: str) -> str | None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return None
-        if not isinstance(event, dict):
+        event = _json_event(line)
+        if event is None:
             return None
         if event.get("type") == "assistant":
             for block in (event.get("message") or {}).get("content") or []:
@@ -206,11 +204,8 @@ class CodexDriver:
 
     @staticmethod
     def describe(line: str) -> str | None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return None
-        if not isinstance(event, dict):
+        event = _json_event(line)
+        if event is None:
             return None
         item = event.get("item") or {}
         if event.get("type") == "item.started" and item.get("type") == "mcp_tool_call":

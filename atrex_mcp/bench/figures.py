@@ -68,13 +68,23 @@ def correctness_dsl(report: BenchReport, path: Path) -> None:
     plt.close(fig)
 
 
-def s_by_regime(report: BenchReport, path: Path) -> None:
+def _s_panel(report: BenchReport, path: Path, name: str, draw) -> None:
+    """The frame both S figures share: `draw(ax, timed_runs)` fills it, or it says why S is missing."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     timed = [r for r in report.runs if r.row.timed]
-    if not timed:
-        _not_measured(ax, _untimed_text(report))
+    if timed:
+        draw(ax, timed)
     else:
+        _not_measured(ax, _untimed_text(report))
+    ax.set_title(FIGURES[name])
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+
+
+def s_by_regime(report: BenchReport, path: Path) -> None:
+    def draw(ax, timed) -> None:
         spread = 0.8 / len(timed)
         for j, run in enumerate(timed):
             for i, regime in enumerate(REGIMES):
@@ -87,19 +97,12 @@ def s_by_regime(report: BenchReport, path: Path) -> None:
         ax.set_ylabel(f"S_i on {report.hardware} (1 = speed of light)")
         ax.axhline(1.0, color="#999999", linestyle=":", linewidth=1)
         ax.legend(fontsize=8)
-    ax.set_title(FIGURES["s_by_regime.png"])
-    fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
-    plt.close(fig)
+
+    _s_panel(report, path, "s_by_regime.png", draw)
 
 
 def s_vs_weight(report: BenchReport, path: Path) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    timed = [r for r in report.runs if r.row.timed]
-    if not timed:
-        _not_measured(ax, _untimed_text(report))
-    else:
+    def draw(ax, timed) -> None:
         for j, run in enumerate(timed):
             points = [(line.weight, line.score, line.op) for line in run.operators if line.weight and line.score is not None]
             ax.scatter([p[0] for p in points], [p[1] for p in points], s=22, alpha=0.8, color=f"C{j}", label=run.row.run)
@@ -109,10 +112,8 @@ def s_vs_weight(report: BenchReport, path: Path) -> None:
         ax.set_xlabel("production weight w_i (normalised)")
         ax.set_ylabel(f"S_i on {report.hardware}")
         ax.legend(fontsize=8)
-    ax.set_title(FIGURES["s_vs_weight.png"])
-    fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
-    plt.close(fig)
+
+    _s_panel(report, path, "s_vs_weight.png", draw)
 
 
 def draw_all(report: BenchReport, out_dir: Path) -> dict[str, Path]:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import re
 import shutil
 import sys
 import tempfile
@@ -35,21 +33,10 @@ import anyio  # noqa: E402
 from mcp import Client  # noqa: E402
 
 from atrex_mcp.server import ServerConfig, build_server  # noqa: E402
+from tests.server_fixtures import live_children, with_hanging_forward  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "rms_norm_triton.py"
-HANGING = re.sub(r"(\n    def forward\(self.*\n)", r"\1        time.sleep(600)\n", "import time\n" + EXAMPLE.read_text(), count=1)
-
-
-def _children() -> set[int]:
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
-            found.add(int(stat.parent.name))
-    return found
+HANGING = with_hanging_forward(EXAMPLE.read_text(), 600)
 
 
 async def _validate_all(workspace: Path, mode: str, shapes: list[str] | None) -> dict:
@@ -103,7 +90,7 @@ async def _queue(workspace: Path) -> dict:
 async def _cancel(workspace: Path) -> dict:
     cfg = ServerConfig(workspaces=[workspace], state_dir=workspace / "state")
     (workspace / "hang.py").write_text(HANGING)
-    before = _children()
+    before = live_children()
     timeline: dict[str, float] = {}
     async with Client(build_server(cfg)) as client:
         running = anyio.Event()
@@ -131,16 +118,16 @@ async def _cancel(workspace: Path) -> dict:
             tg.start_soon(hang)
             await running.wait()
             timeline["hanging_running"] = time.monotonic() - t0
-            hanging_workers = _children() - before
+            hanging_workers = live_children() - before
             tg.start_soon(follower)
             await anyio.sleep(1.0)
             scope.cancel()
             timeline["cancelled"] = time.monotonic() - t0
-            while hanging_workers & _children() and time.monotonic() - t0 < 120:
+            while hanging_workers & live_children() and time.monotonic() - t0 < 120:
                 await anyio.sleep(0.1)
             timeline["worker_gone"] = time.monotonic() - t0
     return {"timeline_s": timeline, "hanging_workers": sorted(hanging_workers),
-            "hanging_workers_left": sorted(hanging_workers & _children())}
+            "hanging_workers_left": sorted(hanging_workers & live_children())}
 
 
 def main() -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import socket
 import subprocess
 import time
@@ -69,13 +71,30 @@ def hidden_figures(op: str, root: Path | None = None) -> tuple[set[float], set[s
 def leaks(text: str, numbers: set[float], strings: set[str]) -> list[str]:
     """Hidden figures found in `text` as whole numbers: each figure as stored (its shortest repr)
     or rounded to 4-16 significant digits; and each hidden string."""
-    import re
-
     found = [s for s in strings if s in text]
     tokens = set(re.findall(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+(?=[eE]))(?:[eE][-+]?\d+)?(?![\w]|\.\d)", text))
     for value in numbers:
         forms = {repr(value)} | {f"{value:.{d}g}" for d in range(4, 17)}
         found += sorted(forms & tokens)
+    return found
+
+
+def with_hanging_forward(source: str, seconds: int) -> str:
+    """A candidate whose forward sleeps `seconds` before its work: only cancellation ends its
+    evaluation early."""
+    return re.sub(r"(\n    def forward\(self.*\n)", rf"\1        time.sleep({seconds})\n", "import time\n" + source, count=1)
+
+
+def live_children() -> set[int]:
+    """Live (non-zombie) processes whose parent is this process: the sandbox workers it started."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            found.add(int(stat.parent.name))
     return found
 
 

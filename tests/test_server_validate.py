@@ -4,8 +4,6 @@ queue positions, cancellation killing the sandbox worker, and the packaged artif
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -14,14 +12,14 @@ import anyio
 import pytest
 
 from atrex_mcp.paths import REPO_ROOT
-from tests.server_fixtures import ERAS, config, connect
+from tests.server_fixtures import ERAS, config, connect, live_children, with_hanging_forward
 
 pytestmark = pytest.mark.anyio
 
 EXAMPLE = REPO_ROOT / "examples" / "rms_norm_triton.py"
 SMOKE = {"op": "rms_norm", "shapes": ["smoke"], "seeds": 1}
 # The example with a forward that hangs: only cancellation ends its evaluation early.
-SLOW_FORWARD = re.sub(r"(\n    def forward\(self.*\n)", r"\1        time.sleep(120)\n", "import time\n" + EXAMPLE.read_text(), count=1)
+SLOW_FORWARD = with_hanging_forward(EXAMPLE.read_text(), 120)
 
 
 @pytest.fixture
@@ -80,22 +78,9 @@ async def test_concurrent_calls_queue_and_report_positions(tmp_path):
     assert any("queued, position 1 of 1" in m for m in messages[1])
 
 
-def _children() -> set[int]:
-    """Live (non-zombie) processes whose parent is this test process."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
-            found.add(int(stat.parent.name))
-    return found
-
-
 async def test_cancelling_a_call_kills_its_worker(tmp_path):
     assert "time.sleep(120)" in SLOW_FORWARD
-    before = _children()
+    before = live_children()
     async with connect(config(tmp_path)) as client:
         started = anyio.Event()
 
@@ -107,13 +92,13 @@ async def test_cancelling_a_call_kills_its_worker(tmp_path):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(lambda: client.call_tool("validate", {**SMOKE, "source": SLOW_FORWARD}, progress_callback=progress))
                 await started.wait()
-                assert _children() - before, "the sandbox worker should be running"
+                assert live_children() - before, "the sandbox worker should be running"
                 tg.cancel_scope.cancel()
         assert not scope.cancelled_caught
         deadline = time.monotonic() + 30
-        while _children() - before and time.monotonic() < deadline:
+        while live_children() - before and time.monotonic() < deadline:
             await anyio.sleep(0.2)
-    assert not _children() - before
+    assert not live_children() - before
 
 
 @pytest.mark.parametrize("era", ERAS)

@@ -19,21 +19,28 @@ def test_problems_check_passes_for_every_operator(catalog):
     assert all({c.name for c in r.checks} == {"finite", "seed_varies", "zeros", "constant", "input", "other_seed"} for r in results)
 
 
-def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
-    """A reference whose output ignores its input: seed-insensitive, and 'other seed' passes."""
-    op = tmp_path / "constant_op"
-    op.mkdir()
-    (op / "reference.py").write_text(
+def _toy_problem(root, op: str, returns: str, shapes: str) -> Catalog:
+    """A one-input problem under `root` whose reference returns `returns` (an expression of x),
+    with `shapes` as the body of shapes.json's "shapes" list."""
+    folder = root / op
+    folder.mkdir()
+    (folder / "reference.py").write_text(
         "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
-        "    def forward(self, x):\n        return torch.ones_like(x) * 3\n"
+        f"    def forward(self, x):\n        return {returns}\n"
     )
-    (op / "input.py").write_text(
+    (folder / "input.py").write_text(
         "import torch\n\n\ndef make_inputs(*, seed, device='cpu', n):\n"
         "    return {'x': torch.randn(n, generator=torch.Generator(device=device).manual_seed(seed), device=device)}\n"
     )
-    (op / "shapes.json").write_text('{"op": "constant_op", "shapes": [{"id": "0", "init": {}, "inputs": {"n": 8}},'
-                                    ' {"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 8}}]}')
-    result = check_problem(Catalog(tmp_path), "constant_op")
+    (folder / "shapes.json").write_text(f'{{"op": "{op}", "shapes": [{shapes}]}}')
+    return Catalog(root)
+
+
+def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
+    """A reference whose output ignores its input: seed-insensitive, and 'other seed' passes."""
+    catalog = _toy_problem(tmp_path, "constant_op", "torch.ones_like(x) * 3",
+                           '{"id": "0", "init": {}, "inputs": {"n": 8}}, {"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 8}}')
+    result = check_problem(catalog, "constant_op")
     verdicts = {c.name: c.passed for c in result.checks}
     assert not result.passed
     assert verdicts["seed_varies"] is False and verdicts["other_seed"] is False and verdicts["constant"] is False
@@ -41,16 +48,6 @@ def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
 
 
 def test_nan_output_fails_finite(tmp_path):
-    op = tmp_path / "nan_op"
-    op.mkdir()
-    (op / "reference.py").write_text(
-        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
-        "    def forward(self, x):\n        return x.log()\n"
-    )
-    (op / "input.py").write_text(
-        "import torch\n\n\ndef make_inputs(*, seed, device='cpu', n):\n"
-        "    return {'x': torch.randn(n, generator=torch.Generator(device=device).manual_seed(seed), device=device)}\n"
-    )
-    (op / "shapes.json").write_text('{"op": "nan_op", "shapes": [{"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 64}}]}')
-    finite = check_problem(Catalog(tmp_path), "nan_op").checks[0]
+    catalog = _toy_problem(tmp_path, "nan_op", "x.log()", '{"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 64}}')
+    finite = check_problem(catalog, "nan_op").checks[0]
     assert finite.name == "finite" and not finite.passed and "NaN" in finite.detail

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from atrex_mcp.catalog import Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.evaluate.leakguard import LeakGuard
+from atrex_mcp.evaluate.leakguard import FIGURE, LeakGuard
 from atrex_mcp.evaluate.models import EvalResult, ShapeResult
 from atrex_mcp.tool_models import Mode, ShapeInfo, ShapeRoofline, ShapeVerdict, ValidateResult
 
@@ -34,9 +34,6 @@ WITHHELD = f"[withheld: this text quoted evaluator-only data, {HIDDEN}]"
 SOL_INCIDENTS = frozenset({"faster_than_sol"})
 # Keys of the hidden files: a text quoting one as a mapping key ('"t_sol_ms": …') is a dump of them.
 _HIDDEN_KEY = re.compile(r"""["'](?:production_us|t_sol_ms|production_note|weight_raw|raw_sum|deviations)["']\s*:""")
-
-# A number as a whole token: not part of a longer number or name (a sentence's full stop may follow).
-_FIGURE = re.compile(r"(?<![\w.])\d*\.?\d+(?:[eE][-+]?\d+)?(?![\w]|\.\d)")
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -57,7 +54,7 @@ class Redactor:
         strings: set[str] = set()
         for op in self._catalog.names():
             for secret in LeakGuard.for_problem(self._catalog, op).secrets:
-                if _FIGURE.fullmatch(secret.lstrip("-")):
+                if FIGURE.fullmatch(secret.lstrip("-")):
                     if not secret.lstrip("-").isdigit():
                         figures.add(secret.lstrip("-"))
                 else:
@@ -67,7 +64,7 @@ class Redactor:
     def __call__(self, text: str) -> str:
         figures, strings = self._secrets
         if (_HIDDEN_KEY.search(text) or any(secret in text for secret in strings)
-                or any(token in figures for token in _FIGURE.findall(text))):
+                or any(token in figures for token in FIGURE.findall(text))):
             return WITHHELD
         return text
 

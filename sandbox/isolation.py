@@ -86,9 +86,11 @@ def drop_capabilities(report: IsolationReport) -> None:
     report.capabilities_dropped = True
 
 
-def enter(rlimits: dict[str, int], landlock_rules: dict[str, int] | None) -> IsolationReport:
+def enter(rlimits: dict[str, int], landlock_rules: dict[str, int] | None, tcp_ports: list[int] | None = None,
+          abstract_unix: bool = False) -> IsolationReport:
     """Apply every mechanism this process can; the report says which ones held.
-    `landlock_rules` None means Landlock was switched off by the operator (recorded)."""
+    `landlock_rules` None means Landlock was switched off by the operator (recorded);
+    `tcp_ports`/`abstract_unix` are the openings a profiler wrapping the worker needs."""
     report = IsolationReport(uid=os.getuid(), gid=os.getgid(), groups=os.getgroups())
     apply_rlimits(rlimits, report)
     if os.geteuid() == 0:
@@ -97,7 +99,7 @@ def enter(rlimits: dict[str, int], landlock_rules: dict[str, int] | None) -> Iso
         report.landlock = asdict(landlock.LandlockReport(abi=landlock.abi_version(), error="disabled by ATREX_SANDBOX_LANDLOCK=0"))
         report.warnings.append("Landlock disabled by ATREX_SANDBOX_LANDLOCK=0: hidden files are protected by uid and permissions only")
         return report
-    result = landlock.restrict(landlock_rules)
+    result = landlock.restrict(landlock_rules, tcp_ports=tcp_ports or [], abstract_unix=abstract_unix)
     report.landlock = asdict(result)
     if not result.enforced:
         report.warnings.append(f"Landlock not enforced: {result.error}")

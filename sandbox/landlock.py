@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
 _CREATE_RULESET_VERSION = 1
-_RULE_PATH_BENEATH = 1
+_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
 
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
@@ -44,6 +44,11 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 @dataclass
 class LandlockReport:
     """What was enforced, for the evaluation record."""
@@ -52,6 +57,7 @@ class LandlockReport:
     enforced: bool = False
     handles: list[str] = field(default_factory=list)
     skipped_paths: list[str] = field(default_factory=list)
+    tcp_ports: list[int] = field(default_factory=list)  # TCP ports still allowed (a profiler's channel)
     error: str = ""
 
 
@@ -68,9 +74,12 @@ def abi_version() -> int:
     return max(int(version), 0)
 
 
-def restrict(rules: dict[str, int]) -> LandlockReport:
+def restrict(rules: dict[str, int], tcp_ports: list[int] | tuple[int, ...] = (), abstract_unix: bool = False) -> LandlockReport:
     """Allow only `rules` (path → rights, applied beneath a directory); deny all other file
-    access, TCP, and signals/abstract sockets leaving the sandbox where the ABI can."""
+    access, TCP, and signals/abstract sockets leaving the sandbox where the ABI can.
+
+    `tcp_ports` may still be bound and connected to, and `abstract_unix` leaves abstract unix
+    sockets unscoped: what a profiler's injected library needs to reach its front end."""
     report = LandlockReport(abi=abi_version())
     if report.abi < 1:
         report.error = "Landlock is not available on this kernel"
@@ -86,9 +95,9 @@ def restrict(rules: dict[str, int]) -> LandlockReport:
         size = 16
         report.handles.append("tcp")
     if report.abi >= 6:
-        attr.scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL
+        attr.scoped = _SCOPE_SIGNAL | (0 if abstract_unix else _SCOPE_ABSTRACT_UNIX)
         size = 24
-        report.handles.append("signals+abstract-unix")
+        report.handles.append("signals" if abstract_unix else "signals+abstract-unix")
     ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         report.error = f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
@@ -109,6 +118,12 @@ def restrict(rules: dict[str, int]) -> LandlockReport:
                     report.skipped_paths.append(f"{path} ({os.strerror(ctypes.get_errno())})")
             finally:
                 os.close(fd)
+        for port in tcp_ports if report.abi >= 4 else ():
+            rule = _NetPortAttr(allowed_access=_NET_BIND_TCP | _NET_CONNECT_TCP, port=port)
+            if libc.syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                report.error = f"landlock_add_rule(port {port}): {os.strerror(ctypes.get_errno())}"
+                return report
+            report.tcp_ports.append(port)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             report.error = f"prctl(NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}"
             return report

@@ -82,6 +82,10 @@ class LaunchSpec:
     # namespaces and after the uid switch, so it is confined with the worker it wraps.
     wrapper: list[str] = field(default_factory=list)
     read_roots: list[Path] = field(default_factory=list)  # extra read/execute roots for the worker (a wrapper's injected libraries)
+    # Openings a wrapper's injected library needs to talk to its front end (ncu: TCP from port 49152,
+    # abstract unix sockets); both stay closed unless the wrapper asks for them.
+    tcp_ports: list[int] = field(default_factory=list)
+    abstract_unix: bool = False
     file_size_bytes: int = 16 << 30
     start_timeout_s: float = 180.0
     # Off only to diagnose a machine where Landlock breaks the DSL toolchain: ATREX_SANDBOX_LANDLOCK=0.
@@ -327,7 +331,8 @@ class Worker:
             rlimits["NPROC"] = 4096
         rules = landlock_rules(self.spec, sys_path) if self.spec.landlock else {}
         init = {**init, "rlimits": rlimits, "landlock": rules, "use_landlock": self.spec.landlock,
-                "proc_self_rights": landlock.READ}
+                "proc_self_rights": landlock.READ, "tcp_ports": list(self.spec.tcp_ports),
+                "abstract_unix": self.spec.abstract_unix}
         reply = self.request("init", init, timeout_s=self.spec.start_timeout_s, poll=poll)
         reply["start_s"] = time.perf_counter() - t0
         return reply

@@ -8,6 +8,9 @@ Per timed call: L2 is flushed by writing a buffer of 2× L2 size and a GPU spin 
 stream busy while the host launches (both outside the timed region), then
     start.record(); out = fn(inputs[order[i]]); end.record(); synchronize device; after.record()
 and a digest of the output is queued (untimed); an output older than one round of sets is poisoned.
+The loop holds up to one output per input set, so before it the caching allocator is given
+that many blocks of each output's size (allocated, then freed): the timed calls' outputs come
+from its cache, as in a serving loop, and no call pays for a cudaMalloc the harness caused.
 So `fn` must return what it computed (a tensor, or a tuple/list/dict of tensors): a bench
 script timing a bare launch returns the tensor that launch wrote.
 `end − start` is the call on its stream; `after − start` also covers work left running on
@@ -172,6 +175,18 @@ def _device_of(inputs: dict[str, Any]) -> torch.device:
     return next((t.device for t in inputs.values() if isinstance(t, torch.Tensor)), torch.device("cuda"))
 
 
+def _output_blocks(value: Any, protected: set[int]) -> list[tuple[int, torch.device]]:
+    """(bytes, device) of each CUDA output tensor's storage that is not an input's."""
+    return [(t.untyped_storage().nbytes(), t.device) for t in _tensors(value)
+            if type(t) is torch.Tensor and t.is_cuda and t.untyped_storage().data_ptr() not in protected]
+
+
+def _reserve_cached_blocks(blocks: list[tuple[int, torch.device]], copies: int) -> None:
+    """Allocate `copies` blocks of each size and free them: the caching allocator keeps them."""
+    held = [torch.empty(size, dtype=torch.uint8, device=device) for size, device in blocks for _ in range(copies)]
+    del held
+
+
 def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_inputs: dict[str, Any],
                input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int) -> TimedRun:
     """Warm up on a separate input set, then `calls` timed calls over `input_sets` in `call_order`.
@@ -186,12 +201,15 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
     protected = storages(warmup_inputs).union(*(storages(s) for s in input_sets))
 
     host_s = []
+    output_bytes: list[tuple[int, torch.device]] = []
     for _ in range(warmup):
         t0 = perf()
         out = fn(warmup_inputs)
         host_s.append(perf() - t0)  # the host's time to launch one call (GPU work is asynchronous)
+        output_bytes = _output_blocks(out, protected)
         _poison(out, protected)
         sync()
+    _reserve_cached_blocks(output_bytes, copies=len(input_sets) + 2)
     spin_us = min(1000.0, 1.5 * statistics.median(host_s) * 1e6 + 20.0)
     cycles = int(spin_us * SPIN_CYCLES_PER_US)
 

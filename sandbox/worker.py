@@ -131,7 +131,8 @@ class Worker:
         self.make_inputs = module.make_inputs
         rules = dict(msg["landlock"])
         rules[f"/proc/{os.readlink('/proc/self')}"] = msg["proc_self_rights"]  # the pid procfs knows, even in a PID namespace
-        report = isolation.enter(msg["rlimits"], rules if msg.get("use_landlock", True) else None)
+        report = isolation.enter(msg["rlimits"], rules if msg.get("use_landlock", True) else None,
+                                 tcp_ports=msg.get("tcp_ports", []), abstract_unix=msg.get("abstract_unix", False))
         return {"isolation": isolation.as_dict(report), "versions": versions, "device": info, "cuda_init_s": cuda_s,
                 "init_s": time.perf_counter() - t0}
 

@@ -3,6 +3,7 @@ DSL attribution rules."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -90,3 +91,46 @@ def test_triton_adapter_reads_own_kernels_from_the_source():
 def test_dsl_share_is_time_weighted():
     assert dsl_share([("a", 3.0, CANDIDATE_DSL), ("b", 1.0, FRAMEWORK)]) == 0.75
     assert dsl_share([]) is None
+
+
+_TCP_PROBE = """
+import json, socket, sys
+from sandbox import landlock
+allowed, closed = int(sys.argv[1]), int(sys.argv[2])
+report = landlock.restrict({}, tcp_ports=[allowed])
+outcome = {"enforced": report.enforced, "handles": report.handles, "ports": report.tcp_ports}
+for name, port in (("allowed", allowed), ("closed", closed)):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        outcome[name] = "connected"
+    except OSError as exc:
+        outcome[name] = type(exc).__name__
+    finally:
+        s.close()
+print(json.dumps(outcome))
+"""
+
+
+@pytest.mark.skipif(landlock.abi_version() < 4, reason="Landlock ABI < 4: this kernel cannot restrict TCP")
+def test_landlock_keeps_only_the_profiler_ports_open_for_tcp():
+    """A profiler's channel (ncu's ports) stays usable; any other TCP connect is refused."""
+    import socket
+    import subprocess
+    import sys
+
+    listeners = [socket.socket() for _ in range(2)]
+    try:
+        for s in listeners:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+        allowed, closed = (s.getsockname()[1] for s in listeners)
+        done = subprocess.run([sys.executable, "-c", _TCP_PROBE, str(allowed), str(closed)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        for s in listeners:
+            s.close()
+    outcome = json.loads(done.stdout)
+    assert outcome["enforced"] and "tcp" in outcome["handles"] and outcome["ports"] == [allowed]
+    assert outcome["allowed"] == "connected"
+    assert outcome["closed"] == "PermissionError"

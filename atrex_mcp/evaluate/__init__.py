@@ -21,7 +21,7 @@ _EXPORTS = {
     "CompareResult": "atrex_mcp.evaluate.compare",
     "open_session": "atrex_mcp.evaluate.workers",
     "time_interleaved": "atrex_mcp.evaluate.workers",
-    "LaunchOptions": "atrex_mcp.evaluate.workers",
+    "LaunchOptions": "atrex_mcp.evaluate.evaluator",
     "CandidateWorker": "atrex_mcp.evaluate.workers",
     "CandidateFailed": "atrex_mcp.evaluate.workers",
     "InterleavedTimes": "atrex_mcp.evaluate.workers",

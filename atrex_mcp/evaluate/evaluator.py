@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,16 @@ def _fail(result: ShapeResult, failure: Failure | OutputRejected) -> ShapeResult
     result.correct = False
     result.stage, result.category, result.message = failure.stage, failure.category, failure.message
     return result
+
+
+@dataclass
+class LaunchOptions:
+    """How the worker process is started, beyond what the evaluator always does."""
+
+    extra_env: dict[str, str] = field(default_factory=dict)  # added to the worker's minimal environment (e.g. ncu's)
+    wrapper: list[str] = field(default_factory=list)  # argv placed before the worker's interpreter, e.g. [ncu, --nvtx, …]
+    tcp_ports: list[int] = field(default_factory=list)  # TCP ports the wrapper's injected library may still use
+    abstract_unix: bool = False  # abstract unix sockets the wrapper's injected library may still reach
 
 
 class _Evaluation:
@@ -340,7 +351,7 @@ class _Evaluation:
             result.score_note = "S > 1: faster than the speed of light — an evaluation error, reported and not clipped"
 
     # -- driver -----------------------------------------------------------------------------
-    def open_session(self, scratch: Path, extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None) -> Session:
+    def open_session(self, scratch: Path, launch: LaunchOptions | None = None) -> Session:
         """Fill `scratch` with the candidate and the visible problem files and describe its
         worker (not started yet). Other judges use atrex_mcp.evaluate.workers.open_session."""
         (scratch / "io").mkdir(exist_ok=True)
@@ -348,10 +359,11 @@ class _Evaluation:
         (scratch / "input.py").write_text(self.problem.input_source)
         (scratch / "shapes.json").write_text(self.problem.shapes_json)
         (scratch / CANDIDATE_FILE).write_text(self.source)
+        launch = launch or LaunchOptions()
         spec = LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, []),
-                          env={**self.adapter.worker_env(self.cuda), **(extra_env or {})},
+                          env={**self.adapter.worker_env(self.cuda), **launch.extra_env},
                           host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES,
-                          wrapper=list(wrapper or []))
+                          wrapper=list(launch.wrapper), tcp_ports=list(launch.tcp_ports), abstract_unix=launch.abstract_unix)
         rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
         return Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
                        load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],

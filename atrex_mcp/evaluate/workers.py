@@ -18,13 +18,13 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import device
-from atrex_mcp.evaluate.evaluator import _Evaluation
+from atrex_mcp.evaluate.evaluator import LaunchOptions, _Evaluation
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
 from sandbox.launcher import Cancelled
@@ -39,14 +39,6 @@ class CandidateFailed(Exception):
     def __init__(self, what: str, failure: Failure | ShapeResult, which: str | None = None):
         super().__init__(f"{what}: {failure.category}: {failure.message[:500]}")
         self.what, self.failure, self.which = what, failure, which
-
-
-@dataclass
-class LaunchOptions:
-    """How the worker process is started, beyond what the evaluator always does."""
-
-    extra_env: dict[str, str] = field(default_factory=dict)  # added to the worker's minimal environment (e.g. ncu's)
-    wrapper: list[str] = field(default_factory=list)  # argv placed before the worker's interpreter, e.g. [ncu, --nvtx, …]
 
 
 class CandidateWorker:
@@ -104,7 +96,7 @@ def open_session(catalog: Catalog, op: str, source: str, *, shapes: list[str], h
     launch = launch or LaunchOptions()
     with ExitStack() as stack:
         where = scratch or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="atrex-worker-")))
-        session = evaluation.open_session(where, extra_env=launch.extra_env, wrapper=launch.wrapper)
+        session = evaluation.open_session(where, launch)
         stack.callback(session.stop)
         try:
             failure = session.start(first=True)

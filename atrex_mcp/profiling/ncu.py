@@ -54,6 +54,7 @@ def ncu_executable() -> str | None:
 
 
 DEFAULT_LAUNCH_COUNT = 3
+NCU_PORTS = range(49152, 49152 + 64)  # ncu's default --port and --max-connections: its front end listens there
 PASSES = re.compile(r"(\d+) pass(?:es)?\b")
 
 

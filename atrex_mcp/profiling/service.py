@@ -30,7 +30,10 @@ from atrex_mcp.profiling.sass import sass_facts_from_cache
 Progress = Callable[[str, float], None]
 PROFILED_CALLS = 2
 MAX_LAUNCHES_PER_FORWARD = 8  # --launch-count = PROFILED_CALLS x this; a longer forward is profiled in part (said in the note)
-CAPTURE_TIMEOUT_S = 45.0  # a capture that takes longer is not going to finish: fall back and say why
+CAPTURE_TIMEOUT_S = 45.0
+# Whether the profiled worker's Landlock domain keeps ncu's TCP ports and abstract unix sockets
+# open (the injected library connects at CUDA initialisation, before the domain is entered).
+OPEN_NCU_CHANNEL = False  # a capture that takes longer is not going to finish: fall back and say why
 FALLBACK_NOTE_GPU = ("torch.profiler fallback, not Nsight Compute: per-kernel device times of one profiled forward only; "
                      "no hardware counters, so the bottleneck rests on the roofline and kernel durations alone.")
 FALLBACK_NOTE_CPU = ("torch.profiler fallback on CPU under the Triton interpreter: no GPU ran, so there are no kernel times and no "
@@ -76,9 +79,10 @@ class _Deadline(threading.Event):
 
 def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roofline: dict | None, hardware: str = "h200",
                      cancel: threading.Event | None = None, ncu: str | None = None,
-                     timeout_s: float = CAPTURE_TIMEOUT_S) -> ProfileReport:
+                     timeout_s: float = CAPTURE_TIMEOUT_S, open_channel: bool = OPEN_NCU_CHANNEL) -> ProfileReport:
     """Nsight Compute on the forward's kernels, with ncu wrapping the sandbox worker; AtrexError
-    when ncu is absent, fails, runs past `timeout_s`, or captures no kernel."""
+    when ncu is absent, fails, runs past `timeout_s`, or captures no kernel. `open_channel`
+    leaves ncu's TCP ports and abstract unix sockets open in the worker's Landlock domain."""
     from atrex_mcp.evaluate import NVTX_FORWARD, CandidateFailed, LaunchOptions, open_session
     from atrex_mcp.evaluate.dsl import adapter, dsl_share
 
@@ -104,7 +108,8 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
             problem = ""
             try:
                 with open_session(catalog, op, source, shapes=[shape], hardware=hardware, seeds=1, timeout_s=left_s,
-                                  launch=LaunchOptions(wrapper=wrapper), scratch=scratch, cancel=_Deadline(left_s, cancel)) as worker:
+                                  launch=LaunchOptions(wrapper=wrapper, tcp_ports=list(ncu_mod.NCU_PORTS) if open_channel else [],
+                                                      abstract_unix=open_channel), scratch=scratch, cancel=_Deadline(left_s, cancel)) as worker:
                     checked = worker.check(shape)
                     if not checked.correct:
                         raise AtrexError("correctness", "profile_of_failing_kernel",

@@ -2,14 +2,16 @@
 
     python3 bench/ncu_probe.py [--out bench/results/ncu_probe_h200.json] [--shape 2]
 
-profile_kernel wraps the evaluator's sandbox worker in ncu. The worker enters its Landlock
-domain after CUDA initialisation; whether ncu's injected library still needs new TCP
-connections or abstract unix sockets after that is what this settles. Variants, in order, until
-one captures kernels: `strict` (the worker's normal domain), `open_channel` (ncu's TCP ports and
-abstract unix sockets left open), `landlock_off` (ATREX_SANDBOX_LANDLOCK=0: uid, namespaces and
-rlimits only). When none does, ncu runs once on a trusted script outside any sandbox, to tell a
-sandbox problem from an ncu problem. Every variant's outcome (kernels captured, or the error
-with ncu's last lines) is recorded.
+profile_kernel wraps the evaluator's sandbox worker in ncu. On the H200 (2026-11-30) ncu
+captured kernels with Landlock off and crashed the worker (SIGSEGV in "Failed to profile") with
+the worker's normal domain, with or without ncu's TCP ports and abstract unix sockets open. So
+this probe layers openings on the normal domain until a capture succeeds, then drops each
+opening of the working set in turn to find the ones needed: `channel` (ncu's TCP ports and
+abstract unix sockets), `shm` (/dev/shm read-write), `tmp` (/tmp read-write), `dev` (/dev
+read-write), `read_all` (/ readable, protected roots still left out), `write_all` (/ writable,
+protected roots still left out). `landlock_off` runs too, as the control. Each variant's outcome
+(kernels captured, or the error with ncu's last lines) is recorded; the minimal working set is
+what `atrex_mcp.profiling.ncu.NCU_OPENINGS` should hold.
 """
 
 from __future__ import annotations
@@ -32,35 +34,78 @@ from atrex_mcp.catalog import Catalog  # noqa: E402
 from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.profiling import ncu as ncu_mod  # noqa: E402
 from atrex_mcp.profiling.service import capture_counters  # noqa: E402
+from sandbox import landlock  # noqa: E402
+
+OPENINGS = {
+    "channel": {"tcp_ports": ncu_mod.NCU_PORTS, "abstract_unix": True},
+    "shm": {"paths": (("/dev/shm", landlock.READ_WRITE),)},
+    "tmp": {"paths": (("/tmp", landlock.READ_WRITE),)},
+    "dev": {"paths": (("/dev", landlock.READ_WRITE),)},
+    "read_all": {"paths": (("/", landlock.READ_EXEC),)},
+    "write_all": {"paths": (("/", landlock.READ_WRITE),)},
+}
+LAYERS = [["channel"], ["channel", "shm"], ["channel", "shm", "tmp"], ["channel", "shm", "tmp", "dev"],
+          ["channel", "shm", "tmp", "dev", "read_all"], ["channel", "write_all"]]
+
+
+def openings_of(names: list[str]) -> ncu_mod.SandboxOpenings:
+    """The union of the named openings."""
+    ports: tuple[int, ...] = ()
+    abstract, paths = False, ()
+    for name in names:
+        part = OPENINGS[name]
+        ports = ports or tuple(part.get("tcp_ports", ()))
+        abstract = abstract or part.get("abstract_unix", False)
+        paths += tuple(part.get("paths", ()))
+    return ncu_mod.SandboxOpenings(tcp_ports=ports, abstract_unix=abstract, paths=paths)
 
 EXAMPLE = ROOT / "examples" / "rms_norm_triton.py"
 TRUSTED = "import torch; x = torch.ones(1 << 20, device='cuda'); y = (x * 2).sum(); torch.cuda.synchronize(); print(float(y))"
 
 
-def _variant(name: str, shape: str, timeout_s: float) -> dict:
+def _variant(names: list[str] | None, shape: str, timeout_s: float) -> dict:
+    """One capture: `names` are openings on the normal domain; None runs with Landlock off."""
     catalog = Catalog()
     source = EXAMPLE.read_text()
-    open_channel = name == "open_channel"
+    label = "landlock_off" if names is None else "+".join(["strict", *names])
     saved = os.environ.get("ATREX_SANDBOX_LANDLOCK")
-    if name == "landlock_off":
+    if names is None:
         os.environ["ATREX_SANDBOX_LANDLOCK"] = "0"
     t0 = time.perf_counter()
     try:
         report = capture_counters("rms_norm", source, shape, catalog, roofline=None, timeout_s=timeout_s,
-                                  open_channel=open_channel)
-        return {"variant": name, "ok": True, "seconds": round(time.perf_counter() - t0, 1), "device": report.device,
+                                  openings=openings_of(names or []))
+        return {"variant": label, "openings": names, "ok": True, "seconds": round(time.perf_counter() - t0, 1),
+                "device": report.device,
                 "kernels": [{"name": k.name[:80], "launches": k.launches, "origin": k.origin,
                              "metrics": {m: round(v, 3) for m, v in k.metrics.items()}} for k in report.kernels],
                 "bottleneck": report.bottleneck.model_dump(mode="json"), "unavailable": report.unavailable_metrics,
                 "sass": [f.model_dump(mode="json") for f in report.sass], "note": report.note}
     except AtrexError as exc:
-        return {"variant": name, "ok": False, "seconds": round(time.perf_counter() - t0, 1),
+        return {"variant": label, "openings": names, "ok": False, "seconds": round(time.perf_counter() - t0, 1),
                 "error": exc.info.model_dump(mode="json")}
     finally:
         if saved is None:
             os.environ.pop("ATREX_SANDBOX_LANDLOCK", None)
         else:
             os.environ["ATREX_SANDBOX_LANDLOCK"] = saved
+
+
+def probe(shape: str, timeout_s: float, record) -> list[str] | None:
+    """Layer openings until one capture works, then drop each opening of that set while the
+    capture still works; returns the minimal working set (None when none works)."""
+    working = None
+    for names in [[], *LAYERS]:
+        if record(_variant(names, shape, timeout_s))["ok"]:
+            working = names
+            break
+    if working is None:
+        return None
+    for name in list(working):
+        trial = [n for n in working if n != name]
+        if record(_variant(trial, shape, timeout_s))["ok"]:
+            working = trial
+    return working
 
 
 def _trusted_ncu(timeout_s: float) -> dict:
@@ -88,13 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     if record["gpu"] is None or record["ncu"] is None:
         record["skipped"] = "no GPU or no ncu: nothing to probe"
     else:
-        for name in ("strict", "open_channel", "landlock_off"):
-            outcome = _variant(name, args.shape, args.timeout_s)
+        def record_variant(outcome: dict) -> dict:
             record["variants"].append(outcome)
             print(json.dumps({k: outcome[k] for k in ("variant", "ok", "seconds")}), flush=True)
-            if outcome["ok"]:
-                break
-        else:
+            return outcome
+
+        record_variant(_variant(None, args.shape, args.timeout_s))
+        record["minimal_openings"] = probe(args.shape, args.timeout_s, record_variant)
+        if record["minimal_openings"] is None:
             record["variants"].append(_trusted_ncu(args.timeout_s))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")

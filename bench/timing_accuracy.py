@@ -256,7 +256,7 @@ def run_ncu(specs: list[dict[str, Any]], work: Path) -> tuple[dict[str, dict[str
         return {}, "ncu not found"
     spec_file, log = work / "cases.json", work / "ncu.csv"
     spec_file.write_text(json.dumps(specs))
-    cmd = ncu_command([sys.executable, str(Path(__file__).resolve()), "--ncu-child", str(spec_file)], [METRIC], log, ncu=ncu)
+    cmd = ncu_command([sys.executable, str(Path(__file__).resolve()), "--ncu-child", str(spec_file)], [METRIC], log, ncu=ncu, launch_count=None)
     cmd[1:1] = ["--profile-from-start", "off", "--cache-control", "all"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NCU_TIMEOUT_S)

@@ -86,6 +86,7 @@ class LaunchSpec:
     # abstract unix sockets); both stay closed unless the wrapper asks for them.
     tcp_ports: list[int] = field(default_factory=list)
     abstract_unix: bool = False
+    extra_rules: dict[str, int] = field(default_factory=dict)  # more Landlock paths (path → rights), never a protected root
     file_size_bytes: int = 16 << 30
     start_timeout_s: float = 180.0
     # Off only to diagnose a machine where Landlock breaks the DSL toolchain: ATREX_SANDBOX_LANDLOCK=0.
@@ -180,6 +181,8 @@ def landlock_rules(spec: LaunchSpec, sys_path: list[str]) -> dict[str, int]:
         for name in os.listdir("/dev"):
             if name.startswith("nvidia"):
                 rules[f"/dev/{name}"] = landlock.DEVICE if not os.path.isdir(f"/dev/{name}") else landlock.READ
+    for path, rights in spec.extra_rules.items():
+        _add_tree(rules, _real(path), rights, protected)
     rules[str(_real(spec.scratch))] = landlock.READ_WRITE
     return rules
 

@@ -164,6 +164,7 @@ class TimedRun:
     warmup_calls: int
     digests: list[list[int]]  # per timed call: digest() of its output right after the call
     spin_us: float
+    host_us: list[float]  # per timed call: host time from `start.record()` to `end.record()` returning
 
 
 SPIN_CYCLES_PER_US = 2000  # ~H200 boost clock; a slower clock only lengthens the spin, which is untimed
@@ -188,13 +189,16 @@ def _reserve_cached_blocks(blocks: list[tuple[int, torch.device]], copies: int) 
 
 
 def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_inputs: dict[str, Any],
-               input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int) -> TimedRun:
+               input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
+               spin_us: float | None = None) -> TimedRun:
     """Warm up on a separate input set, then `calls` timed calls over `input_sets` in `call_order`.
 
     Between `start` and `end` the host does nothing but the call: the input dict is looked up
     before, and a GPU spin (`torch.cuda._sleep`) queued after the L2 flush keeps the stream busy
     for longer than the host needs to launch the call, so the host's launch latency and jitter
-    are not timed and the clocks do not idle between calls."""
+    are not timed and the clocks do not idle between calls. `spin_us` overrides the spin's
+    length; `host_us` says, per call, whether the host outran it (the GPU then idled inside the
+    timed region)."""
     Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
     sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
     flush = torch.empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))
@@ -210,25 +214,29 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
         _poison(out, protected)
         sync()
     _reserve_cached_blocks(output_bytes, copies=len(input_sets) + 2)
-    spin_us = min(1000.0, 1.5 * statistics.median(host_s) * 1e6 + 20.0)
+    if spin_us is None:
+        spin_us = min(1000.0, 1.5 * statistics.median(host_s) * 1e6 + 20.0)
     cycles = int(spin_us * SPIN_CYCLES_PER_US)
 
     def loop(call: Callable[[dict[str, Any] | None], Any], plan: list[dict[str, Any] | None],
-             check: bool) -> tuple[list[float], list[float], list[Any], list[Any]]:
+             check: bool) -> tuple[list[float], list[float], list[Any], list[Any], list[float]]:
         n = len(plan)
         starts = [Event(enable_timing=True) for _ in range(n)]
         ends = [Event(enable_timing=True) for _ in range(n)]
         afters = [Event(enable_timing=True) for _ in range(n)]
         outs: list[Any] = [None] * n
         sums: list[Any] = []
+        host: list[float] = []
         window = len(input_sets)
         for i in range(n):
             inputs, begin, stop, after = plan[i], starts[i], ends[i], afters[i]
             flush.zero_()
             spin(cycles)
+            h0 = perf()
             record(begin)
             out = call(inputs)
             record(stop)
+            host.append((perf() - h0) * 1e6)
             sync()
             record(after)
             outs[i] = out
@@ -238,20 +246,21 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
                 _poison(outs[i - window], protected)
                 outs[i - window] = None
         sync()
-        return ([elapsed(starts[i], ends[i]) for i in range(n)], [elapsed(starts[i], afters[i]) for i in range(n)], outs, sums)
+        return ([elapsed(starts[i], ends[i]) for i in range(n)], [elapsed(starts[i], afters[i]) for i in range(n)], outs, sums,
+                host)
 
     order = call_order(len(input_sets), calls)
     with torch.no_grad():
-        noop_t, noop_s, _, _ = loop(lambda inputs: None, [None] * NOOP_CALIBRATION_CALLS, False)
+        noop_t, noop_s, _, _, _ = loop(lambda inputs: None, [None] * NOOP_CALIBRATION_CALLS, False)
         wall0 = perf()
-        times, synced, outs, sums = loop(fn, [input_sets[k] for k in order], True)
+        times, synced, outs, sums, host_us = loop(fn, [input_sets[k] for k in order], True)
         wall = perf() - wall0
     kept: dict[int, Any] = {}
     for k, out in zip(order, outs):
         kept[k] = out  # the last call on each set wins; None when it was poisoned since
     return TimedRun(times_ms=times, synced_ms=synced, noop_gap_ms=[s - t for t, s in zip(noop_t, noop_s)],
                     wall_s=wall, kept={k: v for k, v in kept.items() if v is not None}, warmup_calls=warmup,
-                    digests=[[int(v) for v in d.tolist()] for d in sums], spin_us=spin_us)
+                    digests=[[int(v) for v in d.tolist()] for d in sums], spin_us=spin_us, host_us=host_us)
 
 
 def plan_calls(estimate_ms: float, minimum: int = 20, maximum: int = 200, target_s: float = 0.25) -> tuple[int, int]:

@@ -242,7 +242,7 @@ class Worker:
         self.kept = run.kept
         return {"times_ms": run.times_ms, "synced_ms": run.synced_ms, "noop_gap_ms": run.noop_gap_ms, "wall_s": run.wall_s,
                 "calls": calls, "warmup": run.warmup_calls, "kept": sorted(run.kept), "digests": run.digests,
-                "spin_us": run.spin_us, "replaced": PRIMS.replaced()}
+                "spin_us": run.spin_us, "host_us": run.host_us, "replaced": PRIMS.replaced()}
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Save the kept outputs of the requested timed input sets, then drop them all."""

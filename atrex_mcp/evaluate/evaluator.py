@@ -79,6 +79,13 @@ def _fail(result: ShapeResult, failure: Failure | OutputRejected) -> ShapeResult
     return result
 
 
+def _late_calls(host_us: list[float] | None, spin_us: float | None) -> int | None:
+    """Calls whose host side outlasted the spin queued before them."""
+    if host_us is None or spin_us is None:
+        return None
+    return sum(h > spin_us for h in host_us)
+
+
 @dataclass
 class LaunchOptions:
     """How the worker process is started, beyond what the evaluator always does."""
@@ -87,6 +94,7 @@ class LaunchOptions:
     wrapper: list[str] = field(default_factory=list)  # argv placed before the worker's interpreter, e.g. [ncu, --nvtx, …]
     tcp_ports: list[int] = field(default_factory=list)  # TCP ports the wrapper's injected library may still use
     abstract_unix: bool = False  # abstract unix sockets the wrapper's injected library may still reach
+    extra_rules: dict[str, int] = field(default_factory=dict)  # Landlock paths (path → rights) the wrapper needs
 
 
 class _Evaluation:
@@ -218,7 +226,8 @@ class _Evaluation:
                                     flush_bytes=flush_bytes, covers_side_streams=side.detected,
                                     sync_gap_ms=statistics.median(reply["noop_gap_ms"]), wall_s=reply["wall_s"],
                                     sm_clock_mhz=sm, mem_clock_mhz=mem, sm_below_max_fraction=below,
-                                    throttle_reasons=throttle, spin_us=reply.get("spin_us"), reuse_compared=reuse.decided)
+                                    throttle_reasons=throttle, spin_us=reply.get("spin_us"), reuse_compared=reuse.decided,
+                                    host_late_calls=_late_calls(reply.get("host_us"), reply.get("spin_us")))
         order = call_order(sets, calls)
         digests = reply.get("digests") or []
         if len(digests) != calls:
@@ -363,7 +372,8 @@ class _Evaluation:
         spec = LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, []),
                           env={**self.adapter.worker_env(self.cuda), **launch.extra_env},
                           host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES,
-                          wrapper=list(launch.wrapper), tcp_ports=list(launch.tcp_ports), abstract_unix=launch.abstract_unix)
+                          wrapper=list(launch.wrapper), tcp_ports=list(launch.tcp_ports), abstract_unix=launch.abstract_unix,
+                          extra_rules=dict(launch.extra_rules))
         rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
         return Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
                        load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],

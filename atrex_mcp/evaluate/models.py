@@ -74,6 +74,7 @@ class TimingStats(BaseModel):
     sm_below_max_fraction: float | None = Field(default=None, description="Share of those samples with the SM clock below 95 % of its maximum.")
     throttle_reasons: list[str] = Field(default_factory=list, description="Clock throttle reasons seen during the timing request, idle excluded (NVML).")
     spin_us: float | None = Field(default=None, description="Untimed GPU spin queued before each call so host launch latency is not timed.")
+    host_late_calls: int | None = Field(default=None, description="Timed calls whose host side (start event, launch, end event) took longer than the spin: the GPU may have idled inside their timed region.")
     reuse_compared: bool = Field(default=False, description="Fresh and reused input-set calls were numerous enough to test for an input-reuse speed-up.")
 
 

@@ -54,7 +54,25 @@ def ncu_executable() -> str | None:
 
 
 DEFAULT_LAUNCH_COUNT = 3
-NCU_PORTS = range(49152, 49152 + 64)  # ncu's default --port and --max-connections: its front end listens there
+NCU_PORTS = tuple(range(49152, 49152 + 64))  # ncu's default --port and --max-connections: its front end listens there
+
+
+@dataclass(frozen=True)
+class SandboxOpenings:
+    """What the profiled worker's Landlock domain leaves open for ncu's injected library, beyond
+    the evaluator's allow-list: TCP ports, abstract unix sockets, and paths (path → rights)."""
+
+    tcp_ports: tuple[int, ...] = ()
+    abstract_unix: bool = False
+    paths: tuple[tuple[str, int], ...] = ()
+
+    def launch_fields(self) -> dict:
+        """Keyword arguments for atrex_mcp.evaluate.LaunchOptions."""
+        return {"tcp_ports": list(self.tcp_ports), "abstract_unix": self.abstract_unix, "extra_rules": dict(self.paths)}
+
+
+# Settled on the H200 by bench/ncu_probe.py (results in bench/results/ncu_probe_h200.json).
+NCU_OPENINGS = SandboxOpenings()
 PASSES = re.compile(r"(\d+) pass(?:es)?\b")
 
 

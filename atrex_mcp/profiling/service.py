@@ -79,10 +79,11 @@ class _Deadline(threading.Event):
 
 def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roofline: dict | None, hardware: str = "h200",
                      cancel: threading.Event | None = None, ncu: str | None = None,
-                     timeout_s: float = CAPTURE_TIMEOUT_S, open_channel: bool = OPEN_NCU_CHANNEL) -> ProfileReport:
+                     timeout_s: float = CAPTURE_TIMEOUT_S,
+                     openings: ncu_mod.SandboxOpenings = ncu_mod.NCU_OPENINGS) -> ProfileReport:
     """Nsight Compute on the forward's kernels, with ncu wrapping the sandbox worker; AtrexError
-    when ncu is absent, fails, runs past `timeout_s`, or captures no kernel. `open_channel`
-    leaves ncu's TCP ports and abstract unix sockets open in the worker's Landlock domain."""
+    when ncu is absent, fails, runs past `timeout_s`, or captures no kernel. `openings`: what
+    the worker's Landlock domain leaves open for ncu's injected library."""
     from atrex_mcp.evaluate import NVTX_FORWARD, CandidateFailed, LaunchOptions, open_session
     from atrex_mcp.evaluate.dsl import adapter, dsl_share
 
@@ -108,8 +109,7 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
             problem = ""
             try:
                 with open_session(catalog, op, source, shapes=[shape], hardware=hardware, seeds=1, timeout_s=left_s,
-                                  launch=LaunchOptions(wrapper=wrapper, tcp_ports=list(ncu_mod.NCU_PORTS) if open_channel else [],
-                                                      abstract_unix=open_channel), scratch=scratch, cancel=_Deadline(left_s, cancel)) as worker:
+                                  launch=LaunchOptions(wrapper=wrapper, **openings.launch_fields()), scratch=scratch, cancel=_Deadline(left_s, cancel)) as worker:
                     checked = worker.check(shape)
                     if not checked.correct:
                         raise AtrexError("correctness", "profile_of_failing_kernel",

@@ -9,6 +9,7 @@ import pytest
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.cli import main as cli_main
 from atrex_mcp.evaluate import scoring
+from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, ShapeResult
 from atrex_mcp.evaluate.table import main_table, render_markdown
 from eval_support import T_SOL_MS, make_problem_root
@@ -135,3 +136,38 @@ def test_floor_aware_scores_stand_beside_s_when_a_floor_is_given(catalog, tmp_pa
     assert op.score == pytest.approx(0.25) and op.score_floor == pytest.approx(0.5)
     assert row.s_agg == pytest.approx(0.25) and row.s_floor_agg == pytest.approx(0.5)
     assert "S_floor_agg" in render_markdown(table)
+
+
+def test_a_partial_operator_score_covers_the_judged_shapes_and_says_so():
+    judged = [(True, 0.2), (False, None), (True, 0.6)]
+    assert scoring.judged_operator_score(judged, 0) == scoring.operator_score(judged)
+    score, note = scoring.judged_operator_score(judged, 2)
+    assert score == pytest.approx(0.4) and note.startswith("partial: over the 3 judged shapes only, 2 not run")
+    assert scoring.judged_operator_score([], 3) == (None, "partial: no shape was judged (3 not run)")
+
+
+def test_a_partial_result_is_marked_in_the_table_and_its_not_run_shapes_are_no_failures(catalog, tmp_path):
+    run = tmp_path / "run-p"
+    run.mkdir()
+    partial = _result("rms_norm", [("0", True, 2 * T_SOL_MS, 1.0), ("1", True, 2 * T_SOL_MS, 1.0)])
+    partial.shapes.append(ShapeResult(id="smoke", correct=False, stage=tx.NOT_RUN, category=tx.NOT_RUN_DEADLINE))
+    partial.partial = "deadline"
+    (run / "rms_norm.json").write_text(partial.model_dump_json())
+    table = main_table([run], catalog, "h200")
+    row, op = table.rows[0], table.rows[0].per_operator[0]
+    assert op.score == pytest.approx(0.5) and (op.shapes, op.correct, op.not_run, op.partial) == (2, 2, 1, "deadline")
+    assert op.correctness == 1.0 and row.fully_correct == 0.0 and row.failures == {}
+    assert row.partial_operators == ["rms_norm"] and row.s_agg == pytest.approx(0.5)
+    markdown = render_markdown(table)
+    assert "| 0.5000 † |" in markdown and "2/2 (+1 not run)" in markdown
+    assert "rms_norm (deadline: 1 of 3 shapes not run)" in markdown
+
+
+def test_a_complete_result_carries_no_partial_mark(catalog, tmp_path):
+    run = tmp_path / "run-q"
+    run.mkdir()
+    (run / "rms_norm.json").write_text(_result("rms_norm", [("0", True, 2 * T_SOL_MS, 1.0)]).model_dump_json())
+    table = main_table([run], catalog, "h200")
+    op = table.rows[0].per_operator[0]
+    assert (op.not_run, op.partial, table.rows[0].partial_operators) == (0, None, [])
+    assert "†" not in render_markdown(table) and "not run" not in render_markdown(table)

@@ -20,6 +20,8 @@ def register(subparsers) -> None:
     parser.add_argument("--no-timing", action="store_true", help="skip the performance stage")
     parser.add_argument("--no-dsl", action="store_true", help="skip the profiler trace for DSL attribution")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per shape and stage (default 120)")
+    parser.add_argument("--deadline-s", type=float, help="seconds for the whole evaluation: past it the shape in progress is "
+                                                         "stopped and the result is partial (finished shapes kept, the rest not_run)")
     parser.add_argument("--problems", type=Path, help="problem set root (default: the embedded set or ATREX_PROBLEMS)")
     parser.add_argument("--out", type=Path, help="write the result JSON into this directory (<op>.json, <op>.<baseline>.json)")
     parser.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
@@ -31,13 +33,18 @@ def _summary(result) -> str:
              f"S_i={result.operator_score if result.operator_score is not None else '—'}"]
     if result.compile_error:
         lines.append(f"compile error: {result.compile_error.category}: {result.compile_error.message}")
+    if result.partial:
+        judged = sum(s.judged for s in result.shapes)
+        lines.append(f"PARTIAL ({result.partial}): {judged} of {len(result.shapes)} shapes judged; "
+                     f"S_i {result.operator_score_note}")
     for s in result.shapes:
         time = f"{s.time_ms:.4f} ms" if s.time_ms is not None else (s.timing_note or "—")
         share = f"{s.dsl_share:.2f}" if s.dsl_share is not None else "—"
         score = f"{s.score:.4f}" if s.score is not None else "—"
         verdict = "ok" if s.correct else f"{s.stage}/{s.category}"
         lines.append(f"  {s.id:>6}  {verdict:<32} time {time:<22} dsl {share:<5} S {score}"
-                     + (f"  integrity: {','.join(s.integrity)}" if s.integrity else ""))
+                     + (f"  integrity: {','.join(s.integrity)}" if s.integrity else "")
+                     + ("" if s.judged else f"  {s.message}"))
     for warning in result.isolation.warnings:
         lines.append(f"isolation: {warning}")
     return "\n".join(lines)
@@ -68,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 raise AtrexError("input", "unreadable_candidate", f"Cannot read {args.candidate}: {exc}") from None
         request = EvalRequest(op=args.op, source=source, baseline=args.baseline, shapes=shapes, seeds=args.seeds,
                               hardware=args.hardware, dsl=args.dsl, timing=not args.no_timing, measure_dsl=not args.no_dsl,
-                              timeout_s=args.timeout)
+                              timeout_s=args.timeout, deadline_s=args.deadline_s)
         progress = None if args.json else (lambda message, fraction: print(f"[{fraction:4.0%}] {message}", file=sys.stderr))
         result = evaluate(request, catalog, progress=progress)
     except AtrexError as exc:

@@ -35,6 +35,7 @@ from atrex_mcp.evaluate.compare import compare_outputs
 from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
 from atrex_mcp.evaluate.session import Failure, Session, protected_roots
+from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
 from atrex_mcp.evaluate.transfer import OutputRejected, load_output, output_bytes
 from sandbox.launcher import Cancelled, LaunchSpec
 from sandbox.timing import _poison, call_order, digest, reuse_phase
@@ -103,7 +104,8 @@ class _Evaluation:
     def __init__(self, request: EvalRequest, catalog: Catalog, progress: Progress | None, cancel: threading.Event | None):
         self.request, self.catalog = request, catalog
         self.progress = progress or (lambda message, fraction: None)
-        self.cancel = cancel
+        self.stop = StopSignal(cancel, request.deadline_s)
+        self.in_progress: tuple[int | None, str, float] | None = None  # (shape index, None: the load; stage; start)
         self.adapter = dsl.adapter(request.dsl)
         self.problem = catalog.visible(request.op)
         self.shapes = _select_shapes(self.problem, request.shapes)
@@ -378,7 +380,7 @@ class _Evaluation:
         return Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
                        load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],
                              "forward_params": self.forward_params},
-                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.cancel)
+                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.stop)
 
     def run(self) -> EvalResult:
         t_start = time.perf_counter()
@@ -392,6 +394,7 @@ class _Evaluation:
             session = self.open_session(scratch)
             try:
                 self.progress("starting the sandbox worker and loading the candidate", 0.0)
+                self.begin(None, "the candidate's load")
                 failure = session.start(first=True)
                 if failure is not None:
                     result.compile_error = ErrorInfo(stage="compile",
@@ -401,38 +404,78 @@ class _Evaluation:
                                                  message="not evaluated: the candidate did not load") for s in self.shapes]
                 else:
                     for i, shape in enumerate(self.shapes):
+                        self.in_progress = None
+                        if self.stop.is_set():
+                            raise Cancelled()
                         self.progress(f"shape {shape.id}", (i + 0.5) / len(self.shapes))
-                        result.shapes.append(self.evaluate_shape(session, scratch, shape))
+                        result.shapes.append(self.evaluate_shape(session, scratch, shape, i))
             except Cancelled:
-                raise AtrexError("runtime", "cancelled", "The evaluation was cancelled; its worker was killed.") from None
+                result.partial = self.stop.reason
+                result.shapes += self.not_run(len(result.shapes))
             finally:
                 session.stop()
         result.isolation = session.isolation
         result.device.versions = session.versions
         result.overhead = session.overhead
         result.overhead.total_s = time.perf_counter() - t_start
-        result.compiled = result.compile_error is None and any(s.stage != tx.COMPILE for s in result.shapes)
-        result.operator_score, result.operator_score_note = scoring.operator_score((s.correct, s.score) for s in result.shapes)
+        result.compiled = result.compile_error is None and any(s.judged and s.stage != tx.COMPILE for s in result.shapes)
+        result.operator_score, result.operator_score_note = scoring.judged_operator_score(
+            ((s.correct, s.score) for s in result.shapes if s.judged), sum(not s.judged for s in result.shapes))
         result.seeds = self.seeds
         result.integrity = sorted({i for s in result.shapes for i in s.integrity} | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set()))
-        self.progress("done", 1.0)
+        if result.partial is None:
+            self.progress("done", 1.0)
+            return result
+        judged = sum(s.judged for s in result.shapes)
+        self.progress(f"stopped ({result.partial}) after {judged} of {len(result.shapes)} shapes", 1.0)
+        if result.partial == "cancelled":
+            raise EvaluationCancelled(result)
         return result
 
-    def evaluate_shape(self, session: Session, scratch: Path, shape: Shape) -> ShapeResult:
+    def begin(self, index: int | None, stage: str) -> None:
+        """Note what is running, so a stop can say where it caught the evaluation."""
+        self.in_progress = (index, stage, time.perf_counter())
+
+    def not_run(self, done: int) -> list[ShapeResult]:
+        """Results for the shapes from `done` on, which the stop left unjudged: the one in
+        progress says in which stage and how far in it was stopped."""
+        deadline = self.stop.reason == "deadline"
+        category = tx.NOT_RUN_DEADLINE if deadline else tx.NOT_RUN_CANCELLED
+        why = f"the evaluation's deadline ({self.stop.deadline_s:g} s) passed" if deadline else "the caller cancelled the evaluation"
+        caught, index = "", None
+        if self.in_progress is not None:
+            index, stage, t0 = self.in_progress
+            caught = f"Not judged: {why} during {stage}, {time.perf_counter() - t0:.1f} s into it; the worker was killed"
+        results = []
+        for i, shape in enumerate(self.shapes[done:], start=done):
+            if caught and index in (None, i):
+                message = caught + (" (no shape had started)." if index is None else ".")
+            else:
+                message = f"Not judged: {why} before this shape started."
+            results.append(ShapeResult(id=shape.id, correct=False, stage=tx.NOT_RUN, category=category, message=message,
+                                       score_note="not run"))
+        return results
+
+    def evaluate_shape(self, session: Session, scratch: Path, shape: Shape, index: int) -> ShapeResult:
         result = ShapeResult(id=shape.id, correct=False)
+        self.begin(index, "a worker restart")
         failure = session.ensure()
         if failure is not None:
             return _fail(result, failure)
+        self.begin(index, "the correctness stage")
         input_bytes = self.correctness(session, scratch, shape, result)
         if input_bytes is not None:
             if not self.cuda:
                 result.timing_note = "not timed: no GPU"
+                self.begin(index, "the integrity check")
                 self.check_primitives(session, result)
             elif not self.request.timing:
                 result.timing_note = "not timed: timing was not requested"
             elif session.ensure() is None:
+                self.begin(index, "the timing stage")
                 self.timing(session, scratch, shape, result, input_bytes)
             if self.cuda and self.request.measure_dsl and result.correct and session.ensure() is None:
+                self.begin(index, "the profile")
                 self.profile(session, shape, result)
         self.score(result)
         return result
@@ -440,5 +483,11 @@ class _Evaluation:
 
 def evaluate(request: EvalRequest, catalog: Catalog, *, progress: Progress | None = None,
              cancel: threading.Event | None = None) -> EvalResult:
-    """Evaluate a candidate (or a baseline) on an operator's shapes; see the module docstring."""
+    """Evaluate a candidate (or a baseline) on an operator's shapes; see the module docstring.
+
+    When `request.deadline_s` passes, the shape in progress is stopped (its worker killed) and a
+    partial result returns: finished shapes in full, the others not_run (result.partial =
+    'deadline'). When `cancel` is set the same happens, but the partial result comes attached to
+    the EvaluationCancelled raised (an AtrexError runtime/cancelled), since callers abandon a
+    cancelled evaluation's verdict."""
     return _Evaluation(request, catalog, progress, cancel).run()

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from atrex_mcp.errors import ErrorInfo
+from atrex_mcp.evaluate import taxonomy as tx
 
 Baseline = Literal["eager", "torch-compile"]
 
@@ -25,6 +26,10 @@ class EvalRequest(BaseModel):
     measure_dsl: bool = Field(default=True, description="Profile one forward per shape to attribute device time to the DSL.")
     timeout_s: float = Field(default=120.0, gt=0, description="Wall-clock limit per shape and stage (correctness, timing, profile).")
     compile_timeout_s: float = Field(default=120.0, gt=0, description="Wall-clock limit for importing the candidate.")
+    deadline_s: float | None = Field(default=None, gt=0, description=(
+        "Wall-clock limit for the whole evaluation, from the call. When it passes, the shape in progress is stopped "
+        "(its worker killed) and the result comes back partial: finished shapes in full, the rest not_run/not_run_deadline. "
+        "None: no limit beyond the per-stage timeouts."))
 
 
 class MismatchDetail(BaseModel):
@@ -101,6 +106,11 @@ class ShapeResult(BaseModel):
     timing_seeds: list[int] = Field(default_factory=list, description="Seeds of the warm-up set and the timed input sets.")
     seconds: dict[str, float] = Field(default_factory=dict, description="Time per stage on this shape: correctness (worker calls incl. JIT), first_call_extra (first call minus the fastest: JIT compile/autotune), reference_and_compare, timing, profile.")
 
+    @property
+    def judged(self) -> bool:
+        """False for a shape the evaluation stopped before judging (stage not_run)."""
+        return self.stage != tx.NOT_RUN
+
 
 class DeviceInfo(BaseModel):
     """Where the evaluation ran."""
@@ -155,8 +165,11 @@ class EvalResult(BaseModel):
     compiled: bool = Field(description="The candidate imported, defines an nn.Module Model with the right signature, and at least one shape got past the compile stage.")
     compile_error: ErrorInfo | None = Field(default=None, description="Why it did not compile.")
     shapes: list[ShapeResult] = Field(default_factory=list, description="One result per requested shape, in order.")
-    operator_score: float | None = Field(default=None, description="S_i: median S_j over correct shapes, 0 if none is correct; null when correct shapes have no score (not timed / no roofline).")
-    operator_score_note: str = Field(default="", description="Why operator_score is null, when it is.")
+    partial: Literal["deadline", "cancelled"] | None = Field(default=None, description=(
+        "Why the evaluation stopped before judging every shape: 'deadline' (the request's deadline_s passed) or "
+        "'cancelled' (the caller cancelled). The shapes not judged have stage 'not_run'. null: every shape was judged."))
+    operator_score: float | None = Field(default=None, description="S_i: median S_j over correct shapes, 0 if none is correct; null when correct shapes have no score (not timed / no roofline). On a partial result, over the judged shapes only (see operator_score_note); null when none was judged.")
+    operator_score_note: str = Field(default="", description="Why operator_score is null, when it is; on a partial result, which shapes it covers.")
     device: DeviceInfo = Field(description="Device and versions.")
     isolation: Isolation = Field(description="Isolation actually in force.")
     integrity: list[str] = Field(default_factory=list, description="Evaluation-level incidents (e.g. a shape incident, evaluator-only data found in candidate text).")

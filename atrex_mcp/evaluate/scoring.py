@@ -5,6 +5,7 @@
   an evaluation error, reported as an integrity incident and never clipped.
 * S_i = median of S_j over the operator's correct shapes; 0 when no shape is correct; null
   when shapes are correct but none has a score (not timed, or no roofline for the profile).
+  A partial evaluation (deadline or cancel) gives S_i over its judged shapes only, marked so.
 * S_agg = Σ w_i · S_i over every operator of the catalog with weights normalised to sum 1;
   an operator without a result counts 0.
 
@@ -93,6 +94,20 @@ def operator_score(shapes: Iterable[tuple[bool, float | None]]) -> tuple[float |
     if not scored:
         return None, "correct shapes have no score (not timed, or no roofline for this profile)"
     return statistics.median(scored), ""
+
+
+def judged_operator_score(judged: Iterable[tuple[bool, float | None]], not_run: int) -> tuple[float | None, str]:
+    """S_i over the shapes judged when `not_run` others were not (a partial evaluation): the
+    figure is kept, but its note says it covers only part of the operator, and with no shape
+    judged there is no S_i at all (not the 0 of an operator with no correct shape). With
+    nothing missing it is `operator_score` itself."""
+    judged = list(judged)
+    if not not_run:
+        return operator_score(judged)
+    if not judged:
+        return None, f"partial: no shape was judged ({not_run} not run)"
+    score, note = operator_score(judged)
+    return score, "; ".join(filter(None, [f"partial: over the {len(judged)} judged shapes only, {not_run} not run", note]))
 
 
 def aggregate(operator_scores: Mapping[str, float | None], weights: Mapping[str, float]) -> tuple[float | None, list[str]]:

@@ -18,6 +18,10 @@ than one with 3:
 * vs torch.compile / vs eager: per operator the median over shapes of T_baseline / T_cand
   (both timed, candidate correct), then the median over operators.
 
+A partial result (its evaluation stopped at a deadline or a cancel) counts only the shapes it
+judged; its not-run shapes are counted apart, never as failures, it is never fully correct,
+and the markdown marks its S_i — and S_agg, which it enters — with † and says what is missing.
+
 Shape scores are recomputed from the recorded times against the requested hardware profile,
 so one set of results can be scored against several profiles of the same accelerator (never
 against another accelerator's: see scoring.profile_mismatch).
@@ -45,7 +49,9 @@ class OperatorRow(BaseModel):
 
     op: str = Field(description="Operator.")
     compiled: bool = Field(description="The candidate compiled.")
-    shapes: int = Field(description="Shapes evaluated.")
+    shapes: int = Field(description="Shapes judged (every requested shape, unless the result is partial).")
+    not_run: int = Field(default=0, description="Shapes the evaluation stopped before judging (deadline or cancel); in no other figure.")
+    partial: str | None = Field(default=None, description="Why the result is partial ('deadline' / 'cancelled'): S_i covers the judged shapes only. null: complete.")
     correct: int = Field(description="Shapes correct.")
     correctness: float = Field(description="Share of shapes correct.")
     score: float | None = Field(description="S_i against the requested profile.")
@@ -69,6 +75,7 @@ class RunRow(BaseModel):
     s_agg: float | None = Field(description="Σ w_i·S_i over the catalog's operators (missing operators count 0).")
     s_floor_agg: float | None = Field(default=None, description="Σ w_i·S_floor_i, as S_agg; null without a floor.")
     missing_operators: list[str] = Field(description="Catalog operators without a result (count 0 in S_agg).")
+    partial_operators: list[str] = Field(default_factory=list, description="Operators whose result is partial: their S_i, and so S_agg, cover judged shapes only.")
     vs_torch_compile: float | None = Field(description="Median over operators of the per-operator T_torch.compile/T_cand.")
     vs_eager: float | None = Field(description="Median over operators of the per-operator T_eager/T_cand.")
     failures: dict[str, int] = Field(description="Shape failures by 'stage/category'.")
@@ -110,21 +117,23 @@ def operator_row(result: EvalResult, catalog: Catalog | None, profile: str,
     reason = "no catalog" if catalog is None else scoring.profile_mismatch(profile, result.device.name)
     roofline = scoring.Roofline(None, profile, reason) if reason else scoring.Roofline.load(catalog, result.op, profile)
     pairs, aware, above = [], [], 0
-    for s in result.shapes:
+    judged = [s for s in result.shapes if s.judged]
+    not_run = len(result.shapes) - len(judged)
+    for s in judged:
         t_sol = roofline.t_sol_ms(s.id)[0] if s.correct else None
         score = scoring.shape_score(t_sol, s.time_ms)
         above += bool(score and score > 1.0)
         pairs.append((s.correct, score))
         if floor_ms is not None:
             aware.append((s.correct, scoring.floor_aware_score(t_sol, floor_ms, s.time_ms)))
-    s_i, _ = scoring.operator_score(pairs)
-    s_floor_i = scoring.operator_score(aware)[0] if floor_ms is not None else None
-    shares = [s.dsl_share for s in result.shapes if s.correct and s.dsl_share is not None]
+    s_i, _ = scoring.judged_operator_score(pairs, not_run)
+    s_floor_i = scoring.judged_operator_score(aware, not_run)[0] if floor_ms is not None else None
+    shares = [s.dsl_share for s in judged if s.correct and s.dsl_share is not None]
     dsl = _median(shares)
-    correct = sum(s.correct for s in result.shapes)
-    return OperatorRow(op=result.op, compiled=result.compiled, shapes=len(result.shapes), correct=correct,
-                       correctness=correct / len(result.shapes) if result.shapes else 0.0, score=s_i, score_floor=s_floor_i,
-                       dsl_share=dsl,
+    correct = sum(s.correct for s in judged)
+    return OperatorRow(op=result.op, compiled=result.compiled, shapes=len(judged), correct=correct,
+                       correctness=correct / len(judged) if judged else 0.0, score=s_i, score_floor=s_floor_i,
+                       not_run=not_run, partial=result.partial, dsl_share=dsl,
                        dsl_dominant=dsl is not None and dsl >= DSL_DOMINANT, vs_torch_compile=_ratios(result, compiled),
                        vs_eager=_ratios(result, eager), faster_than_sol=above)
 
@@ -134,7 +143,7 @@ def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profi
     rows = [operator_row(r, catalog, profile, baselines.get((r.op, "eager")), baselines.get((r.op, "torch-compile")), floor_ms)
             for r in sorted(results, key=lambda r: r.op)]
     n = len(rows) or 1
-    failures = Counter(f"{s.stage}/{s.category}" for r in results for s in r.shapes if s.category)
+    failures = Counter(f"{s.stage}/{s.category}" for r in results for s in r.shapes if s.category and s.judged)
     profiled = any(s.dsl_share is not None for r in results for s in r.shapes)
     s_agg, s_floor_agg, missing = None, None, []
     if catalog is not None:
@@ -143,9 +152,9 @@ def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profi
             s_floor_agg, _ = scoring.aggregate({row.op: row.score_floor for row in rows}, catalog.weights())
     return RunRow(run=name, operators=len(rows), compile_rate=sum(r.compiled for r in rows) / n,
                   correctness=sum(r.correctness for r in rows) / n,
-                  fully_correct=sum(r.correct == r.shapes and r.shapes > 0 for r in rows) / n,
+                  fully_correct=sum(r.correct == r.shapes and r.shapes > 0 and not r.not_run for r in rows) / n,
                   dsl_adoption=sum(r.dsl_dominant for r in rows) / n if profiled else None, s_agg=s_agg,
-                  s_floor_agg=s_floor_agg, missing_operators=missing,
+                  s_floor_agg=s_floor_agg, missing_operators=missing, partial_operators=[r.op for r in rows if r.partial],
                   vs_torch_compile=_median([r.vs_torch_compile for r in rows if r.vs_torch_compile is not None]),
                   vs_eager=_median([r.vs_eager for r in rows if r.vs_eager is not None]),
                   failures=dict(sorted(failures.items())), per_operator=rows)
@@ -180,7 +189,12 @@ def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
+def _partial(flagged: bool) -> str:
+    return " †" if flagged else ""
+
+
 def render_markdown(table: MainTable) -> str:
+    """The table as markdown; partial results (see the module docstring) marked with †."""
     floor = table.floor_ms is not None
     lines = [f"Scores against the `{table.hardware}` profile. Rates are operator-balanced."
              + (f" S_floor uses T_floor = {table.floor_ms * 1e3:.2f} µs." if floor else ""), "",
@@ -189,20 +203,30 @@ def render_markdown(table: MainTable) -> str:
              "|---|---|---|---|---|---|---|" + ("---|" if floor else "") + "---|---|"]
     for r in table.rows:
         lines.append(f"| {r.run} | {r.operators} | {r.compile_rate:.0%} | {r.correctness:.0%} | {r.fully_correct:.0%} | "
-                     f"{_rate(r.dsl_adoption)} | {_fmt(r.s_agg, 4)} |" + (f" {_fmt(r.s_floor_agg, 4)} |" if floor else "")
+                     f"{_rate(r.dsl_adoption)} | {_fmt(r.s_agg, 4)}{_partial(bool(r.partial_operators))} |"
+                     + (f" {_fmt(r.s_floor_agg, 4)}{_partial(bool(r.partial_operators))} |" if floor else "")
                      + f" {_fmt(r.vs_torch_compile, 2)} | {_fmt(r.vs_eager, 2)} |")
+    for r in table.rows:
+        if r.partial_operators:
+            lines += ["", f"† {r.run}: S_agg includes partial results ({', '.join(r.partial_operators)}): "
+                          "their S_i covers only the shapes judged before the evaluation stopped."]
     for r in table.rows:
         lines += ["", f"### {r.run}", "",
                   "| operator | compiled | correct | S_i |" + (" S_floor_i |" if floor else "")
                   + " DSL share | vs torch.compile | vs eager | S>1 |",
                   "|---|---|---|---|" + ("---|" if floor else "") + "---|---|---|---|"]
         for o in r.per_operator:
-            lines.append(f"| {o.op} | {'yes' if o.compiled else 'no'} | {o.correct}/{o.shapes} | {_fmt(o.score, 4)} |"
-                         + (f" {_fmt(o.score_floor, 4)} |" if floor else "")
+            lines.append(f"| {o.op} | {'yes' if o.compiled else 'no'} | {o.correct}/{o.shapes}"
+                         + (f" (+{o.not_run} not run)" if o.not_run else "") + f" | {_fmt(o.score, 4)}{_partial(bool(o.partial))} |"
+                         + (f" {_fmt(o.score_floor, 4)}{_partial(bool(o.partial))} |" if floor else "")
                          + f" {_fmt(o.dsl_share, 2)} | {_fmt(o.vs_torch_compile, 2)} | {_fmt(o.vs_eager, 2)} | {o.faster_than_sol} |")
         if r.failures:
             lines += ["", "| failure (stage/category) | shapes |", "|---|---|"]
             lines += [f"| {k} | {v} |" for k, v in r.failures.items()]
         if r.missing_operators:
             lines += ["", f"Operators without a result (0 in S_agg): {', '.join(r.missing_operators)}"]
+        partial = [o for o in r.per_operator if o.partial]
+        if partial:
+            lines += ["", "† Partial results — S_i over the judged shapes only: "
+                      + "; ".join(f"{o.op} ({o.partial}: {o.not_run} of {o.shapes + o.not_run} shapes not run)" for o in partial)]
     return "\n".join(lines) + "\n"

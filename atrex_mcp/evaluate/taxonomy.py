@@ -3,7 +3,9 @@ so results from many runs aggregate into one failure table.
 
 A shape fails at the first stage that rejects it: compile → runtime → correctness →
 performance. Integrity incidents are reported next to a result; some of them also fail the
-shape (see `INTEGRITY_FAILS`). Never rename a constant: published tables key on these strings.
+shape (see `INTEGRITY_FAILS`). A shape the evaluation stopped before judging (its deadline
+passed, or the caller cancelled) is `not_run`: no verdict on the candidate at all. Never
+rename a constant: published tables key on these strings.
 """
 
 from __future__ import annotations
@@ -54,6 +56,13 @@ CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
     PERFORMANCE: (OVER_TIME_BUDGET, TIMING_TAMPERED),
 }
 
+# not_run: the evaluation stopped before this shape was judged; not a verdict on the candidate.
+# Kept out of CATEGORIES, which is what a worker's own report may claim (session.classify).
+NOT_RUN: Final = "not_run"
+NOT_RUN_DEADLINE: Final = "not_run_deadline"  # the request's deadline_s passed
+NOT_RUN_CANCELLED: Final = "not_run_cancelled"  # the caller cancelled
+NOT_RUN_CATEGORIES: Final = (NOT_RUN_DEADLINE, NOT_RUN_CANCELLED)
+
 # Integrity incidents: reported with the result, whatever the verdict.
 FASTER_THAN_SOL: Final = "faster_than_sol"  # T_cand < T_SOL: an evaluation error, never a great score
 SIDE_STREAM_WORK: Final = "side_stream_work"  # work ran past the call on another stream; counted in the time
@@ -69,7 +78,7 @@ INTEGRITY_FAILS: Final = frozenset({PRIMITIVES_REPLACED, WALL_CLOCK_INCONSISTENT
 
 def stage_of(category: str) -> str:
     """The stage a category belongs to (every category is in exactly one stage)."""
-    for stage, names in CATEGORIES.items():
+    for stage, names in {**CATEGORIES, NOT_RUN: NOT_RUN_CATEGORIES}.items():
         if category in names:
             return stage
     raise KeyError(f"unknown failure category {category!r}")

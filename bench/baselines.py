@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
                           args.problems)
     parts: dict[str, list] = defaultdict(list)
     for outcome in schedule.outcomes:
-        if outcome.status == "ok" and outcome.result_file:
+        if outcome.result_file:  # complete, or partial: stopped at the deadline with its finished shapes
             parts[outcome.op].append(EvalResult.model_validate_json(Path(outcome.result_file).read_text()))
     results = []
     for op, op_parts in sorted(parts.items()):

@@ -9,8 +9,9 @@ keeps worker starts few while the largest-first order keeps the GPUs' finishing 
 that drew short jobs steals the work a slower one has not reached.
 
 A deadline is honoured twice: a batch is handed out only when its predicted cost fits the
-time left, and a batch still running at the deadline is cancelled (its worker killed). Every
-job that did not run is returned with the reason, never dropped.
+time left, and a batch still running at the deadline is stopped by the evaluation's own
+`deadline_s` (its worker killed), keeping the shapes it finished. Every job that did not run is
+returned with the reason, never dropped.
 
     python3 bench/multi_gpu.py speedup ONE_GPU_DIR MULTI_GPU_DIR   # compare two baselines.py runs
 (the per-GPU process itself is `python3 bench/multi_gpu.py serve`, started by `run_jobs`.)
@@ -36,6 +37,8 @@ sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path
 
 from eval_cost import Job  # noqa: E402
 
+MIN_DEADLINE_S = 1e-3  # a batch that reaches its process after the deadline still answers (all not run)
+
 
 @dataclass
 class Batch:
@@ -58,7 +61,7 @@ class BatchOutcome:
     op: str
     shapes: list[str]
     predicted_s: float
-    status: str  # ok | cancelled | error
+    status: str  # ok | partial (stopped at the deadline; finished shapes in result_file) | error
     started_s: float  # seconds after the schedule started
     ended_s: float
     result_file: str | None = None
@@ -128,24 +131,20 @@ class Schedule:
                 "not_run": self.not_run}
 
 
-def batch_cap(jobs: Sequence[Job], workers: int, batch_fixed_s: float, deadline_s: float | None = None) -> float | None:
-    """No cap on one GPU without a deadline (one batch per operator); on several GPUs half a
-    GPU's fair share, so the largest operators are split across GPUs while small operators stay
-    whole; with a deadline at most a third of it, since a batch cancelled at the deadline loses
-    all its shapes (evaluate() returns nothing when cancelled)."""
-    caps = []
-    if workers > 1:
-        ops = {j.op for j in jobs}
-        caps.append((sum(j.seconds for j in jobs) + len(ops) * batch_fixed_s) / (2 * workers))
-    if deadline_s is not None:
-        caps.append(deadline_s / 3)
-    return min(caps) if caps else None
+def batch_cap(jobs: Sequence[Job], workers: int, batch_fixed_s: float) -> float | None:
+    """No cap on one GPU (one batch per operator); on several GPUs half a GPU's fair share, so
+    the largest operators are split across GPUs while small operators stay whole. A deadline
+    needs no cap of its own: a batch stopped at the deadline loses only the shape in progress."""
+    if workers < 2:
+        return None
+    ops = {j.op for j in jobs}
+    return (sum(j.seconds for j in jobs) + len(ops) * batch_fixed_s) / (2 * workers)
 
 
 def run_jobs(jobs: Sequence[Job], runners: Sequence[Runner], batch_fixed_s: float, deadline_s: float | None = None) -> Schedule:
     """Run every job on the runners (one thread per runner, each pulling batches) within
     `deadline_s` seconds from now (None: no deadline)."""
-    queue = JobQueue(jobs, batch_fixed_s, batch_cap(jobs, len(runners), batch_fixed_s, deadline_s))
+    queue = JobQueue(jobs, batch_fixed_s, batch_cap(jobs, len(runners), batch_fixed_s))
     schedule = Schedule(workers=[r.label for r in runners])
     t0, epoch0 = time.monotonic(), time.time()
     deadline_epoch = None if deadline_s is None else epoch0 + deadline_s
@@ -170,9 +169,11 @@ def run_jobs(jobs: Sequence[Job], runners: Sequence[Runner], batch_fixed_s: floa
                                    device_name=reply.get("device_name"))
             with lock:
                 schedule.outcomes.append(outcome)
-                if outcome.status != "ok":
-                    reason = "cancelled at the deadline" if outcome.status == "cancelled" else f"error: {outcome.message[:300]}"
-                    schedule.not_run += [{"op": batch.op, "shape": s, "reason": reason} for s in batch.shapes]
+                if outcome.status == "partial":
+                    schedule.not_run += [{"op": batch.op, "shape": n["shape"], "reason": n["reason"]} for n in reply.get("not_run", [])]
+                elif outcome.status != "ok":
+                    schedule.not_run += [{"op": batch.op, "shape": s, "reason": f"error: {outcome.message[:300]}"}
+                                         for s in batch.shapes]
             if outcome.status == "error" and reply.get("fatal"):
                 with lock:
                     failed.append(runner.label)
@@ -259,8 +260,9 @@ def run_spread(jobs: Sequence[Job], devices: Sequence[str], parts_dir: Path, req
 
 
 def merge_results(parts: Sequence[Any], shape_order: Sequence[str]) -> Any:
-    """One EvalResult per operator from the partial results of its batches: shapes in catalog
-    order, S_i recomputed over all of them, overhead and seeds summed up."""
+    """One EvalResult per operator from the results of its batches: shapes in catalog order,
+    S_i recomputed over all of them (partial when a batch was stopped at the deadline),
+    overhead and seeds summed up."""
     from atrex_mcp.evaluate import scoring
 
     parts = sorted(parts, key=lambda p: p.started_at)
@@ -269,7 +271,9 @@ def merge_results(parts: Sequence[Any], shape_order: Sequence[str]) -> Any:
     merged.shapes = sorted((s for p in parts for s in p.shapes), key=lambda s: rank.get(s.id, len(rank)))
     merged.compiled = any(p.compiled for p in parts)
     merged.compile_error = None if merged.compiled else parts[0].compile_error
-    merged.operator_score, merged.operator_score_note = scoring.operator_score((s.correct, s.score) for s in merged.shapes)
+    merged.partial = next((p.partial for p in parts if p.partial), None)
+    merged.operator_score, merged.operator_score_note = scoring.judged_operator_score(
+        ((s.correct, s.score) for s in merged.shapes if s.judged), sum(not s.judged for s in merged.shapes))
     merged.integrity = sorted({i for p in parts for i in p.integrity})
     merged.seeds = [seed for p in parts for seed in p.seeds]
     merged.isolation.warnings = sorted({w for p in parts for w in p.isolation.warnings})
@@ -280,7 +284,9 @@ def merge_results(parts: Sequence[Any], shape_order: Sequence[str]) -> Any:
 
 def serve(reply_fd: int, problems: Path | None) -> int:
     """The per-GPU process: evaluate each batch read from stdin, write its EvalResult to the
-    part file, answer one JSON line. Evaluations are cancelled at the batch's deadline."""
+    part file, answer one JSON line. A batch's evaluation gets the time left to the schedule's
+    deadline as its deadline_s; stopped there, its result is partial and the reply lists the
+    shapes it did not judge, with why."""
     from atrex_mcp.catalog import Catalog
     from atrex_mcp.errors import AtrexError
     from atrex_mcp.evaluate import EvalRequest, evaluate
@@ -290,23 +296,20 @@ def serve(reply_fd: int, problems: Path | None) -> int:
     catalog = Catalog(problems) if problems else Catalog()
     for line in sys.stdin:
         job = json.loads(line)
-        cancel = threading.Event()
-        deadline = job.get("deadline_epoch")
-        timer = threading.Timer(max(0.0, deadline - time.time()), cancel.set) if deadline else None
-        if timer:
-            timer.start()
+        request = dict(job["request"])
+        if job.get("deadline_epoch") is not None:
+            request["deadline_s"] = max(job["deadline_epoch"] - time.time(), MIN_DEADLINE_S)
         reply: dict[str, Any] = {"visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
         try:
-            result = evaluate(EvalRequest(**job["request"]), catalog, cancel=cancel)
+            result = evaluate(EvalRequest(**request), catalog)
             Path(job["part_file"]).write_text(result.model_dump_json(indent=1))
-            reply.update(status="ok", result_file=job["part_file"], device_name=result.device.name)
+            reply.update(status="partial" if result.partial else "ok", result_file=job["part_file"],
+                         device_name=result.device.name,
+                         not_run=[{"shape": s.id, "reason": f"{s.category}: {s.message}"} for s in result.shapes if not s.judged])
         except AtrexError as exc:
-            reply.update(status="cancelled" if exc.info.category == "cancelled" else "error", message=str(exc))
+            reply.update(status="error", message=str(exc))
         except Exception as exc:  # noqa: BLE001 — reported with the batch; the next batch still runs
             reply.update(status="error", message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}")
-        finally:
-            if timer:
-                timer.cancel()
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
     return 0

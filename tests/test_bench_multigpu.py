@@ -37,24 +37,27 @@ def test_queue_without_a_cap_gives_whole_operators_and_respects_the_time_left():
     assert [(j.op, j.shape) for j in queue.remaining()] == [("a", "0")]
 
 
-def test_batch_cap_is_none_on_one_gpu_half_a_fair_share_on_several_and_a_third_of_a_deadline():
+def test_batch_cap_is_none_on_one_gpu_and_half_a_fair_share_on_several():
     jobs = _jobs({"a": [10.0, 10.0], "b": [20.0]})
     assert multi_gpu.batch_cap(jobs, 1, 5.0) is None
     assert multi_gpu.batch_cap(jobs, 2, 5.0) == pytest.approx((40.0 + 2 * 5.0) / 4)
-    assert multi_gpu.batch_cap(jobs, 1, 5.0, deadline_s=30.0) == pytest.approx(10.0)  # a third of the deadline
 
 
 class _FakeRunner:
-    """Sleeps a scaled share of each batch's predicted cost; records what it ran."""
+    """Sleeps a scaled share of each batch's predicted cost; records what it ran. `partial`:
+    its evaluations stop before their last shape, as at a deadline."""
 
-    def __init__(self, label: str, speed: float, status: str = "ok"):
-        self.label, self.speed, self.status = label, speed, status
+    def __init__(self, label: str, speed: float, partial: bool = False):
+        self.label, self.speed, self.partial = label, speed, partial
         self.batches: list[tuple[str, list[str]]] = []
 
     def run(self, batch, deadline_epoch):
         self.batches.append((batch.op, batch.shapes))
         time.sleep(batch.predicted_s * 0.01 / self.speed)
-        return {"status": self.status, "visible_devices": self.label}
+        if self.partial:
+            return {"status": "partial", "visible_devices": self.label, "result_file": "part.json",
+                    "not_run": [{"shape": batch.shapes[-1], "reason": "not_run_deadline: stopped in the timing stage"}]}
+        return {"status": "ok", "visible_devices": self.label}
 
     def close(self):
         pass
@@ -71,13 +74,13 @@ def test_every_job_runs_once_and_an_idle_worker_takes_what_a_slow_one_has_not_re
     assert {o.worker for o in schedule.outcomes} == {"0", "1"}
 
 
-def test_jobs_past_the_deadline_and_cancelled_batches_are_listed_not_dropped():
+def test_jobs_past_the_deadline_and_shapes_a_stopped_batch_did_not_reach_are_listed_not_dropped():
     jobs = _jobs({"a": [0.5], "b": [1000.0]})
     schedule = multi_gpu.run_jobs(jobs, [_FakeRunner("0", 1.0)], batch_fixed_s=0.1, deadline_s=5.0)
     assert [(n["op"], n["reason"].split(":")[0]) for n in schedule.not_run] == [("b", "budget")]
-    cancelled = multi_gpu.run_jobs(_jobs({"a": [0.5, 0.2]}), [_FakeRunner("0", 1.0, status="cancelled")], batch_fixed_s=0.1)
-    assert sorted(n["shape"] for n in cancelled.not_run) == ["0", "1"]
-    assert all(n["reason"] == "cancelled at the deadline" for n in cancelled.not_run)
+    stopped = multi_gpu.run_jobs(_jobs({"a": [0.5, 0.2]}), [_FakeRunner("0", 1.0, partial=True)], batch_fixed_s=0.1)
+    assert stopped.not_run == [{"op": "a", "shape": "1", "reason": "not_run_deadline: stopped in the timing stage"}]
+    assert [(o.status, o.shapes, o.result_file) for o in stopped.outcomes] == [("partial", ["0", "1"], "part.json")]
 
 
 def test_a_worker_whose_process_died_stops_and_the_others_finish():
@@ -131,3 +134,37 @@ def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_
     merged = multi_gpu.merge_results([EvalResult.model_validate_json(open(o.result_file).read()) for o in schedule.outcomes
                                       if o.op == "rms_norm"], [s.id for s in catalog.visible("rms_norm").shapes])
     assert merged.candidate == "eager" and merged.compiled
+
+
+def test_merging_a_batch_stopped_at_the_deadline_keeps_the_result_partial():
+    from atrex_mcp.evaluate import taxonomy as tx
+    from atrex_mcp.evaluate.models import ShapeResult
+
+    done = result("rms_norm", [shape("0", 1.0, score=0.4)], started_at="2026-01-01T00:00:00+00:00")
+    stopped = result("rms_norm", [shape("1", 1.0, score=0.2),
+                                  ShapeResult(id="2", correct=False, stage=tx.NOT_RUN, category=tx.NOT_RUN_DEADLINE)],
+                     started_at="2026-01-01T00:01:00+00:00")
+    stopped.partial = "deadline"
+    merged = multi_gpu.merge_results([done, stopped], ["0", "1", "2"])
+    assert merged.partial == "deadline" and merged.operator_score == pytest.approx(0.3)
+    assert merged.operator_score_note.startswith("partial: over the 2 judged shapes only, 1 not run")
+    assert multi_gpu.merge_results([done], ["0"]).partial is None
+
+
+def test_a_real_batch_running_at_the_deadline_keeps_its_finished_shape(tmp_path):
+    """The per-device process gives its evaluation the time left as deadline_s: the shape that
+    stalls is stopped, the one before it is kept, and only the stalled one is listed as not run."""
+    from atrex_mcp.evaluate.models import EvalResult
+    from eval_support import make_problem_root
+    from test_eval_partial import STALLS_ON_SHAPE_1
+
+    problems = make_problem_root(tmp_path / "problems")
+    jobs = [Job("rms_norm", "0", 2.0), Job("rms_norm", "1", 1.0)]  # one batch, shape 0 first
+    schedule = multi_gpu.run_spread(jobs, ["0"], tmp_path / "parts", {"source": STALLS_ON_SHAPE_1, "seeds": 1},
+                                    batch_fixed_s=1.0, deadline_s=15.0, problems=problems)
+    [outcome] = schedule.outcomes
+    assert outcome.status == "partial" and outcome.shapes == ["0", "1"]
+    assert [(n["shape"], n["reason"].split(":")[0]) for n in schedule.not_run] == [("1", "not_run_deadline")]
+    assert "during the correctness stage" in schedule.not_run[0]["reason"]
+    part = EvalResult.model_validate_json(open(outcome.result_file).read())
+    assert part.partial == "deadline" and part.shapes[0].correct and not part.shapes[1].judged

@@ -100,7 +100,7 @@ class CostModel:
                     (first_compiles if k == 0 else compiles).append(compile_s)
                 full, timed = model.calls(s.time_ms)
                 fixed.append(spent - compile_s - full * s.time_ms / 1e3 - model.loop_overhead_s(timed))
-            if r.overhead.total_s > 0 and r.candidate != "torch-compile":
+            if r.overhead.total_s > 0 and r.candidate != "torch-compile" and r.partial is None:
                 per_evaluation.append(max(0.0, r.overhead.total_s - spent_on_shapes))
         return replace(
             model,

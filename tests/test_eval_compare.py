@@ -122,3 +122,75 @@ def test_fp8_moe_output_is_judged_by_the_default_fp8_rule_and_nan_never_passes()
     cand = ref.clone()
     cand[0] = float("nan")
     assert not compare_outputs(ref, cand, "fp8_blockscale_fused_moe").ok
+
+
+def _planted_float(dtype: torch.dtype, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """9000 elements (several RMS blocks) within tolerance but for four planted mismatches, two
+    of them non-finite, beside NaN/inf/zero entries where both sides agree."""
+    gen = torch.Generator().manual_seed(7)
+    ref = torch.randn(9, 1000, generator=gen, dtype=torch.float64) * scale
+    cand = ref * (1 + 0.06 * (torch.rand(ref.shape, generator=gen, dtype=torch.float64) - 0.5))
+    ref, cand = ref.to(dtype), cand.to(dtype)
+    r, c = ref.view(-1), cand.view(-1)
+    c[1234], c[5000] = r[1234] * 3 + 1, -r[5000] * 2
+    r[17] = c[17] = float("nan")
+    c[4500] = float("nan")
+    r[8000] = c[8000] = float("inf")
+    r[8001], c[8001] = float("inf"), -float("inf")
+    r[300] = c[300] = 0.0
+    return ref, cand
+
+
+def _planted_fp8(one_step: slice) -> tuple[torch.Tensor, torch.Tensor]:
+    ref = torch.linspace(-400, 400, 1000).to(torch.float8_e4m3fn)
+    codes = ref.view(torch.uint8).clone()
+    codes[one_step] += 1
+    codes[600] += 2  # two codes away
+    codes[700] = 0x7F  # NaN
+    return ref, codes.view(torch.float8_e4m3fn)
+
+
+def _planted_ints() -> tuple[torch.Tensor, torch.Tensor]:
+    ref = torch.randint(-1000, 1000, (40, 25), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
+    cand = ref.clone()
+    cand[3, 7] += 1
+    cand[30, 1] = -cand[30, 1] - 1
+    return ref, cand
+
+
+# (reference, candidate, mismatches, first bad index, non-finite mismatches) for every rule
+PLANTED = {
+    "allclose bf16": (*_planted_float(torch.bfloat16, 1.0), 4, [1, 234], 2),
+    "allclose fp32, RMS-capped atol": (*_planted_float(torch.float32, 0.01), 4, [1, 234], 2),
+    "allclose fp64": (*_planted_float(torch.float64, 1.0), 4, [1, 234], 2),
+    "exact int32": (*_planted_ints(), 2, [3, 7], 0),
+    "fp8 rare one-step codes": (*_planted_fp8(slice(250, 251)), 2, [600], 1),
+    "fp8 many one-step codes": (*_planted_fp8(slice(100, 130)), 32, [100], 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_chunked_comparison_equals_the_one_chunk_comparison(case):
+    ref, cand, mismatches, first, nonfinite = PLANTED[case]
+    ref_before = ref.clone()
+    whole = compare_outputs(ref, cand, "x", chunk=ref.numel())
+    worst = whole.worst
+    assert (worst.mismatches, worst.first_bad_index, worst.nonfinite_mismatches) == (mismatches, first, nonfinite)
+    for chunk in (7, 1000, 4099):
+        assert compare_outputs(ref, cand, "x", chunk=chunk) == whole, f"chunk {chunk}"
+    assert torch.equal(ref.view(torch.uint8), ref_before.view(torch.uint8))  # judged without touching the reference
+
+
+def test_single_element_chunks_over_several_outputs_and_rules():
+    ints, ints_cand = _planted_ints()
+    ref = {"scores": torch.tensor([[1.0, float("nan")], [0.0, 2.0]]), "ids": ints[3:5], "flags": torch.tensor([True, False, True])}
+    cand = {"scores": torch.tensor([[1.01, float("nan")], [0.5, 2.0]]), "ids": ints_cand[3:5], "flags": torch.tensor([True, True, True])}
+    whole = compare_outputs(ref, cand, "x")
+    assert [d.mismatches for d in whole.details] == [1, 1, 1]
+    assert compare_outputs(ref, cand, "x", chunk=1) == whole
+
+
+def test_rms_cap_does_not_depend_on_the_chunk_size():
+    ref = torch.randn(20000, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 0.01
+    atols = {compare_outputs(ref, ref.clone(), "x", chunk=chunk).details[0].atol for chunk in (4096, 5000, 8192, 20000)}
+    assert len(atols) == 1 and atols.pop() == pytest.approx(0.05 * ref.square().mean().sqrt().item(), rel=1e-12)

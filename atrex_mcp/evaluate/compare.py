@@ -11,6 +11,10 @@ Semantics follow SPEC §0.4 of the operator set, tightened where that rule tests
   a small fraction of elements (one fp32 rounding difference can cross an fp8 midpoint,
   SPEC §0.3), anything further is a mismatch.
 
+Numbers are judged in chunks of `CHUNK_ELEMENTS`, so memory stays bounded for outputs of many
+GiB. The rules that depend on the whole output take two passes: the RMS of the reference
+before the allclose test, the share of one-step fp8 codes before deciding they are tolerated.
+
 Per-operator exceptions live in `OVERRIDES`, the one table of them. `compare_outputs` never
 raises on a malformed candidate: the verdict says what is wrong.
 """
@@ -18,7 +22,7 @@ raises on a malformed candidate: the verdict says what is wrong.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -59,6 +63,13 @@ DEFAULT_FP8 = Tolerance("fp8_codes")
 # from it by one code on 0 of 4992 elements at the smoke shape and on 0.004 % at hidden 7168
 # (64 tokens, 16 experts, top-8, seeds 0 and 1; never two codes), well inside DEFAULT_FP8.
 OVERRIDES: dict[tuple[str, str], Tolerance] = {}
+
+# Elements judged at a time. The temporaries of one chunk (float64 copies of both sides, |c − r|,
+# |r|, the relative error, masks: ~66 bytes per element measured, ~0.55 GiB) are bounded whatever
+# the output's size; whole-output float64 copies ran the trusted process out of GPU memory on the
+# H200 (a 3 GiB bf16 attention output needs 12 GiB per float64 copy, and the rule made several).
+CHUNK_ELEMENTS = 1 << 23
+RMS_BLOCK = 4096  # elements per exactly-added partial sum of squares (a power of two)
 
 
 def tolerance_for(op: str, output: str, dtype: torch.dtype) -> Tolerance:
@@ -136,31 +147,59 @@ def check_structure(reference: Any, candidate: Any) -> CompareResult:
     return CompareResult(ok=True)
 
 
-def _finite_stats(ref: torch.Tensor, cand: torch.Tensor) -> tuple[float, float]:
-    both = torch.isfinite(ref) & torch.isfinite(cand)
-    if not bool(both.any()):
-        return 0.0, 0.0
-    diff = (cand - ref).abs()[both]
-    refabs = ref.abs()[both]
-    nonzero = refabs > 0
-    rel = (diff[nonzero] / refabs[nonzero]).max().item() if bool(nonzero.any()) else 0.0
-    return diff.max().item(), rel
+def _chunks(chunk: int, ref: torch.Tensor, *others: torch.Tensor) -> Iterator[tuple[int, tuple[torch.Tensor, ...]]]:
+    """(offset, slices) over the flattened tensors in row-major order, every slice on ref's device
+    (a candidate held in host memory is moved one chunk at a time)."""
+    flats = [t.reshape(-1) for t in (ref, *others)]
+    for offset in range(0, ref.numel(), chunk):
+        yield offset, tuple(flat[offset:offset + chunk].to(ref.device) for flat in flats)
 
 
-def _detail(name: str, tol: Tolerance, ref64: torch.Tensor, cand64: torch.Tensor, bad: torch.Tensor,
-            nonfinite_bad: int, atol: float | None, rtol: float | None) -> MismatchDetail:
-    max_abs, max_rel = _finite_stats(ref64, cand64)
-    count = int(bad.sum().item())
-    first = ref_v = cand_v = None
-    if count:
-        flat = int(torch.nonzero(bad.reshape(-1))[0].item())
-        first = [int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(bad.shape))] if bad.dim() else []
-        ref_v, cand_v = float(ref64.reshape(-1)[flat].item()), float(cand64.reshape(-1)[flat].item())
-    numel = bad.numel()
-    return MismatchDetail(output=name, rule=tol.rule, atol=atol, rtol=rtol, max_abs_error=max_abs, max_rel_error=max_rel,
-                          mismatch_fraction=count / numel if numel else 0.0, mismatches=count, numel=numel,
-                          first_bad_index=first, reference_value=_json_float(ref_v), candidate_value=_json_float(cand_v),
-                          nonfinite_mismatches=nonfinite_bad)
+def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        index.append(i)
+    return index[::-1]
+
+
+@dataclass
+class _Tally:
+    """One output's figures accumulated chunk by chunk. Each is a count, a maximum or the first
+    bad element, so neither the chunk size nor the order of chunks changes it."""
+
+    shape: tuple[int, ...]
+    mismatches: int = 0
+    nonfinite_mismatches: int = 0
+    max_abs: float = 0.0  # |c − r| where both are finite (0 when none is)
+    max_rel: float = 0.0  # |c − r| / |r| where both are finite and r ≠ 0 (0 when none is)
+    first: int | None = None
+    ref_value: float | None = None
+    cand_value: float | None = None
+
+    def add(self, offset: int, ref64: torch.Tensor, cand64: torch.Tensor, bad: torch.Tensor, nonfinite_bad: int) -> None:
+        both = torch.isfinite(ref64) & torch.isfinite(cand64)
+        diff = (cand64 - ref64).abs_().masked_fill_(~both, 0.0)
+        refabs = ref64.abs()
+        rel = torch.div(diff, refabs).masked_fill_(~(both & (refabs > 0)), 0.0)
+        self.max_abs = max(self.max_abs, diff.max().item())
+        self.max_rel = max(self.max_rel, rel.max().item())
+        count = int(bad.sum().item())
+        if count and self.first is None:
+            i = int(bad.to(torch.uint8).argmax().item())  # argmax gives the first of equal maxima
+            self.first = offset + i
+            self.ref_value, self.cand_value = _json_float(ref64[i].item()), _json_float(cand64[i].item())
+        self.mismatches += count
+        self.nonfinite_mismatches += nonfinite_bad
+
+    def detail(self, name: str, tol: Tolerance, atol: float | None, rtol: float | None) -> MismatchDetail:
+        numel = math.prod(self.shape)
+        return MismatchDetail(output=name, rule=tol.rule, atol=atol, rtol=rtol, max_abs_error=self.max_abs,
+                              max_rel_error=self.max_rel, mismatch_fraction=self.mismatches / numel if numel else 0.0,
+                              mismatches=self.mismatches, numel=numel,
+                              first_bad_index=None if self.first is None else _unravel(self.first, self.shape),
+                              reference_value=self.ref_value, candidate_value=self.cand_value,
+                              nonfinite_mismatches=self.nonfinite_mismatches)
 
 
 def _json_float(value: float | None) -> float | None:
@@ -172,22 +211,50 @@ def _nonfinite_agree(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
     return (torch.isnan(ref) & torch.isnan(cand)) | (torch.isinf(ref) & (ref == cand))
 
 
-def _compare_allclose(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor) -> MismatchDetail:
-    ref64, cand64 = ref.to(torch.float64), cand.to(torch.float64)
+def _block_sums(x: torch.Tensor) -> list[float]:
+    """Sums of consecutive RMS_BLOCK-element blocks of x (the last one zero-padded), each by the
+    same pairwise tree of elementwise adds, so on any device and for any number of blocks."""
+    x = torch.nn.functional.pad(x, (0, -x.numel() % RMS_BLOCK)).view(-1, RMS_BLOCK)
+    while x.shape[1] > 1:
+        half = x.shape[1] // 2
+        x = x[:, :half] + x[:, half:]
+    return x.view(-1).tolist()
+
+
+def _finite_rms(ref: torch.Tensor, chunk: int) -> float | None:
+    """RMS of the reference's finite values (None when it has none): the first pass of the
+    allclose rule. Squares are summed in fixed blocks and the block sums added exactly (fsum),
+    so the result does not depend on the chunk size."""
+    sums, finite = [], 0
+    for _, (r,) in _chunks(max(chunk // RMS_BLOCK, 1) * RMS_BLOCK, ref):
+        r64 = r.to(torch.float64)
+        keep = torch.isfinite(r64)
+        sums += _block_sums(torch.where(keep, r64, 0.0).square_())  # r64 may be ref itself: nothing in place
+        finite += int(keep.sum().item())
+    return math.sqrt(math.fsum(sums) / finite) if finite else None
+
+
+def _compare_allclose(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int) -> MismatchDetail:
     atol = tol.atol
-    finite_ref = ref64[torch.isfinite(ref64)]
-    if tol.atol_at_most_rtol_rms and finite_ref.numel():
-        atol = min(atol, tol.rtol * finite_ref.square().mean().sqrt().item())
-    finite = torch.isfinite(ref64) & torch.isfinite(cand64)
-    within = (cand64 - ref64).abs() <= atol + tol.rtol * ref64.abs()
-    ok = (finite & within) | _nonfinite_agree(ref64, cand64)
-    nonfinite_bad = int((~finite & ~ok).sum().item())
-    return _detail(name, tol, ref64, cand64, ~ok, nonfinite_bad, atol, tol.rtol)
+    if tol.atol_at_most_rtol_rms:
+        rms = _finite_rms(ref, chunk)
+        if rms is not None:
+            atol = min(atol, tol.rtol * rms)
+    tally = _Tally(tuple(ref.shape))
+    for offset, (r, c) in _chunks(chunk, ref, cand):
+        r64, c64 = r.to(torch.float64), c.to(torch.float64)
+        finite = torch.isfinite(r64) & torch.isfinite(c64)
+        within = (c64 - r64).abs_() <= r64.abs().mul_(tol.rtol).add_(atol)  # atol + rtol·|r|
+        ok = (finite & within) | _nonfinite_agree(r64, c64)
+        tally.add(offset, r64, c64, ~ok, int((~finite & ~ok).sum().item()))
+    return tally.detail(name, tol, atol, tol.rtol)
 
 
-def _compare_exact(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor) -> MismatchDetail:
-    bad = ref != cand
-    return _detail(name, tol, ref.to(torch.float64), cand.to(torch.float64), bad, 0, None, None)
+def _compare_exact(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int) -> MismatchDetail:
+    tally = _Tally(tuple(ref.shape))
+    for offset, (r, c) in _chunks(chunk, ref, cand):
+        tally.add(offset, r.to(torch.float64), c.to(torch.float64), r != c, 0)
+    return tally.detail(name, tol, None, None)
 
 
 def _code_index(t: torch.Tensor) -> torch.Tensor:
@@ -197,30 +264,42 @@ def _code_index(t: torch.Tensor) -> torch.Tensor:
     return torch.where(codes >= 0x80, -magnitude, magnitude)
 
 
-def _compare_fp8(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor) -> MismatchDetail:
-    ref64, cand64 = ref.to(torch.float64), cand.to(torch.float64)
+def _fp8_masks(tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(off: a different code, far: more than max_code_steps away, nan_disagree) for fp8 slices."""
     steps = (_code_index(ref) - _code_index(cand)).abs()
-    ref_nan, cand_nan = torch.isnan(ref64), torch.isnan(cand64)
-    nan_agree = ref_nan & cand_nan
+    ref_nan, cand_nan = torch.isnan(ref.float()), torch.isnan(cand.float())
     nan_disagree = ref_nan ^ cand_nan
-    off = (steps > 0) & ~nan_agree & ~nan_disagree
-    far = off & (steps > tol.max_code_steps)
-    bad = far | nan_disagree
-    near_count = int((off & ~far).sum().item())
-    if ref.numel() and near_count / ref.numel() > tol.max_off_code_fraction:
-        bad = bad | off  # too many one-step codes: every off code counts
-    return _detail(name, tol, ref64, cand64, bad, int(nan_disagree.sum().item()), None, None)
+    off = (steps > 0) & ~(ref_nan & cand_nan) & ~nan_disagree
+    return off, off & (steps > tol.max_code_steps), nan_disagree
+
+
+def _compare_fp8(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int) -> MismatchDetail:
+    # Pass 1: how many codes are one step off decides whether those count as mismatches.
+    near = 0
+    for _, (r, c) in _chunks(chunk, ref, cand):
+        off, far, _ = _fp8_masks(tol, r, c)
+        near += int((off & ~far).sum().item())
+    every_off = bool(ref.numel()) and near / ref.numel() > tol.max_off_code_fraction
+    tally = _Tally(tuple(ref.shape))
+    for offset, (r, c) in _chunks(chunk, ref, cand):
+        off, far, nan_disagree = _fp8_masks(tol, r, c)
+        bad = (off if every_off else far) | nan_disagree  # too many one-step codes: every off code counts
+        tally.add(offset, r.to(torch.float64), c.to(torch.float64), bad, int(nan_disagree.sum().item()))
+    return tally.detail(name, tol, None, None)
 
 
 _RULES = {"allclose": _compare_allclose, "exact": _compare_exact, "fp8_codes": _compare_fp8}
 
 
-def compare_outputs(reference: Any, candidate: Any, op: str) -> CompareResult:
+def compare_outputs(reference: Any, candidate: Any, op: str, *, chunk: int = CHUNK_ELEMENTS) -> CompareResult:
     """Judge a candidate's output against the reference output of the same inputs.
 
-    Both must already be plain tensors on one device (see atrex_mcp.evaluate.transfer for
-    loading untrusted outputs). Structure problems are runtime failures; numbers outside the
-    tolerance are a correctness failure with per-output detail.
+    The candidate must already be plain tensors (see atrex_mcp.evaluate.transfer for loading
+    untrusted outputs), on the reference's device or in host memory: it is moved `chunk`
+    elements at a time, and the numbers are judged `chunk` elements at a time, so the memory
+    this takes beyond both outputs is bounded whatever their size. Structure problems are
+    runtime failures; numbers outside the tolerance are a correctness failure with per-output
+    detail.
     """
     structure = check_structure(reference, candidate)
     if not structure.ok:
@@ -229,9 +308,9 @@ def compare_outputs(reference: Any, candidate: Any, op: str) -> CompareResult:
     assert isinstance(ref_leaves, dict) and isinstance(cand_leaves, dict)
     details = []
     for name in sorted(ref_leaves):
-        ref, cand = ref_leaves[name], cand_leaves[name].to(ref_leaves[name].device)
+        ref = ref_leaves[name]
         tol = tolerance_for(op, name, ref.dtype)
-        details.append(_RULES[tol.rule](name, tol, ref, cand))
+        details.append(_RULES[tol.rule](name, tol, ref, cand_leaves[name], chunk))
     bad = [d for d in details if d.mismatches]
     if not bad:
         return CompareResult(ok=True, details=tuple(details))

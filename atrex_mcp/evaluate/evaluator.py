@@ -19,7 +19,8 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,30 @@ def _copy_structure(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return tuple(v.clone() for v in value)
     return value.clone()
+
+
+class _HarnessOutOfMemory(Exception):
+    """The trusted side ran out of GPU memory judging an output: no verdict on the candidate."""
+
+
+@contextmanager
+def _harness_memory(doing: str) -> Iterator[None]:
+    """A CUDA out-of-memory error of this process while `doing` becomes _HarnessOutOfMemory, so
+    the shape gets a harness_oom result and the other shapes go on. Its traceback, which holds
+    the tensors, is dropped once the caller has handled it."""
+    try:
+        yield
+    except torch.OutOfMemoryError:
+        raise _HarnessOutOfMemory(f"The harness ran out of GPU memory {doing}; this is no verdict on the candidate.") from None
+
+
+def _release_cached_gpu_memory() -> None:
+    """Hand the caching allocator's free blocks back to the driver. Called after this process has
+    judged a shape's outputs: the sandbox worker, another process on the same GPU, runs next and
+    cannot use blocks kept cached here. Not between seeds: the next seed reuses them, and the
+    worker is idle then."""
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def _fail(result: ShapeResult, failure: Failure | OutputRejected) -> ShapeResult:
@@ -148,9 +173,27 @@ class _Evaluation:
         return {"id": shape.id, "init": shape.init, "inputs": shape.inputs}
 
     def compare_file(self, session: Session, scratch: Path, name: str, reference: Any) -> Any:
-        """Load one output file and compare it; returns CompareResult or raises OutputRejected."""
-        candidate = load_output(scratch, name, self.device, max_bytes=4 * output_bytes(reference) + (1 << 20))
+        """Load one output file and compare it; returns CompareResult or raises OutputRejected.
+        The candidate stays in host memory: compare_outputs moves it to the GPU a chunk at a time."""
+        candidate = load_output(scratch, name, "cpu", max_bytes=4 * output_bytes(reference) + (1 << 20))
         return compare_outputs(reference, candidate, self.request.op)
+
+    def judge_seed(self, session: Session, scratch: Path, shape: Shape, seed: int, name: str, checksums: dict[str, int],
+                   result: ShapeResult) -> Any:
+        """The verdict on one correctness seed's output file (CompareResult; raises OutputRejected
+        or _HarnessOutOfMemory). GPU memory of this process: the inputs live until the reference
+        output exists, then that output beside the comparison's bounded chunks (the candidate is
+        in host memory); all of it is freed on return, before the next seed's inputs are made, so
+        the peak is one seed's. On the H200, whole-output float64 copies (since chunked) beside the
+        inputs, the reference output and the candidate on the GPU held 72-103 GiB here."""
+        with _harness_memory("generating the inputs and the reference output"):
+            inputs = self.inputs(shape, seed)
+            if _input_checksums(inputs) != checksums and tx.INPUT_MISMATCH not in result.integrity:
+                result.integrity.append(tx.INPUT_MISMATCH)
+            reference = self.reference_output(shape, inputs)
+        del inputs  # an output that aliases an input keeps only what it aliases
+        with _harness_memory(f"comparing outputs of {output_bytes(reference)} bytes"):
+            return self.compare_file(session, scratch, name, reference)
 
     # -- stages -----------------------------------------------------------------------------
     def correctness(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult) -> int | None:
@@ -169,20 +212,22 @@ class _Evaluation:
         if len(calls) >= 2:  # the first call of a shape pays for JIT compilation (and autotuning)
             result.seconds["first_call_extra"] = max(0.0, calls[0] - min(calls[1:]))
         t1 = time.perf_counter()
-        for k, (seed, name) in enumerate(zip(result.seeds, reply["files"])):
-            inputs = self.inputs(shape, seed)
-            if _input_checksums(inputs) != reply["checksums"][k] and tx.INPUT_MISMATCH not in result.integrity:
-                result.integrity.append(tx.INPUT_MISMATCH)
-            reference = self.reference_output(shape, inputs)
-            try:
-                verdict = self.compare_file(session, scratch, name, reference)
-            except OutputRejected as exc:
-                _fail(result, exc)
-                return None
-            if not verdict.ok:
-                _fail(result, Failure(verdict.stage, verdict.category, f"seed #{k}: {verdict.message}"))
-                result.mismatch = list(verdict.details)
-                return None
+        try:
+            for k, (seed, name) in enumerate(zip(result.seeds, reply["files"])):
+                try:
+                    verdict = self.judge_seed(session, scratch, shape, seed, name, reply["checksums"][k], result)
+                except OutputRejected as exc:
+                    _fail(result, exc)
+                    return None
+                except _HarnessOutOfMemory as exc:
+                    _fail(result, Failure(tx.CORRECTNESS, tx.HARNESS_OOM, f"seed #{k}: {exc}"))
+                    return None
+                if not verdict.ok:
+                    _fail(result, Failure(verdict.stage, verdict.category, f"seed #{k}: {verdict.message}"))
+                    result.mismatch = list(verdict.details)
+                    return None
+        finally:
+            _release_cached_gpu_memory()
         result.seconds["reference_and_compare"] = time.perf_counter() - t1
         result.correct = True
         return int(reply.get("input_bytes", 0))
@@ -236,7 +281,12 @@ class _Evaluation:
             result.integrity.append(tx.TIMED_OUTPUT_MISMATCH)
             result.message = "The worker did not return a digest for every timed call."
         else:
-            self.check_timed_outputs(session, scratch, shape, result, reply["kept"], order, digests)
+            try:
+                self.check_timed_outputs(session, scratch, shape, result, reply["kept"], order, digests)
+            except _HarnessOutOfMemory as exc:
+                _fail(result, Failure(tx.CORRECTNESS, tx.HARNESS_OOM, f"checking the outputs of timed calls: {exc}"))
+            finally:
+                _release_cached_gpu_memory()
         failing = [i for i in result.integrity if i in tx.INTEGRITY_FAILS]
         if failing:
             stage = tx.CORRECTNESS if tx.TIMED_OUTPUT_MISMATCH in failing else tx.PERFORMANCE
@@ -266,28 +316,36 @@ class _Evaluation:
         for index in chosen:
             name = reply["files"].get(str(index))
             seed = result.timing_seeds[1 + index]
-            reference = self.reference_output(shape, self.inputs(shape, seed))
-            try:
-                candidate = load_output(scratch, name, self.device, max_bytes=4 * output_bytes(reference) + (1 << 20)) if name else None
-            except OutputRejected as exc:
-                candidate, message = None, exc.message
-            else:
-                message = "the worker did not return it"
-            verdict = compare_outputs(reference, candidate, self.request.op) if candidate is not None else None
-            if verdict is None or not verdict.ok:
-                self._timed_mismatch(result, f"Output of a timed call (input set {index}) is wrong: "
-                                             f"{verdict.message if verdict is not None else message}",
-                                     list(verdict.details) if verdict is not None else [])
-                return
-            fetched[index] = digest(candidate).tolist()
-            if fetched[index] != digests[last_call[index]]:
-                self._timed_mismatch(result, f"The digest the worker reported for input set {index} does not match "
-                                             "the output it returned.", [])
-                return
-            if poisoned is None:
-                stale = _copy_structure(candidate)
-                _poison(stale, set())
-                poisoned = digest(stale).tolist()
+            with _harness_memory("generating a timed input set and its reference output"):
+                reference = self.reference_output(shape, self.inputs(shape, seed))
+            size = output_bytes(reference)
+            # GPU memory here: one set's reference and candidate at a time (each is deleted once
+            # used, before the next set's reference is made), and the poisoned copy only briefly.
+            with _harness_memory(f"comparing outputs of {size} bytes"):
+                try:
+                    candidate = load_output(scratch, name, self.device, max_bytes=4 * size + (1 << 20)) if name else None
+                except OutputRejected as exc:
+                    candidate, message = None, exc.message
+                else:
+                    message = "the worker did not return it"
+                verdict = compare_outputs(reference, candidate, self.request.op) if candidate is not None else None
+                del reference
+                if verdict is None or not verdict.ok:
+                    self._timed_mismatch(result, f"Output of a timed call (input set {index}) is wrong: "
+                                                 f"{verdict.message if verdict is not None else message}",
+                                         list(verdict.details) if verdict is not None else [])
+                    return
+                fetched[index] = digest(candidate).tolist()
+                if fetched[index] != digests[last_call[index]]:
+                    self._timed_mismatch(result, f"The digest the worker reported for input set {index} does not match "
+                                                 "the output it returned.", [])
+                    return
+                if poisoned is None:
+                    stale = _copy_structure(candidate)
+                    _poison(stale, set())
+                    poisoned = digest(stale).tolist()
+                    del stale
+                del candidate
         seen: dict[tuple[int, ...], int] = {}
         shared: set[tuple[int, ...]] = set()  # outputs confirmed to be legitimately the same for several sets
         for i, (index, d) in enumerate(zip(order, digests)):
@@ -305,8 +363,9 @@ class _Evaluation:
     def same_reference(self, shape: Shape, result: ShapeResult, a: int, b: int) -> bool:
         """Whether two timed input sets legitimately give the same output (their reference
         outputs agree), as for an op that ignores the inputs that were varied."""
-        ref_a, ref_b = (self.reference_output(shape, self.inputs(shape, result.timing_seeds[1 + k])) for k in (a, b))
-        return compare_outputs(ref_a, ref_b, self.request.op).ok
+        with _harness_memory("comparing the reference outputs of two timed input sets"):
+            ref_a, ref_b = (self.reference_output(shape, self.inputs(shape, result.timing_seeds[1 + k])) for k in (a, b))
+            return compare_outputs(ref_a, ref_b, self.request.op).ok
 
     @staticmethod
     def _timed_mismatch(result: ShapeResult, message: str, details: list) -> None:

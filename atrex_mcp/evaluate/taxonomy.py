@@ -43,6 +43,7 @@ WRONG_KEYS: Final = "wrong_keys"  # dict keys or tuple length
 # correctness: well-formed but numerically wrong.
 NUMERIC_MISMATCH: Final = "numeric_mismatch"
 TIMED_OUTPUT_MISMATCH: Final = "timed_output_mismatch"  # right in the checked calls, wrong in the timed ones
+HARNESS_OOM: Final = "harness_oom"  # the trusted side ran out of GPU memory judging the outputs: no verdict on the candidate
 
 # performance: correct but not timed to a trusted figure.
 OVER_TIME_BUDGET: Final = "over_time_budget"
@@ -52,7 +53,7 @@ CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
     COMPILE: (SYNTAX_ERROR, IMPORT_ERROR, NO_MODEL, NOT_NN_MODULE, SIGNATURE_MISMATCH, COMPILE_TIMEOUT, COMPILE_OOM,
               KERNEL_COMPILE_ERROR),
     RUNTIME: (EXCEPTION, TIMEOUT, CUDA_FAULT, CRASH, OOM, WRONG_OUTPUT_TYPE, WRONG_SHAPE, WRONG_DTYPE, WRONG_KEYS),
-    CORRECTNESS: (NUMERIC_MISMATCH, TIMED_OUTPUT_MISMATCH),
+    CORRECTNESS: (NUMERIC_MISMATCH, TIMED_OUTPUT_MISMATCH, HARNESS_OOM),
     PERFORMANCE: (OVER_TIME_BUDGET, TIMING_TAMPERED),
 }
 

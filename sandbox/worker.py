@@ -195,6 +195,11 @@ class Worker:
     def _inputs(self, shape: dict[str, Any], seed: int) -> dict[str, Any]:
         return self.make_inputs(seed=seed, device=self.device, **shape["inputs"])
 
+    def _release_cache(self) -> None:
+        """Give cached GPU blocks back: the trusted side compares next, on the same GPU."""
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
     def _sync(self) -> None:
         if self.device == "cuda":
             PRIMS["torch.cuda.synchronize"]()
@@ -218,6 +223,7 @@ class Worker:
             _poison(out, storages(inputs))
             files.append(name)
             del out, inputs
+        self._release_cache()
         return {"files": files, "checksums": checksums, "call_s": seconds, "input_bytes": input_bytes}
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -255,6 +261,7 @@ class Worker:
         for out in self.kept.values():
             _poison(out, set())
         self.kept = {}
+        self._release_cache()
         return {"files": files}
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:

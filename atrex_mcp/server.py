@@ -207,6 +207,9 @@ class ServerContext:
         self.catalog = Catalog(config.problems)
         self.policy = Policy(config.mode, self.catalog)
         self.state_dir = config.state_dir
+        # Sandbox workers treat the state directory as protected (evaluate.session.protected_roots
+        # reads it from here): a --state-dir elsewhere must be as unreachable as the default.
+        os.environ["ATREX_STATE_DIR"] = str(Path(config.state_dir).resolve())
         self.workspace = Workspace(config.workspaces, denied=[*self.catalog.roots, config.state_dir],
                                    max_source_bytes=config.max_source_bytes)
         self._queue: GpuQueue | None = None

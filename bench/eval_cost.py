@@ -54,7 +54,7 @@ class CostModel:
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
     call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
-    spin_s: float = 1e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
+    spin_s: float = 3e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
     seeds: int = 5
     source: str = "assumed (no evaluator run on this GPU yet)"
 

@@ -168,6 +168,12 @@ class TimedRun:
 
 
 SPIN_CYCLES_PER_US = 2000  # ~H200 boost clock; a slower clock only lengthens the spin, which is untimed
+# The spin must outlast the host's whole start-event → launch → end-event window, not only the
+# launch: on the H200 (bench/results/timing_stalls_h200.json, 2026-11-30) that window took ~55 µs
+# (median) for a one-kernel Triton forward whose launch alone took ~25 µs, so a spin sized from the
+# launch (~58 µs) was outrun on 10–90 % of calls and one run's median was 30.0 µs instead of 6.1 µs;
+# with 300 µs, 0–1 of 200 calls were outrun and every median and IQR settled (IQR 0.2–0.8 µs).
+SPIN_MIN_US, SPIN_MAX_US = 300.0, 2000.0
 NOOP_CALIBRATION_CALLS = 50  # however few calls are timed: the side-stream rule needs a steady calibration
 
 
@@ -190,7 +196,7 @@ def _reserve_cached_blocks(blocks: list[tuple[int, torch.device]], copies: int) 
 
 def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_inputs: dict[str, Any],
                input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
-               spin_us: float | None = None) -> TimedRun:
+               spin_us: float | None = None, flush_by_reading: bool = False) -> TimedRun:
     """Warm up on a separate input set, then `calls` timed calls over `input_sets` in `call_order`.
 
     Between `start` and `end` the host does nothing but the call: the input dict is looked up
@@ -198,7 +204,9 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
     for longer than the host needs to launch the call, so the host's launch latency and jitter
     are not timed and the clocks do not idle between calls. `spin_us` overrides the spin's
     length; `host_us` says, per call, whether the host outran it (the GPU then idled inside the
-    timed region)."""
+    timed region). `flush_by_reading` sweeps L2 with a read of the buffer instead of a write, so
+    the timed call does not inherit dirty lines to write back (bench/timing_accuracy.py measures
+    both against Nsight Compute, which invalidates L2)."""
     Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
     sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
     flush = torch.empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))
@@ -215,7 +223,7 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
         sync()
     _reserve_cached_blocks(output_bytes, copies=len(input_sets) + 2)
     if spin_us is None:
-        spin_us = min(1000.0, 1.5 * statistics.median(host_s) * 1e6 + 20.0)
+        spin_us = min(SPIN_MAX_US, max(SPIN_MIN_US, 3.0 * statistics.median(host_s) * 1e6 + 100.0))
     cycles = int(spin_us * SPIN_CYCLES_PER_US)
 
     def loop(call: Callable[[dict[str, Any] | None], Any], plan: list[dict[str, Any] | None],
@@ -230,7 +238,7 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
         window = len(input_sets)
         for i in range(n):
             inputs, begin, stop, after = plan[i], starts[i], ends[i], afters[i]
-            flush.zero_()
+            flush.sum() if flush_by_reading else flush.zero_()
             spin(cycles)
             h0 = perf()
             record(begin)

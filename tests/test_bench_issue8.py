@@ -292,3 +292,22 @@ def test_timing_accuracy_cases_go_through_the_timing_loop_on_a_cpu_backend():
     timed = timing_accuracy.evaluator_times(cases, _cpu_primitives(), flush_bytes=4096)
     assert set(timed) == {"scale_4KiB", "gemm_2048", "spin_10ms"}
     assert all(t["calls"] >= 20 and t["median_ms"] > 0 for t in timed.values())
+    assert all(t["read_flush_median_ms"] > 0 for t in timed.values())
+
+
+def test_time_calls_reports_the_host_window_and_sizes_the_spin_to_outlast_it():
+    """Every timed call carries its host window (start event → end event); the default spin is at
+    least SPIN_MIN_US (the H200 showed shorter spins outrun), and an override is used as given."""
+    import torch
+
+    from sandbox.timing import SPIN_MIN_US, time_calls
+
+    sets = [{"x": torch.full((64,), float(k))} for k in range(4)]
+    fn = lambda inputs: inputs["x"] * 2  # noqa: E731
+    run = time_calls(_cpu_primitives(), fn, {"x": torch.ones(64)}, sets, calls=10, warmup=2, flush_bytes=4096)
+    assert len(run.host_us) == len(run.times_ms) == 10 and all(h > 0 for h in run.host_us)
+    assert run.spin_us >= SPIN_MIN_US
+    assert sorted(run.kept) == [0, 1, 2, 3] and all(torch.equal(run.kept[k], sets[k]["x"] * 2) for k in run.kept)
+    forced = time_calls(_cpu_primitives(), fn, {"x": torch.ones(64)}, sets, calls=4, warmup=1, flush_bytes=4096,
+                        spin_us=40.0, flush_by_reading=True)
+    assert forced.spin_us == 40.0 and len(forced.host_us) == 4

@@ -32,6 +32,28 @@ def test_allow_list_never_reaches_a_protected_root(tmp_path):
     assert str(ROOT) not in rules  # the checkout itself stays closed: only its sandbox package is open
 
 
+def test_profiler_openings_never_reach_a_protected_root(tmp_path):
+    """ncu needs the whole file system readable (bench/results/ncu_probe_h200.json); the opening
+    still leaves out every protected root and the checkout, and opens nothing for writing."""
+    from atrex_mcp.profiling.ncu import NCU_OPENINGS
+
+    problems = make_problem_root(tmp_path / "problems")
+    state = tmp_path / "state"
+    state.mkdir()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    spec = LaunchSpec(scratch=scratch, device="cpu", protected=[problems, state, ROOT / "atrex_mcp"],
+                      **{k: v for k, v in NCU_OPENINGS.launch_fields().items()})
+    rules = landlock_rules(spec, [*import_paths(), str(ROOT), str(tmp_path)])
+    allowed = [Path(p) for p in rules]
+    for secret in (problems / "rms_norm" / "roofline.json", state / "runs.sqlite", ROOT / "atrex_mcp" / "catalog.py",
+                   ROOT / ".git" / "config"):
+        assert not any(secret == a or a in secret.parents for a in allowed), secret
+    writable = [p for p, rights in rules.items() if rights & landlock.WRITE_FILE]
+    assert all(p.startswith("/dev/") or p == str(scratch.resolve()) for p in writable), writable
+    assert not NCU_OPENINGS.tcp_ports and not NCU_OPENINGS.abstract_unix
+
+
 def test_worker_import_path_holds_the_package_root_even_when_only_the_cwd_had_it(monkeypatch):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p and Path(p).resolve() != ROOT.resolve()] + [""])
     paths = import_paths()

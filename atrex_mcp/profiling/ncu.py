@@ -31,6 +31,7 @@ from pathlib import Path
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.profiling.metrics import BY_NAME, HOPPER_METRICS
 from atrex_mcp.profiling.models import KernelCounters
+from sandbox.landlock import READ_EXEC
 
 HEADER_START = '"ID","Process ID"'
 MAX_METRIC_RETRIES = 4
@@ -71,8 +72,13 @@ class SandboxOpenings:
         return {"tcp_ports": list(self.tcp_ports), "abstract_unix": self.abstract_unix, "extra_rules": dict(self.paths)}
 
 
-# Settled on the H200 by bench/ncu_probe.py (results in bench/results/ncu_probe_h200.json).
-NCU_OPENINGS = SandboxOpenings()
+# Settled on the H200 by bench/ncu_probe.py (2026-11-30, bench/results/ncu_probe_h200.json): with
+# the worker's normal domain ncu's injected library crashes the worker (SIGSEGV in "Failed to
+# profile") whatever TCP, abstract-socket, /dev/shm, /tmp or /dev openings are added; it needs to
+# read files outside the allow-list. With the whole file system readable (protected roots still
+# left out by _add_tree, and covered by the mount namespace and the uid) it works, and no other
+# opening is needed. Writes, TCP and abstract sockets stay closed.
+NCU_OPENINGS = SandboxOpenings(paths=(("/", READ_EXEC),))
 PASSES = re.compile(r"(\d+) pass(?:es)?\b")
 
 

@@ -7,6 +7,7 @@ and shapes, within a time budget; the main table against the `h200` (datasheet) 
     python3 bench/baselines.py run --baseline eager --out DIR [--ops a,b] [--shapes all|ID,…] [--select representative]
                                    [--shapes-from DIR] [--budget-s S] [--gpus N] [--seeds 5] [--timeout 120]
     python3 bench/baselines.py table DIR… [--out PREFIX]
+    python3 bench/baselines.py combine DIR… --out DIR    # runs made in several device calls, one result per operator
 
 `run` writes one EvalResult JSON per operator (`<op>.<baseline>.json`, as `atrex-mcp eval
 --out` names them, so `atrex-mcp score --baselines DIR` reads them), `run.json` (conditions,
@@ -15,6 +16,8 @@ split, shapes with S > 0.9) and `table_<profile>.{md,json}`. Shapes the budget l
 listed in run.json's `not_run`, never silently dropped. `--shapes-from DIR` evaluates exactly
 the shapes another run evaluated (it overrides --ops/--shapes/--select). Without a GPU every
 shape is evaluated for correctness and reported "not timed: no GPU" (a dry run).
+`combine` joins runs of the same baseline made in separate device calls: per operator and
+shape the latest judged result (a shape judged in no run stays not run, once).
 """
 
 from __future__ import annotations
@@ -268,6 +271,44 @@ def table(args: argparse.Namespace) -> int:
     return 0
 
 
+def combine(args: argparse.Namespace) -> int:
+    from atrex_mcp.evaluate import taxonomy as tx
+    from atrex_mcp.evaluate.models import ShapeResult
+    from atrex_mcp.evaluate.table import load_results
+    from multi_gpu import merge_results
+
+    catalog = _catalog(args.problems)
+    by_op: dict[tuple[str, str], list] = defaultdict(list)
+    for d in args.dirs:
+        for r in load_results(d):
+            by_op[(r.op, r.candidate)].append(r)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for (op, candidate), results in sorted(by_op.items()):
+        results.sort(key=lambda r: r.started_at)
+        chosen: dict[str, tuple[int, Any]] = {}
+        for k, r in enumerate(results):
+            for shape in r.shapes:
+                if shape.judged or shape.id not in chosen:
+                    chosen[shape.id] = (k, shape)
+        parts = []
+        for k, r in enumerate(results):
+            part = r.model_copy(deep=True)
+            part.shapes = [shape for shape_id, (j, shape) in chosen.items() if j == k]
+            if part.shapes:
+                parts.append(part)
+        scored = [s.id for s in catalog.visible(op).scored_shapes]
+        missing = [sid for sid in scored if sid not in chosen]
+        if missing:  # in no run's result (their batch failed or was never started): not run, said once
+            parts[-1].shapes += [ShapeResult(id=sid, correct=False, stage=tx.NOT_RUN, category=tx.NOT_RUN_DEADLINE,
+                                             message="Not judged: in none of the combined runs' results (see their "
+                                                     "run.json not_run for why).") for sid in missing]
+        merged = merge_results(parts, scored)
+        merged.partial = "deadline" if any(not s.judged for s in merged.shapes) else None
+        (args.out / f"{op}.{candidate}.json").write_text(merged.model_dump_json(indent=1))
+        print(f"{op}: {sum(s.judged for s in merged.shapes)} judged of {len(scored)} shapes, from {len(parts)} run(s)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -298,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     table_p.add_argument("--out", type=Path, help="prefix of the written files (default DIR/table)")
     table_p.add_argument("--problems", type=Path)
     table_p.set_defaults(func=table)
+    combine_p = sub.add_parser("combine", help="one result per operator from runs made in several device calls")
+    combine_p.add_argument("dirs", nargs="+", type=Path)
+    combine_p.add_argument("--out", type=Path, required=True)
+    combine_p.add_argument("--problems", type=Path)
+    combine_p.set_defaults(func=combine)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -311,3 +311,26 @@ def test_time_calls_reports_the_host_window_and_sizes_the_spin_to_outlast_it():
     forced = time_calls(_cpu_primitives(), fn, {"x": torch.ones(64)}, sets, calls=4, warmup=1, flush_bytes=4096,
                         spin_us=40.0, flush_by_reading=True)
     assert forced.spin_us == 40.0 and len(forced.host_us) == 4
+
+
+def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_not_run(tmp_path):
+    """Runs from several device calls become one result per operator: a shape judged twice
+    keeps the later measurement, a later not-run never hides an earlier judgement, and a
+    shape judged in no run is listed once as not run (the result is marked partial)."""
+    import argparse
+
+    from atrex_mcp.catalog import Catalog
+
+    ids = [s.id for s in Catalog().visible("mrope").scored_shapes]
+    early = write_run(tmp_path / "a", [result("mrope", [shape(ids[0], 0.010), shape(ids[1], 0.020)],
+                                              started_at="2026-01-01T00:00:00+00:00")])
+    stopped = shape(ids[1])
+    stopped.correct, stopped.stage, stopped.category = False, "not_run", "not_run_deadline"
+    late = write_run(tmp_path / "b", [result("mrope", [shape(ids[0], 0.012), stopped], started_at="2026-01-02T00:00:00+00:00")])
+    out = tmp_path / "combined"
+    baselines.combine(argparse.Namespace(dirs=[early, late], out=out, problems=None))
+    merged = json.loads((out / "mrope.eager.json").read_text())
+    by_id = {s["id"]: s for s in merged["shapes"]}
+    assert [s["id"] for s in merged["shapes"]] == ids
+    assert by_id[ids[0]]["time_ms"] == 0.012 and by_id[ids[1]]["time_ms"] == 0.020
+    assert all(by_id[i]["stage"] == "not_run" for i in ids[2:]) and merged["partial"] == "deadline"

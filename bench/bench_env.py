@@ -14,3 +14,14 @@ def interpret_without_gpu() -> bool:
         return True
     os.environ.setdefault("TRITON_INTERPRET", "1")
     return False
+
+
+def write_report(path, report: dict) -> None:
+    """Write a result JSON (parents created) and say where."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")

@@ -28,12 +28,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path]
 
 from atrex_mcp.catalog import Catalog  # noqa: E402
 from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.profiling import ncu as ncu_mod  # noqa: E402
 from atrex_mcp.profiling.service import capture_counters  # noqa: E402
+from bench_env import write_report  # noqa: E402
 from sandbox import landlock  # noqa: E402
 
 OPENINGS = {
@@ -142,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         record["minimal_openings"] = probe(args.shape, args.timeout_s, record_variant)
         if record["minimal_openings"] is None:
             record["variants"].append(_trusted_ncu(args.timeout_s))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, record)
     return 0
 
 

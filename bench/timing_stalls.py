@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
-import json
 import statistics
 import sys
 from datetime import datetime, timezone
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path]
 
-from bench_env import interpret_without_gpu  # noqa: E402
+from bench_env import interpret_without_gpu, write_report  # noqa: E402
 
 # (token_count, hidden_size): rms_norm shapes 5, 7, 0, 4, 29 (large IQR or side-stream flags on the H200).
 SHAPES = [(360, 1152), (2500, 2048), (2500, 1024), (22100, 1024), (24752, 1280)]
@@ -117,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=8)
     args = parser.parse_args(argv)
     report = run(args.repeats)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, report)
     return 0
 
 

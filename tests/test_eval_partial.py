@@ -98,6 +98,15 @@ def test_not_run_is_a_stage_of_its_own_that_a_worker_cannot_claim():
     assert classify({"stage": tx.NOT_RUN, "category": tx.NOT_RUN_DEADLINE, "type": "builtins.RuntimeError"}) == (tx.RUNTIME, tx.EXCEPTION)
 
 
+def test_a_worker_cannot_claim_a_verdict_of_the_trusted_side():
+    """harness_oom would blame the harness, numeric_mismatch and timing_tampered are the trusted
+    side's findings: from a worker they are read as the exception they are."""
+    for stage, category in ((tx.CORRECTNESS, tx.HARNESS_OOM), (tx.CORRECTNESS, tx.NUMERIC_MISMATCH),
+                            (tx.PERFORMANCE, tx.TIMING_TAMPERED)):
+        assert classify({"stage": stage, "category": category, "type": "builtins.RuntimeError"}) == (tx.RUNTIME, tx.EXCEPTION)
+    assert classify({"stage": tx.COMPILE, "category": tx.SYNTAX_ERROR}) == (tx.COMPILE, tx.SYNTAX_ERROR)
+
+
 def test_cli_deadline_flag_gives_a_partial_result(catalog, tmp_path, capsys):
     candidate = tmp_path / "slow_load.py"
     candidate.write_text(LOAD_STALLS)

@@ -150,3 +150,14 @@ def test_ncu_past_its_time_limit_stops_with_the_tail(tmp_path):
     with pytest.raises(AtrexError, match="did not finish within 3 s.*Connected to process 3") as caught:
         capture_counters(OP, KERNEL, "smoke", Catalog(), roofline=None, ncu=str(slow), timeout_s=3.0)
     assert caught.value.info.category == "profile_timeout" and time.monotonic() - started < 40
+
+
+def test_ncu_is_not_used_where_workers_cannot_drop_to_an_unprivileged_uid():
+    """ncu's opening makes the file system readable to the profiled worker; where the worker
+    would keep uid 0 (no uid switch possible), profile_kernel falls back and says why."""
+    from atrex_mcp.profiling.service import NCU_NEEDS_UNPRIVILEGED_WORKER, ncu_refusal
+
+    assert ncu_refusal(gpu=True, ncu_found=True, worker_drops_uid=True) is None
+    assert ncu_refusal(gpu=True, ncu_found=True, worker_drops_uid=False) == NCU_NEEDS_UNPRIVILEGED_WORKER
+    assert "not installed" in ncu_refusal(gpu=True, ncu_found=False, worker_drops_uid=False)
+    assert ncu_refusal(gpu=False, ncu_found=False, worker_drops_uid=False) == ""

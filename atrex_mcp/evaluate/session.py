@@ -35,9 +35,11 @@ class Failure:
 
 
 def classify(error: dict[str, Any]) -> tuple[str, str]:
-    """(stage, category) for an exception the worker reported."""
+    """(stage, category) for an exception the worker reported. The worker may name only compile
+    and runtime categories: correctness and performance verdicts (and not_run) are the trusted
+    side's, so a claimed `harness_oom` or `numeric_mismatch` is read as the exception it is."""
     stage, category = error.get("stage"), error.get("category")
-    if stage in tx.CATEGORIES and category in tx.CATEGORIES[stage]:
+    if stage in tx.WORKER_STAGES and category in tx.CATEGORIES[stage]:
         return stage, category
     kind, message = str(error.get("type", "")), str(error.get("message", ""))
     lowered = message.lower()

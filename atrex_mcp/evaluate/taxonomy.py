@@ -58,7 +58,10 @@ CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
 }
 
 # not_run: the evaluation stopped before this shape was judged; not a verdict on the candidate.
-# Kept out of CATEGORIES, which is what a worker's own report may claim (session.classify).
+# The stages whose categories a worker's own failure report may name (session.classify).
+WORKER_STAGES: Final = (COMPILE, RUNTIME)
+
+# Kept out of CATEGORIES (session.classify never accepts it from a worker).
 NOT_RUN: Final = "not_run"
 NOT_RUN_DEADLINE: Final = "not_run_deadline"  # the request's deadline_s passed
 NOT_RUN_CANCELLED: Final = "not_run_cancelled"  # the caller cancelled

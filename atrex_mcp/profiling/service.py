@@ -36,6 +36,10 @@ CAPTURE_TIMEOUT_S = 45.0
 OPEN_NCU_CHANNEL = False  # a capture that takes longer is not going to finish: fall back and say why
 FALLBACK_NOTE_GPU = ("torch.profiler fallback, not Nsight Compute: per-kernel device times of one profiled forward only; "
                      "no hardware counters, so the bottleneck rests on the roofline and kernel durations alone.")
+NCU_NEEDS_UNPRIVILEGED_WORKER = (
+    "Nsight Compute was not used: it needs the profiled worker to read the whole file system (protected roots "
+    "excepted), which is allowed only when sandbox workers run as an unprivileged uid, and here they cannot (the "
+    "interpreter is not reachable by uid 65534, or the server does not run as root).")
 FALLBACK_NOTE_CPU = ("torch.profiler fallback on CPU under the Triton interpreter: no GPU ran, so there are no kernel times and no "
                      "counters; wall_ms is the wall time of one interpreted forward call (input generation included) and says "
                      "nothing about GPU performance.")
@@ -152,6 +156,23 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
                          unavailable_metrics=result.unavailable)
 
 
+def ncu_refusal(gpu: bool, ncu_found: bool, worker_drops_uid: bool) -> str | None:
+    """Why this profile does not use ncu (a note for the fallback), "" when there is nothing to
+    say (no GPU, or ncu not asked for), None when ncu is to be used."""
+    if not gpu:
+        return ""
+    if not ncu_found:
+        return "Nsight Compute (ncu) is not installed on this server."
+    return None if worker_drops_uid else NCU_NEEDS_UNPRIVILEGED_WORKER
+
+
+def _worker_drops_uid() -> bool:
+    """Whether sandbox workers run as an unprivileged uid here (the ncu opening relies on it)."""
+    from sandbox.launcher import import_paths, isolation_plan
+
+    return bool(isolation_plan(import_paths())["drop_uid"])
+
+
 def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardware: str, store: Any | None = None,
                    run_id: str | None = None, reveal_roofline: bool = True, use_ncu: bool = True,
                    ncu_timeout_s: float = CAPTURE_TIMEOUT_S, progress: Progress | None = None,
@@ -167,16 +188,16 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
     catalog.visible(op).shape(shape)
     roofline = _shape_roofline(catalog, op, shape, hardware) if reveal_roofline else None
     report: ProfileReport | None = None
-    note = ""
-    if use_ncu and has_gpu() and ncu_mod.ncu_executable() is not None:
+    gpu = use_ncu and has_gpu()
+    found = gpu and ncu_mod.ncu_executable() is not None
+    note = ncu_refusal(gpu, found, found and _worker_drops_uid()) or ""
+    if found and not note:
         report_progress("Nsight Compute capture", 0.1)
         try:
             report = capture_counters(op, source, shape, catalog, roofline=roofline, hardware=hardware, cancel=cancel,
                                           timeout_s=ncu_timeout_s)
         except AtrexError as exc:
             note = f"Nsight Compute was tried and failed ({exc.info.category}: {exc.info.message[:1600]})."
-    elif use_ncu and has_gpu():
-        note = "Nsight Compute (ncu) is not installed on this server."
     if report is None:
         report_progress("torch.profiler fallback", 0.5)
         result = evaluate(EvalRequest(op=op, source=source, shapes=[shape], seeds=1, hardware=hardware, timing=True,

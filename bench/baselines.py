@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path]
 
-from eval_cost import (BASELINES, CostModel, fit_to_budget, jobs_for, load_reference_times,  # noqa: E402
+from eval_cost import (BASELINES, CostModel, fit_to_budget, jobs_for, load_reference_times, load_shape_traffic,  # noqa: E402
                        predicted_seconds, representative_order)
 
 PROFILES = ("h200", "h200-measured")
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
     catalog = _catalog(args.problems)
     times = load_reference_times()
-    model = CostModel(seeds=args.seeds)
+    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog))
     if args.calibrate:
         model = model.calibrated(calibration_results(args.calibrate))
     devices = gpu_devices(args.gpus)
@@ -213,7 +213,7 @@ def plan(args: argparse.Namespace) -> int:
     selection, and (with --split-s) the operators grouped into sessions that fit."""
     catalog = _catalog(args.problems)
     times = load_reference_times()
-    model = CostModel(seeds=args.seeds)
+    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog))
     if args.calibrate:
         model = model.calibrated(calibration_results(args.calibrate))
     kinds = BASELINES if args.baseline == "both" else (args.baseline,)
@@ -229,7 +229,7 @@ def plan(args: argparse.Namespace) -> int:
             per_op[k][op] = predicted_seconds(jobs_for({op: ids}, times, model, k), model, k)
             split[k]["evaluation_start"] += model.evaluation_s(k)
             for sid in ids:
-                for part, value in model.parts(times.get(op, {}).get(sid, 1.0), k).items():
+                for part, value in model.parts(times.get(op, {}).get(sid, 1.0), k, model.shape_traffic(op, sid)).items():
                     split[k][part] = split[k].get(part, 0.0) + value
         print(f"| {op} | {len(ids)} | {sum(times.get(op, {}).values()):.1f} | " + " | ".join(f"{per_op[k][op]:.0f}" for k in kinds) + " |")
     totals = {k: sum(per_op[k].values()) for k in kinds}

@@ -8,9 +8,12 @@ The model follows what `atrex_mcp.evaluate` does per shape (README "Timing"):
                 so do the loop's NOOP_CALIBRATION_CALLS no-op calls)
   checks        CHECKED_TIMED_SETS reference calls for the timed outputs
   profile       2 calls (one untimed, one under torch.profiler)
-plus a fixed cost per shape (transfers, input generation, profiler set-up), a fixed cost per
-evaluation (sandbox worker start, candidate import) and, for torch.compile, a compile per shape
-(the baseline compiles one static graph per shape).
+plus a cost per shape that grows with its traffic (input generation on both sides, outputs
+written by the worker and read by the trusted side, K times: `shape_s` + `byte_s` × the bytes
+the operator reads and writes), a fixed cost per evaluation (sandbox worker start, candidate
+import) and, for torch.compile, a compile per shape (one static graph per shape). On the H200
+(2026-11-30, 291 timed shapes) that per-shape cost fitted to 0.53 s + 3.5 s per GB: 76 s for
+per_token_group_quant_fp8 shape 9 (19 GB), which a constant per-shape cost put at 0.3 s.
 
 Per-call times come from bench/results/references_h200.json (the eager reference measured on
 the H200); torch.compile is predicted with the eager time, which is an upper bound for most
@@ -23,7 +26,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from atrex_mcp.evaluate.evaluator import CHECKED_TIMED_SETS, MAX_TIMED_CALLS, MIN_TIMED_CALLS
@@ -33,6 +36,20 @@ from sandbox.timing import NOOP_CALIBRATION_CALLS, plan_calls
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_TIMES = ROOT / "bench" / "results" / "references_h200.json"
 BASELINES = ("eager", "torch-compile")
+
+
+def load_shape_traffic(catalog=None) -> dict[str, dict[str, float]]:
+    """{op: {shape id: bytes read + written}} from the roofline (bench scripts are trusted)."""
+    from atrex_mcp.catalog import Catalog
+
+    catalog = catalog or Catalog()
+    traffic: dict[str, dict[str, float]] = {}
+    for op in catalog.names():
+        hidden = catalog.hidden(op)
+        for shape in catalog.visible(op).scored_shapes:
+            entry = hidden.shape_roofline(shape.id) or {}
+            traffic.setdefault(op, {})[shape.id] = float(entry.get("bytes_read", 0) + entry.get("bytes_written", 0))
+    return traffic
 
 
 def load_reference_times(path: Path = REFERENCE_TIMES) -> dict[str, dict[str, float]]:
@@ -50,13 +67,18 @@ class CostModel:
     """Seconds of device-machine wall time the evaluator spends, by part."""
 
     worker_s: float = 6.0  # sandbox worker start + candidate import, once per evaluate() call
-    shape_s: float = 1.0  # per shape, besides the calls: transfers, inputs, profiler set-up
+    shape_s: float = 1.0  # per shape, besides the calls: profiler set-up, small transfers
+    byte_s: float = 0.0  # per byte the shape's operator reads and writes: inputs generated twice, outputs through files, K seeds
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
     call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
     spin_s: float = 3e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
     seeds: int = 5
     source: str = "assumed (no evaluator run on this GPU yet)"
+    traffic: Mapping[str, Mapping[str, float]] = field(default_factory=dict, repr=False)  # {op: {shape: bytes}}: load_shape_traffic()
+
+    def shape_traffic(self, op: str, shape: str) -> float:
+        return float(self.traffic.get(op, {}).get(shape, 0.0))
 
     def calls(self, t_ms: float) -> tuple[int, int]:
         """(calls of the candidate or reference at full cost, timed calls) for one shape."""
@@ -68,24 +90,26 @@ class CostModel:
         """What the timing loop adds besides the calls themselves (timed and no-op calibration calls)."""
         return (timed + NOOP_CALIBRATION_CALLS) * (self.call_overhead_s + self.spin_s)
 
-    def shape_seconds(self, t_ms: float, baseline: str) -> float:
-        return sum(self.parts(t_ms, baseline).values())
+    def shape_seconds(self, t_ms: float, baseline: str, traffic_bytes: float = 0.0) -> float:
+        return sum(self.parts(t_ms, baseline, traffic_bytes).values())
 
     def evaluation_s(self, baseline: str) -> float:
         """Fixed cost of one evaluate() call."""
         return self.worker_s + (self.compile_first_s if baseline == "torch-compile" else 0.0)
 
-    def parts(self, t_ms: float, baseline: str) -> dict[str, float]:
+    def parts(self, t_ms: float, baseline: str, traffic_bytes: float = 0.0) -> dict[str, float]:
         """One shape's predicted seconds by part (the throughput split, predicted)."""
         full, timed = self.calls(t_ms)
         return {"calls": full * t_ms / 1e3, "timed_call_overhead": self.loop_overhead_s(timed), "per_shape_fixed": self.shape_s,
-                "compile": self.compile_s if baseline == "torch-compile" else 0.0}
+                "per_shape_traffic": self.byte_s * traffic_bytes, "compile": self.compile_s if baseline == "torch-compile" else 0.0}
 
     def calibrated(self, results: Iterable[EvalResult]) -> "CostModel":
-        """Refit the fixed costs from finished evaluations (their overhead and per-shape seconds).
-        A part with no observation keeps its current value."""
+        """Refit the fixed costs from finished evaluations (their overhead and per-shape seconds);
+        with a traffic table, the per-shape cost is fitted as shape_s + byte_s × bytes (least
+        squares). A part with no observation keeps its current value."""
         results = list(results)
         per_evaluation, fixed, compiles, first_compiles = [], [], [], []
+        fixed_bytes: list[float] = []
         spins = [s.timing.spin_us / 1e6 for r in results for s in r.shapes if s.timing and s.timing.spin_us is not None]
         model = replace(self, spin_s=statistics.median(spins)) if spins else self
         for r in results:
@@ -100,12 +124,17 @@ class CostModel:
                     (first_compiles if k == 0 else compiles).append(compile_s)
                 full, timed = model.calls(s.time_ms)
                 fixed.append(spent - compile_s - full * s.time_ms / 1e3 - model.loop_overhead_s(timed))
+                fixed_bytes.append(model.shape_traffic(r.op, s.id))
             if r.overhead.total_s > 0 and r.candidate != "torch-compile" and r.partial is None:
                 per_evaluation.append(max(0.0, r.overhead.total_s - spent_on_shapes))
+        shape_s, byte_s = (max(0.0, statistics.median(fixed)), 0.0) if fixed else (self.shape_s, self.byte_s)
+        if self.traffic and len(set(fixed_bytes)) > 1:
+            byte_s, shape_s = statistics.linear_regression(fixed_bytes, fixed)
+            byte_s, shape_s = max(0.0, byte_s), max(0.0, shape_s)
         return replace(
             model,
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
-            shape_s=max(0.0, statistics.median(fixed)) if fixed else self.shape_s,
+            shape_s=shape_s, byte_s=byte_s,
             compile_s=statistics.median(compiles) if compiles else self.compile_s,
             compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
                              if first_compiles and compiles else self.compile_first_s),
@@ -114,7 +143,7 @@ class CostModel:
         )
 
     def describe(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "traffic"}
 
 
 @dataclass(frozen=True)
@@ -129,7 +158,7 @@ class Job:
 def jobs_for(selection: Mapping[str, list[str]], times: Mapping[str, Mapping[str, float]], model: CostModel,
              baseline: str, default_ms: float = 1.0) -> list[Job]:
     """Jobs for {op: [shape ids]}; a shape without a reference time is predicted at `default_ms`."""
-    return [Job(op, sid, model.shape_seconds(times.get(op, {}).get(sid, default_ms), baseline))
+    return [Job(op, sid, model.shape_seconds(times.get(op, {}).get(sid, default_ms), baseline, model.shape_traffic(op, sid)))
             for op, ids in selection.items() for sid in ids]
 
 
@@ -165,7 +194,8 @@ def fit_to_budget(order: Iterable[tuple[str, str]], times: Mapping[str, Mapping[
     left: list[tuple[str, str]] = []
     spent = 0.0
     for op, sid in order:
-        cost = model.shape_seconds(times[op][sid], baseline) + (0.0 if op in kept else model.evaluation_s(baseline))
+        cost = model.shape_seconds(times[op][sid], baseline, model.shape_traffic(op, sid)) \
+            + (0.0 if op in kept else model.evaluation_s(baseline))
         if spent + cost <= budget_s:
             kept.setdefault(op, []).append(sid)
             spent += cost

@@ -64,6 +64,22 @@ def test_calibration_recovers_the_fixed_costs_from_evaluator_fields():
     assert fitted.source.startswith("calibrated")
 
 
+def test_calibration_fits_the_per_shape_cost_to_the_shapes_traffic():
+    """Large shapes cost seconds per GB (inputs made twice, outputs through files, K seeds): with
+    a traffic table the per-shape cost is fitted as shape_s + byte_s × bytes."""
+    traffic = {"a": {"0": 1e6, "1": 2e9, "2": 8e9}}
+    truth = eval_cost.CostModel(shape_s=0.5, byte_s=3.5e-9, traffic=traffic)
+    shapes = []
+    for sid, t_ms in (("0", 0.1), ("1", 2.0), ("2", 40.0)):
+        full, timed = truth.calls(t_ms)
+        work = full * t_ms / 1e3 + truth.loop_overhead_s(timed) + truth.shape_s + truth.byte_s * traffic["a"][sid]
+        shapes.append(shape(sid, t_ms, seconds={"correctness": 0.6 * work, "timing": 0.4 * work}))
+    fitted = eval_cost.CostModel(traffic=traffic).calibrated([result("a", shapes)])
+    assert fitted.shape_s == pytest.approx(0.5) and fitted.byte_s == pytest.approx(3.5e-9)
+    assert fitted.shape_seconds(40.0, "eager", 8e9) == pytest.approx(truth.shape_seconds(40.0, "eager", 8e9))
+    assert "traffic" not in fitted.describe()
+
+
 def test_representative_order_gives_every_operator_its_fastest_shape_first():
     times = {"a": {"0": 5.0, "1": 0.1, "2": 1.0, "3": 3.0}, "b": {"0": 0.5}, "c": {"0": 9.0, "1": 2.0}}
     order = eval_cost.representative_order(times, {"c": 0.6, "a": 0.3, "b": 0.1}, large_shapes=1, large_range_ms=(1.0, 20.0))

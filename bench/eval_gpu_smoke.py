@@ -45,6 +45,7 @@ def _shape_view(s) -> dict:
             "sm_clock_mhz": s.timing.sm_clock_mhz if s.timing else None,
             "sm_below_max_fraction": s.timing.sm_below_max_fraction if s.timing else None,
             "spin_us": s.timing.spin_us if s.timing else None, "reuse_compared": s.timing.reuse_compared if s.timing else None,
+            "host_late_calls": s.timing.host_late_calls if s.timing else None,
             "throttle": s.timing.throttle_reasons if s.timing else None,
             "kernels": [(k.name[:80], round(k.time_us, 2), k.origin) for k in s.kernels[:6]], "seconds": s.seconds}
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,10 +29,7 @@ from atrex_mcp.profiling.sass import sass_facts_from_cache
 Progress = Callable[[str, float], None]
 PROFILED_CALLS = 2
 MAX_LAUNCHES_PER_FORWARD = 8  # --launch-count = PROFILED_CALLS x this; a longer forward is profiled in part (said in the note)
-CAPTURE_TIMEOUT_S = 45.0
-# Whether the profiled worker's Landlock domain keeps ncu's TCP ports and abstract unix sockets
-# open (the injected library connects at CUDA initialisation, before the domain is entered).
-OPEN_NCU_CHANNEL = False  # a capture that takes longer is not going to finish: fall back and say why
+CAPTURE_TIMEOUT_S = 45.0  # a capture that takes longer is not going to finish: fall back and say why
 FALLBACK_NOTE_GPU = ("torch.profiler fallback, not Nsight Compute: per-kernel device times of one profiled forward only; "
                      "no hardware counters, so the bottleneck rests on the roofline and kernel durations alone.")
 NCU_NEEDS_UNPRIVILEGED_WORKER = (
@@ -69,18 +65,6 @@ def counters_from_eval(op: str, shape_result: Any, device_kind: str, *, roofline
                          time_ms=shape_result.time_ms, dsl_share=shape_result.dsl_share)
 
 
-class _Deadline(threading.Event):
-    """Set when the caller cancels or the capture's time runs out. The evaluator's session polls
-    it while it waits on the worker and then kills the worker's process group, ncu included."""
-
-    def __init__(self, seconds: float, outer: threading.Event | None):
-        super().__init__()
-        self.until, self.outer = time.monotonic() + seconds, outer
-
-    def is_set(self) -> bool:
-        return super().is_set() or time.monotonic() >= self.until or (self.outer is not None and self.outer.is_set())
-
-
 def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roofline: dict | None, hardware: str = "h200",
                      cancel: threading.Event | None = None, ncu: str | None = None,
                      timeout_s: float = CAPTURE_TIMEOUT_S,
@@ -90,6 +74,7 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
     the worker's Landlock domain leaves open for ncu's injected library."""
     from atrex_mcp.evaluate import NVTX_FORWARD, CandidateFailed, LaunchOptions, open_session
     from atrex_mcp.evaluate.dsl import adapter, dsl_share
+    from atrex_mcp.evaluate.stop import StopSignal
 
     tool = ncu or ncu_mod.ncu_executable()
     if tool is None:
@@ -113,7 +98,7 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
             problem = ""
             try:
                 with open_session(catalog, op, source, shapes=[shape], hardware=hardware, seeds=1, timeout_s=left_s,
-                                  launch=LaunchOptions(wrapper=wrapper, **openings.launch_fields()), scratch=scratch, cancel=_Deadline(left_s, cancel)) as worker:
+                                  launch=LaunchOptions(wrapper=wrapper, **openings.launch_fields()), scratch=scratch, cancel=StopSignal(cancel, left_s)) as worker:
                     checked = worker.check(shape)
                     if not checked.correct:
                         raise AtrexError("correctness", "profile_of_failing_kernel",

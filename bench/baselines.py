@@ -148,15 +148,19 @@ def conditions(results: Sequence) -> dict[str, Any]:
             "max_sm_clock_mhz": device.max_sm_clock_mhz if device else None}
 
 
+def _cost_model(args: argparse.Namespace, catalog) -> CostModel:
+    """The cost model for these options: per-shape traffic from the catalog, refitted on --calibrate runs."""
+    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog))
+    return model.calibrated(calibration_results(args.calibrate)) if args.calibrate else model
+
+
 def run(args: argparse.Namespace) -> int:
     from atrex_mcp.evaluate.models import EvalResult
     from multi_gpu import gpu_devices, merge_results, run_spread
 
     catalog = _catalog(args.problems)
     times = load_reference_times()
-    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog))
-    if args.calibrate:
-        model = model.calibrated(calibration_results(args.calibrate))
+    model = _cost_model(args, catalog)
     devices = gpu_devices(args.gpus)
     chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices))
     jobs = jobs_for(chosen, times, model, args.baseline)
@@ -213,9 +217,7 @@ def plan(args: argparse.Namespace) -> int:
     selection, and (with --split-s) the operators grouped into sessions that fit."""
     catalog = _catalog(args.problems)
     times = load_reference_times()
-    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog))
-    if args.calibrate:
-        model = model.calibrated(calibration_results(args.calibrate))
+    model = _cost_model(args, catalog)
     kinds = BASELINES if args.baseline == "both" else (args.baseline,)
     gpus = max(1, args.gpus or 1)
     print(f"cost model: {model.describe()}\n")

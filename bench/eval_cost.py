@@ -12,8 +12,9 @@ plus a cost per shape that grows with its traffic (input generation on both side
 written by the worker and read by the trusted side, K times: `shape_s` + `byte_s` × the bytes
 the operator reads and writes), a fixed cost per evaluation (sandbox worker start, candidate
 import) and, for torch.compile, a compile per shape (one static graph per shape). On the H200
-(2026-11-30, 291 timed shapes) that per-shape cost fitted to 0.53 s + 3.5 s per GB: 76 s for
-per_token_group_quant_fp8 shape 9 (19 GB), which a constant per-shape cost put at 0.3 s.
+(2026-11-30, `calibrated` over 289 timed shapes) that per-shape cost fitted to 0.46 s + 3.2 s per
+GB; per_token_group_quant_fp8 shape 9 (19 GB) spent 76 s there, which a constant per-shape cost
+put at 0.3 s.
 
 Per-call times come from bench/results/references_h200.json (the eager reference measured on
 the H200); torch.compile is predicted with the eager time, which is an upper bound for most
@@ -38,11 +39,8 @@ REFERENCE_TIMES = ROOT / "bench" / "results" / "references_h200.json"
 BASELINES = ("eager", "torch-compile")
 
 
-def load_shape_traffic(catalog=None) -> dict[str, dict[str, float]]:
-    """{op: {shape id: bytes read + written}} from the roofline (bench scripts are trusted)."""
-    from atrex_mcp.catalog import Catalog
-
-    catalog = catalog or Catalog()
+def load_shape_traffic(catalog) -> dict[str, dict[str, float]]:
+    """{op: {shape id: bytes read + written}} from the catalog's roofline (bench scripts are trusted)."""
     traffic: dict[str, dict[str, float]] = {}
     for op in catalog.names():
         hidden = catalog.hidden(op)

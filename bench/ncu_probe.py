@@ -60,6 +60,7 @@ def openings_of(names: list[str]) -> ncu_mod.SandboxOpenings:
         paths += tuple(part.get("paths", ()))
     return ncu_mod.SandboxOpenings(tcp_ports=ports, abstract_unix=abstract, paths=paths)
 
+
 EXAMPLE = ROOT / "examples" / "rms_norm_triton.py"
 TRUSTED = "import torch; x = torch.ones(1 << 20, device='cuda'); y = (x * 2).sum(); torch.cuda.synchronize(); print(float(y))"
 
@@ -104,7 +105,7 @@ def probe(shape: str, timeout_s: float, record) -> list[str] | None:
         return None
     for name in list(working):
         trial = [n for n in working if n != name]
-        if record(_variant(trial, shape, timeout_s))["ok"]:
+        if trial and record(_variant(trial, shape, timeout_s))["ok"]:  # [] (strict) already failed above
             working = trial
     return working
 

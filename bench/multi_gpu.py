@@ -272,8 +272,7 @@ def merge_results(parts: Sequence[Any], shape_order: Sequence[str]) -> Any:
     merged.compiled = any(p.compiled for p in parts)
     merged.compile_error = None if merged.compiled else parts[0].compile_error
     merged.partial = next((p.partial for p in parts if p.partial), None)
-    merged.operator_score, merged.operator_score_note = scoring.judged_operator_score(
-        ((s.correct, s.score) for s in merged.shapes if s.judged), sum(not s.judged for s in merged.shapes))
+    merged.operator_score, merged.operator_score_note = scoring.shapes_operator_score(merged.shapes)
     merged.integrity = sorted({i for p in parts for i in p.integrity})
     merged.seeds = [seed for p in parts for seed in p.seeds]
     merged.isolation.warnings = sorted({w for p in parts for w in p.isolation.warnings})

@@ -478,8 +478,7 @@ class _Evaluation:
         result.overhead = session.overhead
         result.overhead.total_s = time.perf_counter() - t_start
         result.compiled = result.compile_error is None and any(s.judged and s.stage != tx.COMPILE for s in result.shapes)
-        result.operator_score, result.operator_score_note = scoring.judged_operator_score(
-            ((s.correct, s.score) for s in result.shapes if s.judged), sum(not s.judged for s in result.shapes))
+        result.operator_score, result.operator_score_note = scoring.shapes_operator_score(result.shapes)
         result.seeds = self.seeds
         result.integrity = sorted({i for s in result.shapes for i in s.integrity} | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set()))
         if result.partial is None:

@@ -110,6 +110,12 @@ def judged_operator_score(judged: Iterable[tuple[bool, float | None]], not_run: 
     return score, "; ".join(filter(None, [f"partial: over the {len(judged)} judged shapes only, {not_run} not run", note]))
 
 
+def shapes_operator_score(shapes: Iterable[Any]) -> tuple[float | None, str]:
+    """`judged_operator_score` of an evaluation's ShapeResults (their own S_j, unjudged ones counted)."""
+    shapes = list(shapes)
+    return judged_operator_score(((s.correct, s.score) for s in shapes if s.judged), sum(not s.judged for s in shapes))
+
+
 def aggregate(operator_scores: Mapping[str, float | None], weights: Mapping[str, float]) -> tuple[float | None, list[str]]:
     """S_agg over `weights` (normalised here); (score, operators counted as 0 for lack of a result).
     None when some operator has a result without a score."""

@@ -4,8 +4,8 @@ and shapes, within a time budget; the main table against the `h200` (datasheet) 
 `h200-measured` profiles; the evaluator's throughput split; every shape near the roofline.
 
     python3 bench/baselines.py plan [--baseline both] [--select representative --budget-s 300] [--calibrate DIR…] [--gpus N]
-    python3 bench/baselines.py run --baseline eager --out DIR [--ops a,b] [--shapes all|ID,…] [--select representative]
-                                   [--shapes-from DIR] [--budget-s S] [--gpus N] [--seeds 5] [--timeout 120]
+    python3 bench/baselines.py run --baseline eager --out DIR [--ops a,b] [--shapes all|ID,…]
+                                   [--select representative|spread [--per-op K]] [--shapes-from DIR] [--budget-s S] [--gpus N] [--seeds 5] [--timeout 120]
     python3 bench/baselines.py table DIR… [--out PREFIX]
     python3 bench/baselines.py combine DIR… --out DIR    # runs made in several device calls, one result per operator
 
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path]
 
 from eval_cost import (BASELINES, CostModel, fit_to_budget, jobs_for, load_reference_times, load_shape_traffic,  # noqa: E402
-                       predicted_seconds, representative_order)
+                       predicted_seconds, representative_order, spread_order)
 
 PROFILES = ("h200", "h200-measured")
 NEAR_ROOFLINE = 0.9
@@ -73,8 +73,10 @@ def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseli
             chosen[r.op] += [s.id for s in r.shapes]
         return dict(chosen), []
     ops = catalog.names() if args.ops in (None, "all") else [o.strip() for o in args.ops.split(",") if o.strip()]
-    if args.select == "representative":
-        order = [(op, sid) for op, sid in representative_order(times, catalog.weights()) if op in ops]
+    if args.select:
+        ranked = representative_order(times, catalog.weights()) if args.select == "representative" \
+            else spread_order(times, catalog.weights(), args.per_op)
+        order = [(op, sid) for op, sid in ranked if op in ops]
         budget = args.budget_s * (gpus if gpus == 1 else 0.9 * gpus) if args.budget_s is not None else float("inf")
         return fit_to_budget(order, times, model, baseline, budget)
     if args.shapes in (None, "all"):
@@ -320,7 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--calibrate", nargs="*", type=Path, default=[], help="refit the cost model from these finished runs")
     common.add_argument("--gpus", type=int, help="GPUs to spread over (default: all visible)")
     common.add_argument("--budget-s", type=float, help="wall-clock budget in seconds (default: none)")
-    common.add_argument("--select", choices=("representative",), help="choose shapes by value within the budget")
+    common.add_argument("--select", choices=("representative", "spread"),
+                        help="choose shapes within the budget: representative (each operator's fastest and median shapes, "
+                             "a few large ones) or spread (--per-op shapes per operator, evenly spaced by eager time)")
+    common.add_argument("--per-op", type=int, default=5, help="shapes per operator for --select spread (default 5)")
     common.add_argument("--ops", help="comma-separated operators (default all)")
     common.add_argument("--shapes", help="'all' (default) or comma-separated shape ids for every operator given")
     run_p = sub.add_parser("run", parents=[common], help="evaluate a baseline")

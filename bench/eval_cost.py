@@ -184,6 +184,24 @@ def representative_order(times: Mapping[str, Mapping[str, float]], weights: Mapp
     return order + large[:large_shapes]
 
 
+def spread_order(times: Mapping[str, Mapping[str, float]], weights: Mapping[str, float], per_op: int) -> list[tuple[str, str]]:
+    """Up to `per_op` shapes of every operator, evenly spaced over its shapes ranked by eager
+    time (the ranks at quantiles (i + ½)/per_op), for estimating each operator's median S when
+    its full set does not fit. Ordered median first, then outward in pairs, every operator's
+    k-th pick (operators by weight) before any (k+1)-th, so a budget that cuts the list keeps
+    every operator's most central shapes."""
+    ops = sorted(times, key=lambda op: (-weights.get(op, 0.0), op))
+    picks: dict[str, list[str]] = {}
+    for op in ops:
+        ranked = sorted(times[op], key=lambda sid: times[op][sid])
+        k = min(per_op, len(ranked))
+        spaced = [ranked[int((i + 0.5) * len(ranked) / k)] for i in range(k)]
+        middle = (k - 1) / 2
+        picks[op] = sorted(spaced, key=lambda sid: (abs(spaced.index(sid) - middle), spaced.index(sid)))
+    depth = max((len(v) for v in picks.values()), default=0)
+    return [(op, picks[op][j]) for j in range(depth) for op in ops if j < len(picks[op])]
+
+
 def fit_to_budget(order: Iterable[tuple[str, str]], times: Mapping[str, Mapping[str, float]], model: CostModel,
                   baseline: str, budget_s: float) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
     """Walk `order`, keeping each shape whose cost (plus a worker start for an operator not yet

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # One device call on a two-GPU H200 machine that keeps both GPUs busy:
-#   phase A  GPU 0: diagnostics, one after another (ncu_probe, timing_stalls, timing_accuracy, the
-#            rms_norm example through the evaluator); GPU 1 at the same time: the eager baseline on A_OPS.
+#   phase A  GPU 0: diagnostics, one after another (timing_accuracy with the read-flush column, the
+#            rms_norm example and its side-stream exploit through the evaluator), then a torch.compile
+#            probe (one shape per operator, median by eager time, for the compile cost) in the time left;
+#            GPU 1 at the same time: the eager baseline on A_OPS.
 #   phase B  both GPUs (one process each, bench/multi_gpu.py's queue): the eager baseline on B_OPS,
 #            operators an earlier call measured on one GPU, for the two-GPU speed-up, per-shape
 #            agreement and run-to-run stability (bench/multi_gpu.py speedup, bench/stability.py --runs).
+# (ncu_probe.py and timing_stalls.py ran in the calls of 2026-11-30 evening: bench/results/.)
 #
 #   A_OPS=a,b B_OPS=c,d bash bench/two_gpu_round.sh DEST [TOTAL_S=540] [A_S=330]
 #
@@ -35,11 +38,12 @@ step() {  # step NAME LIMIT_S CMD…
 step eager_A_gpu1 "$A_S" env CUDA_VISIBLE_DEVICES=1 python3 bench/baselines.py run --baseline eager --ops "$A_OPS" \
   --budget-s $((A_S - 25)) --out "$W/eager_A_gpu1" &
 export CUDA_VISIBLE_DEVICES=0
-step ncu_probe 170 python3 bench/ncu_probe.py --out "$W/ncu_probe.json"
-step timing_stalls 80 python3 bench/timing_stalls.py --out "$W/timing_stalls.json"
 step timing_accuracy 130 python3 bench/timing_accuracy.py --out "$W/timing_accuracy.json"
-step rms_norm_smoke $((A_S - $(date +%s) + START)) python3 bench/eval_gpu_smoke.py --examples rms_norm --exploits side_stream \
+step rms_norm_smoke 120 python3 bench/eval_gpu_smoke.py --examples rms_norm --exploits side_stream \
   --no-baselines --budget-s 90 --out "$W/smoke"
+PROBE_S=$((A_S - $(date +%s) + START))
+step compile_probe_gpu0 "$PROBE_S" python3 bench/baselines.py run --baseline torch-compile --select spread --per-op 1 \
+  --no-profile --budget-s $((PROBE_S - 20)) --out "$W/compile_probe_gpu0"
 wait
 unset CUDA_VISIBLE_DEVICES
 step eager_B_gpus2 $(($(left) - 15)) python3 bench/baselines.py run --baseline eager --gpus 2 --ops "$B_OPS" \

@@ -3,9 +3,9 @@
 Started by sandbox.launcher as `python -I -B -c <bootstrap> CONFIG`, in its own session, in
 a scratch directory that holds the candidate and the visible problem files. It imports what
 it needs, captures the timing primitives, restricts itself (sandbox.isolation), and only
-then imports the candidate. It answers requests on a pipe; tensors go out as files in the
-scratch directory. It never sees a reference output, a roofline or a score: every verdict
-is made by the trusted side from what this process writes.
+then imports the candidate. It answers requests on a pipe; tensors go out as raw files in the
+scratch directory (sandbox.tensor_files). It never sees a reference output, a roofline or a
+score: every verdict is made by the trusted side from what this process writes.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 import torch
 
 from sandbox import isolation, protocol
+from sandbox.tensor_files import IO_DIR, MAX_OUTPUT_TENSORS, TensorWriter, output_items
 from sandbox.timing import Primitives, _poison, plan_calls, storages, time_calls
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
-_SAVE = PRIMS["torch.save"]
 
 
 class Failure(Exception):
@@ -49,32 +49,20 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def _tensors(value: Any) -> list[Any]:
-    if isinstance(value, dict):
-        return list(value.values())
-    if isinstance(value, (tuple, list)):
-        return list(value)
-    return [value]
-
-
-def _plain_copy(value: Any, device: str) -> Any:
-    """A CPU copy of an output made of plain tensors on the inputs' device; anything else is a
-    structure failure."""
+def _check_output(value: Any, device: str) -> None:
+    """An output must be plain tensors on the inputs' device; anything else is a structure failure."""
     if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
         raise Failure("runtime", "wrong_output_type", "Output dict keys must be strings.")
-    for t in _tensors(value):
+    _, items = output_items(value)
+    if not 1 <= len(items) <= MAX_OUTPUT_TENSORS:
+        raise Failure("runtime", "wrong_output_type", f"Output holds {len(items)} tensors; return 1 to {MAX_OUTPUT_TENSORS}.")
+    for _, t in items:
         if type(t) is not torch.Tensor:
             raise Failure("runtime", "wrong_output_type",
                           f"Output holds a {type(t).__module__}.{type(t).__qualname__}; return plain torch.Tensor objects "
                           "(a tensor, a tuple or a dict of tensors).")
         if t.device.type != device:
             raise Failure("runtime", "wrong_output_type", f"Output is on {t.device}, the inputs on {device}; return it where the inputs are.")
-    copy = lambda t: t.detach().to("cpu").clone(memory_format=torch.contiguous_format)  # noqa: E731
-    if isinstance(value, dict):
-        return {k: copy(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return tuple(copy(v) for v in value)
-    return copy(value)
 
 
 def _checksums(inputs: dict[str, Any]) -> dict[str, int]:
@@ -94,6 +82,7 @@ class Worker:
     def __init__(self, config: dict[str, Any]):
         self.req_fd, self.resp_fd = config["req_fd"], config["resp_fd"]
         self.scratch = Path.cwd()
+        self.writer = TensorWriter(self.scratch / IO_DIR)
         self.device = "cpu"
         self.make_inputs = None
         self.model_cls = None
@@ -205,8 +194,8 @@ class Worker:
             PRIMS["torch.cuda.synchronize"]()
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Correctness calls: one fresh input set per seed, each output saved for the trusted side."""
-        shape, files, checksums, seconds = msg["shape"], [], [], []
+        """Correctness calls: one fresh input set per seed, each output written for the trusted side."""
+        shape, manifests, checksums, seconds = msg["shape"], [], [], []
         model = self._model(shape)
         input_bytes = 0
         for k, seed in enumerate(msg["seeds"]):
@@ -218,13 +207,12 @@ class Worker:
                 out = model(**inputs)
             self._sync()
             seconds.append(time.perf_counter() - t0)
-            name = f"{msg['prefix']}_{k}.pt"
-            _SAVE(_plain_copy(out, self.device), self.scratch / name)
+            _check_output(out, self.device)
+            manifests.append(self.writer.write(out, f"{msg['stem']}_{k}"))
             _poison(out, storages(inputs))
-            files.append(name)
             del out, inputs
         self._release_cache()
-        return {"files": files, "checksums": checksums, "call_s": seconds, "input_bytes": input_bytes}
+        return {"outputs": manifests, "checksums": checksums, "call_s": seconds, "input_bytes": input_bytes}
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         shape = msg["shape"]
@@ -251,18 +239,17 @@ class Worker:
                 "spin_us": run.spin_us, "host_us": run.host_us, "replaced": PRIMS.replaced()}
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Save the kept outputs of the requested timed input sets, then drop them all."""
-        files = {}
+        """Write the kept outputs of the requested timed input sets, then drop them all."""
+        outputs = {}
         for index in msg["sets"]:
             if index in self.kept:
-                name = f"{msg['prefix']}_{index}.pt"
-                _SAVE(_plain_copy(self.kept[index], self.device), self.scratch / name)
-                files[str(index)] = name
+                _check_output(self.kept[index], self.device)
+                outputs[str(index)] = self.writer.write(self.kept[index], f"{msg['stem']}_{index}")
         for out in self.kept.values():
             _poison(out, set())
         self.kept = {}
         self._release_cache()
-        return {"files": files}
+        return {"outputs": outputs}
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One forward under the profiler: device time per kernel name."""

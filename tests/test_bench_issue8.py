@@ -88,6 +88,15 @@ def test_representative_order_gives_every_operator_its_fastest_shape_first():
     assert order[5:] == [("a", "0")]  # one large shape, heaviest operator with one left inside the range
 
 
+def test_spread_order_samples_evenly_by_eager_time_median_first():
+    times = {"a": {str(i): float(i) for i in range(10)}, "b": {"0": 0.5, "1": 0.2}, "c": {"0": 1.0}}
+    order = eval_cost.spread_order(times, {"a": 0.5, "b": 0.3, "c": 0.2}, per_op=3)
+    # a: ranks at quantiles 1/6, 1/2, 5/6 of 10 shapes -> 1, 5, 8; b: both shapes; c: its one
+    assert order[:3] == [("a", "5"), ("b", "1"), ("c", "0")]  # every operator's most central pick first
+    assert sorted(order[3:]) == [("a", "1"), ("a", "8"), ("b", "0")]
+    assert len(order) == len(set(order))
+
+
 def test_fit_to_budget_counts_a_worker_start_per_new_operator_and_lists_what_it_leaves():
     model = eval_cost.CostModel(worker_s=10.0, shape_s=1.0, call_overhead_s=0.0)
     times = {"a": {"0": 0.001, "1": 0.001}, "b": {"0": 0.001}}

@@ -172,16 +172,16 @@ class _Evaluation:
     def payload_shape(self, shape: Shape) -> dict[str, Any]:
         return {"id": shape.id, "init": shape.init, "inputs": shape.inputs}
 
-    def compare_file(self, session: Session, scratch: Path, name: str, reference: Any) -> Any:
-        """Load one output file and compare it; returns CompareResult or raises OutputRejected.
+    def compare_written(self, scratch: Path, stem: str, manifest: Any, reference: Any) -> Any:
+        """Read one written output and compare it; returns CompareResult or raises OutputRejected.
         The candidate stays in host memory: compare_outputs moves it to the GPU a chunk at a time."""
-        candidate = load_output(scratch, name, "cpu", max_bytes=4 * output_bytes(reference) + (1 << 20))
+        candidate = load_output(scratch, stem, manifest, "cpu", max_bytes=4 * output_bytes(reference) + (1 << 20))
         return compare_outputs(reference, candidate, self.request.op)
 
-    def judge_seed(self, session: Session, scratch: Path, shape: Shape, seed: int, name: str, checksums: dict[str, int],
+    def judge_seed(self, scratch: Path, shape: Shape, seed: int, written: tuple[str, Any], checksums: dict[str, int],
                    result: ShapeResult) -> Any:
-        """The verdict on one correctness seed's output file (CompareResult; raises OutputRejected
-        or _HarnessOutOfMemory). GPU memory of this process: the inputs live until the reference
+        """The verdict on one correctness seed's written output, `written` = (stem, manifest)
+        (CompareResult; raises OutputRejected or _HarnessOutOfMemory). GPU memory of this process: the inputs live until the reference
         output exists, then that output beside the comparison's bounded chunks (the candidate is
         in host memory); all of it is freed on return, before the next seed's inputs are made, so
         the peak is one seed's. On the H200, whole-output float64 copies (since chunked) beside the
@@ -193,15 +193,15 @@ class _Evaluation:
             reference = self.reference_output(shape, inputs)
         del inputs  # an output that aliases an input keeps only what it aliases
         with _harness_memory(f"comparing outputs of {output_bytes(reference)} bytes"):
-            return self.compare_file(session, scratch, name, reference)
+            return self.compare_written(scratch, *written, reference)
 
     # -- stages -----------------------------------------------------------------------------
     def correctness(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult) -> int | None:
         """K fresh seeds; returns the input size in bytes when every seed matched."""
         result.seeds = [self.seed() for _ in range(self.request.seeds)]
         t0 = time.perf_counter()
-        reply = session.call("run", {"shape": self.payload_shape(shape), "seeds": result.seeds, "prefix": f"io/{secrets.token_hex(6)}"},
-                             self.request.timeout_s)
+        stem = secrets.token_hex(6)
+        reply = session.call("run", {"shape": self.payload_shape(shape), "seeds": result.seeds, "stem": stem}, self.request.timeout_s)
         result.seconds["correctness"] = time.perf_counter() - t0
         if isinstance(reply, Failure):
             if reply.category == tx.TIMEOUT:
@@ -213,9 +213,13 @@ class _Evaluation:
             result.seconds["first_call_extra"] = max(0.0, calls[0] - min(calls[1:]))
         t1 = time.perf_counter()
         try:
-            for k, (seed, name) in enumerate(zip(result.seeds, reply["files"])):
+            outputs = reply.get("outputs")
+            if not isinstance(outputs, list) or len(outputs) != len(result.seeds):
+                _fail(result, Failure(tx.RUNTIME, tx.WRONG_OUTPUT_TYPE, "The worker did not report one output per seed."))
+                return None
+            for k, (seed, manifest) in enumerate(zip(result.seeds, outputs)):
                 try:
-                    verdict = self.judge_seed(session, scratch, shape, seed, name, reply["checksums"][k], result)
+                    verdict = self.judge_seed(scratch, shape, seed, (f"{stem}_{k}", manifest), reply["checksums"][k], result)
                 except OutputRejected as exc:
                     _fail(result, exc)
                     return None
@@ -306,7 +310,8 @@ class _Evaluation:
         reference in full, and their bytes must match the digests the worker reported."""
         pool = list(kept)
         chosen = [pool.pop(secrets.randbelow(len(pool))) for _ in range(min(CHECKED_TIMED_SETS, len(pool)))]
-        reply = session.call("fetch", {"sets": chosen, "prefix": f"io/{secrets.token_hex(6)}"}, self.request.timeout_s)
+        stem = secrets.token_hex(6)
+        reply = session.call("fetch", {"sets": chosen, "stem": stem}, self.request.timeout_s)
         if isinstance(reply, Failure):
             _fail(result, reply)
             return
@@ -314,7 +319,8 @@ class _Evaluation:
         fetched: dict[int, list[int]] = {}
         poisoned: list[int] | None = None
         for index in chosen:
-            name = reply["files"].get(str(index))
+            outputs = reply.get("outputs")
+            manifest = outputs.get(str(index)) if isinstance(outputs, dict) else None
             seed = result.timing_seeds[1 + index]
             with _harness_memory("generating a timed input set and its reference output"):
                 reference = self.reference_output(shape, self.inputs(shape, seed))
@@ -323,7 +329,8 @@ class _Evaluation:
             # used, before the next set's reference is made), and the poisoned copy only briefly.
             with _harness_memory(f"comparing outputs of {size} bytes"):
                 try:
-                    candidate = load_output(scratch, name, self.device, max_bytes=4 * size + (1 << 20)) if name else None
+                    candidate = (load_output(scratch, f"{stem}_{index}", manifest, self.device, max_bytes=4 * size + (1 << 20))
+                                 if manifest is not None else None)
                 except OutputRejected as exc:
                     candidate, message = None, exc.message
                 else:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call on a two-GPU H200 machine that keeps both GPUs busy:
-#   phase A  GPU 0: diagnostics, one after another (timing_accuracy with the read-flush column, the
+#   phase A  GPU 0: diagnostics, one after another (timing_accuracy with the write-flush column, the
 #            rms_norm example and its side-stream exploit through the evaluator), then a torch.compile
 #            probe (one shape per operator, median by eager time, for the compile cost) in the time left;
 #            GPU 1 at the same time: the eager baseline on A_OPS.

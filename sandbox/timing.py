@@ -4,7 +4,7 @@
 objects, so a candidate that replaces torch.cuda.Event, synchronize or time.perf_counter
 does not change what is measured, and `replaced()` reports the replacement afterwards.
 
-Per timed call: L2 is flushed by writing a buffer of 2× L2 size and a GPU spin keeps the
+Per timed call: L2 is flushed by reading a buffer of 2× L2 size and a GPU spin keeps the
 stream busy while the host launches (both outside the timed region), then
     start.record(); out = fn(inputs[order[i]]); end.record(); synchronize device; after.record()
 and a digest of the output is queued (untimed); an output older than one round of sets is poisoned.
@@ -196,7 +196,7 @@ def _reserve_cached_blocks(blocks: list[tuple[int, torch.device]], copies: int) 
 
 def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_inputs: dict[str, Any],
                input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
-               spin_us: float | None = None, flush_by_reading: bool = False) -> TimedRun:
+               spin_us: float | None = None, flush_by_writing: bool = False) -> TimedRun:
     """Warm up on a separate input set, then `calls` timed calls over `input_sets` in `call_order`.
 
     Between `start` and `end` the host does nothing but the call: the input dict is looked up
@@ -204,9 +204,11 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
     for longer than the host needs to launch the call, so the host's launch latency and jitter
     are not timed and the clocks do not idle between calls. `spin_us` overrides the spin's
     length; `host_us` says, per call, whether the host outran it (the GPU then idled inside the
-    timed region). `flush_by_reading` sweeps L2 with a read of the buffer instead of a write, so
-    the timed call does not inherit dirty lines to write back (bench/timing_accuracy.py measures
-    both against Nsight Compute, which invalidates L2)."""
+    timed region). L2 is swept by reading the flush buffer: a write sweep (`flush_by_writing`,
+    kept for bench/timing_accuracy.py's comparison) leaves ~2× L2 of dirty lines that the timed
+    call then writes back, which put kernels streaming 32–128 MiB 10–35 % above Nsight
+    Compute's invalidated-L2 time on the H200; reading brought them to 1–19 %
+    (bench/results/issue8_2026-11-30/timing_accuracy_c4.json)."""
     Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
     sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
     flush = torch.empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))
@@ -238,7 +240,7 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
         window = len(input_sets)
         for i in range(n):
             inputs, begin, stop, after = plan[i], starts[i], ends[i], afters[i]
-            flush.sum() if flush_by_reading else flush.zero_()
+            flush.zero_() if flush_by_writing else flush.sum()
             spin(cycles)
             h0 = perf()
             record(begin)

@@ -317,7 +317,7 @@ def test_timing_accuracy_cases_go_through_the_timing_loop_on_a_cpu_backend():
     timed = timing_accuracy.evaluator_times(cases, _cpu_primitives(), flush_bytes=4096)
     assert set(timed) == {"scale_4KiB", "gemm_2048", "spin_10ms"}
     assert all(t["calls"] >= 20 and t["median_ms"] > 0 for t in timed.values())
-    assert all(t["read_flush_median_ms"] > 0 for t in timed.values())
+    assert all(t["write_flush_median_ms"] > 0 for t in timed.values())
 
 
 def test_time_calls_reports_the_host_window_and_sizes_the_spin_to_outlast_it():
@@ -334,7 +334,7 @@ def test_time_calls_reports_the_host_window_and_sizes_the_spin_to_outlast_it():
     assert run.spin_us >= SPIN_MIN_US
     assert sorted(run.kept) == [0, 1, 2, 3] and all(torch.equal(run.kept[k], sets[k]["x"] * 2) for k in run.kept)
     forced = time_calls(_cpu_primitives(), fn, {"x": torch.ones(64)}, sets, calls=4, warmup=1, flush_bytes=4096,
-                        spin_us=40.0, flush_by_reading=True)
+                        spin_us=40.0, flush_by_writing=True)
     assert forced.spin_us == 40.0 and len(forced.host_us) == 4
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from atrex_mcp.evaluate import taxonomy as tx
-from atrex_mcp.evaluate.transfer import OutputRejected, load_output
+from atrex_mcp.evaluate.transfer import OutputReader, OutputRejected
 from sandbox.tensor_files import IO_DIR, TensorWriter, file_name
 
 STEM = "0123456789ab"
@@ -42,22 +42,22 @@ def _same(a, b):
     torch.randn(4, 8).to(torch.float8_e4m3fn),
 ])
 def test_a_tensor_comes_back_bit_for_bit(scratch, value):
-    back = load_output(scratch, STEM, _write(scratch, value), "cpu", BIG)
+    back = OutputReader(scratch).load(STEM, _write(scratch, value), "cpu", BIG)
     assert type(back) is torch.Tensor and back.is_contiguous() and _same(back, value.contiguous())
     assert not list((scratch / IO_DIR).iterdir())  # read files are removed
 
 
 def test_tuples_and_dicts_keep_their_structure(scratch):
     q, s = torch.randint(-128, 127, (4, 16), dtype=torch.int8), torch.rand(4, 1)
-    back = load_output(scratch, STEM, _write(scratch, [q, s]), "cpu", BIG)
+    back = OutputReader(scratch).load(STEM, _write(scratch, [q, s]), "cpu", BIG)
     assert isinstance(back, tuple) and torch.equal(back[0], q) and torch.equal(back[1], s)
-    back = load_output(scratch, STEM, _write(scratch, {"ids": q, "w": s}), "cpu", BIG)
+    back = OutputReader(scratch).load(STEM, _write(scratch, {"ids": q, "w": s}), "cpu", BIG)
     assert list(back) == ["ids", "w"] and torch.equal(back["w"], s)
 
 
 def _rejected(scratch, manifest, category=tx.WRONG_OUTPUT_TYPE, max_bytes=BIG):
     with pytest.raises(OutputRejected) as info:
-        load_output(scratch, STEM, manifest, "cpu", max_bytes)
+        OutputReader(scratch).load(STEM, manifest, "cpu", max_bytes)
     assert (info.value.stage, info.value.category) == (tx.RUNTIME, category), info.value.message
     return info.value.message
 
@@ -144,4 +144,19 @@ def test_a_file_truncated_while_it_is_read_is_refused_not_a_crash(scratch, monke
 
 def test_the_stem_is_the_judges_choice(scratch):
     with pytest.raises(ValueError):
-        load_output(scratch, "../x", {"structure": "tensor", "tensors": []}, "cpu", BIG)
+        OutputReader(scratch).load("../x", {"structure": "tensor", "tensors": []}, "cpu", BIG)
+
+
+def test_one_buffer_serves_every_load_and_each_tensor_is_aligned(scratch):
+    """Mixed dtypes of odd sizes land at aligned offsets of one reused buffer; a smaller output
+    later reuses it, a larger one grows it."""
+    reader = OutputReader(scratch)
+    odd, wide = torch.randint(-5, 5, (7,), dtype=torch.int8), torch.randn(3, dtype=torch.float64)
+    back = reader.load(STEM, _write(scratch, (odd, wide)), "cpu", BIG)
+    assert torch.equal(back[0], odd) and torch.equal(back[1], wide)
+    assert back[1].data_ptr() % 64 == 0 and reader.buffer.numel() == 64 + 24
+    first = reader.buffer.data_ptr()
+    reader.load(STEM, _write(scratch, torch.zeros(4)), "cpu", BIG)
+    assert reader.buffer.data_ptr() == first
+    reader.load(STEM, _write(scratch, torch.zeros(1000)), "cpu", BIG)
+    assert reader.buffer.numel() == 4000

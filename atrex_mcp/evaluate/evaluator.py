@@ -37,8 +37,9 @@ from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
 from atrex_mcp.evaluate.session import Failure, Session, protected_roots
 from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
-from atrex_mcp.evaluate.transfer import OutputRejected, load_output, output_bytes
+from atrex_mcp.evaluate.transfer import OutputReader, OutputRejected, output_bytes
 from sandbox.launcher import Cancelled, LaunchSpec
+from sandbox.tensor_files import IO_DIR
 from sandbox.timing import _poison, call_order, digest, reuse_phase
 
 Progress = Callable[[str, float], None]
@@ -172,13 +173,13 @@ class _Evaluation:
     def payload_shape(self, shape: Shape) -> dict[str, Any]:
         return {"id": shape.id, "init": shape.init, "inputs": shape.inputs}
 
-    def compare_written(self, scratch: Path, stem: str, manifest: Any, reference: Any) -> Any:
+    def compare_written(self, stem: str, manifest: Any, reference: Any) -> Any:
         """Read one written output and compare it; returns CompareResult or raises OutputRejected.
         The candidate stays in host memory: compare_outputs moves it to the GPU a chunk at a time."""
-        candidate = load_output(scratch, stem, manifest, "cpu", max_bytes=4 * output_bytes(reference) + (1 << 20))
+        candidate = self.reader.load(stem, manifest, "cpu", max_bytes=4 * output_bytes(reference) + (1 << 20))
         return compare_outputs(reference, candidate, self.request.op)
 
-    def judge_seed(self, scratch: Path, shape: Shape, seed: int, written: tuple[str, Any], checksums: dict[str, int],
+    def judge_seed(self, shape: Shape, seed: int, written: tuple[str, Any], checksums: dict[str, int],
                    result: ShapeResult) -> Any:
         """The verdict on one correctness seed's written output, `written` = (stem, manifest)
         (CompareResult; raises OutputRejected or _HarnessOutOfMemory). GPU memory of this process: the inputs live until the reference
@@ -193,10 +194,10 @@ class _Evaluation:
             reference = self.reference_output(shape, inputs)
         del inputs  # an output that aliases an input keeps only what it aliases
         with _harness_memory(f"comparing outputs of {output_bytes(reference)} bytes"):
-            return self.compare_written(scratch, *written, reference)
+            return self.compare_written(*written, reference)
 
     # -- stages -----------------------------------------------------------------------------
-    def correctness(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult) -> int | None:
+    def correctness(self, session: Session, shape: Shape, result: ShapeResult) -> int | None:
         """K fresh seeds; returns the input size in bytes when every seed matched."""
         result.seeds = [self.seed() for _ in range(self.request.seeds)]
         t0 = time.perf_counter()
@@ -219,7 +220,7 @@ class _Evaluation:
                 return None
             for k, (seed, manifest) in enumerate(zip(result.seeds, outputs)):
                 try:
-                    verdict = self.judge_seed(scratch, shape, seed, (f"{stem}_{k}", manifest), reply["checksums"][k], result)
+                    verdict = self.judge_seed(shape, seed, (f"{stem}_{k}", manifest), reply["checksums"][k], result)
                 except OutputRejected as exc:
                     _fail(result, exc)
                     return None
@@ -236,7 +237,7 @@ class _Evaluation:
         result.correct = True
         return int(reply.get("input_bytes", 0))
 
-    def timing(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult, input_bytes: int) -> None:
+    def timing(self, session: Session, shape: Shape, result: ShapeResult, input_bytes: int) -> None:
         # One fresh set per timed call where memory allows, so no call sees inputs seen before.
         sets = int(max(2, min(MAX_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES // max(input_bytes, 1))))
         result.timing_seeds = [self.seed() for _ in range(sets + 1)]
@@ -286,7 +287,7 @@ class _Evaluation:
             result.message = "The worker did not return a digest for every timed call."
         else:
             try:
-                self.check_timed_outputs(session, scratch, shape, result, reply["kept"], order, digests)
+                self.check_timed_outputs(session, shape, result, reply["kept"], order, digests)
             except _HarnessOutOfMemory as exc:
                 _fail(result, Failure(tx.CORRECTNESS, tx.HARNESS_OOM, f"checking the outputs of timed calls: {exc}"))
             finally:
@@ -302,7 +303,7 @@ class _Evaluation:
             return
         result.time_ms, result.iqr_ms = med, q3 - q1
 
-    def check_timed_outputs(self, session: Session, scratch: Path, shape: Shape, result: ShapeResult, kept: list[int],
+    def check_timed_outputs(self, session: Session, shape: Shape, result: ShapeResult, kept: list[int],
                             order: list[int], digests: list[list[int]]) -> None:
         """Every timed call: its output's digest (computed in the worker right after the call)
         must not be a poisoned output's nor another input set's output's — a replayed or stale
@@ -329,7 +330,7 @@ class _Evaluation:
             # used, before the next set's reference is made), and the poisoned copy only briefly.
             with _harness_memory(f"comparing outputs of {size} bytes"):
                 try:
-                    candidate = (load_output(scratch, f"{stem}_{index}", manifest, self.device, max_bytes=4 * size + (1 << 20))
+                    candidate = (self.reader.load(f"{stem}_{index}", manifest, self.device, max_bytes=4 * size + (1 << 20))
                                  if manifest is not None else None)
                 except OutputRejected as exc:
                     candidate, message = None, exc.message
@@ -431,7 +432,8 @@ class _Evaluation:
     def open_session(self, scratch: Path, launch: LaunchOptions | None = None) -> Session:
         """Fill `scratch` with the candidate and the visible problem files and describe its
         worker (not started yet). Other judges use atrex_mcp.evaluate.workers.open_session."""
-        (scratch / "io").mkdir(exist_ok=True)
+        (scratch / IO_DIR).mkdir(exist_ok=True)
+        self.reader = OutputReader(scratch, pinned=self.cuda)
         (scratch / "reference.py").write_text(self.problem.reference_source)
         (scratch / "input.py").write_text(self.problem.input_source)
         (scratch / "shapes.json").write_text(self.problem.shapes_json)
@@ -474,7 +476,7 @@ class _Evaluation:
                         if self.stop.is_set():
                             raise Cancelled()
                         self.progress(f"shape {shape.id}", (i + 0.5) / len(self.shapes))
-                        result.shapes.append(self.evaluate_shape(session, scratch, shape, i))
+                        result.shapes.append(self.evaluate_shape(session, shape, i))
             except Cancelled:
                 result.partial = self.stop.reason
                 result.shapes += self.not_run(len(result.shapes))
@@ -521,14 +523,14 @@ class _Evaluation:
                                        score_note="not run"))
         return results
 
-    def evaluate_shape(self, session: Session, scratch: Path, shape: Shape, index: int) -> ShapeResult:
+    def evaluate_shape(self, session: Session, shape: Shape, index: int) -> ShapeResult:
         result = ShapeResult(id=shape.id, correct=False)
         self.begin(index, "a worker restart")
         failure = session.ensure()
         if failure is not None:
             return _fail(result, failure)
         self.begin(index, "the correctness stage")
-        input_bytes = self.correctness(session, scratch, shape, result)
+        input_bytes = self.correctness(session, shape, result)
         if input_bytes is not None:
             if not self.cuda:
                 result.timing_note = "not timed: no GPU"
@@ -538,7 +540,7 @@ class _Evaluation:
                 result.timing_note = "not timed: timing was not requested"
             elif session.ensure() is None:
                 self.begin(index, "the timing stage")
-                self.timing(session, scratch, shape, result, input_bytes)
+                self.timing(session, shape, result, input_bytes)
             if self.cuda and self.request.measure_dsl and result.correct and session.ensure() is None:
                 self.begin(index, "the profile")
                 self.profile(session, shape, result)

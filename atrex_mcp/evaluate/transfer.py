@@ -65,7 +65,12 @@ def _entries(manifest: Any) -> tuple[str, list[tuple[str | None, torch.dtype, tu
     return structure, entries
 
 
-def _read_exactly(directory: int, name: str, nbytes: int) -> torch.Tensor:
+ALIGN = 64  # every tensor of an output starts at a multiple of this many bytes in the buffer
+
+
+def _read_exactly(directory: int, name: str, into: torch.Tensor) -> None:
+    """Fill `into` (uint8) with the whole file, which must be exactly that long."""
+    nbytes = into.numel()
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
     except OSError:
@@ -76,41 +81,68 @@ def _read_exactly(directory: int, name: str, nbytes: int) -> torch.Tensor:
             raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "Output file is not a plain file of its own.")
         if info.st_size != nbytes:
             raise OutputRejected(tx.WRONG_SHAPE, f"Output file holds {info.st_size} bytes; its dtype and shape need {nbytes}.")
-        buffer = torch.empty(nbytes, dtype=torch.uint8)
-        view, got = memoryview(buffer.numpy()), 0
+        view, got = memoryview(into.numpy()), 0
         with open(fd, "rb", buffering=0, closefd=False) as stream:
             while got < nbytes and (n := stream.readinto(view[got:])):
                 got += n
         if got != nbytes:
             raise OutputRejected(tx.WRONG_SHAPE, f"Output file shrank while it was read ({got} of {nbytes} bytes).")
-        return buffer
     finally:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=directory)
 
 
-def load_output(scratch: Path, stem: str, manifest: Any, device: torch.device | str, max_bytes: int) -> Any:
-    """The output the worker wrote under `stem`, as plain contiguous tensors on `device`
-    (a tensor, a tuple of tensors or a dict str → tensor, as the manifest says)."""
-    if not STEM.fullmatch(stem):
-        raise ValueError(f"bad stem {stem!r}")  # chosen by this side: a bug here, not the candidate's
-    structure, entries = _entries(manifest)
-    sizes = [math.prod(shape) * dtype.itemsize for _, dtype, shape in entries]
-    if sum(sizes) > max_bytes:
-        raise OutputRejected(tx.WRONG_SHAPE, f"Output of {sum(sizes)} bytes exceeds {max_bytes} (far larger than the reference output).")
-    try:
-        directory = os.open(scratch / IO_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        raise OutputRejected(tx.WRONG_OUTPUT_TYPE, f"The scratch directory's {IO_DIR}/ is gone or no longer a directory.") from None
-    try:
-        tensors = [_read_exactly(directory, file_name(stem, part), size).view(dtype).reshape(shape).to(device)
-                   for part, ((_, dtype, shape), size) in enumerate(zip(entries, sizes))]
-    finally:
-        os.close(directory)
-    if structure == "dict":
-        return {key: t for (key, _, _), t in zip(entries, tensors)}
-    return tuple(tensors) if structure == "tuple" else tensors[0]
+class OutputReader:
+    """Reads a worker's outputs into one host buffer that is reused and only ever grown.
+
+    A fresh multi-GB buffer per output costs more in page faults than the read itself (1 GiB:
+    0.73 s into fresh memory, 0.18 s into a reused buffer, on the development machine's CPU).
+    Where CUDA is present the buffer is pinned, so the comparison's chunked uploads run at link
+    speed. A loaded output's tensors are views of this buffer when `device` is the CPU: they
+    are valid until the next `load`.
+    """
+
+    def __init__(self, scratch: Path, pinned: bool = False):
+        self.scratch = scratch
+        self.pinned = pinned
+        self.buffer = torch.empty(0, dtype=torch.uint8)
+
+    def _arena(self, nbytes: int) -> torch.Tensor:
+        if self.buffer.numel() < nbytes:
+            self.buffer = torch.empty(0, dtype=torch.uint8)  # the old one goes before the new one is made
+            try:
+                self.buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pinned)
+            except RuntimeError:  # pinning refused: pageable is slower, never wrong
+                self.buffer = torch.empty(nbytes, dtype=torch.uint8)
+        return self.buffer
+
+    def load(self, stem: str, manifest: Any, device: torch.device | str, max_bytes: int) -> Any:
+        """The output the worker wrote under `stem`, as plain contiguous tensors on `device`
+        (a tensor, a tuple of tensors or a dict str → tensor, as the manifest says)."""
+        if not STEM.fullmatch(stem):
+            raise ValueError(f"bad stem {stem!r}")  # chosen by this side: a bug here, not the candidate's
+        structure, entries = _entries(manifest)
+        sizes = [math.prod(shape) * dtype.itemsize for _, dtype, shape in entries]
+        if sum(sizes) > max_bytes:
+            raise OutputRejected(tx.WRONG_SHAPE, f"Output of {sum(sizes)} bytes exceeds {max_bytes} (far larger than the reference output).")
+        offsets = [sum(-(-n // ALIGN) * ALIGN for n in sizes[:i]) for i in range(len(sizes))]
+        arena = self._arena(offsets[-1] + sizes[-1])
+        try:
+            directory = os.open(self.scratch / IO_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            raise OutputRejected(tx.WRONG_OUTPUT_TYPE, f"The scratch directory's {IO_DIR}/ is gone or no longer a directory.") from None
+        tensors = []
+        try:
+            for part, ((_, dtype, shape), size, offset) in enumerate(zip(entries, sizes, offsets)):
+                raw = arena[offset:offset + size]
+                _read_exactly(directory, file_name(stem, part), raw)
+                tensors.append(raw.view(dtype).reshape(shape).to(device))
+        finally:
+            os.close(directory)
+        if structure == "dict":
+            return {key: t for (key, _, _), t in zip(entries, tensors)}
+        return tuple(tensors) if structure == "tuple" else tensors[0]
 
 
 def output_bytes(value: Any) -> int:

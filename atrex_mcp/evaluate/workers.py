@@ -44,8 +44,8 @@ class CandidateFailed(Exception):
 class CandidateWorker:
     """One candidate loaded in its own sandbox worker (started by `open_session`)."""
 
-    def __init__(self, evaluation: _Evaluation, session: Session, scratch: Path):
-        self.evaluation, self.session, self.scratch = evaluation, session, scratch
+    def __init__(self, evaluation: _Evaluation, session: Session):
+        self.evaluation, self.session = evaluation, session
         self._input_bytes: dict[str, int] = {}
 
     def _shape(self, shape_id: str):
@@ -57,7 +57,7 @@ class CandidateWorker:
         failure = self.session.ensure()
         if failure is not None:
             raise CandidateFailed("the worker could not be restarted", failure)
-        size = self.evaluation.correctness(self.session, self.scratch, self._shape(shape_id), result)
+        size = self.evaluation.correctness(self.session, self._shape(shape_id), result)
         if size is not None:
             self._input_bytes[shape_id] = size
         return result
@@ -70,7 +70,7 @@ class CandidateWorker:
         if failure is not None:
             raise CandidateFailed("the worker could not be restarted", failure)
         result = ShapeResult(id=shape_id, correct=True)
-        self.evaluation.timing(self.session, self.scratch, self._shape(shape_id), result, self._input_bytes[shape_id])
+        self.evaluation.timing(self.session, self._shape(shape_id), result, self._input_bytes[shape_id])
         return result
 
     def forwards(self, shape_id: str, calls: int, nvtx: str | None = NVTX_FORWARD) -> dict:
@@ -102,7 +102,7 @@ def open_session(catalog: Catalog, op: str, source: str, *, shapes: list[str], h
             failure = session.start(first=True)
             if failure is not None:
                 raise CandidateFailed("the candidate did not load", failure)
-            yield CandidateWorker(evaluation, session, where)
+            yield CandidateWorker(evaluation, session)
         except Cancelled:
             raise AtrexError("runtime", "cancelled", "Cancelled; the worker was killed.") from None
 

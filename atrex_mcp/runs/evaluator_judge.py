@@ -122,25 +122,24 @@ class EvaluatorJudge:
                         raise MeasurementFailed(f"the {name} did not load: {failure.category}: {failure.message[:500]}")
                 shape_list = evaluations[0].shapes
                 for i, shape in enumerate(shape_list):
-                    samples[shape.id] = self._pairs(evaluations, sessions, scratches, shape,
+                    samples[shape.id] = self._pairs(evaluations, sessions, shape,
                                                     lambda r: report(f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
                                                                      (i + r / self.rounds) / len(shape_list)))
             except Cancelled:
                 raise AtrexError("runtime", "cancelled", "The paired timing was cancelled; its workers were killed.") from None
         return samples
 
-    def _pairs(self, evaluations: list[_Evaluation], sessions: list[Session], scratches: list[Path], shape: Shape,
-               tick) -> PairedSamples:
+    def _pairs(self, evaluations: list[_Evaluation], sessions: list[Session], shape: Shape, tick) -> PairedSamples:
         """Warm both kernels on `shape`, gate the candidate with a full timing stage, then alternate rounds."""
         input_bytes = []
-        for name, ev, session, scratch in zip(NAMES, evaluations, sessions, scratches):
+        for name, ev, session in zip(NAMES, evaluations, sessions):
             warm = ShapeResult(id=shape.id, correct=False)
-            size = ev.correctness(session, scratch, shape, warm)
+            size = ev.correctness(session, shape, warm)
             if size is None:
                 raise MeasurementFailed(f"the {name} failed on shape {shape.id}: {warm.category}: {warm.message[:500]}")
             input_bytes.append(size)
         gate = ShapeResult(id=shape.id, correct=True)
-        evaluations[1].timing(sessions[1], scratches[1], shape, gate, input_bytes[1])
+        evaluations[1].timing(sessions[1], shape, gate, input_bytes[1])
         if gate.time_ms is None:
             why = gate.category or gate.timing_note or "no time"
             raise MeasurementFailed(f"the candidate's timing stage on shape {shape.id}: {why}: {gate.message[:500]}")

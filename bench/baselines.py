@@ -14,7 +14,7 @@ and shapes, within a time budget; the main table against the `h200` (datasheet) 
 selection, predicted and actual seconds, schedule, shapes not run with the reason, throughput
 split, shapes with S > 0.9) and `table_<profile>.{md,json}`. Shapes the budget leaves out are
 listed in run.json's `not_run`, never silently dropped. `--shapes-from DIR` evaluates exactly
-the shapes another run evaluated (it overrides --ops/--shapes/--select). Without a GPU every
+the shapes another run judged, of --ops when given (it overrides --shapes/--select). Without a GPU every
 shape is evaluated for correctness and reported "not timed: no GPU" (a dry run).
 `combine` joins runs of the same baseline made in separate device calls: per operator and
 shape the latest judged result (a shape judged in no run stays not run, once).
@@ -67,12 +67,15 @@ def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseli
               gpus: int = 1) -> tuple[dict[str, list[str]], list]:
     """{op: [shape ids]} to evaluate, and the shapes a --select left out for the budget (the
     budget of `gpus` GPUs, less a tenth for imperfect packing when there are several)."""
+    ops = catalog.names() if args.ops in (None, "all") else [o.strip() for o in args.ops.split(",") if o.strip()]
     if args.shapes_from:
+        from atrex_mcp.evaluate.taxonomy import NOT_RUN
+
         chosen: dict[str, list[str]] = defaultdict(list)
         for r in _load_results([args.shapes_from]):
-            chosen[r.op] += [s.id for s in r.shapes]
+            if r.op in ops:
+                chosen[r.op] += [s.id for s in r.shapes if s.stage != NOT_RUN]
         return dict(chosen), []
-    ops = catalog.names() if args.ops in (None, "all") else [o.strip() for o in args.ops.split(",") if o.strip()]
     if args.select:
         ranked = representative_order(times, catalog.weights()) if args.select == "representative" \
             else spread_order(times, catalog.weights(), args.per_op)
@@ -331,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     run_p = sub.add_parser("run", parents=[common], help="evaluate a baseline")
     run_p.add_argument("--baseline", choices=BASELINES, required=True)
     run_p.add_argument("--out", type=Path, required=True)
-    run_p.add_argument("--shapes-from", type=Path, help="evaluate exactly the shapes of this earlier run")
+    run_p.add_argument("--shapes-from", type=Path, help="evaluate exactly the shapes this earlier run judged (of --ops when given)")
     run_p.add_argument("--timeout", type=float, default=120.0, help="seconds per shape and stage (default 120)")
     run_p.add_argument("--no-profile", action="store_true",
                        help="skip the profiled forward per shape (a baseline's DSL share is 0 by definition; a candidate "

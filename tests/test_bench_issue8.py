@@ -252,11 +252,14 @@ def test_near_roofline_lists_shapes_above_0_9_with_their_bound(catalog):
     assert [(r["shape"], r["bound"]) for r in rows] == [("0", "memory")] and rows[0]["score"] == pytest.approx(0.95)
 
 
-def test_selection_from_an_earlier_run_takes_exactly_its_shapes(tmp_path, catalog):
-    earlier = write_run(tmp_path / "a", [result("rms_norm", [shape("3"), shape("7")]), result("l2_norm", [shape("1")])])
-    args = argparse.Namespace(shapes_from=earlier)
+def test_selection_from_an_earlier_run_takes_exactly_its_judged_shapes(tmp_path, catalog):
+    not_run = shape("9", correct=False).model_copy(update={"stage": "not_run", "category": "not_run_deadline"})
+    earlier = write_run(tmp_path / "a", [result("rms_norm", [shape("3"), shape("7"), not_run]), result("l2_norm", [shape("1")])])
+    args = argparse.Namespace(shapes_from=earlier, ops=None)
     chosen, left = baselines.selection(args, catalog, {}, eval_cost.CostModel(), "eager")
     assert chosen == {"rms_norm": ["3", "7"], "l2_norm": ["1"]} and left == []
+    chosen, _ = baselines.selection(argparse.Namespace(shapes_from=earlier, ops="l2_norm"), catalog, {}, eval_cost.CostModel(), "eager")
+    assert chosen == {"l2_norm": ["1"]}
 
 
 # -- CPU dry runs of the scripts --------------------------------------------------------------

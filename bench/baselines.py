@@ -41,6 +41,7 @@ from eval_cost import (BASELINES, CostModel, fit_to_budget, jobs_for, load_refer
 
 PROFILES = ("h200", "h200-measured")
 NEAR_ROOFLINE = 0.9
+LEFT_OUT = "left out of the selection for the budget"
 # Fixed parts of the full issue besides the baselines (seconds on the device machine).
 LAUNCH_FLOOR_S, TIMING_ACCURACY_S, MACHINE_START_S = 20.0, 90.0, 90.0
 
@@ -65,8 +66,9 @@ def calibration_results(dirs: Iterable[Path]) -> list:
 
 def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseline: str,
               gpus: int = 1) -> tuple[dict[str, list[str]], list]:
-    """{op: [shape ids]} to evaluate, and the shapes a --select left out for the budget (the
-    budget of `gpus` GPUs, less a tenth for imperfect packing when there are several)."""
+    """{op: [shape ids]} to evaluate, and the shapes a --select left out: for the budget (the
+    budget of `gpus` GPUs, less a tenth for imperfect packing when there are several), or by
+    not being among the shapes the selection ranks at all."""
     ops = catalog.names() if args.ops in (None, "all") else [o.strip() for o in args.ops.split(",") if o.strip()]
     if args.shapes_from:
         from atrex_mcp.evaluate.taxonomy import NOT_RUN
@@ -81,7 +83,10 @@ def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseli
             else spread_order(times, catalog.weights(), args.per_op)
         order = [(op, sid) for op, sid in ranked if op in ops]
         budget = args.budget_s * (gpus if gpus == 1 else 0.9 * gpus) if args.budget_s is not None else float("inf")
-        return fit_to_budget(order, times, model, baseline, budget)
+        kept, left = fit_to_budget(order, times, model, baseline, budget)
+        ranked_ids = set(order)
+        left += [(op, s.id) for op in ops for s in catalog.visible(op).scored_shapes if (op, s.id) not in ranked_ids]
+        return kept, left
     if args.shapes in (None, "all"):
         return {op: [s.id for s in catalog.visible(op).scored_shapes] for op in ops}, []
     ids = [s.strip() for s in args.shapes.split(",") if s.strip()]
@@ -186,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         merged = merge_results(op_parts, order)
         (args.out / f"{op}.{args.baseline}.json").write_text(merged.model_dump_json(indent=1))
         results.append(merged)
-    not_run = [{"op": op, "shape": sid, "reason": "left out of the selection for the budget"} for op, sid in left_out]
+    not_run = [{"op": op, "shape": sid, "reason": LEFT_OUT} for op, sid in left_out]
     not_run += schedule.not_run
     report = {"conditions": conditions(results), "baseline": args.baseline, "budget_s": args.budget_s, "devices": devices,
               "cost_model": model.describe(), "predicted_s": round(predicted_seconds(jobs, model, args.baseline), 1),
@@ -278,6 +283,20 @@ def table(args: argparse.Namespace) -> int:
     return 0
 
 
+def stopped_or_failed(dirs: Iterable[Path]) -> set[tuple[str, str]]:
+    """(op, shape) a run started or meant to start but did not judge, for a reason other than its
+    selection or budget (a failed batch), from the runs' run.json `not_run`. Every other shape
+    missing from all results was never part of any run's selection."""
+    stopped = set()
+    for d in dirs:
+        path = d / "run.json"
+        if path.is_file():
+            for entry in json.loads(path.read_text()).get("not_run", []):
+                if not entry["reason"].startswith((LEFT_OUT, "budget:")):
+                    stopped.add((entry["op"], entry["shape"]))
+    return stopped
+
+
 def combine(args: argparse.Namespace) -> int:
     from atrex_mcp.evaluate import taxonomy as tx
     from atrex_mcp.evaluate.models import ShapeResult
@@ -285,6 +304,7 @@ def combine(args: argparse.Namespace) -> int:
     from multi_gpu import merge_results
 
     catalog = _catalog(args.problems)
+    stopped = stopped_or_failed(args.dirs)
     by_op: dict[tuple[str, str], list] = defaultdict(list)
     for d in args.dirs:
         for r in load_results(d):
@@ -305,12 +325,17 @@ def combine(args: argparse.Namespace) -> int:
                 parts.append(part)
         scored = [s.id for s in catalog.visible(op).scored_shapes]
         missing = [sid for sid in scored if sid not in chosen]
-        if missing:  # in no run's result (their batch failed or was never started): not run, said once
-            parts[-1].shapes += [ShapeResult(id=sid, correct=False, stage=tx.NOT_RUN, category=tx.NOT_RUN_DEADLINE,
-                                             message="Not judged: in none of the combined runs' results (see their "
-                                                     "run.json not_run for why).") for sid in missing]
+        if missing:  # in no run's result (never selected, or their batch failed): not run, said once
+            parts[-1].shapes += [
+                ShapeResult(id=sid, correct=False, stage=tx.NOT_RUN,
+                            category=tx.NOT_RUN_DEADLINE if (op, sid) in stopped else tx.NOT_RUN_UNSELECTED,
+                            message="Not judged: in none of the combined runs' results" +
+                                    (" (see their run.json not_run for why)." if (op, sid) in stopped else
+                                     " (no run selected it, or its budget left it out)."))
+                for sid in missing]
         merged = merge_results(parts, scored)
-        merged.partial = "deadline" if any(not s.judged for s in merged.shapes) else None
+        unjudged = {s.category for s in merged.shapes if not s.judged}
+        merged.partial = None if not unjudged else "selection" if unjudged == {tx.NOT_RUN_UNSELECTED} else "deadline"
         (args.out / f"{op}.{candidate}.json").write_text(merged.model_dump_json(indent=1))
         print(f"{op}: {sum(s.judged for s in merged.shapes)} judged of {len(scored)} shapes, from {len(parts)} run(s)")
     return 0

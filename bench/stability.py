@@ -49,12 +49,26 @@ def _devices(run_dir: Path) -> dict[tuple[str, str], str]:
     return {(b["op"], s): str(b.get("visible_devices")) for b in batches if b.get("status") == "ok" for s in b["shapes"]}
 
 
+def _timed(results) -> tuple[dict[tuple[str, str, str], float], dict[tuple[str, str, str], bool]]:
+    """{(op, candidate, shape): median ms} of the timed shapes, and whether each was host-bound."""
+    from atrex_mcp.evaluate import timing_checks
+
+    times, host = {}, {}
+    for r in results:
+        for s in r.shapes:
+            if s.time_ms:
+                key = (r.op, r.candidate, s.id)
+                times[key] = s.time_ms
+                host[key] = bool(s.timing and timing_checks.host_bound(s.timing.host_late_calls, s.timing.calls))
+    return times, host
+
+
 def compare_runs(run_a: Path, run_b: Path, above_ms: float = ABOVE_MS) -> dict[str, Any]:
     """Per-shape time ratios B/A over the shapes both runs timed (same operator and baseline)."""
     from atrex_mcp.evaluate.table import load_results
 
-    times_a = {(r.op, r.candidate, s.id): s.time_ms for r in load_results(run_a) for s in r.shapes if s.time_ms}
-    times_b = {(r.op, r.candidate, s.id): s.time_ms for r in load_results(run_b) for s in r.shapes if s.time_ms}
+    times_a, host_a = _timed(load_results(run_a))
+    times_b, host_b = _timed(load_results(run_b))
     dev_a, dev_b = _devices(run_a), _devices(run_b)
     pairs = []
     for key in sorted(times_a.keys() & times_b.keys()):
@@ -62,7 +76,7 @@ def compare_runs(run_a: Path, run_b: Path, above_ms: float = ABOVE_MS) -> dict[s
         a, b = times_a[key], times_b[key]
         da, db = dev_a.get((op, sid)), dev_b.get((op, sid))
         pairs.append({"op": op, "candidate": candidate, "shape": sid, "a_ms": a, "b_ms": b, "ratio": b / a,
-                      "same_gpu": None if da is None or db is None else da == db})
+                      "same_gpu": None if da is None or db is None else da == db, "host_bound": host_a[key] or host_b[key]})
     above = [p for p in pairs if min(p["a_ms"], p["b_ms"]) > above_ms]
     report: dict[str, Any] = {
         "runs": [str(run_a), str(run_b)], "above_ms": above_ms, "pairs": len(pairs),
@@ -75,10 +89,12 @@ def compare_runs(run_a: Path, run_b: Path, above_ms: float = ABOVE_MS) -> dict[s
     stats = report["above"]
     report["meets_target"] = (None if stats["n"] == 0 else
                               stats["median_abs_dev"] < TARGET_MEDIAN and stats["p90_abs_dev"] < TARGET_P90)
+    report["above_gpu_bound"] = deviation_stats([p["ratio"] for p in above if not p["host_bound"]])
+    report["above_host_bound"] = deviation_stats([p["ratio"] for p in above if p["host_bound"]])
     if any(p["same_gpu"] is not None for p in pairs):
         report["above_same_gpu"] = deviation_stats([p["ratio"] for p in above if p["same_gpu"]])
         report["above_other_gpu"] = deviation_stats([p["ratio"] for p in above if p["same_gpu"] is False])
-    report["ratios"] = [{k: p[k] for k in ("op", "candidate", "shape", "a_ms", "b_ms", "ratio")} for p in pairs]
+    report["ratios"] = [{k: p[k] for k in ("op", "candidate", "shape", "a_ms", "b_ms", "ratio", "host_bound")} for p in pairs]
     return report
 
 
@@ -88,14 +104,18 @@ def render(report: dict[str, Any]) -> str:
 
     lines = [f"Stability: {report['pairs']} shapes timed in both runs ({report['only_in_a']} only in A, {report['only_in_b']} only in B)", "",
              "| shapes | n | median abs(1-ratio) | p90 | max |", "|---|---|---|---|---|"]
-    for key, label in (("above", f"> {report['above_ms'] * 1e3:.0f} µs"), ("all", "all"), ("above_same_gpu", "> 20 µs, same GPU"),
-                       ("above_other_gpu", "> 20 µs, other GPU")):
+    for key, label in (("above", f"> {report['above_ms'] * 1e3:.0f} µs"), ("all", "all"),
+                       ("above_gpu_bound", "> 20 µs, GPU-bound"), ("above_host_bound", "> 20 µs, host-bound"),
+                       ("above_same_gpu", "> 20 µs, same GPU"), ("above_other_gpu", "> 20 µs, other GPU")):
         if key in report:
             s = report[key]
             lines.append(f"| {label} | {s['n']} | {pct(s['median_abs_dev'])} | {pct(s['p90_abs_dev'])} | {pct(s['max_abs_dev'])} |")
     lines += ["", f"Target (median < 2 %, p90 < 5 % above 20 µs) met: {report['meets_target']}", "",
-              "| worst op | shape | A ms | B ms | B/A |", "|---|---|---|---|---|"]
-    lines += [f"| {p['op']} | {p['shape']} | {p['a_ms']:.4f} | {p['b_ms']:.4f} | {p['ratio']:.3f} |" for p in report["worst"]]
+              "Host-bound: the host outran the GPU spin on more than half of the timed calls in either run, so the",
+              "GPU waited for launches inside the timed region and the time follows the host's speed.", "",
+              "| worst op | shape | A ms | B ms | B/A | host-bound |", "|---|---|---|---|---|---|"]
+    lines += [f"| {p['op']} | {p['shape']} | {p['a_ms']:.4f} | {p['b_ms']:.4f} | {p['ratio']:.3f} | {'yes' if p['host_bound'] else 'no'} |"
+              for p in report["worst"]]
     return "\n".join(lines) + "\n"
 
 

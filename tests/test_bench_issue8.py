@@ -158,6 +158,25 @@ def test_compare_runs_pairs_shapes_and_separates_the_20us_threshold(tmp_path):
     assert "| > 20 µs | 2 |" in stability.render(report)
 
 
+def test_compare_runs_reports_host_bound_shapes_apart(tmp_path):
+    """A shape whose host outran the spin on most calls in either run is host-bound: its spread
+    is reported apart from the GPU-bound shapes'."""
+    from atrex_mcp.evaluate.models import TimingStats
+
+    def timed(sid, ms, late):
+        return shape(sid, ms).model_copy(update={"timing": TimingStats(median_ms=ms, q1_ms=ms, q3_ms=ms, iqr_ms=0, min_ms=ms, calls=100,
+                                                                       warmup_calls=3, input_sets=2, flush_bytes=1,
+                                                                       covers_side_streams=False, sync_gap_ms=0.01, wall_s=1.0,
+                                                                       host_late_calls=late)})
+
+    a = write_run(tmp_path / "a", [result("rms_norm", [timed("0", 0.5, 0), timed("1", 0.5, 90)])])
+    b = write_run(tmp_path / "b", [result("rms_norm", [timed("0", 0.501, 1), timed("1", 0.25, 100)])])
+    report = stability.compare_runs(a, b)
+    assert report["above_gpu_bound"]["n"] == 1 and report["above_gpu_bound"]["max_abs_dev"] == pytest.approx(0.002)
+    assert report["above_host_bound"]["n"] == 1 and report["above_host_bound"]["max_abs_dev"] == pytest.approx(0.5)
+    assert "| > 20 µs, host-bound | 1 |" in stability.render(report)
+
+
 # -- timing accuracy: ncu CSV ------------------------------------------------------------------
 
 def _ncu_csv(rows: list[tuple[str, float, str]]) -> str:
@@ -344,7 +363,8 @@ def test_time_calls_reports_the_host_window_and_sizes_the_spin_to_outlast_it():
 def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_not_run(tmp_path):
     """Runs from several device calls become one result per operator: a shape judged twice
     keeps the later measurement, a later not-run never hides an earlier judgement, and a
-    shape judged in no run is listed once as not run (the result is marked partial)."""
+    shape judged in no run is listed once as not run (the result is marked partial): never
+    selected, unless a run's run.json says it was lost."""
     import argparse
 
     from atrex_mcp.catalog import Catalog
@@ -361,4 +381,12 @@ def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_no
     by_id = {s["id"]: s for s in merged["shapes"]}
     assert [s["id"] for s in merged["shapes"]] == ids
     assert by_id[ids[0]]["time_ms"] == 0.012 and by_id[ids[1]]["time_ms"] == 0.020
-    assert all(by_id[i]["stage"] == "not_run" for i in ids[2:]) and merged["partial"] == "deadline"
+    assert all(by_id[i]["category"] == "not_run_unselected" for i in ids[2:]) and merged["partial"] == "selection"
+    # a shape a run meant to judge but lost (its batch failed) is not called unselected
+    (late / "run.json").write_text(json.dumps({"not_run": [{"op": "mrope", "shape": ids[2], "reason": "batch error: worker died"},
+                                                           {"op": "mrope", "shape": ids[3], "reason": "budget: predicted 9 s, 1 s left"}]}))
+    baselines.combine(argparse.Namespace(dirs=[early, late], out=out, problems=None))
+    merged = json.loads((out / "mrope.eager.json").read_text())
+    by_id = {s["id"]: s for s in merged["shapes"]}
+    assert by_id[ids[2]]["category"] == "not_run_deadline" and by_id[ids[3]]["category"] == "not_run_unselected"
+    assert merged["partial"] == "deadline"

@@ -273,13 +273,15 @@ class _Evaluation:
             result.integrity.append(tx.WALL_CLOCK_INCONSISTENT)
         q1, med, q3 = statistics.quantiles(per_call, n=4, method="inclusive")
         sm, mem, below, throttle = clocks.summary()
+        late = _late_calls(reply.get("host_us"), reply.get("spin_us"))
         result.timing = TimingStats(median_ms=med, q1_ms=q1, q3_ms=q3, iqr_ms=q3 - q1, min_ms=min(per_call),
                                     calls=calls, warmup_calls=reply["warmup"], input_sets=sets,
                                     flush_bytes=flush_bytes, covers_side_streams=side.detected,
                                     sync_gap_ms=statistics.median(reply["noop_gap_ms"]), wall_s=reply["wall_s"],
                                     sm_clock_mhz=sm, mem_clock_mhz=mem, sm_below_max_fraction=below,
                                     throttle_reasons=throttle, spin_us=reply.get("spin_us"), reuse_compared=reuse.decided,
-                                    host_late_calls=_late_calls(reply.get("host_us"), reply.get("spin_us")))
+                                    host_bound=timing_checks.host_bound(late, calls),
+                                    host_late_calls=late)
         order = call_order(sets, calls)
         digests = reply.get("digests") or []
         if len(digests) != calls:

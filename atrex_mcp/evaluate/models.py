@@ -80,6 +80,7 @@ class TimingStats(BaseModel):
     throttle_reasons: list[str] = Field(default_factory=list, description="Clock throttle reasons seen during the timing request, idle excluded (NVML).")
     spin_us: float | None = Field(default=None, description="Untimed GPU spin queued before each call so host launch latency is not timed.")
     host_late_calls: int | None = Field(default=None, description="Timed calls whose host side (start event, launch, end event) took longer than the spin: the GPU may have idled inside their timed region.")
+    host_bound: bool | None = Field(default=None, description="The host outran the spin on most timed calls: the time includes host launch work (Python, many small launches) and moves with host load; fewer launches per call (fusion, CUDA graphs) make it GPU-bound.")
     reuse_compared: bool = Field(default=False, description="Fresh and reused input-set calls were numerous enough to test for an input-reuse speed-up.")
 
 
@@ -165,9 +166,10 @@ class EvalResult(BaseModel):
     compiled: bool = Field(description="The candidate imported, defines an nn.Module Model with the right signature, and at least one shape got past the compile stage.")
     compile_error: ErrorInfo | None = Field(default=None, description="Why it did not compile.")
     shapes: list[ShapeResult] = Field(default_factory=list, description="One result per requested shape, in order.")
-    partial: Literal["deadline", "cancelled"] | None = Field(default=None, description=(
-        "Why the evaluation stopped before judging every shape: 'deadline' (the request's deadline_s passed) or "
-        "'cancelled' (the caller cancelled). The shapes not judged have stage 'not_run'. null: every shape was judged."))
+    partial: Literal["deadline", "cancelled", "selection"] | None = Field(default=None, description=(
+        "Why not every shape was judged: 'deadline' (the request's deadline_s passed), 'cancelled' (the caller "
+        "cancelled) or 'selection' (results combined from benchmark runs that sampled shapes or fit a budget, "
+        "so some shapes were never started). The shapes not judged have stage 'not_run'. null: every shape was judged."))
     operator_score: float | None = Field(default=None, description="S_i: median S_j over correct shapes, 0 if none is correct; null when correct shapes have no score (not timed / no roofline). On a partial result, over the judged shapes only (see operator_score_note); null when none was judged.")
     operator_score_note: str = Field(default="", description="Why operator_score is null, when it is; on a partial result, which shapes it covers.")
     device: DeviceInfo = Field(description="Device and versions.")

@@ -18,8 +18,8 @@ than one with 3:
 * vs torch.compile / vs eager: per operator the median over shapes of T_baseline / T_cand
   (both timed, candidate correct), then the median over operators.
 
-A partial result (its evaluation stopped at a deadline or a cancel) counts only the shapes it
-judged; its not-run shapes are counted apart, never as failures, it is never fully correct,
+A partial result (its evaluation stopped at a deadline or a cancel, or a benchmark run sampled
+its shapes) counts only the shapes it judged; its not-run shapes are counted apart, never as failures, it is never fully correct,
 and the markdown marks its S_i — and S_agg, which it enters — with † and says what is missing.
 
 Shape scores are recomputed from the recorded times against the requested hardware profile,
@@ -51,7 +51,7 @@ class OperatorRow(BaseModel):
     compiled: bool = Field(description="The candidate compiled.")
     shapes: int = Field(description="Shapes judged (every requested shape, unless the result is partial).")
     not_run: int = Field(default=0, description="Shapes the evaluation stopped before judging (deadline or cancel); in no other figure.")
-    partial: str | None = Field(default=None, description="Why the result is partial ('deadline' / 'cancelled'): S_i covers the judged shapes only. null: complete.")
+    partial: str | None = Field(default=None, description="Why the result is partial ('deadline' / 'cancelled' / 'selection'): S_i covers the judged shapes only. null: complete.")
     correct: int = Field(description="Shapes correct.")
     correctness: float = Field(description="Share of shapes correct.")
     score: float | None = Field(description="S_i against the requested profile.")
@@ -209,7 +209,7 @@ def render_markdown(table: MainTable) -> str:
     for r in table.rows:
         if r.partial_operators:
             lines += ["", f"† {r.run}: S_agg includes partial results ({', '.join(r.partial_operators)}): "
-                          "their S_i covers only the shapes judged before the evaluation stopped."]
+                          "their S_i covers only the shapes judged."]
     for r in table.rows:
         lines += ["", f"### {r.run}", "",
                   "| operator | compiled | correct | S_i |" + (" S_floor_i |" if floor else "")

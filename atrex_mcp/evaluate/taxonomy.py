@@ -65,7 +65,8 @@ WORKER_STAGES: Final = (COMPILE, RUNTIME)
 NOT_RUN: Final = "not_run"
 NOT_RUN_DEADLINE: Final = "not_run_deadline"  # the request's deadline_s passed
 NOT_RUN_CANCELLED: Final = "not_run_cancelled"  # the caller cancelled
-NOT_RUN_CATEGORIES: Final = (NOT_RUN_DEADLINE, NOT_RUN_CANCELLED)
+NOT_RUN_UNSELECTED: Final = "not_run_unselected"  # a sampled or budgeted benchmark run never started it
+NOT_RUN_CATEGORIES: Final = (NOT_RUN_DEADLINE, NOT_RUN_CANCELLED, NOT_RUN_UNSELECTED)
 
 # Integrity incidents: reported with the result, whatever the verdict.
 FASTER_THAN_SOL: Final = "faster_than_sol"  # T_cand < T_SOL: an evaluation error, never a great score

@@ -23,6 +23,8 @@ REUSE_MIN_EFFECT = 0.3  # relative: a cache skips most of the work, honest reuse
 REUSE_MIN_US = 2.0
 REUSE_Z = 3.0
 REUSE_MIN_CALLS = 5  # per group; fewer fresh calls cannot decide
+# Host-bound: the host outran the GPU spin on more than this share of the timed calls.
+HOST_BOUND_SHARE = 0.5
 
 
 def _iqr(values: list[float]) -> float:
@@ -95,3 +97,14 @@ def input_reuse(per_call_ms: list[float], first_visit: list[bool], phase_start: 
     noise = REUSE_Z * math.hypot(_median_se(fresh), _median_se(reused))
     detected = gain > max(REUSE_MIN_EFFECT * m_fresh, REUSE_MIN_US / 1e3, noise)
     return ReuseVerdict(detected, True, m_fresh, m_reused)
+
+
+def host_bound(late_calls: int | None, calls: int) -> bool | None:
+    """Whether a run's time follows the host rather than the GPU: on most calls the host's
+    launch work outlasted the spin, so the GPU waited for launches inside the timed region.
+    Such times move with host load (torch.compile baseline on the H200, two runs each beside
+    another evaluation on the same host: median 12 %, p90 43 % apart, against 0.4 % / 1.2 %
+    for GPU-bound shapes; bench/results/issue8_2026-11-30/stability_torch_compile.json)."""
+    if late_calls is None or calls <= 0:
+        return None
+    return late_calls > HOST_BOUND_SHARE * calls

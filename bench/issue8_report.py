@@ -7,6 +7,7 @@ directory; every part that is missing says so instead of disappearing.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -113,7 +114,11 @@ def summarize(work: Path) -> tuple[dict[str, Any], str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    work = Path((argv or sys.argv[1:])[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("work", type=Path, help="bench/issue8_gpu.sh's work directory")
+    work = parser.parse_args(argv).work
+    if not work.is_dir():
+        parser.error(f"{work} is not a directory")
     summary, markdown = summarize(work)
     (work / "summary.json").write_text(json.dumps(summary, indent=1))
     (work / "summary.md").write_text(markdown)

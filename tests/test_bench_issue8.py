@@ -19,6 +19,7 @@ from atrex_mcp.evaluate.scoring import floor_aware_score
 from bench_results_support import BENCH, result, shape, write_run
 
 import baselines  # noqa: E402  (bench/ is put on the path by bench_results_support)
+import compile_estimate  # noqa: E402
 import eval_cost  # noqa: E402
 import launch_floor  # noqa: E402
 import stability  # noqa: E402
@@ -175,6 +176,30 @@ def test_compare_runs_reports_host_bound_shapes_apart(tmp_path):
     assert report["above_gpu_bound"]["n"] == 1 and report["above_gpu_bound"]["max_abs_dev"] == pytest.approx(0.002)
     assert report["above_host_bound"]["n"] == 1 and report["above_host_bound"]["max_abs_dev"] == pytest.approx(0.5)
     assert "| > 20 µs, host-bound | 1 |" in stability.render(report)
+
+
+# -- torch.compile from a sample ---------------------------------------------------------------
+
+def test_compile_estimate_scores_the_sample_beside_eager_on_the_same_shapes(tmp_path, catalog):
+    """torch.compile judged on one rms_norm shape, twice as fast as eager there: its S_i is twice
+    eager's on that shape, the lower-bound S_agg counts every other operator as 0, the measured
+    weight is rms_norm's, and eager's full S_i uses all its shapes."""
+    from atrex_mcp.evaluate import scoring
+
+    ids = [s.id for s in catalog.visible("rms_norm").scored_shapes][:3]
+    eager = write_run(tmp_path / "eager", [result("rms_norm", [shape(i, 0.1 * (k + 1)) for k, i in enumerate(ids)])])
+    compiled = write_run(tmp_path / "tc", [result("rms_norm", [shape(ids[1], 0.1)], candidate="torch-compile")])
+    report = compile_estimate.estimate(eager, compiled)
+    t_sol = scoring.Roofline.load(catalog, "rms_norm", "h200").t_sol_ms(ids[1])[0]
+    row = report["profiles"]["h200"]["operators"]["rms_norm"]
+    assert row["sample"] == 1 and row["torch_compile"] == pytest.approx(t_sol / 0.1)
+    assert row["eager_sample"] == pytest.approx(t_sol / 0.2) and row["eager_full"] is not None
+    weights = catalog.weights()
+    share = weights["rms_norm"] / sum(weights.values())
+    agg = report["profiles"]["h200"]["torch_compile"]
+    assert agg["weight_measured"] == pytest.approx(share) and agg["lower_bound"] == pytest.approx(share * t_sol / 0.1)
+    assert agg["renormalised"] == pytest.approx(t_sol / 0.1)
+    assert report["speedup"]["geomean"] == pytest.approx(2.0) and report["failures"] == []
 
 
 # -- timing accuracy: ncu CSV ------------------------------------------------------------------

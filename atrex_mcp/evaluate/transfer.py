@@ -28,6 +28,7 @@ from sandbox.tensor_files import IO_DIR, MAX_OUTPUT_TENSORS, file_name, output_i
 
 STEM = re.compile(r"[0-9a-f]{8,32}(_[0-9]{1,6})?")
 MAX_DIMS = 16
+ALIGN = 64  # every tensor of an output starts at a multiple of this many bytes in the reader's buffer
 _DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
                 "float8_e5m2fnuz", "float8_e8m0fnu", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16",
                 "uint8", "bool")
@@ -63,9 +64,6 @@ def _entries(manifest: Any) -> tuple[str, list[tuple[str | None, torch.dtype, tu
     if structure == "dict" and len({k for k, _, _ in entries}) != len(entries):
         raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "Output dict keys repeat.")
     return structure, entries
-
-
-ALIGN = 64  # every tensor of an output starts at a multiple of this many bytes in the buffer
 
 
 def _read_exactly(directory: int, name: str, into: torch.Tensor) -> None:

@@ -241,7 +241,7 @@ def plan(args: argparse.Namespace) -> int:
             per_op[k][op] = predicted_seconds(jobs_for({op: ids}, times, model, k), model, k)
             split[k]["evaluation_start"] += model.evaluation_s(k)
             for sid in ids:
-                for part, value in model.parts(times.get(op, {}).get(sid, 1.0), k, model.shape_traffic(op, sid)).items():
+                for part, value in model.parts(times.get(op, {}).get(sid, 1.0), k, op, sid).items():
                     split[k][part] = split[k].get(part, 0.0) + value
         print(f"| {op} | {len(ids)} | {sum(times.get(op, {}).values()):.1f} | " + " | ".join(f"{per_op[k][op]:.0f}" for k in kinds) + " |")
     totals = {k: sum(per_op[k].values()) for k in kinds}
@@ -261,8 +261,9 @@ def plan(args: argparse.Namespace) -> int:
                   f"predicted {predicted_seconds(jobs, model, k):.0f} s sequential; {len(left)} left out")
             print("  " + "; ".join(f"{op}: {','.join(ids)}" for op, ids in kept.items()))
     if args.split_s:
+        wanted = set(catalog.names()) if args.ops in (None, "all") else {o.strip() for o in args.ops.split(",")}
         for k in kinds:
-            sessions = session_split(per_op[k], args.split_s * gpus)
+            sessions = session_split({op: s for op, s in per_op[k].items() if op in wanted}, args.split_s * gpus)
             print(f"\n{k} in sessions of {args.split_s:.0f} s × {gpus} GPU(s): {len(sessions)} sessions")
             for n, ops in enumerate(sessions, 1):
                 print(f"  {n}: {sum(per_op[k][op] for op in ops):.0f} s  --ops {','.join(sorted(ops))}")

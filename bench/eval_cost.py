@@ -68,6 +68,7 @@ class CostModel:
     shape_s: float = 1.0  # per shape, besides the calls: profiler set-up, small transfers
     byte_s: float = 0.0  # per byte the shape's operator reads and writes: inputs generated twice, outputs through files, K seeds
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
+    compile_by_op: Mapping[str, float] = field(default_factory=dict)  # per-operator compile_s where measured
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
     call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
     spin_s: float = 3e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
@@ -88,18 +89,20 @@ class CostModel:
         """What the timing loop adds besides the calls themselves (timed and no-op calibration calls)."""
         return (timed + NOOP_CALIBRATION_CALLS) * (self.call_overhead_s + self.spin_s)
 
-    def shape_seconds(self, t_ms: float, baseline: str, traffic_bytes: float = 0.0) -> float:
-        return sum(self.parts(t_ms, baseline, traffic_bytes).values())
+    def shape_seconds(self, t_ms: float, baseline: str, op: str = "", shape: str = "") -> float:
+        return sum(self.parts(t_ms, baseline, op, shape).values())
 
     def evaluation_s(self, baseline: str) -> float:
         """Fixed cost of one evaluate() call."""
         return self.worker_s + (self.compile_first_s if baseline == "torch-compile" else 0.0)
 
-    def parts(self, t_ms: float, baseline: str, traffic_bytes: float = 0.0) -> dict[str, float]:
-        """One shape's predicted seconds by part (the throughput split, predicted)."""
+    def parts(self, t_ms: float, baseline: str, op: str = "", shape: str = "") -> dict[str, float]:
+        """One shape's predicted seconds by part (the throughput split, predicted); `op` and
+        `shape` pick its traffic and its operator's compile cost."""
         full, timed = self.calls(t_ms)
+        compile_s = self.compile_by_op.get(op, self.compile_s) if baseline == "torch-compile" else 0.0
         return {"calls": full * t_ms / 1e3, "timed_call_overhead": self.loop_overhead_s(timed), "per_shape_fixed": self.shape_s,
-                "per_shape_traffic": self.byte_s * traffic_bytes, "compile": self.compile_s if baseline == "torch-compile" else 0.0}
+                "per_shape_traffic": self.byte_s * self.shape_traffic(op, shape), "compile": compile_s}
 
     def calibrated(self, results: Iterable[EvalResult]) -> "CostModel":
         """Refit the fixed costs from finished evaluations (their overhead and per-shape seconds);
@@ -107,6 +110,7 @@ class CostModel:
         squares). A part with no observation keeps its current value."""
         results = list(results)
         per_evaluation, fixed, compiles, first_compiles = [], [], [], []
+        by_op: dict[str, list[float]] = {}
         fixed_bytes: list[float] = []
         spins = [s.timing.spin_us / 1e6 for r in results for s in r.shapes if s.timing and s.timing.spin_us is not None]
         model = replace(self, spin_s=statistics.median(spins)) if spins else self
@@ -120,6 +124,7 @@ class CostModel:
                 compile_s = s.seconds.get("first_call_extra", 0.0) if r.candidate == "torch-compile" else 0.0
                 if r.candidate == "torch-compile":
                     (first_compiles if k == 0 else compiles).append(compile_s)
+                    by_op.setdefault(r.op, []).append(compile_s)
                 full, timed = model.calls(s.time_ms)
                 fixed.append(spent - compile_s - full * s.time_ms / 1e3 - model.loop_overhead_s(timed))
                 fixed_bytes.append(model.shape_traffic(r.op, s.id))
@@ -134,6 +139,7 @@ class CostModel:
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
             shape_s=shape_s, byte_s=byte_s,
             compile_s=statistics.median(compiles) if compiles else self.compile_s,
+            compile_by_op={**self.compile_by_op, **{op: statistics.median(v) for op, v in by_op.items()}},
             compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
                              if first_compiles and compiles else self.compile_first_s),
             source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} timed shapes, "
@@ -156,7 +162,7 @@ class Job:
 def jobs_for(selection: Mapping[str, list[str]], times: Mapping[str, Mapping[str, float]], model: CostModel,
              baseline: str, default_ms: float = 1.0) -> list[Job]:
     """Jobs for {op: [shape ids]}; a shape without a reference time is predicted at `default_ms`."""
-    return [Job(op, sid, model.shape_seconds(times.get(op, {}).get(sid, default_ms), baseline, model.shape_traffic(op, sid)))
+    return [Job(op, sid, model.shape_seconds(times.get(op, {}).get(sid, default_ms), baseline, op, sid))
             for op, ids in selection.items() for sid in ids]
 
 
@@ -210,7 +216,7 @@ def fit_to_budget(order: Iterable[tuple[str, str]], times: Mapping[str, Mapping[
     left: list[tuple[str, str]] = []
     spent = 0.0
     for op, sid in order:
-        cost = model.shape_seconds(times[op][sid], baseline, model.shape_traffic(op, sid)) \
+        cost = model.shape_seconds(times[op][sid], baseline, op, sid) \
             + (0.0 if op in kept else model.evaluation_s(baseline))
         if spent + cost <= budget_s:
             kept.setdefault(op, []).append(sid)

@@ -43,6 +43,8 @@ def test_cost_model_counts_the_calls_the_evaluator_makes():
     assert model.shape_seconds(500.0, "eager") > model.shape_seconds(1.0, "eager")
     assert model.shape_seconds(1.0, "torch-compile") == pytest.approx(model.shape_seconds(1.0, "eager") + model.compile_s)
     assert sum(model.parts(2.0, "eager").values()) == pytest.approx(model.shape_seconds(2.0, "eager"))
+    slow = eval_cost.CostModel(compile_s=2.0, compile_by_op={"loopy": 55.0})  # an operator measured compiling slowly
+    assert slow.parts(1.0, "torch-compile", "loopy")["compile"] == 55.0 and slow.parts(1.0, "torch-compile", "other")["compile"] == 2.0
 
 
 def test_calibration_recovers_the_fixed_costs_from_evaluator_fields():
@@ -62,6 +64,7 @@ def test_calibration_recovers_the_fixed_costs_from_evaluator_fields():
     fitted = eval_cost.CostModel().calibrated([run("a", "eager"), run("b", "eager"), run("c", "torch-compile"), run("d", "torch-compile")])
     assert fitted.worker_s == pytest.approx(3.0) and fitted.shape_s == pytest.approx(0.5)
     assert fitted.compile_s == pytest.approx(7.0) and fitted.compile_first_s == pytest.approx(20.0)
+    assert fitted.compile_by_op == {"c": pytest.approx(7.0), "d": pytest.approx(7.0)}  # per operator: the median of its shapes
     assert fitted.source.startswith("calibrated")
 
 
@@ -77,7 +80,7 @@ def test_calibration_fits_the_per_shape_cost_to_the_shapes_traffic():
         shapes.append(shape(sid, t_ms, seconds={"correctness": 0.6 * work, "timing": 0.4 * work}))
     fitted = eval_cost.CostModel(traffic=traffic).calibrated([result("a", shapes)])
     assert fitted.shape_s == pytest.approx(0.5) and fitted.byte_s == pytest.approx(3.5e-9)
-    assert fitted.shape_seconds(40.0, "eager", 8e9) == pytest.approx(truth.shape_seconds(40.0, "eager", 8e9))
+    assert fitted.shape_seconds(40.0, "eager", "a", "2") == pytest.approx(truth.shape_seconds(40.0, "eager", "a", "2"))
     assert "traffic" not in fitted.describe()
 
 

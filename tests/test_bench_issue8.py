@@ -23,6 +23,7 @@ import compile_estimate  # noqa: E402
 import eval_cost  # noqa: E402
 import launch_floor  # noqa: E402
 import stability  # noqa: E402
+import transfer_cost  # noqa: E402
 import timing_accuracy  # noqa: E402
 from sandbox.timing import Primitives, plan_calls
 
@@ -179,6 +180,21 @@ def test_compare_runs_reports_host_bound_shapes_apart(tmp_path):
     assert report["above_gpu_bound"]["n"] == 1 and report["above_gpu_bound"]["max_abs_dev"] == pytest.approx(0.002)
     assert report["above_host_bound"]["n"] == 1 and report["above_host_bound"]["max_abs_dev"] == pytest.approx(0.5)
     assert "| > 20 µs, host-bound | 1 |" in stability.render(report)
+
+
+# -- correctness-stage cost per GB of output -------------------------------------------------------
+
+def test_transfer_cost_is_what_correctness_spends_beyond_the_calls_per_output_gb(tmp_path, catalog):
+    """Seconds beyond 2 × seeds calls at the timed median, per seed and GB written; small outputs left out."""
+    hidden = catalog.hidden("per_token_group_quant_fp8")
+    sizes = {s.id: hidden.shape_roofline(s.id)["bytes_written"] / 1e9 for s in catalog.visible("per_token_group_quant_fp8").scored_shapes}
+    big, small = max(sizes, key=sizes.get), min(sizes, key=sizes.get)
+    calls = 2 * 5 * 0.1 / 1e3
+    seconds = {"correctness": 5.0, "first_call_extra": 1.0, "reference_and_compare": 2.0 + calls}  # 6 s beyond the calls
+    run = write_run(tmp_path / "r", [result("per_token_group_quant_fp8", [shape(big, 0.1, seconds=seconds), shape(small, 0.1, seconds=seconds)])])
+    rows = transfer_cost.seconds_per_output_gb(run, catalog, min_output_gb=0.2, seeds=5)
+    assert [(op, sid) for _, op, sid in rows] == [("per_token_group_quant_fp8", big)]
+    assert rows[0][0] == pytest.approx(6.0 / (5 * sizes[big]))
 
 
 # -- torch.compile from a sample ---------------------------------------------------------------

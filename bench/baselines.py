@@ -38,6 +38,7 @@ sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path
 
 from eval_cost import (BASELINES, CostModel, fit_to_budget, jobs_for, load_reference_times, load_shape_traffic,  # noqa: E402
                        predicted_seconds, representative_order, spread_order)
+from multi_gpu import BUDGET_REASON  # noqa: E402
 
 PROFILES = ("h200", "h200-measured")
 NEAR_ROOFLINE = 0.9
@@ -64,12 +65,17 @@ def calibration_results(dirs: Iterable[Path]) -> list:
     return _load_results((d / "parts") if (d / "parts").is_dir() else d for d in dirs)
 
 
+def _ops(args: argparse.Namespace, catalog) -> list[str]:
+    """The operators --ops names (all of the catalog's without it)."""
+    return catalog.names() if args.ops in (None, "all") else [o.strip() for o in args.ops.split(",") if o.strip()]
+
+
 def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseline: str,
               gpus: int = 1) -> tuple[dict[str, list[str]], list]:
     """{op: [shape ids]} to evaluate, and the shapes a --select left out: for the budget (the
     budget of `gpus` GPUs, less a tenth for imperfect packing when there are several), or by
     not being among the shapes the selection ranks at all."""
-    ops = catalog.names() if args.ops in (None, "all") else [o.strip() for o in args.ops.split(",") if o.strip()]
+    ops = _ops(args, catalog)
     if args.shapes_from:
         from atrex_mcp.evaluate.taxonomy import NOT_RUN
 
@@ -261,7 +267,7 @@ def plan(args: argparse.Namespace) -> int:
                   f"predicted {predicted_seconds(jobs, model, k):.0f} s sequential; {len(left)} left out")
             print("  " + "; ".join(f"{op}: {','.join(ids)}" for op, ids in kept.items()))
     if args.split_s:
-        wanted = set(catalog.names()) if args.ops in (None, "all") else {o.strip() for o in args.ops.split(",")}
+        wanted = set(_ops(args, catalog))
         for k in kinds:
             sessions = session_split({op: s for op, s in per_op[k].items() if op in wanted}, args.split_s * gpus)
             print(f"\n{k} in sessions of {args.split_s:.0f} s × {gpus} GPU(s): {len(sessions)} sessions")
@@ -293,7 +299,7 @@ def stopped_or_failed(dirs: Iterable[Path]) -> set[tuple[str, str]]:
         path = d / "run.json"
         if path.is_file():
             for entry in json.loads(path.read_text()).get("not_run", []):
-                if not entry["reason"].startswith((LEFT_OUT, "budget:")):
+                if not entry["reason"].startswith((LEFT_OUT, BUDGET_REASON)):
                     stopped.add((entry["op"], entry["shape"]))
     return stopped
 

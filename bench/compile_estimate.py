@@ -33,15 +33,14 @@ def _by_op(directory: Path) -> dict[str, Any]:
     return {r.op: r for r in load_results(directory)}
 
 
-def _s_i(shapes: list, roofline) -> float | None:
-    """S_i over judged shapes: median S_j of the correct ones, 0 when none is correct, None when none was judged."""
-    from atrex_mcp.evaluate import scoring
+def _s_i(result, catalog, profile: str, ids: set[str] | None = None) -> float | None:
+    """S_i as the main table scores it (over the judged shapes; None when none was judged),
+    of the shapes `ids` only when given."""
+    from atrex_mcp.evaluate.table import operator_row
 
-    judged = [s for s in shapes if s.judged]
-    if not judged:
-        return None
-    pairs = [(s.correct, scoring.shape_score(roofline.t_sol_ms(s.id)[0], s.time_ms) if s.correct else None) for s in judged]
-    return scoring.operator_score(pairs)[0]
+    if ids is not None:
+        result = result.model_copy(update={"shapes": [s for s in result.shapes if s.id in ids]})
+    return operator_row(result, catalog, profile, None, None).score
 
 
 def _aggregates(scores: dict[str, float | None], weights: dict[str, float]) -> dict[str, float | None]:
@@ -55,7 +54,6 @@ def _aggregates(scores: dict[str, float | None], weights: dict[str, float]) -> d
 
 def estimate(eager_dir: Path, compiled_dir: Path) -> dict[str, Any]:
     from atrex_mcp.catalog import Catalog
-    from atrex_mcp.evaluate import scoring
 
     catalog = Catalog()
     weights = catalog.weights()
@@ -73,13 +71,11 @@ def estimate(eager_dir: Path, compiled_dir: Path) -> dict[str, Any]:
     for profile in PROFILES:
         rows = {}
         for op in sorted(weights):
-            roofline = scoring.Roofline.load(catalog, op, profile)
             sample_ids = {s.id for s in compiled[op].shapes if s.judged} if op in compiled else set()
-            eager_shapes = eager[op].shapes if op in eager else []
             rows[op] = {"weight": weights[op], "sample": len(sample_ids),
-                        "torch_compile": _s_i(compiled[op].shapes, roofline) if op in compiled else None,
-                        "eager_sample": _s_i([s for s in eager_shapes if s.id in sample_ids], roofline) if sample_ids else None,
-                        "eager_full": _s_i(eager_shapes, roofline)}
+                        "torch_compile": _s_i(compiled[op], catalog, profile) if op in compiled else None,
+                        "eager_sample": _s_i(eager[op], catalog, profile, sample_ids) if sample_ids and op in eager else None,
+                        "eager_full": _s_i(eager[op], catalog, profile) if op in eager else None}
         report["profiles"][profile] = {
             "operators": rows,
             "torch_compile": _aggregates({op: r["torch_compile"] for op, r in rows.items()}, weights),

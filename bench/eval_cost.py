@@ -201,9 +201,8 @@ def spread_order(times: Mapping[str, Mapping[str, float]], weights: Mapping[str,
     for op in ops:
         ranked = sorted(times[op], key=lambda sid: times[op][sid])
         k = min(per_op, len(ranked))
-        spaced = [ranked[int((i + 0.5) * len(ranked) / k)] for i in range(k)]
-        middle = (k - 1) / 2
-        picks[op] = sorted(spaced, key=lambda sid: (abs(spaced.index(sid) - middle), spaced.index(sid)))
+        central_first = sorted(range(k), key=lambda i: (abs(i - (k - 1) / 2), i))
+        picks[op] = [ranked[int((i + 0.5) * len(ranked) / k)] for i in central_first]
     depth = max((len(v) for v in picks.values()), default=0)
     return [(op, picks[op][j]) for j in range(depth) for op in ops if j < len(picks[op])]
 

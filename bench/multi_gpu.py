@@ -37,6 +37,7 @@ sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path
 
 from eval_cost import Job  # noqa: E402
 
+BUDGET_REASON = "budget:"  # starts the not_run reason of a job the time left could not fit (never started)
 MIN_DEADLINE_S = 1e-3  # a batch that reaches its process after the deadline still answers (all not run)
 
 
@@ -188,7 +189,7 @@ def run_jobs(jobs: Sequence[Job], runners: Sequence[Runner], batch_fixed_s: floa
     left = max(0.0, (deadline_s or 0.0) - schedule.makespan_s)
     for job in queue.remaining():
         why = (f"every GPU process exited ({', '.join(failed)})" if len(failed) == len(runners)
-               else f"budget: predicted {job.seconds + batch_fixed_s:.0f} s, {left:.0f} s left")
+               else f"{BUDGET_REASON} predicted {job.seconds + batch_fixed_s:.0f} s, {left:.0f} s left")
         schedule.not_run.append({"op": job.op, "shape": job.shape, "reason": why})
     return schedule
 

@@ -38,6 +38,11 @@ def output_items(value: Any) -> tuple[str, list[tuple[str | None, Any]]]:
     return "tensor", [(None, value)]
 
 
+def output_tensors(value: Any) -> list[Any]:
+    """The tensors of an output as returned, in order."""
+    return [t for _, t in output_items(value)[1]]
+
+
 def flat_bytes(t: torch.Tensor) -> torch.Tensor:
     """The tensor's bytes in C order as a 1-D uint8 tensor (a copy only when not contiguous)."""
     return t.detach().contiguous().reshape(-1).view(torch.uint8)

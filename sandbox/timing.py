@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from sandbox.tensor_files import output_tensors
+
 WATCHED = (
     "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
     "torch.cuda.synchronize", "torch._C._cuda_synchronize", "torch.cuda.current_stream", "torch.cuda.Stream",
@@ -83,8 +85,7 @@ class Primitives:
 
 def _poison(value: Any, keep: set[int]) -> None:
     """Overwrite a returned output (NaN, or all-ones bits for integers) unless it aliases an input."""
-    tensors = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else (value,)
-    for t in tensors:
+    for t in output_tensors(value):
         if type(t) is torch.Tensor and t.numel() and t.untyped_storage().data_ptr() not in keep:
             with torch.no_grad():
                 if t.dtype.is_floating_point and t.element_size() >= 2:
@@ -97,10 +98,6 @@ def storages(inputs: dict[str, Any]) -> set[int]:
     return {t.untyped_storage().data_ptr() for t in inputs.values() if isinstance(t, torch.Tensor)}
 
 
-def _tensors(value: Any) -> list[Any]:
-    return list(value.values()) if isinstance(value, dict) else list(value) if isinstance(value, (tuple, list)) else [value]
-
-
 DIGEST_CHUNK_BYTES = 1 << 26  # bounds the int64 temporaries to a few hundred MiB, whatever the output size
 
 
@@ -111,7 +108,7 @@ def digest(value: Any, chunk: int = DIGEST_CHUNK_BYTES) -> torch.Tensor:
     chunks of `chunk` bytes (Σ over a chunk at offset o: o·Σ b_j + Σ (j+1)·b_j); the wrapping
     sums are the same for any chunk size."""
     parts = []
-    for t in _tensors(value):
+    for t in output_tensors(value):
         flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
         total = torch.zeros((), dtype=torch.int64, device=flat.device)
         weighted = torch.zeros((), dtype=torch.int64, device=flat.device)
@@ -184,7 +181,7 @@ def _device_of(inputs: dict[str, Any]) -> torch.device:
 
 def _output_blocks(value: Any, protected: set[int]) -> list[tuple[int, torch.device]]:
     """(bytes, device) of each CUDA output tensor's storage that is not an input's."""
-    return [(t.untyped_storage().nbytes(), t.device) for t in _tensors(value)
+    return [(t.untyped_storage().nbytes(), t.device) for t in output_tensors(value)
             if type(t) is torch.Tensor and t.is_cuda and t.untyped_storage().data_ptr() not in protected]
 
 

@@ -321,9 +321,11 @@ class _Evaluation:
         last_call = {index: i for i, index in enumerate(order)}
         fetched: dict[int, list[int]] = {}
         poisoned: list[int] | None = None
+        outputs = reply.get("outputs")
+        if not isinstance(outputs, dict):  # a malformed reply: every chosen set counts as not returned
+            outputs = {}
         for index in chosen:
-            outputs = reply.get("outputs")
-            manifest = outputs.get(str(index)) if isinstance(outputs, dict) else None
+            manifest = outputs.get(str(index))
             seed = result.timing_seeds[1 + index]
             with _harness_memory("generating a timed input set and its reference output"):
                 reference = self.reference_output(shape, self.inputs(shape, seed))

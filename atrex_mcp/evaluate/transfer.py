@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from atrex_mcp.evaluate import taxonomy as tx
-from sandbox.tensor_files import IO_DIR, MAX_OUTPUT_TENSORS, file_name, output_items
+from sandbox.tensor_files import IO_DIR, MAX_OUTPUT_TENSORS, file_name, output_tensors
 
 STEM = re.compile(r"[0-9a-f]{8,32}(_[0-9]{1,6})?")
 MAX_DIMS = 16
@@ -144,4 +144,4 @@ class OutputReader:
 
 
 def output_bytes(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for _, t in output_items(value)[1] if isinstance(t, torch.Tensor))
+    return sum(t.numel() * t.element_size() for t in output_tensors(value) if isinstance(t, torch.Tensor))

@@ -43,6 +43,7 @@ from multi_gpu import BUDGET_REASON  # noqa: E402
 PROFILES = ("h200", "h200-measured")
 NEAR_ROOFLINE = 0.9
 LEFT_OUT = "left out of the selection for the budget"
+JUDGED_EARLIER = "judged in an earlier run (--skip-judged)"
 # Fixed parts of the full issue besides the baselines (seconds on the device machine).
 LAUNCH_FLOOR_S, TIMING_ACCURACY_S, MACHINE_START_S = 20.0, 90.0, 90.0
 
@@ -70,33 +71,44 @@ def _ops(args: argparse.Namespace, catalog) -> list[str]:
     return catalog.names() if args.ops in (None, "all") else [o.strip() for o in args.ops.split(",") if o.strip()]
 
 
-def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseline: str,
-              gpus: int = 1) -> tuple[dict[str, list[str]], list]:
-    """{op: [shape ids]} to evaluate, and the shapes a --select left out: for the budget (the
-    budget of `gpus` GPUs, less a tenth for imperfect packing when there are several), or by
-    not being among the shapes the selection ranks at all."""
-    ops = _ops(args, catalog)
-    if args.shapes_from:
-        from atrex_mcp.evaluate.taxonomy import NOT_RUN
+def _judged(dirs: Iterable[Path], ops: Sequence[str]) -> dict[str, list[str]]:
+    """{op: [shape ids]} the runs in `dirs` judged (started and finished, right or wrong), of `ops`."""
+    from atrex_mcp.evaluate.taxonomy import NOT_RUN
 
-        chosen: dict[str, list[str]] = defaultdict(list)
-        for r in _load_results([args.shapes_from]):
-            if r.op in ops:
-                chosen[r.op] += [s.id for s in r.shapes if s.stage != NOT_RUN]
-        return dict(chosen), []
-    if args.select:
+    judged: dict[str, list[str]] = defaultdict(list)
+    for r in _load_results(dirs):
+        if r.op in ops:
+            judged[r.op] += [s.id for s in r.shapes if s.stage != NOT_RUN and s.id not in judged[r.op]]
+    return dict(judged)
+
+
+def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseline: str,
+              gpus: int = 1) -> tuple[dict[str, list[str]], list[dict[str, str]]]:
+    """{op: [shape ids]} to evaluate, and the shapes left out with the reason: judged already in a
+    --skip-judged run, or left by a --select (for the budget of `gpus` GPUs, less a tenth for
+    imperfect packing when there are several, or by not being among the shapes it ranks)."""
+    ops = _ops(args, catalog)
+    done = _judged(args.skip_judged, ops)
+    left = [{"op": op, "shape": sid, "reason": JUDGED_EARLIER} for op, ids in done.items() for sid in ids]
+    if args.shapes_from:
+        chosen = _judged([args.shapes_from], ops)
+    elif args.select:
         ranked = representative_order(times, catalog.weights()) if args.select == "representative" \
             else spread_order(times, catalog.weights(), args.per_op)
-        order = [(op, sid) for op, sid in ranked if op in ops]
+        order = [(op, sid) for op, sid in ranked if op in ops and sid not in done.get(op, ())]
         budget = args.budget_s * (gpus if gpus == 1 else 0.9 * gpus) if args.budget_s is not None else float("inf")
-        kept, left = fit_to_budget(order, times, model, baseline, budget)
+        chosen, over = fit_to_budget(order, times, model, baseline, budget)
         ranked_ids = set(order)
-        left += [(op, s.id) for op in ops for s in catalog.visible(op).scored_shapes if (op, s.id) not in ranked_ids]
-        return kept, left
-    if args.shapes in (None, "all"):
-        return {op: [s.id for s in catalog.visible(op).scored_shapes] for op in ops}, []
-    ids = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    return {op: ids for op in ops}, []
+        over += [(op, s.id) for op in ops for s in catalog.visible(op).scored_shapes
+                 if (op, s.id) not in ranked_ids and s.id not in done.get(op, ())]
+        left += [{"op": op, "shape": sid, "reason": LEFT_OUT} for op, sid in over]
+    elif args.shapes in (None, "all"):
+        chosen = {op: [s.id for s in catalog.visible(op).scored_shapes] for op in ops}
+    else:
+        ids = [s.strip() for s in args.shapes.split(",") if s.strip()]
+        chosen = {op: ids for op in ops}
+    chosen = {op: kept for op, ids in chosen.items() if (kept := [sid for sid in ids if sid not in done.get(op, ())])}
+    return chosen, left
 
 
 def throughput_split(results: Sequence) -> dict[str, float]:
@@ -197,8 +209,7 @@ def run(args: argparse.Namespace) -> int:
         merged = merge_results(op_parts, order)
         (args.out / f"{op}.{args.baseline}.json").write_text(merged.model_dump_json(indent=1))
         results.append(merged)
-    not_run = [{"op": op, "shape": sid, "reason": LEFT_OUT} for op, sid in left_out]
-    not_run += schedule.not_run
+    not_run = left_out + schedule.not_run
     report = {"conditions": conditions(results), "baseline": args.baseline, "budget_s": args.budget_s, "devices": devices,
               "cost_model": model.describe(), "predicted_s": round(predicted_seconds(jobs, model, args.baseline), 1),
               "selection": chosen, "schedule": schedule.summary(), "not_run": not_run,
@@ -259,17 +270,18 @@ def plan(args: argparse.Namespace) -> int:
         print(f"\nfull issue on one GPU (launch floor {LAUNCH_FLOOR_S:.0f} s + timing accuracy {TIMING_ACCURACY_S:.0f} s + eager "
               f"+ torch.compile twice for stability): {issue:.0f} s = {issue / 60:.1f} min, plus {MACHINE_START_S:.0f} s machine "
               f"start per lease; on {gpus} GPU(s) about {issue / gpus / 60:.1f} min if the work splits evenly")
-    if args.select or args.ops or args.shapes:
-        for k in kinds:
-            kept, left = selection(args, catalog, times, model, k, gpus)
-            jobs = jobs_for(kept, times, model, k)
-            print(f"\n{k}, selection within {args.budget_s} s on {gpus} GPU(s): {len(jobs)} shapes of {len(kept)} operators, "
+    selections = {k: selection(args, catalog, times, model, k, gpus) for k in kinds}
+    selected = {k: chosen for k, (chosen, _) in selections.items()}
+    if args.select or args.ops or args.shapes or args.skip_judged:
+        for k, (_, left) in selections.items():
+            jobs = jobs_for(selected[k], times, model, k)
+            print(f"\n{k}, selection within {args.budget_s} s on {gpus} GPU(s): {len(jobs)} shapes of {len(selected[k])} operators, "
                   f"predicted {predicted_seconds(jobs, model, k):.0f} s sequential; {len(left)} left out")
-            print("  " + "; ".join(f"{op}: {','.join(ids)}" for op, ids in kept.items()))
+            print("  " + "; ".join(f"{op}: {','.join(ids)}" for op, ids in selected[k].items()))
     if args.split_s:
-        wanted = set(_ops(args, catalog))
         for k in kinds:
-            sessions = session_split({op: s for op, s in per_op[k].items() if op in wanted}, args.split_s * gpus)
+            per_op[k] = {op: predicted_seconds(jobs_for({op: ids}, times, model, k), model, k) for op, ids in selected[k].items()}
+            sessions = session_split(per_op[k], args.split_s * gpus)
             print(f"\n{k} in sessions of {args.split_s:.0f} s × {gpus} GPU(s): {len(sessions)} sessions")
             for n, ops in enumerate(sessions, 1):
                 print(f"  {n}: {sum(per_op[k][op] for op in ops):.0f} s  --ops {','.join(sorted(ops))}")
@@ -299,7 +311,7 @@ def stopped_or_failed(dirs: Iterable[Path]) -> set[tuple[str, str]]:
         path = d / "run.json"
         if path.is_file():
             for entry in json.loads(path.read_text()).get("not_run", []):
-                if not entry["reason"].startswith((LEFT_OUT, BUDGET_REASON)):
+                if not entry["reason"].startswith((LEFT_OUT, JUDGED_EARLIER, BUDGET_REASON)):
                     stopped.add((entry["op"], entry["shape"]))
     return stopped
 
@@ -363,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--per-op", type=int, default=5, help="shapes per operator for --select spread (default 5)")
     common.add_argument("--ops", help="comma-separated operators (default all)")
     common.add_argument("--shapes", help="'all' (default) or comma-separated shape ids for every operator given")
+    common.add_argument("--skip-judged", nargs="*", type=Path, default=[], metavar="DIR",
+                        help="leave out shapes these earlier runs judged (resume a baseline over several device calls)")
     run_p = sub.add_parser("run", parents=[common], help="evaluate a baseline")
     run_p.add_argument("--baseline", choices=BASELINES, required=True)
     run_p.add_argument("--out", type=Path, required=True)

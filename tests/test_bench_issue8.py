@@ -318,11 +318,28 @@ def test_near_roofline_lists_shapes_above_0_9_with_their_bound(catalog):
 def test_selection_from_an_earlier_run_takes_exactly_its_judged_shapes(tmp_path, catalog):
     not_run = shape("9", correct=False).model_copy(update={"stage": "not_run", "category": "not_run_deadline"})
     earlier = write_run(tmp_path / "a", [result("rms_norm", [shape("3"), shape("7"), not_run]), result("l2_norm", [shape("1")])])
-    args = argparse.Namespace(shapes_from=earlier, ops=None)
+    args = argparse.Namespace(shapes_from=earlier, ops=None, skip_judged=[])
     chosen, left = baselines.selection(args, catalog, {}, eval_cost.CostModel(), "eager")
     assert chosen == {"rms_norm": ["3", "7"], "l2_norm": ["1"]} and left == []
-    chosen, _ = baselines.selection(argparse.Namespace(shapes_from=earlier, ops="l2_norm"), catalog, {}, eval_cost.CostModel(), "eager")
+    chosen, _ = baselines.selection(argparse.Namespace(shapes_from=earlier, ops="l2_norm", skip_judged=[]), catalog, {},
+                                    eval_cost.CostModel(), "eager")
     assert chosen == {"l2_norm": ["1"]}
+
+
+def test_skip_judged_resumes_a_baseline_without_judging_a_shape_twice(tmp_path, catalog):
+    """Shapes an earlier run judged (right or wrong) are left out with that reason; a shape it
+    lost is evaluated again, and combine does not call the skipped shapes lost."""
+    lost = shape("9", correct=False).model_copy(update={"stage": "not_run", "category": "not_run_deadline"})
+    earlier = write_run(tmp_path / "a", [result("l2_norm", [shape("0"), shape("1", correct=False), lost])])
+    scored = [s.id for s in catalog.visible("l2_norm").scored_shapes]
+    for extra in ({"shapes": "all", "select": None}, {"shapes": None, "select": "spread", "per_op": 50, "budget_s": None}):
+        args = argparse.Namespace(shapes_from=None, ops="l2_norm,mrope", skip_judged=[earlier], **extra)
+        chosen, left = baselines.selection(args, catalog, eval_cost.load_reference_times(), eval_cost.CostModel(), "eager")
+        assert sorted(chosen["l2_norm"], key=int) == [sid for sid in scored if sid not in ("0", "1")], extra
+        assert len(chosen["mrope"]) == len(catalog.visible("mrope").scored_shapes)
+        assert left == [{"op": "l2_norm", "shape": sid, "reason": baselines.JUDGED_EARLIER} for sid in ("0", "1")]
+    (earlier / "run.json").write_text(json.dumps({"not_run": left}))
+    assert baselines.stopped_or_failed([earlier]) == set()
 
 
 # -- CPU dry runs of the scripts --------------------------------------------------------------

@@ -176,9 +176,9 @@ def conditions(results: Sequence) -> dict[str, Any]:
             "max_sm_clock_mhz": device.max_sm_clock_mhz if device else None}
 
 
-def _cost_model(args: argparse.Namespace, catalog) -> CostModel:
+def _cost_model(args: argparse.Namespace, catalog, times) -> CostModel:
     """The cost model for these options: per-shape traffic from the catalog, refitted on --calibrate runs."""
-    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog))
+    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog), eager_ms=times)
     return model.calibrated(calibration_results(args.calibrate)) if args.calibrate else model
 
 
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
 
     catalog = _catalog(args.problems)
     times = load_reference_times()
-    model = _cost_model(args, catalog)
+    model = _cost_model(args, catalog, times)
     devices = gpu_devices(args.gpus)
     chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices))
     jobs = jobs_for(chosen, times, model, args.baseline)
@@ -244,7 +244,7 @@ def plan(args: argparse.Namespace) -> int:
     selection, and (with --split-s) the operators grouped into sessions that fit."""
     catalog = _catalog(args.problems)
     times = load_reference_times()
-    model = _cost_model(args, catalog)
+    model = _cost_model(args, catalog, times)
     kinds = BASELINES if args.baseline == "both" else (args.baseline,)
     gpus = max(1, args.gpus or 1)
     print(f"cost model: {model.describe()}\n")

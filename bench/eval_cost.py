@@ -11,7 +11,10 @@ The model follows what `atrex_mcp.evaluate` does per shape (README "Timing"):
 plus a cost per shape that grows with its traffic (input generation on both sides, outputs
 written by the worker and read by the trusted side, K times: `shape_s` + `byte_s` × the bytes
 the operator reads and writes), a fixed cost per evaluation (sandbox worker start, candidate
-import) and, for torch.compile, a compile per shape (one static graph per shape). On the H200
+import) and, for torch.compile, a compile per shape (one static graph per shape), fitted per
+operator as a + b × the shape's eager time: where a reference loops in Python, Dynamo unrolls
+the loop, so the graph and its compile grow with the shape (attention_forward on the H200,
+2026-12-01: 1.5 s at 0.3 ms eager, 82 s at 1.3 s eager). On the H200
 (2026-11-30, `calibrated` over 289 timed shapes) that per-shape cost fitted to 0.46 s + 3.2 s per
 GB; per_token_group_quant_fp8 shape 9 (19 GB) spent 76 s there, which a constant per-shape cost
 put at 0.3 s.
@@ -68,16 +71,22 @@ class CostModel:
     shape_s: float = 1.0  # per shape, besides the calls: profiler set-up, small transfers
     byte_s: float = 0.0  # per byte the shape's operator reads and writes: inputs generated twice, outputs through files, K seeds
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
-    compile_by_op: Mapping[str, float] = field(default_factory=dict)  # per-operator compile_s where measured
+    compile_by_op: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # per operator where measured: (a s, b s per eager ms)
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
     call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
     spin_s: float = 3e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
     seeds: int = 5
     source: str = "assumed (no evaluator run on this GPU yet)"
     traffic: Mapping[str, Mapping[str, float]] = field(default_factory=dict, repr=False)  # {op: {shape: bytes}}: load_shape_traffic()
+    eager_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict, repr=False)  # {op: {shape: ms}}: load_reference_times()
 
     def shape_traffic(self, op: str, shape: str) -> float:
         return float(self.traffic.get(op, {}).get(shape, 0.0))
+
+    def compile_seconds(self, op: str, t_ms: float) -> float:
+        """torch.compile's first-call cost for a shape of `op` whose eager call takes `t_ms`."""
+        a, b = self.compile_by_op.get(op, (self.compile_s, 0.0))
+        return max(0.0, a + b * t_ms)
 
     def calls(self, t_ms: float) -> tuple[int, int]:
         """(calls of the candidate or reference at full cost, timed calls) for one shape."""
@@ -100,17 +109,19 @@ class CostModel:
         """One shape's predicted seconds by part (the throughput split, predicted); `op` and
         `shape` pick its traffic and its operator's compile cost."""
         full, timed = self.calls(t_ms)
-        compile_s = self.compile_by_op.get(op, self.compile_s) if baseline == "torch-compile" else 0.0
+        compile_s = self.compile_seconds(op, t_ms) if baseline == "torch-compile" else 0.0
         return {"calls": full * t_ms / 1e3, "timed_call_overhead": self.loop_overhead_s(timed), "per_shape_fixed": self.shape_s,
                 "per_shape_traffic": self.byte_s * self.shape_traffic(op, shape), "compile": compile_s}
 
     def calibrated(self, results: Iterable[EvalResult]) -> "CostModel":
         """Refit the fixed costs from finished evaluations (their overhead and per-shape seconds);
         with a traffic table, the per-shape cost is fitted as shape_s + byte_s × bytes (least
-        squares). A part with no observation keeps its current value."""
+        squares), and with eager times each operator's compile cost as a + b × eager ms (least
+        squares over 3 or more shapes, else their median). A part with no observation keeps its
+        current value."""
         results = list(results)
         per_evaluation, fixed, compiles, first_compiles = [], [], [], []
-        by_op: dict[str, list[float]] = {}
+        by_op: dict[str, list[tuple[float | None, float]]] = {}
         fixed_bytes: list[float] = []
         spins = [s.timing.spin_us / 1e6 for r in results for s in r.shapes if s.timing and s.timing.spin_us is not None]
         model = replace(self, spin_s=statistics.median(spins)) if spins else self
@@ -124,7 +135,7 @@ class CostModel:
                 compile_s = s.seconds.get("first_call_extra", 0.0) if r.candidate == "torch-compile" else 0.0
                 if r.candidate == "torch-compile":
                     (first_compiles if k == 0 else compiles).append(compile_s)
-                    by_op.setdefault(r.op, []).append(compile_s)
+                    by_op.setdefault(r.op, []).append((self.eager_ms.get(r.op, {}).get(s.id), compile_s))
                 full, timed = model.calls(s.time_ms)
                 fixed.append(spent - compile_s - full * s.time_ms / 1e3 - model.loop_overhead_s(timed))
                 fixed_bytes.append(model.shape_traffic(r.op, s.id))
@@ -139,7 +150,7 @@ class CostModel:
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
             shape_s=shape_s, byte_s=byte_s,
             compile_s=statistics.median(compiles) if compiles else self.compile_s,
-            compile_by_op={**self.compile_by_op, **{op: statistics.median(v) for op, v in by_op.items()}},
+            compile_by_op={**self.compile_by_op, **{op: _compile_fit(v) for op, v in by_op.items()}},
             compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
                              if first_compiles and compiles else self.compile_first_s),
             source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} timed shapes, "
@@ -147,7 +158,18 @@ class CostModel:
         )
 
     def describe(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "traffic"}
+        return {k: v for k, v in asdict(self).items() if k not in ("traffic", "eager_ms")}
+
+
+def _compile_fit(observations: list[tuple[float | None, float]]) -> tuple[float, float]:
+    """(a, b) of compile seconds ≈ a + b × eager ms: least squares over the observations with an
+    eager time when there are 3 or more and the slope comes out positive, else (median, 0)."""
+    known = [(t, c) for t, c in observations if t is not None]
+    if len(known) >= 3 and len({t for t, _ in known}) > 1:
+        slope, intercept = statistics.linear_regression([t for t, _ in known], [c for _, c in known])
+        if slope > 0:
+            return intercept, slope
+    return statistics.median(c for _, c in observations), 0.0
 
 
 @dataclass(frozen=True)

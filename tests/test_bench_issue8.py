@@ -44,8 +44,9 @@ def test_cost_model_counts_the_calls_the_evaluator_makes():
     assert model.shape_seconds(500.0, "eager") > model.shape_seconds(1.0, "eager")
     assert model.shape_seconds(1.0, "torch-compile") == pytest.approx(model.shape_seconds(1.0, "eager") + model.compile_s)
     assert sum(model.parts(2.0, "eager").values()) == pytest.approx(model.shape_seconds(2.0, "eager"))
-    slow = eval_cost.CostModel(compile_s=2.0, compile_by_op={"loopy": 55.0})  # an operator measured compiling slowly
-    assert slow.parts(1.0, "torch-compile", "loopy")["compile"] == 55.0 and slow.parts(1.0, "torch-compile", "other")["compile"] == 2.0
+    slow = eval_cost.CostModel(compile_s=2.0, compile_by_op={"loopy": (5.0, 0.05)})  # compiles longer for longer eager calls
+    assert slow.parts(1000.0, "torch-compile", "loopy")["compile"] == pytest.approx(55.0)
+    assert slow.parts(1000.0, "torch-compile", "other")["compile"] == 2.0
 
 
 def test_calibration_recovers_the_fixed_costs_from_evaluator_fields():
@@ -65,8 +66,25 @@ def test_calibration_recovers_the_fixed_costs_from_evaluator_fields():
     fitted = eval_cost.CostModel().calibrated([run("a", "eager"), run("b", "eager"), run("c", "torch-compile"), run("d", "torch-compile")])
     assert fitted.worker_s == pytest.approx(3.0) and fitted.shape_s == pytest.approx(0.5)
     assert fitted.compile_s == pytest.approx(7.0) and fitted.compile_first_s == pytest.approx(20.0)
-    assert fitted.compile_by_op == {"c": pytest.approx(7.0), "d": pytest.approx(7.0)}  # per operator: the median of its shapes
+    assert fitted.compile_by_op == {"c": (pytest.approx(7.0), 0.0), "d": (pytest.approx(7.0), 0.0)}  # no eager times: the median
     assert fitted.source.startswith("calibrated")
+
+
+def test_calibration_fits_compile_time_to_the_shapes_eager_time_per_operator():
+    """A reference that loops in Python compiles longer for longer shapes (Dynamo unrolls the
+    loop): with eager times, each operator's compile cost is fitted as a + b × eager ms; a flat
+    or falling trend, or fewer than 3 shapes, keeps the median."""
+    eager = {"loopy": {"0": 1.0, "1": 100.0, "2": 1000.0}, "flat": {"0": 1.0, "1": 50.0, "2": 90.0}, "few": {"0": 1.0, "1": 9.0}}
+    compile_s = {"loopy": lambda t: 2.0 + 0.08 * t, "flat": lambda t: 3.0 - 0.001 * t, "few": lambda t: 1.0 + t}
+    runs = [result(op, [shape(sid, 0.5, seconds={"correctness": 1.0 + compile_s[op](t), "first_call_extra": compile_s[op](t),
+                                                 "timing": 0.5})
+                        for sid, t in times.items()], "torch-compile") for op, times in eager.items()]
+    fitted = eval_cost.CostModel(eager_ms=eager).calibrated(runs)
+    assert fitted.compile_by_op["loopy"] == (pytest.approx(2.0), pytest.approx(0.08))
+    assert fitted.compile_seconds("loopy", 1500.0) == pytest.approx(122.0)  # beyond the judge's 120 s stage limit
+    assert fitted.compile_by_op["flat"] == (pytest.approx(compile_s["flat"](50.0)), 0.0)
+    assert fitted.compile_by_op["few"] == (pytest.approx(6.0), 0.0)
+    assert "eager_ms" not in fitted.describe()
 
 
 def test_calibration_fits_the_per_shape_cost_to_the_shapes_traffic():

@@ -163,6 +163,29 @@ def test_a_partial_result_is_marked_in_the_table_and_its_not_run_shapes_are_no_f
     assert "rms_norm (deadline: 1 of 3 shapes not run)" in markdown
 
 
+def test_an_operator_with_no_shape_judged_is_in_no_rate(catalog, tmp_path):
+    """A sampled baseline can leave an operator wholly unjudged: it did not fail to compile and
+    is not 0 % correct; it is in none of the rates, reads "—", and counts 0 in S_agg (†)."""
+    run = tmp_path / "run-u"
+    run.mkdir()
+    (run / "rms_norm.json").write_text(_result("rms_norm", [("0", True, 2 * T_SOL_MS, 1.0), ("1", False, None, None)]).model_dump_json())
+    unjudged = _result("l2_norm", [], compiled=False)
+    unjudged.shapes = [ShapeResult(id="0", correct=False, stage=tx.NOT_RUN, category=tx.NOT_RUN_UNSELECTED)]
+    unjudged.partial = "selection"
+    (run / "l2_norm.json").write_text(unjudged.model_dump_json())
+    table = main_table([run], catalog, "h200")
+    row = table.rows[0]
+    op = next(o for o in row.per_operator if o.op == "l2_norm")
+    assert (op.compiled, op.correctness, op.score) == (None, None, None)
+    assert (row.compile_rate, row.correctness, row.fully_correct) == (1.0, 0.5, 0.0)
+    alone = tmp_path / "run-v"  # the weighted operator itself unjudged: 0 in S_agg, listed as missing
+    alone.mkdir()
+    (alone / "rms_norm.json").write_text(unjudged.model_copy(update={"op": "rms_norm"}).model_dump_json())
+    row = main_table([alone], catalog, "h200").rows[0]
+    assert (row.s_agg, row.missing_operators, row.per_operator[0].compiled) == (0.0, ["rms_norm"], None)
+    assert "| l2_norm | — | 0/0 (+1 not run) |" in render_markdown(table)
+
+
 def test_a_complete_result_carries_no_partial_mark(catalog, tmp_path):
     run = tmp_path / "run-q"
     run.mkdir()

@@ -20,7 +20,9 @@ than one with 3:
 
 A partial result (its evaluation stopped at a deadline or a cancel, or a benchmark run sampled
 its shapes) counts only the shapes it judged; its not-run shapes are counted apart, never as failures, it is never fully correct,
-and the markdown marks its S_i — and S_agg, which it enters — with † and says what is missing.
+and the markdown marks its S_i — and S_agg, which it enters — with † and says what is missing. An
+operator with no shape judged at all is in none of the rates (its compiled/correct read "—") and
+counts 0 in S_agg, as a missing operator does.
 
 Shape scores are recomputed from the recorded times against the requested hardware profile,
 so one set of results can be scored against several profiles of the same accelerator (never
@@ -48,12 +50,12 @@ class OperatorRow(BaseModel):
     """One operator of one run."""
 
     op: str = Field(description="Operator.")
-    compiled: bool = Field(description="The candidate compiled.")
+    compiled: bool | None = Field(description="The candidate compiled; null when no shape was judged (nothing ran, e.g. a selection left the operator out).")
     shapes: int = Field(description="Shapes judged (every requested shape, unless the result is partial).")
     not_run: int = Field(default=0, description="Shapes the evaluation stopped before judging (deadline or cancel); in no other figure.")
     partial: str | None = Field(default=None, description="Why the result is partial ('deadline' / 'cancelled' / 'selection'): S_i covers the judged shapes only. null: complete.")
     correct: int = Field(description="Shapes correct.")
-    correctness: float = Field(description="Share of shapes correct.")
+    correctness: float | None = Field(description="Share of judged shapes correct; null when none was judged.")
     score: float | None = Field(description="S_i against the requested profile.")
     score_floor: float | None = Field(default=None, description="S_floor_i: median S_floor_j = max(T_SOL, T_floor)/T_cand over correct shapes; null without a floor.")
     dsl_share: float | None = Field(description="Median DSL share over correct, profiled shapes.")
@@ -74,7 +76,7 @@ class RunRow(BaseModel):
     dsl_adoption: float | None = Field(description="Share of operators whose correct kernels are DSL-dominant; null when nothing was profiled.")
     s_agg: float | None = Field(description="Σ w_i·S_i over the catalog's operators (missing operators count 0).")
     s_floor_agg: float | None = Field(default=None, description="Σ w_i·S_floor_i, as S_agg; null without a floor.")
-    missing_operators: list[str] = Field(description="Catalog operators without a result (count 0 in S_agg).")
+    missing_operators: list[str] = Field(description="Catalog operators without a result or without a judged shape (count 0 in S_agg).")
     partial_operators: list[str] = Field(default_factory=list, description="Operators whose result is partial: their S_i, and so S_agg, cover judged shapes only.")
     vs_torch_compile: float | None = Field(description="Median over operators of the per-operator T_torch.compile/T_cand.")
     vs_eager: float | None = Field(description="Median over operators of the per-operator T_eager/T_cand.")
@@ -131,8 +133,9 @@ def operator_row(result: EvalResult, catalog: Catalog | None, profile: str,
     shares = [s.dsl_share for s in judged if s.correct and s.dsl_share is not None]
     dsl = _median(shares)
     correct = sum(s.correct for s in judged)
-    return OperatorRow(op=result.op, compiled=result.compiled, shapes=len(judged), correct=correct,
-                       correctness=correct / len(judged) if judged else 0.0, score=s_i, score_floor=s_floor_i,
+    ran = bool(judged) or result.compile_error is not None
+    return OperatorRow(op=result.op, compiled=result.compiled if ran else None, shapes=len(judged), correct=correct,
+                       correctness=correct / len(judged) if judged else (0.0 if ran else None), score=s_i, score_floor=s_floor_i,
                        not_run=not_run, partial=result.partial, dsl_share=dsl,
                        dsl_dominant=dsl is not None and dsl >= DSL_DOMINANT, vs_torch_compile=_ratios(result, compiled),
                        vs_eager=_ratios(result, eager), faster_than_sol=above)
@@ -142,18 +145,19 @@ def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profi
             baselines: dict[tuple[str, str], EvalResult], floor_ms: float | None = None) -> RunRow:
     rows = [operator_row(r, catalog, profile, baselines.get((r.op, "eager")), baselines.get((r.op, "torch-compile")), floor_ms)
             for r in sorted(results, key=lambda r: r.op)]
-    n = len(rows) or 1
+    ran = [r for r in rows if r.compiled is not None]  # the rates cover operators with something judged
+    n = len(ran) or 1
     failures = Counter(f"{s.stage}/{s.category}" for r in results for s in r.shapes if s.category and s.judged)
     profiled = any(s.dsl_share is not None for r in results for s in r.shapes)
     s_agg, s_floor_agg, missing = None, None, []
     if catalog is not None:
-        s_agg, missing = scoring.aggregate({row.op: row.score for row in rows}, catalog.weights())
+        s_agg, missing = scoring.aggregate({row.op: row.score for row in ran}, catalog.weights())
         if floor_ms is not None:
-            s_floor_agg, _ = scoring.aggregate({row.op: row.score_floor for row in rows}, catalog.weights())
-    return RunRow(run=name, operators=len(rows), compile_rate=sum(r.compiled for r in rows) / n,
-                  correctness=sum(r.correctness for r in rows) / n,
-                  fully_correct=sum(r.correct == r.shapes and r.shapes > 0 and not r.not_run for r in rows) / n,
-                  dsl_adoption=sum(r.dsl_dominant for r in rows) / n if profiled else None, s_agg=s_agg,
+            s_floor_agg, _ = scoring.aggregate({row.op: row.score_floor for row in ran}, catalog.weights())
+    return RunRow(run=name, operators=len(rows), compile_rate=sum(r.compiled for r in ran) / n,
+                  correctness=sum(r.correctness for r in ran) / n,
+                  fully_correct=sum(r.correct == r.shapes and r.shapes > 0 and not r.not_run for r in ran) / n,
+                  dsl_adoption=sum(r.dsl_dominant for r in ran) / n if profiled else None, s_agg=s_agg,
                   s_floor_agg=s_floor_agg, missing_operators=missing, partial_operators=[r.op for r in rows if r.partial],
                   vs_torch_compile=_median([r.vs_torch_compile for r in rows if r.vs_torch_compile is not None]),
                   vs_eager=_median([r.vs_eager for r in rows if r.vs_eager is not None]),
@@ -216,7 +220,7 @@ def render_markdown(table: MainTable) -> str:
                   + " DSL share | vs torch.compile | vs eager | S>1 |",
                   "|---|---|---|---|" + ("---|" if floor else "") + "---|---|---|---|"]
         for o in r.per_operator:
-            lines.append(f"| {o.op} | {'yes' if o.compiled else 'no'} | {o.correct}/{o.shapes}"
+            lines.append(f"| {o.op} | {'—' if o.compiled is None else 'yes' if o.compiled else 'no'} | {o.correct}/{o.shapes}"
                          + (f" (+{o.not_run} not run)" if o.not_run else "") + f" | {_fmt(o.score, 4)}{_partial(bool(o.partial))} |"
                          + (f" {_fmt(o.score_floor, 4)}{_partial(bool(o.partial))} |" if floor else "")
                          + f" {_fmt(o.dsl_share, 2)} | {_fmt(o.vs_torch_compile, 2)} | {_fmt(o.vs_eager, 2)} | {o.faster_than_sol} |")
@@ -224,7 +228,7 @@ def render_markdown(table: MainTable) -> str:
             lines += ["", "| failure (stage/category) | shapes |", "|---|---|"]
             lines += [f"| {k} | {v} |" for k, v in r.failures.items()]
         if r.missing_operators:
-            lines += ["", f"Operators without a result (0 in S_agg): {', '.join(r.missing_operators)}"]
+            lines += ["", f"Operators without a result or a judged shape (0 in S_agg): {', '.join(r.missing_operators)}"]
         partial = [o for o in r.per_operator if o.partial]
         if partial:
             lines += ["", "† Partial results — S_i over the judged shapes only: "

@@ -375,6 +375,7 @@ def test_plan_prints_every_operator_and_the_full_issue():
 
 def test_gpu_measurements_dry_run_on_cpu(tmp_path):
     for script, args in (("launch_floor.py", ["measure", "--out", str(tmp_path / "floor.json")]),
+                         ("hbm_mix.py", ["--out", str(tmp_path / "hbm.json")]),
                          ("timing_accuracy.py", ["--cases", "scale_4KiB,gemm_2048,spin_10ms", "--out", str(tmp_path / "acc.json")])):
         proc = _script(str(BENCH / script), *args)
         assert proc.returncode == 0, proc.stderr
@@ -410,6 +411,27 @@ def test_launch_floor_cases_go_through_the_timing_loop_on_a_cpu_backend():
     assert set(timed) == {"events_only", "torch_one_kernel", "triton_empty_kernel"}
     for stats in timed.values():
         assert stats["n"] == 20 and 0 <= stats["min_ms"] <= stats["median_ms"] and stats["sync_gap_median_ms"] >= 0
+
+
+def test_hbm_mix_kernels_compute_what_they_claim_and_go_through_the_timing_loop():
+    """Each stream case computes its result (a fast wrong kernel would measure nothing), counts
+    its bytes, and runs through the worker's timing loop; the best case of each mix is named."""
+    import torch
+
+    from hbm_mix import cases, time_cases
+
+    built = cases(4096, "cpu")
+    assert {mix for mix, *_ in built.values()} == {"read only", "2:1", "1:1", "write only"}
+    x, ab = built["read_triton"][1](), built["read2_write1_triton"][1]()
+    assert torch.allclose(built["read_triton"][2](x).sum(), x["x"].float().sum(), rtol=1e-3, atol=1e-2)
+    assert torch.allclose(built["read2_write1_triton"][2](ab).float(), ab["a"].float() * ab["b"].float(), rtol=1e-2, atol=1e-3)
+    assert torch.equal(built["copy_triton"][2](x), x["x"])
+    assert torch.equal(built["write_triton"][2](built["write_triton"][1]()), torch.ones(4096, dtype=torch.bfloat16))
+    assert built["read2_write1_torch_mul"][3:] == (4 * 4096, 2 * 4096)
+    report = time_cases(_cpu_primitives(), built, flush_bytes=4096, ceilings={"h200": 4.8e12})
+    assert set(report["cases"]) == set(built) and set(report["best_by_mix"]) == {"read only", "2:1", "1:1", "write only"}
+    for case in report["cases"].values():
+        assert case["median_ms"] > 0 and case["of_h200"] == pytest.approx(case["tb_per_s"] * 1e12 / 4.8e12)
 
 
 def test_timing_accuracy_cases_go_through_the_timing_loop_on_a_cpu_backend():

@@ -74,6 +74,17 @@ def test_scores_and_rates_over_every_operator_of_the_run(tmp_path):
     assert [b.run for b in report.baselines] == ["eager"] and report.baselines[0].s is not None
 
 
+def test_an_evaluation_that_judged_no_shape_counts_as_failed_in_the_rates(tmp_path):
+    """The main table leaves an operator with no judged shape out of its rates (a sampled
+    baseline did not measure it); a benchmark run was given the operator, so here it fails."""
+    root = make_run(tmp_path, "stopped")
+    lost = result("silu_and_mul", [ShapeResult(id="0", correct=False, stage="not_run", category="not_run_deadline")])
+    lost.partial = "deadline"
+    (root / "eval" / "silu_and_mul.json").write_text(lost.model_dump_json())
+    row = build_report([root]).runs[0].row
+    assert row.compile_rate == pytest.approx(1 / 3) and row.correctness == pytest.approx(1 / 3)
+
+
 def test_report_files_show_the_numbers(tmp_path):
     report = build_report([make_run(tmp_path, "timed")])
     paths = write_report(report, tmp_path / "out")

@@ -202,7 +202,9 @@ def run_report(run: LoadedRun, name: str, profile: str, baselines: dict[tuple[st
     by_op: dict[str, OperatorRow] = {o.op: o for o in row.per_operator}
     weights = run.catalog.weights()
     n, k = len(ops), len(results)
-    share = k / n if n else 0.0
+    # run_row's rates cover operators with a judged shape; every other operator the run was given
+    # (no result, or an evaluation that judged nothing) counts as failed here
+    share = sum(o.compiled is not None for o in row.per_operator) / n if n else 0.0
     timed = any(s.time_ms is not None for r in results for s in r.shapes)
     dsl_measured = any(s.dsl_share is not None for r in results for s in r.shapes)
     notes: list[str] = []

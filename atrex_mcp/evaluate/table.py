@@ -62,7 +62,7 @@ class OperatorRow(BaseModel):
     dsl_dominant: bool = Field(description="dsl_share ≥ 0.5.")
     vs_torch_compile: float | None = Field(description="Median over shapes of T_torch.compile / T_cand.")
     vs_eager: float | None = Field(description="Median over shapes of T_eager / T_cand.")
-    faster_than_sol: int = Field(description="Shapes with S > 1 (evaluation errors, not clipped).")
+    faster_than_sol: int = Field(description="Shapes with S > 1, not clipped: against a datasheet profile an evaluation error; against a measured profile, a ceiling the kernel beat (the profile understates the hardware).")
 
 
 class RunRow(BaseModel):

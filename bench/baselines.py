@@ -178,7 +178,8 @@ def conditions(results: Sequence) -> dict[str, Any]:
 
 def _cost_model(args: argparse.Namespace, catalog, times) -> CostModel:
     """The cost model for these options: per-shape traffic from the catalog, refitted on --calibrate runs."""
-    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog), eager_ms=times)
+    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog), eager_ms=times,
+                      stage_limit_s=getattr(args, "timeout", CostModel.stage_limit_s))
     return model.calibrated(calibration_results(args.calibrate)) if args.calibrate else model
 
 

@@ -14,7 +14,8 @@ the operator reads and writes), a fixed cost per evaluation (sandbox worker star
 import) and, for torch.compile, a compile per shape (one static graph per shape), fitted per
 operator as a + b × the shape's eager time: where a reference loops in Python, Dynamo unrolls
 the loop, so the graph and its compile grow with the shape (attention_forward on the H200,
-2026-12-01: 1.5 s at 0.3 ms eager, 82 s at 1.3 s eager). On the H200
+2026-12-01: 1.5 s at 0.3 ms eager, 82 s at 1.3 s eager); never more than the evaluator's stage
+limit, which every shape from the smallest that ran into it is predicted to reach. On the H200
 (2026-11-30, `calibrated` over 289 timed shapes) that per-shape cost fitted to 0.46 s + 3.2 s per
 GB; per_token_group_quant_fp8 shape 9 (19 GB) spent 76 s there, which a constant per-shape cost
 put at 0.3 s.
@@ -31,8 +32,10 @@ import json
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from typing import NamedTuple
 from pathlib import Path
 
+from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.evaluator import CHECKED_TIMED_SETS, MAX_TIMED_CALLS, MIN_TIMED_CALLS
 from atrex_mcp.evaluate.models import EvalResult
 from sandbox.timing import NOOP_CALIBRATION_CALLS, plan_calls
@@ -71,8 +74,9 @@ class CostModel:
     shape_s: float = 1.0  # per shape, besides the calls: profiler set-up, small transfers
     byte_s: float = 0.0  # per byte the shape's operator reads and writes: inputs generated twice, outputs through files, K seeds
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
-    compile_by_op: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # per operator where measured: (a s, b s per eager ms)
+    compile_by_op: Mapping[str, "CompileFit"] = field(default_factory=dict)  # per operator where measured
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
+    stage_limit_s: float = 120.0  # the evaluator's limit per shape and stage (baselines.py --timeout): no compile costs more
     call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
     spin_s: float = 3e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
     seeds: int = 5
@@ -84,9 +88,13 @@ class CostModel:
         return float(self.traffic.get(op, {}).get(shape, 0.0))
 
     def compile_seconds(self, op: str, t_ms: float) -> float:
-        """torch.compile's first-call cost for a shape of `op` whose eager call takes `t_ms`."""
-        a, b = self.compile_by_op.get(op, (self.compile_s, 0.0))
-        return max(0.0, a + b * t_ms)
+        """torch.compile's first-call cost for a shape of `op` whose eager call takes `t_ms`; at
+        most the stage limit, where the evaluator stops the worker, and that limit from the
+        smallest shape of the operator that ran into it on."""
+        fit = self.compile_by_op.get(op, CompileFit(self.compile_s, 0.0))
+        if fit.limit_from_ms is not None and t_ms >= fit.limit_from_ms:
+            return self.stage_limit_s
+        return min(self.stage_limit_s, max(0.0, fit.a + fit.b * t_ms))
 
     def calls(self, t_ms: float) -> tuple[int, int]:
         """(calls of the candidate or reference at full cost, timed calls) for one shape."""
@@ -117,11 +125,13 @@ class CostModel:
         """Refit the fixed costs from finished evaluations (their overhead and per-shape seconds);
         with a traffic table, the per-shape cost is fitted as shape_s + byte_s × bytes (least
         squares), and with eager times each operator's compile cost as a + b × eager ms (least
-        squares over 3 or more shapes, else their median). A part with no observation keeps its
-        current value."""
+        squares over 3 or more shapes, else their median; shapes whose first call ran into the
+        stage limit set where the limit starts). A part with no observation keeps its current
+        value."""
         results = list(results)
         per_evaluation, fixed, compiles, first_compiles = [], [], [], []
         by_op: dict[str, list[tuple[float | None, float]]] = {}
+        limit_from: dict[str, float] = {}  # per operator, the smallest eager ms whose compile ran into the stage limit
         fixed_bytes: list[float] = []
         spins = [s.timing.spin_us / 1e6 for r in results for s in r.shapes if s.timing and s.timing.spin_us is not None]
         model = replace(self, spin_s=statistics.median(spins)) if spins else self
@@ -130,12 +140,15 @@ class CostModel:
             for k, s in enumerate(r.shapes):
                 spent = sum(v for k, v in s.seconds.items() if k != "first_call_extra")  # correctness includes it
                 spent_on_shapes += spent
+                eager = self.eager_ms.get(r.op, {}).get(s.id)
+                if r.candidate == "torch-compile" and s.stage == tx.RUNTIME and s.category == tx.TIMEOUT and eager is not None:
+                    limit_from[r.op] = min(eager, limit_from.get(r.op, eager))
                 if not s.correct or s.time_ms is None or "timing" not in s.seconds:
                     continue
                 compile_s = s.seconds.get("first_call_extra", 0.0) if r.candidate == "torch-compile" else 0.0
                 if r.candidate == "torch-compile":
                     (first_compiles if k == 0 else compiles).append(compile_s)
-                    by_op.setdefault(r.op, []).append((self.eager_ms.get(r.op, {}).get(s.id), compile_s))
+                    by_op.setdefault(r.op, []).append((eager, compile_s))
                 full, timed = model.calls(s.time_ms)
                 fixed.append(spent - compile_s - full * s.time_ms / 1e3 - model.loop_overhead_s(timed))
                 fixed_bytes.append(model.shape_traffic(r.op, s.id))
@@ -150,7 +163,8 @@ class CostModel:
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
             shape_s=shape_s, byte_s=byte_s,
             compile_s=statistics.median(compiles) if compiles else self.compile_s,
-            compile_by_op={**self.compile_by_op, **{op: _compile_fit(v) for op, v in by_op.items()}},
+            compile_by_op={**self.compile_by_op, **{op: _compile_fit(by_op.get(op, []), limit_from.get(op))
+                                                    for op in by_op.keys() | limit_from.keys()}},
             compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
                              if first_compiles and compiles else self.compile_first_s),
             source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} timed shapes, "
@@ -161,15 +175,24 @@ class CostModel:
         return {k: v for k, v in asdict(self).items() if k not in ("traffic", "eager_ms")}
 
 
-def _compile_fit(observations: list[tuple[float | None, float]]) -> tuple[float, float]:
-    """(a, b) of compile seconds ≈ a + b × eager ms: least squares over the observations with an
-    eager time when there are 3 or more and the slope comes out positive, else (median, 0)."""
+class CompileFit(NamedTuple):
+    """An operator's torch.compile first-call cost: a + b × eager ms seconds, and the stage limit
+    for shapes from `limit_from_ms` eager ms on (one that size ran into it)."""
+
+    a: float
+    b: float
+    limit_from_ms: float | None = None
+
+
+def _compile_fit(observations: list[tuple[float | None, float]], limit_from_ms: float | None = None) -> CompileFit:
+    """Least squares over the observations with an eager time when there are 3 or more and the
+    slope comes out positive, else their median (the default compile cost with none)."""
     known = [(t, c) for t, c in observations if t is not None]
     if len(known) >= 3 and len({t for t, _ in known}) > 1:
         slope, intercept = statistics.linear_regression([t for t, _ in known], [c for _, c in known])
         if slope > 0:
-            return intercept, slope
-    return statistics.median(c for _, c in observations), 0.0
+            return CompileFit(intercept, slope, limit_from_ms)
+    return CompileFit(statistics.median(c for _, c in observations) if observations else CostModel.compile_s, 0.0, limit_from_ms)
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ def test_cost_model_counts_the_calls_the_evaluator_makes():
     assert model.shape_seconds(500.0, "eager") > model.shape_seconds(1.0, "eager")
     assert model.shape_seconds(1.0, "torch-compile") == pytest.approx(model.shape_seconds(1.0, "eager") + model.compile_s)
     assert sum(model.parts(2.0, "eager").values()) == pytest.approx(model.shape_seconds(2.0, "eager"))
-    slow = eval_cost.CostModel(compile_s=2.0, compile_by_op={"loopy": (5.0, 0.05)})  # compiles longer for longer eager calls
+    slow = eval_cost.CostModel(compile_s=2.0, compile_by_op={"loopy": eval_cost.CompileFit(5.0, 0.05)})  # longer for longer calls
     assert slow.parts(1000.0, "torch-compile", "loopy")["compile"] == pytest.approx(55.0)
     assert slow.parts(1000.0, "torch-compile", "other")["compile"] == 2.0
 
@@ -66,7 +66,7 @@ def test_calibration_recovers_the_fixed_costs_from_evaluator_fields():
     fitted = eval_cost.CostModel().calibrated([run("a", "eager"), run("b", "eager"), run("c", "torch-compile"), run("d", "torch-compile")])
     assert fitted.worker_s == pytest.approx(3.0) and fitted.shape_s == pytest.approx(0.5)
     assert fitted.compile_s == pytest.approx(7.0) and fitted.compile_first_s == pytest.approx(20.0)
-    assert fitted.compile_by_op == {"c": (pytest.approx(7.0), 0.0), "d": (pytest.approx(7.0), 0.0)}  # no eager times: the median
+    assert fitted.compile_by_op == {"c": (pytest.approx(7.0), 0.0, None), "d": (pytest.approx(7.0), 0.0, None)}  # no eager times: the median
     assert fitted.source.startswith("calibrated")
 
 
@@ -80,11 +80,25 @@ def test_calibration_fits_compile_time_to_the_shapes_eager_time_per_operator():
                                                  "timing": 0.5})
                         for sid, t in times.items()], "torch-compile") for op, times in eager.items()]
     fitted = eval_cost.CostModel(eager_ms=eager).calibrated(runs)
-    assert fitted.compile_by_op["loopy"] == (pytest.approx(2.0), pytest.approx(0.08))
-    assert fitted.compile_seconds("loopy", 1500.0) == pytest.approx(122.0)  # beyond the judge's 120 s stage limit
-    assert fitted.compile_by_op["flat"] == (pytest.approx(compile_s["flat"](50.0)), 0.0)
-    assert fitted.compile_by_op["few"] == (pytest.approx(6.0), 0.0)
+    assert fitted.compile_by_op["loopy"] == (pytest.approx(2.0), pytest.approx(0.08), None)
+    assert fitted.compile_seconds("loopy", 1000.0) == pytest.approx(82.0)
+    assert fitted.compile_seconds("loopy", 1e6) == 120.0  # never more than the stage limit, where the worker is stopped
+    assert fitted.compile_by_op["flat"] == (pytest.approx(compile_s["flat"](50.0)), 0.0, None)
+    assert fitted.compile_by_op["few"] == (pytest.approx(6.0), 0.0, None)
     assert "eager_ms" not in fitted.describe()
+
+
+def test_a_shape_that_ran_into_the_compile_limit_counts_at_the_limit_in_the_fit():
+    """gated_delta_rule_update compiled T = 1 in 4 s and ran past 120 s at T = 512 and 3251: from
+    the smallest shape that ran into the limit on, shapes are predicted at the limit instead of at
+    the one short shape's 4 s; shorter ones keep the fit."""
+    eager = {"recurrent": {"0": 0.6, "14": 150.0, "17": 900.0}}
+    timed_out = [shape(sid, correct=False).model_copy(update={"stage": "runtime", "category": "timeout", "time_ms": None,
+                                                              "seconds": {"correctness": 120.0}}) for sid in ("14", "17")]
+    compiled = shape("0", 0.03, seconds={"correctness": 4.5, "first_call_extra": 4.3, "timing": 0.5})
+    fitted = eval_cost.CostModel(eager_ms=eager).calibrated([result("recurrent", [compiled, *timed_out], "torch-compile")])
+    assert fitted.compile_by_op["recurrent"] == (pytest.approx(4.3), 0.0, 150.0)
+    assert fitted.compile_seconds("recurrent", 0.6) == pytest.approx(4.3) and fitted.compile_seconds("recurrent", 150.0) == 120.0
 
 
 def test_calibration_fits_the_per_shape_cost_to_the_shapes_traffic():

@@ -44,12 +44,14 @@ def _s_i(result, catalog, profile: str, ids: set[str] | None = None) -> float | 
 
 
 def _aggregates(scores: dict[str, float | None], weights: dict[str, float]) -> dict[str, float | None]:
-    total = sum(weights.values())
+    """S_agg (`scoring.aggregate`) with unmeasured operators as 0, and over the measured ones' weight alone."""
+    from atrex_mcp.evaluate import scoring
+
     measured = {op: s for op, s in scores.items() if s is not None}
-    measured_weight = sum(weights[op] for op in measured)
-    return {"lower_bound": sum(weights[op] * s for op, s in measured.items()) / total,
-            "renormalised": sum(weights[op] * s for op, s in measured.items()) / measured_weight if measured_weight else None,
-            "weight_measured": measured_weight / total}
+    measured_weights = {op: weights[op] for op in measured}
+    return {"lower_bound": scoring.aggregate(measured, weights)[0],
+            "renormalised": scoring.aggregate(measured, measured_weights)[0],
+            "weight_measured": sum(measured_weights.values()) / sum(weights.values())}
 
 
 def estimate(eager_dir: Path, compiled_dir: Path) -> dict[str, Any]:

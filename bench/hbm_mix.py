@@ -153,10 +153,10 @@ def measure(gib: float) -> dict[str, Any]:
         return report
     import triton
 
-    from sandbox.timing import Primitives
+    from sandbox.timing import Primitives, flush_bytes_for
 
     props = torch.cuda.get_device_properties(0)
-    flush = 2 * int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+    flush = flush_bytes_for(getattr(props, "L2_cache_size", 0))
     n = int(gib * (1 << 30)) // 2
     ceilings = _ceilings()
     report.update(device=props.name, triton=triton.__version__, elements=n, calls=CALLS, flush_bytes=flush, ceilings=ceilings)

@@ -133,10 +133,10 @@ def measure(calls: int = 200) -> dict[str, Any]:
         return report
     import triton
 
-    from sandbox.timing import Primitives
+    from sandbox.timing import Primitives, flush_bytes_for
 
     props = torch.cuda.get_device_properties(0)
-    flush = 2 * int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+    flush = flush_bytes_for(getattr(props, "L2_cache_size", 0))
     cases = _cases("cuda")
     make = cases.pop("_inputs")
     report.update(device=props.name, triton=triton.__version__, calls=calls, flush_bytes=flush,

@@ -326,11 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         report.update(device="cpu", note="not timed: no GPU", cases={s["name"]: None for s in specs})
     else:
         calibrate_spin(specs)
-        from sandbox.timing import Primitives
+        from sandbox.timing import Primitives, flush_bytes_for
 
         report["device"] = torch.cuda.get_device_name(0)
-        props = torch.cuda.get_device_properties(0)
-        flush = 2 * int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+        flush = flush_bytes_for(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0))
         evaluator = evaluator_times(build_cases(specs, "cuda"), Primitives.capture(), flush)
         torch.cuda.empty_cache()
         report["cases"] = combine(specs, evaluator, {})

@@ -64,7 +64,7 @@ def run(repeats: int) -> dict:
     gpu = interpret_without_gpu()
     import torch
 
-    from sandbox.timing import Primitives, plan_calls, time_calls
+    from sandbox.timing import Primitives, flush_bytes_for, plan_calls, time_calls
 
     prims = Primitives.capture()
     device = "cuda" if gpu else "cpu"
@@ -89,7 +89,7 @@ def run(repeats: int) -> dict:
         end.record()
         torch.cuda.synchronize()
         warmup, calls = plan_calls(start.elapsed_time(end))
-        l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (64 << 20))
+        flush = flush_bytes_for(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0))
         runs: dict[str, list] = {}
         for label, spin in SPINS.items():
             runs[label] = []
@@ -98,7 +98,7 @@ def run(repeats: int) -> dict:
                 if label.endswith("nogc"):
                     gc.disable()
                 try:
-                    timed = time_calls(prims, fn, warm, input_sets, calls, warmup, 2 * l2, spin_us=spin)
+                    timed = time_calls(prims, fn, warm, input_sets, calls, warmup, flush, spin_us=spin)
                 finally:
                     gc.enable()
                 runs[label].append((timed.times_ms, timed.host_us, timed.spin_us))

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from sandbox.tensor_files import output_tensors
+from sandbox.tensor_files import flat_bytes, output_tensors
 
 WATCHED = (
     "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
@@ -109,7 +109,7 @@ def digest(value: Any, chunk: int = DIGEST_CHUNK_BYTES) -> torch.Tensor:
     sums are the same for any chunk size."""
     parts = []
     for t in output_tensors(value):
-        flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+        flat = flat_bytes(t)
         total = torch.zeros((), dtype=torch.int64, device=flat.device)
         weighted = torch.zeros((), dtype=torch.int64, device=flat.device)
         pos = torch.arange(1, min(chunk, flat.numel()) + 1, device=flat.device, dtype=torch.int64)
@@ -171,7 +171,14 @@ SPIN_CYCLES_PER_US = 2000  # ~H200 boost clock; a slower clock only lengthens th
 # launch (~58 µs) was outrun on 10–90 % of calls and one run's median was 30.0 µs instead of 6.1 µs;
 # with 300 µs, 0–1 of 200 calls were outrun and every median and IQR settled (IQR 0.2–0.8 µs).
 SPIN_MIN_US, SPIN_MAX_US = 300.0, 2000.0
+DEFAULT_L2_BYTES = 64 << 20  # when the device does not report its L2 size
 NOOP_CALIBRATION_CALLS = 50  # however few calls are timed: the side-stream rule needs a steady calibration
+
+
+def flush_bytes_for(l2_bytes: int | None) -> int:
+    """Size of the buffer swept before each timed call: twice the L2, so the sweep evicts every
+    line the previous call left there."""
+    return 2 * int(l2_bytes or DEFAULT_L2_BYTES)
 
 
 def _device_of(inputs: dict[str, Any]) -> torch.device:

@@ -40,7 +40,7 @@ from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
 from atrex_mcp.evaluate.transfer import OutputReader, OutputRejected, output_bytes
 from sandbox.launcher import Cancelled, LaunchSpec
 from sandbox.tensor_files import IO_DIR
-from sandbox.timing import _poison, call_order, digest, reuse_phase
+from sandbox.timing import _poison, call_order, digest, flush_bytes_for, reuse_phase
 
 Progress = Callable[[str, float], None]
 
@@ -241,8 +241,7 @@ class _Evaluation:
         # One fresh set per timed call where memory allows, so no call sees inputs seen before.
         sets = int(max(2, min(MAX_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES // max(input_bytes, 1))))
         result.timing_seeds = [self.seed() for _ in range(sets + 1)]
-        l2 = session.worker_device.get("l2_bytes") or (64 << 20)
-        flush_bytes = 2 * l2
+        flush_bytes = flush_bytes_for(session.worker_device.get("l2_bytes"))
         t0 = time.perf_counter()
         with device.ClockSampler() as clocks:
             reply = session.call("time", {"shape": self.payload_shape(shape), "warmup_seed": result.timing_seeds[0],

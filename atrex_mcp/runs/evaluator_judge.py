@@ -40,6 +40,7 @@ from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.measure import CheckResult, MeasurementFailed, Progress
 from atrex_mcp.runs.models import KernelTimes, ShapeCheck
 from sandbox.launcher import Cancelled
+from sandbox.timing import flush_bytes_for
 
 ROUNDS = 16  # paired rounds per shape (the rule needs at least 10)
 CALLS_PER_ROUND = 24  # timed calls whose median is one round's value
@@ -63,7 +64,7 @@ def timing_round(evaluation: _Evaluation, session: Session, shape: Shape, name: 
     Raises MeasurementFailed when the worker fails or replaced a timing primitive (the
     candidate's full timing stage checks these too; a round must not hide them)."""
     seeds = [evaluation.seed() for _ in range(INPUT_SETS_PER_ROUND + 1)]
-    flush = 2 * (session.worker_device.get("l2_bytes") or (64 << 20))
+    flush = flush_bytes_for(session.worker_device.get("l2_bytes"))
     reply = session.call("time", {"shape": evaluation.payload_shape(shape), "warmup_seed": seeds[0], "seeds": seeds[1:],
                                   "min_calls": calls, "max_calls": calls, "flush_bytes": flush}, evaluation.request.timeout_s)
     if isinstance(reply, Failure):

@@ -158,12 +158,13 @@ class CostModel:
         if self.traffic and len(set(fixed_bytes)) > 1:
             byte_s, shape_s = statistics.linear_regression(fixed_bytes, fixed)
             byte_s, shape_s = max(0.0, byte_s), max(0.0, shape_s)
+        compile_s = statistics.median(compiles) if compiles else self.compile_s
         return replace(
             model,
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
             shape_s=shape_s, byte_s=byte_s,
-            compile_s=statistics.median(compiles) if compiles else self.compile_s,
-            compile_by_op={**self.compile_by_op, **{op: _compile_fit(by_op.get(op, []), limit_from.get(op))
+            compile_s=compile_s,
+            compile_by_op={**self.compile_by_op, **{op: _compile_fit(by_op.get(op, []), limit_from.get(op), compile_s)
                                                     for op in by_op.keys() | limit_from.keys()}},
             compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
                              if first_compiles and compiles else self.compile_first_s),
@@ -184,15 +185,17 @@ class CompileFit(NamedTuple):
     limit_from_ms: float | None = None
 
 
-def _compile_fit(observations: list[tuple[float | None, float]], limit_from_ms: float | None = None) -> CompileFit:
+def _compile_fit(observations: list[tuple[float | None, float]], limit_from_ms: float | None,
+                 default_s: float) -> CompileFit:
     """Least squares over the observations with an eager time when there are 3 or more and the
-    slope comes out positive, else their median (the default compile cost with none)."""
+    slope comes out positive, else their median (`default_s`, the fitted all-operator median,
+    with none: an operator seen only running into the limit)."""
     known = [(t, c) for t, c in observations if t is not None]
     if len(known) >= 3 and len({t for t, _ in known}) > 1:
         slope, intercept = statistics.linear_regression([t for t, _ in known], [c for _, c in known])
         if slope > 0:
             return CompileFit(intercept, slope, limit_from_ms)
-    return CompileFit(statistics.median(c for _, c in observations) if observations else CostModel.compile_s, 0.0, limit_from_ms)
+    return CompileFit(statistics.median(c for _, c in observations) if observations else default_s, 0.0, limit_from_ms)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ class ShapeVerdict(BaseModel):
     mismatch: list[MismatchDetail] = Field(default_factory=list, description="Where and by how much outputs differed (first failing comparison).")
     time_ms: float | None = Field(default=None, description="Median time of your kernel in ms (GPU timing only; null on CPU or when timing was off).")
     iqr_ms: float | None = Field(default=None, description="Interquartile range of the timed calls in ms.")
-    timing_note: str = Field(default="", description="Why time_ms is null, when it is.")
+    timing_note: str = Field(default="", description="Why time_ms is null; or, when it is set, which calls it was taken over if not all (only first visits of an input set, after calls on reused sets ran much faster).")
     dsl_share: float | None = Field(default=None, description="Share of device time spent in your own DSL kernels (0-1).")
     kernels: list[KernelTime] = Field(default_factory=list, description="Kernels of one profiled forward, each attributed to your DSL code, generated code, a library or the framework.")
     integrity: list[str] = Field(default_factory=list, description="Integrity incidents found while timing (e.g. side_stream_work).")

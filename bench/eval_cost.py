@@ -3,8 +3,8 @@ planned and a run can leave out what will not fit (and say so).
 
 The model follows what `atrex_mcp.evaluate` does per shape (README "Timing"):
   correctness   K seeds in the worker + K reference calls on the trusted side
-  timing        2 estimate calls, warm-up and timed calls as `sandbox.timing.plan_calls` picks them
-                (each timed call also pays an L2 flush, the untimed GPU spin and a device synchronisation;
+  timing        2 estimate calls, warm-up and timed calls as `sandbox.timing.plan_calls` picks them,
+                fitted to the shape's input sets (`fit_calls_to_sets`, sets from its traffic; each timed call also pays an L2 flush, the untimed GPU spin and a device synchronisation;
                 so do the loop's NOOP_CALIBRATION_CALLS no-op calls)
   checks        CHECKED_TIMED_SETS reference calls for the timed outputs
   profile       2 calls (one untimed, one under torch.profiler)
@@ -36,9 +36,9 @@ from typing import NamedTuple
 from pathlib import Path
 
 from atrex_mcp.evaluate import taxonomy as tx
-from atrex_mcp.evaluate.evaluator import CHECKED_TIMED_SETS, MAX_TIMED_CALLS, MIN_TIMED_CALLS
+from atrex_mcp.evaluate.evaluator import CHECKED_TIMED_SETS, MAX_TIMED_CALLS, MIN_TIMED_CALLS, timing_sets
 from atrex_mcp.evaluate.models import EvalResult
-from sandbox.timing import NOOP_CALIBRATION_CALLS, plan_calls
+from sandbox.timing import NOOP_CALIBRATION_CALLS, fit_calls_to_sets, plan_calls
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_TIMES = ROOT / "bench" / "results" / "references_h200.json"
@@ -80,6 +80,7 @@ class CostModel:
     call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
     spin_s: float = 3e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
     seeds: int = 5
+    device_memory_bytes: int = 141 * 10**9  # the H200's; sizes the timing input sets (evaluator.timing_sets)
     source: str = "assumed (no evaluator run on this GPU yet)"
     traffic: Mapping[str, Mapping[str, float]] = field(default_factory=dict, repr=False)  # {op: {shape: bytes}}: load_shape_traffic()
     eager_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict, repr=False)  # {op: {shape: ms}}: load_reference_times()
@@ -96,11 +97,16 @@ class CostModel:
             return self.stage_limit_s
         return min(self.stage_limit_s, max(0.0, fit.a + fit.b * t_ms))
 
-    def calls(self, t_ms: float) -> tuple[int, int]:
-        """(calls of the candidate or reference at full cost, timed calls) for one shape."""
+    def calls(self, t_ms: float, set_bytes: float = 0.0) -> tuple[int, int]:
+        """(calls of the candidate or reference at full cost, timed calls) for one shape whose
+        input set and output hold about `set_bytes` (its traffic), as the evaluator plans them."""
         warmup, timed = plan_calls(t_ms, minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
-        full = 2 * self.seeds + 2 + warmup + timed + CHECKED_TIMED_SETS + 2
-        return full, timed
+        timed = fit_calls_to_sets(timed, timing_sets(int(set_bytes), self.device_memory_bytes))
+        return self.full_calls(warmup, timed), timed
+
+    def full_calls(self, warmup: int, timed: int) -> int:
+        """Calls at full cost: K seeds on both sides, 2 estimates, warm-up, timed, the checked sets, the profile."""
+        return 2 * self.seeds + 2 + warmup + timed + CHECKED_TIMED_SETS + 2
 
     def loop_overhead_s(self, timed: int) -> float:
         """What the timing loop adds besides the calls themselves (timed and no-op calibration calls)."""
@@ -116,7 +122,7 @@ class CostModel:
     def parts(self, t_ms: float, baseline: str, op: str = "", shape: str = "") -> dict[str, float]:
         """One shape's predicted seconds by part (the throughput split, predicted); `op` and
         `shape` pick its traffic and its operator's compile cost."""
-        full, timed = self.calls(t_ms)
+        full, timed = self.calls(t_ms, self.shape_traffic(op, shape))
         compile_s = self.compile_seconds(op, t_ms) if baseline == "torch-compile" else 0.0
         return {"calls": full * t_ms / 1e3, "timed_call_overhead": self.loop_overhead_s(timed), "per_shape_fixed": self.shape_s,
                 "per_shape_traffic": self.byte_s * self.shape_traffic(op, shape), "compile": compile_s}
@@ -149,7 +155,8 @@ class CostModel:
                 if r.candidate == "torch-compile":
                     (first_compiles if k == 0 else compiles).append(compile_s)
                     by_op.setdefault(r.op, []).append((eager, compile_s))
-                full, timed = model.calls(s.time_ms)
+                full, timed = (model.full_calls(s.timing.warmup_calls, s.timing.calls), s.timing.calls) if s.timing \
+                    else model.calls(s.time_ms, model.shape_traffic(r.op, s.id))
                 fixed.append(spent - compile_s - full * s.time_ms / 1e3 - model.loop_overhead_s(timed))
                 fixed_bytes.append(model.shape_traffic(r.op, s.id))
             if r.overhead.total_s > 0 and r.candidate != "torch-compile" and r.partial is None:

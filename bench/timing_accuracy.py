@@ -166,14 +166,15 @@ def evaluator_times(cases: list[Case], prims, flush_bytes: int) -> dict[str, dic
     flush until 2026-11-30)."""
     import torch
 
-    from atrex_mcp.evaluate.evaluator import MAX_TIMED_CALLS, MIN_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES
-    from sandbox.timing import plan_calls, time_calls
+    from atrex_mcp.evaluate.evaluator import MAX_TIMED_CALLS, MIN_TIMED_CALLS, timing_sets
+    from sandbox.timing import fit_calls_to_sets, plan_calls, time_calls
 
     Event, record, elapsed, sync = (prims[name] for name in ("torch.cuda.Event", "torch.cuda.Event.record",
                                                              "torch.cuda.Event.elapsed_time", "torch.cuda.synchronize"))
     out = {}
     for case in cases:
-        sets_n = int(max(2, min(MAX_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES // max(case.input_bytes, 1))))
+        memory = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+        sets_n = timing_sets(case.input_bytes, memory)
         warm = case.make_inputs()
         sets = [case.make_inputs() for _ in range(sets_n)]
         case.fn(warm)
@@ -183,6 +184,7 @@ def evaluator_times(cases: list[Case], prims, flush_bytes: int) -> dict[str, dic
         record(end)
         sync()
         warmup, calls = plan_calls(elapsed(start, end), minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
+        calls = fit_calls_to_sets(calls, sets_n)
         run = time_calls(prims, case.fn, warm, sets, calls, warmup, flush_bytes)
         q1, med, q3 = statistics.quantiles(run.times_ms, n=4, method="inclusive")
         written = time_calls(prims, case.fn, warm, sets, calls, warmup, flush_bytes, flush_by_writing=True)

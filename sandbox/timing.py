@@ -151,6 +151,33 @@ def reuse_phase(sets: int, calls: int) -> tuple[list[bool], int]:
     return first, (max(1, sets // 2) if calls > sets else calls)
 
 
+REUSE_MIN_CALLS = 5  # fresh and reused calls each, in their shared phase, for the input-reuse check to decide
+
+
+def reuse_checkable(sets: int, calls: int) -> bool:
+    """Whether `calls` timed calls over `sets` input sets in `call_order` reuse a set and put at
+    least REUSE_MIN_CALLS fresh and reused calls in their shared phase, so the input-reuse check
+    (atrex_mcp.evaluate.timing_checks.input_reuse) can decide."""
+    if calls <= sets:
+        return False
+    first, phase = reuse_phase(sets, calls)
+    fresh = sum(first[phase:])
+    return fresh >= REUSE_MIN_CALLS and calls - phase - fresh >= REUSE_MIN_CALLS
+
+
+def fit_calls_to_sets(calls: int, sets: int) -> int:
+    """The timed calls to make over `sets` input sets when `calls` were planned: a set is timed
+    again only where the reuse check can then tell an output cache from honest work. With too
+    few sets for that (large inputs), one call per set; else enough reused calls to decide.
+    Before 2026-12-01 a shape with 2-8 sets timed 20 calls, 12-18 of them on reused sets, with
+    the check undecided: a candidate caching its output per input set was timed on cache hits."""
+    if calls <= sets or reuse_checkable(sets, calls):
+        return calls
+    if sets - max(1, sets // 2) < REUSE_MIN_CALLS:
+        return sets
+    return max(calls, sets + REUSE_MIN_CALLS)
+
+
 @dataclass
 class TimedRun:
     times_ms: list[float]

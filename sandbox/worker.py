@@ -24,7 +24,7 @@ import torch
 
 from sandbox import isolation, protocol
 from sandbox.tensor_files import IO_DIR, MAX_OUTPUT_TENSORS, TensorWriter, output_items
-from sandbox.timing import Primitives, _poison, plan_calls, storages, time_calls
+from sandbox.timing import Primitives, _poison, fit_calls_to_sets, plan_calls, storages, time_calls
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
 
@@ -232,6 +232,8 @@ class Worker:
             record(end)
             self._sync()
             warmup, calls = plan_calls(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
+            if msg.get("fit_to_sets"):
+                calls = fit_calls_to_sets(calls, len(sets))
             run = time_calls(PRIMS, fn, warm, sets, calls, warmup, msg["flush_bytes"])
         self.kept = run.kept
         return {"times_ms": run.times_ms, "synced_ms": run.synced_ms, "noop_gap_ms": run.noop_gap_ms, "wall_s": run.wall_s,

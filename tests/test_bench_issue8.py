@@ -108,7 +108,7 @@ def test_calibration_fits_the_per_shape_cost_to_the_shapes_traffic():
     truth = eval_cost.CostModel(shape_s=0.5, byte_s=3.5e-9, traffic=traffic)
     shapes = []
     for sid, t_ms in (("0", 0.1), ("1", 2.0), ("2", 40.0)):
-        full, timed = truth.calls(t_ms)
+        full, timed = truth.calls(t_ms, traffic["a"][sid])  # shape 2's 8 GB get 3 input sets, so 3 timed calls
         work = full * t_ms / 1e3 + truth.loop_overhead_s(timed) + truth.shape_s + truth.byte_s * traffic["a"][sid]
         shapes.append(shape(sid, t_ms, seconds={"correctness": 0.6 * work, "timing": 0.4 * work}))
     fitted = eval_cost.CostModel(traffic=traffic).calibrated([result("a", shapes)])
@@ -390,11 +390,15 @@ def test_plan_prints_every_operator_and_the_full_issue():
 def test_gpu_measurements_dry_run_on_cpu(tmp_path):
     for script, args in (("launch_floor.py", ["measure", "--out", str(tmp_path / "floor.json")]),
                          ("hbm_mix.py", ["--out", str(tmp_path / "hbm.json")]),
+                         ("reuse_cache_exploit.py", ["--shapes", "0", "--out", str(tmp_path / "reuse.json")]),
                          ("timing_accuracy.py", ["--cases", "scale_4KiB,gemm_2048,spin_10ms", "--out", str(tmp_path / "acc.json")])):
         proc = _script(str(BENCH / script), *args)
         assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "floor.json").read_text())["note"] == "not timed: no GPU"
     assert json.loads((tmp_path / "acc.json").read_text())["note"] == "not timed: no GPU"
+    reuse = json.loads((tmp_path / "reuse.json").read_text())
+    assert reuse["old_plan"] == "needs a GPU" and [(r["candidate"], r["correct"]) for r in reuse["evaluator"]] == \
+        [("exploit", True), ("eager", True)]  # the cache's values are right: only its timing is the attack
 
 
 # -- the GPU scripts' timing paths on a CPU timing backend ---------------------------------------

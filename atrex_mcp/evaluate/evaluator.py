@@ -37,7 +37,7 @@ from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
 from atrex_mcp.evaluate.session import Failure, Session, protected_roots
 from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
-from atrex_mcp.evaluate.transfer import OutputReader, OutputRejected, output_bytes
+from atrex_mcp.evaluate.transfer import OutputReader, OutputRejected, manifest_bytes, output_bytes
 from sandbox.launcher import Cancelled, LaunchSpec
 from sandbox.tensor_files import IO_DIR
 from sandbox.timing import _poison, call_order, digest, flush_bytes_for, reuse_phase
@@ -46,6 +46,8 @@ Progress = Callable[[str, float], None]
 
 CANDIDATE_FILE = "candidate.py"
 TIMING_INPUT_BUDGET_BYTES = 2 << 30  # fresh timing input sets kept on the GPU at once
+CHECKABLE_SETS = 10  # input sets that let the reuse check decide (sandbox.timing.reuse_checkable) ...
+TIMING_MEMORY_SHARE = 0.2  # ... for which the budget grows, up to this share of the GPU's memory
 MIN_TIMED_CALLS, MAX_TIMED_CALLS = 20, 200
 CHECKED_TIMED_SETS = 3
 CPU_HOST_MEMORY_BYTES = 8 << 30
@@ -60,6 +62,17 @@ def _select_shapes(problem: VisibleProblem, ids: list[str] | None) -> list[Shape
     if ids is None:
         return list(problem.scored_shapes)
     return [problem.shape(i) for i in ids]
+
+
+def timing_sets(set_bytes: int, device_memory_bytes: int | None) -> int:
+    """How many input sets a shape's timing loop gets, each holding `set_bytes` (inputs and the
+    output the loop keeps per set): as many as TIMING_INPUT_BUDGET_BYTES holds (up to one per
+    timed call), and for large inputs at least CHECKABLE_SETS where TIMING_MEMORY_SHARE of the
+    GPU holds them, so fewer shapes must give up reusing sets (sandbox.timing.fit_calls_to_sets)."""
+    set_bytes = max(set_bytes, 1)
+    share = int(TIMING_MEMORY_SHARE * device_memory_bytes) if device_memory_bytes else TIMING_INPUT_BUDGET_BYTES
+    budget = max(TIMING_INPUT_BUDGET_BYTES, min(CHECKABLE_SETS * set_bytes, share))
+    return int(max(2, min(MAX_TIMED_CALLS, budget // set_bytes)))
 
 
 def _input_checksums(inputs: dict[str, Any]) -> dict[str, int]:
@@ -198,7 +211,7 @@ class _Evaluation:
 
     # -- stages -----------------------------------------------------------------------------
     def correctness(self, session: Session, shape: Shape, result: ShapeResult) -> int | None:
-        """K fresh seeds; returns the input size in bytes when every seed matched."""
+        """K fresh seeds; returns the bytes of one input set and its output when every seed matched."""
         result.seeds = [self.seed() for _ in range(self.request.seeds)]
         t0 = time.perf_counter()
         stem = secrets.token_hex(6)
@@ -235,18 +248,18 @@ class _Evaluation:
             _release_cached_gpu_memory()
         result.seconds["reference_and_compare"] = time.perf_counter() - t1
         result.correct = True
-        return int(reply.get("input_bytes", 0))
+        return int(reply.get("input_bytes", 0)) + manifest_bytes(outputs[0])
 
-    def timing(self, session: Session, shape: Shape, result: ShapeResult, input_bytes: int) -> None:
+    def timing(self, session: Session, shape: Shape, result: ShapeResult, set_bytes: int) -> None:
         # One fresh set per timed call where memory allows, so no call sees inputs seen before.
-        sets = int(max(2, min(MAX_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES // max(input_bytes, 1))))
+        sets = timing_sets(set_bytes, self.device_info.memory_bytes)
         result.timing_seeds = [self.seed() for _ in range(sets + 1)]
         flush_bytes = flush_bytes_for(session.worker_device.get("l2_bytes"))
         t0 = time.perf_counter()
         with device.ClockSampler() as clocks:
             reply = session.call("time", {"shape": self.payload_shape(shape), "warmup_seed": result.timing_seeds[0],
                                           "seeds": result.timing_seeds[1:], "min_calls": MIN_TIMED_CALLS,
-                                          "max_calls": MAX_TIMED_CALLS, "flush_bytes": flush_bytes},
+                                          "max_calls": MAX_TIMED_CALLS, "flush_bytes": flush_bytes, "fit_to_sets": True},
                                  self.request.timeout_s, timeout_category=tx.OVER_TIME_BUDGET)
         request_wall = time.perf_counter() - t0
         result.seconds["timing"] = request_wall
@@ -264,8 +277,13 @@ class _Evaluation:
             result.integrity.append(tx.SIDE_STREAM_WORK)
         first_visit, phase = reuse_phase(sets, calls)
         reuse = timing_checks.input_reuse(per_call, first_visit, phase)
-        if reuse.detected:
+        if reuse.detected:  # a cache: its hits are not the kernel's time, so only first visits of a set count
             result.integrity.append(tx.INPUT_REUSE_SPEEDUP)
+            per_call = [t for t, fresh in zip(per_call, first_visit) if fresh]
+            result.timing_note = (f"timed on the {len(per_call)} calls on fresh input sets: calls on reused sets ran "
+                                  f"{reuse.reused_ms:.4g} ms against {reuse.fresh_ms:.4g} ms")
+        if calls > sets and not reuse.decided:  # the worker's loop plans by fit_calls_to_sets; this one did not
+            result.integrity.append(tx.REUSE_UNCHECKED)
         if reply.get("replaced"):
             result.integrity.append(tx.PRIMITIVES_REPLACED)
         if sum(times) / 1e3 > reply["wall_s"] * 1.05 + 1e-3 or reply["wall_s"] > request_wall:
@@ -533,8 +551,8 @@ class _Evaluation:
         if failure is not None:
             return _fail(result, failure)
         self.begin(index, "the correctness stage")
-        input_bytes = self.correctness(session, shape, result)
-        if input_bytes is not None:
+        set_bytes = self.correctness(session, shape, result)
+        if set_bytes is not None:
             if not self.cuda:
                 result.timing_note = "not timed: no GPU"
                 self.begin(index, "the integrity check")
@@ -543,7 +561,7 @@ class _Evaluation:
                 result.timing_note = "not timed: timing was not requested"
             elif session.ensure() is None:
                 self.begin(index, "the timing stage")
-                self.timing(session, shape, result, input_bytes)
+                self.timing(session, shape, result, set_bytes)
             if self.cuda and self.request.measure_dsl and result.correct and session.ensure() is None:
                 self.begin(index, "the profile")
                 self.profile(session, shape, result)

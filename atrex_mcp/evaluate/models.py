@@ -95,7 +95,7 @@ class ShapeResult(BaseModel):
     time_ms: float | None = Field(default=None, description="Median time per call; null when not timed.")
     iqr_ms: float | None = Field(default=None, description="Interquartile range of the timed calls.")
     timing: TimingStats | None = Field(default=None, description="Timing conditions and spread.")
-    timing_note: str = Field(default="", description="Why time_ms is null, when it is.")
+    timing_note: str = Field(default="", description="Why time_ms is null; or, when it is set, which calls it was taken over if not all (only first visits of an input set, after calls on reused sets ran much faster).")
     dsl_share: float | None = Field(default=None, description="Share of device time in the candidate's own target-DSL kernels; null when not measured.")
     kernels: list[KernelTime] = Field(default_factory=list, description="Kernels of one profiled forward with their attribution.")
     score: float | None = Field(default=None, description="S_j = T_SOL / T_cand; above 1 is an evaluation error (see integrity), never clipped.")

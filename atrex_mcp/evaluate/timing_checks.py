@@ -13,6 +13,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from sandbox.timing import REUSE_MIN_CALLS
+
 # Side-stream work: the post-synchronisation gap beyond the no-op calibration must exceed all of these.
 SIDE_STREAM_MIN_US = 20.0
 SIDE_STREAM_MIN_FRACTION_OF_CALL = 0.5
@@ -22,7 +24,6 @@ SIDE_STREAM_MAJORITY = 0.6
 REUSE_MIN_EFFECT = 0.3  # relative: a cache skips most of the work, honest reuse gains a few %
 REUSE_MIN_US = 2.0
 REUSE_Z = 3.0
-REUSE_MIN_CALLS = 5  # per group; fewer fresh calls cannot decide
 # Host-bound: the host outran the GPU spin on more than this share of the timed calls.
 HOST_BOUND_SHARE = 0.5
 

@@ -143,5 +143,10 @@ class OutputReader:
         return tuple(tensors) if structure == "tuple" else tensors[0]
 
 
+def manifest_bytes(manifest: Any) -> int:
+    """Bytes of the output a manifest describes (raises OutputRejected when it is malformed)."""
+    return sum(math.prod(shape) * dtype.itemsize for _, dtype, shape in _entries(manifest)[1])
+
+
 def output_bytes(value: Any) -> int:
     return sum(t.numel() * t.element_size() for t in output_tensors(value) if isinstance(t, torch.Tensor))

@@ -1,0 +1,119 @@
+"""How many input sets and timed calls a shape gets, and what the timing stage does with a
+reply that reused sets: a set is timed again only where the reuse check can decide
+(`fit_calls_to_sets`), a reply that reused sets without that is voided, and when calls on
+reused sets ran much faster only first visits make the time. The stage runs here against a
+stand-in worker session; bench/reuse_cache_exploit.py runs the caching exploit on the H200."""
+
+from __future__ import annotations
+
+import pytest
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.evaluate.evaluator import (CHECKABLE_SETS, MAX_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES, TIMING_MEMORY_SHARE,
+                                          _Evaluation, timing_sets)
+from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
+from atrex_mcp.evaluate.session import Failure
+from atrex_mcp.evaluate.timing_checks import input_reuse
+from atrex_mcp.evaluate.transfer import OutputRejected, manifest_bytes
+from sandbox.timing import REUSE_MIN_CALLS, call_order, fit_calls_to_sets, reuse_checkable, reuse_phase
+
+GB = 10**9
+
+
+def test_a_set_is_timed_again_only_where_the_reuse_check_can_decide():
+    for sets in range(2, 210):
+        for planned in range(1, 260):
+            calls = fit_calls_to_sets(planned, sets)
+            first, phase = reuse_phase(sets, calls)
+            assert calls <= sets or input_reuse([1.0] * calls, first, phase).decided, (sets, planned, calls)
+            assert calls == planned or calls == sets or calls == sets + REUSE_MIN_CALLS, (sets, planned, calls)
+            assert reuse_checkable(sets, calls) == (calls > sets and input_reuse([1.0] * calls, first, phase).decided)
+
+
+@pytest.mark.parametrize(("sets", "planned", "expected"), [
+    (2, 20, 2),  # before: 20 calls, 19 on set 0, nothing decided
+    (8, 20, 8),  # 4 fresh calls in the shared phase: too few to compare
+    (9, 20, 20),
+    (17, 20, 22),  # 3 reused calls would be too few: 5 are made
+    (200, 200, 200),
+    (50, 20, 20),
+])
+def test_the_fitted_call_counts(sets, planned, expected):
+    calls = fit_calls_to_sets(planned, sets)
+    assert calls == expected
+    assert call_order(sets, calls)[:min(calls, sets)] == list(range(min(calls, sets))) or calls > sets
+
+
+def test_large_inputs_get_enough_sets_for_the_reuse_check_where_the_gpu_holds_them():
+    h200 = 141 * GB
+    assert timing_sets(1 << 20, h200) == MAX_TIMED_CALLS  # small shapes: one fresh set per call, as before
+    assert timing_sets(100 << 20, h200) == TIMING_INPUT_BUDGET_BYTES // (100 << 20)  # within the old budget: unchanged
+    assert timing_sets(1 * GB, h200) == CHECKABLE_SETS  # was 2
+    assert timing_sets(5 * GB, h200) == int(TIMING_MEMORY_SHARE * h200) // (5 * GB)  # capped by the GPU's memory share
+    assert timing_sets(80 * GB, h200) == 2  # never fewer than 2
+    assert timing_sets(1 * GB, None) == 2  # memory unknown: the old budget
+
+
+def test_a_manifest_says_how_many_bytes_its_output_holds():
+    manifest = {"structure": "tuple", "tensors": [{"dtype": "float32", "shape": [4, 8]}, {"dtype": "int8", "shape": [3]}]}
+    assert manifest_bytes(manifest) == 4 * 8 * 4 + 3
+    with pytest.raises(OutputRejected):
+        manifest_bytes({"structure": "tensor", "tensors": [{"dtype": "object", "shape": [1]}]})
+
+
+class _Session:
+    """Answers the timing stage's requests as a worker would, with a chosen `time` reply."""
+
+    worker_device = {"l2_bytes": 50 << 20}
+
+    def __init__(self, time_reply):
+        self.time_reply, self.sent = time_reply, []
+
+    def call(self, cmd, payload, timeout_s, timeout_category=None):
+        self.sent.append((cmd, payload))
+        if cmd == "time":
+            return self.time_reply(payload)
+        return Failure(tx.RUNTIME, tx.CRASH, "stand-in worker: no outputs to fetch")
+
+
+def _reply(calls, fresh_ms, reused_ms):
+    def reply(payload):
+        sets = len(payload["seeds"])
+        order = call_order(sets, calls)
+        seen, times = set(), []
+        for index in order:
+            times.append(reused_ms if index in seen else fresh_ms)
+            seen.add(index)
+        return {"times_ms": times, "synced_ms": [t + 0.01 for t in times], "noop_gap_ms": [0.01] * 50,
+                "wall_s": sum(times) / 1e3 + 0.5, "calls": calls, "warmup": 3, "kept": sorted(set(order)),
+                "digests": [[k, k] for k in order], "spin_us": 300.0, "host_us": [20.0] * calls, "replaced": []}
+    return reply
+
+
+def _timed(reply, sets):
+    evaluation = _Evaluation(EvalRequest(op="rms_norm", baseline="eager", shapes=["0"]), Catalog(), None, None)
+    session, result = _Session(reply), ShapeResult(id="0", correct=True)
+    evaluation.timing(session, evaluation.shapes[0], result, TIMING_INPUT_BUDGET_BYTES // sets)  # memory unknown on CPU
+    (cmd, payload), *_ = session.sent
+    assert cmd == "time" and payload["fit_to_sets"] is True and len(payload["seeds"]) == sets
+    return result
+
+
+def test_a_cache_on_reused_sets_is_timed_on_first_visits_only():
+    result = _timed(_reply(calls=40, fresh_ms=2.0, reused_ms=0.05), sets=20)
+    assert tx.INPUT_REUSE_SPEEDUP in result.integrity
+    assert result.timing.median_ms == pytest.approx(2.0) and result.timing.min_ms == pytest.approx(2.0)
+
+
+def test_an_honest_kernel_is_timed_on_every_call():
+    result = _timed(_reply(calls=41, fresh_ms=2.0, reused_ms=1.96), sets=20)  # 21 calls on reused sets
+    assert tx.INPUT_REUSE_SPEEDUP not in result.integrity and result.timing.reuse_compared
+    assert result.timing.median_ms == pytest.approx(1.96)
+
+
+def test_a_reply_that_reused_sets_the_check_cannot_judge_is_voided():
+    result = _timed(_reply(calls=20, fresh_ms=2.0, reused_ms=0.05), sets=3)  # the old plan: 17 of 20 calls on reused sets
+    assert tx.REUSE_UNCHECKED in result.integrity and not result.timing.reuse_compared
+    assert not result.correct and (result.stage, result.category) == (tx.PERFORMANCE, tx.TIMING_TAMPERED)
+    assert result.time_ms is None and result.timing_note == "time voided by an integrity failure"

@@ -71,6 +71,18 @@ def _ops(args: argparse.Namespace, catalog) -> list[str]:
     return catalog.names() if args.ops in (None, "all") else [o.strip() for o in args.ops.split(",") if o.strip()]
 
 
+def _shape_list(spec: str, ops: Sequence[str]) -> dict[str, list[str]]:
+    """{op: [shape ids]} from --shapes: a plain id for every operator in `ops`, OP:ID for one."""
+    chosen: dict[str, list[str]] = defaultdict(list)
+    for item in (part.strip() for part in spec.split(",")):
+        op, _, sid = item.rpartition(":")
+        if op and op not in ops:
+            raise SystemExit(f"--shapes {item}: {op} is not among the operators selected")
+        for target in ([op] if op else ops) if sid else ():
+            chosen[target].append(sid)
+    return dict(chosen)
+
+
 def _judged(dirs: Iterable[Path], ops: Sequence[str]) -> dict[str, list[str]]:
     """{op: [shape ids]} the runs in `dirs` judged (started and finished, right or wrong), of `ops`."""
     from atrex_mcp.evaluate.taxonomy import NOT_RUN
@@ -105,8 +117,7 @@ def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseli
     elif args.shapes in (None, "all"):
         chosen = {op: [s.id for s in catalog.visible(op).scored_shapes] for op in ops}
     else:
-        ids = [s.strip() for s in args.shapes.split(",") if s.strip()]
-        chosen = {op: ids for op in ops}
+        chosen = _shape_list(args.shapes, ops)
     chosen = {op: kept for op, ids in chosen.items() if (kept := [sid for sid in ids if sid not in done.get(op, ())])}
     return chosen, left
 
@@ -375,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                              "a few large ones) or spread (--per-op shapes per operator, evenly spaced by eager time)")
     common.add_argument("--per-op", type=int, default=5, help="shapes per operator for --select spread (default 5)")
     common.add_argument("--ops", help="comma-separated operators (default all)")
-    common.add_argument("--shapes", help="'all' (default) or comma-separated shape ids for every operator given")
+    common.add_argument("--shapes", help="'all' (default), or comma-separated shape ids for every operator given, or "
+                        "OP:ID items for one operator each")
     common.add_argument("--skip-judged", nargs="*", type=Path, default=[], metavar="DIR",
                         help="leave out shapes these earlier runs judged (resume a baseline over several device calls)")
     run_p = sub.add_parser("run", parents=[common], help="evaluate a baseline")

@@ -358,6 +358,17 @@ def test_selection_from_an_earlier_run_takes_exactly_its_judged_shapes(tmp_path,
     assert chosen == {"l2_norm": ["1"]}
 
 
+def test_shapes_take_plain_ids_for_every_operator_or_one_operator_each(catalog):
+    def chosen(shapes, ops):
+        args = argparse.Namespace(shapes_from=None, select=None, ops=ops, skip_judged=[], shapes=shapes)
+        return baselines.selection(args, catalog, {}, eval_cost.CostModel(), "eager")[0]
+
+    assert chosen("1,2", "l2_norm,mrope") == {"l2_norm": ["1", "2"], "mrope": ["1", "2"]}
+    assert chosen("l2_norm:3,mrope:0,l2_norm:5", None) == {"l2_norm": ["3", "5"], "mrope": ["0"]}
+    with pytest.raises(SystemExit, match="mrope is not among"):
+        chosen("mrope:0", "l2_norm")
+
+
 def test_skip_judged_resumes_a_baseline_without_judging_a_shape_twice(tmp_path, catalog):
     """Shapes an earlier run judged (right or wrong) are left out with that reason; a shape it
     lost is evaluated again, and combine does not call the skipped shapes lost."""

@@ -11,12 +11,14 @@ import pytest
 from atrex_mcp.catalog import Shape
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.timing_checks import side_stream
-from atrex_mcp.runs.evaluator_judge import CALLS_PER_ROUND, INPUT_SETS_PER_ROUND, ROUNDS, Round, check_side_streams, timing_round
+from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.runs.evaluator_judge import CALLS_PER_ROUND, ROUNDS, EvaluatorJudge, Round, check_side_streams, timing_round
 from atrex_mcp.runs.measure import MeasurementFailed
 
 
 class _Evaluation:
     request = SimpleNamespace(timeout_s=30.0)
+    device_info = SimpleNamespace(memory_bytes=141 * 10**9)
 
     def __init__(self):
         self.seeds = []
@@ -48,13 +50,20 @@ def _shape():
     return Shape(id="2", init={}, inputs={})
 
 
-def test_a_round_is_the_median_of_a_fixed_number_of_calls_on_fresh_inputs():
+def test_a_round_is_the_median_of_a_fixed_number_of_calls_each_on_its_own_fresh_inputs():
     evaluation, session = _Evaluation(), _Session(_reply([0.10, 0.30, 0.12, 0.11, 0.50]))
-    assert timing_round(evaluation, session, _shape(), "candidate", 24).median_ms == pytest.approx(0.12)
+    assert timing_round(evaluation, session, _shape(), "candidate", 24, 1 << 20).median_ms == pytest.approx(0.12)
     (cmd, payload), = session.sent
     assert cmd == "time" and payload["min_calls"] == payload["max_calls"] == 24
-    assert len(payload["seeds"]) == INPUT_SETS_PER_ROUND and payload["warmup_seed"] not in payload["seeds"]
+    assert len(payload["seeds"]) == 24 and payload["warmup_seed"] not in payload["seeds"]  # no set is timed twice
     assert payload["flush_bytes"] == 2 * (50 << 20)
+
+
+def test_a_round_of_a_large_shape_makes_one_call_per_set_the_gpu_holds():
+    session = _Session(_reply([5.0, 5.1]))
+    timing_round(_Evaluation(), session, _shape(), "candidate", 24, 20 * 10**9)  # 20 GB sets: the 2 the evaluator keeps at least
+    (_, payload), = session.sent
+    assert payload["min_calls"] == payload["max_calls"] == len(payload["seeds"]) == 2
 
 
 @pytest.mark.parametrize("reply, says", [
@@ -63,7 +72,7 @@ def test_a_round_is_the_median_of_a_fixed_number_of_calls_on_fresh_inputs():
 ])
 def test_a_round_refuses_what_the_full_timing_stage_would_refuse(reply, says):
     with pytest.raises(MeasurementFailed, match=says):
-        timing_round(_Evaluation(), _Session(reply), _shape(), "candidate", 24)
+        timing_round(_Evaluation(), _Session(reply), _shape(), "candidate", 24, 1 << 20)
 
 
 def _rounds(rng: random.Random, hidden_ms: float = 0.0, shifted: int | None = None) -> list[Round]:
@@ -93,3 +102,22 @@ def test_one_slow_round_of_an_honest_short_kernel_does_not_fail_the_pair():
 def test_work_left_on_another_stream_fails_the_pair():
     with pytest.raises(MeasurementFailed, match="another stream on shape 2"):
         check_side_streams("candidate", "2", _rounds(random.Random(1), hidden_ms=0.05))
+
+
+class _GateEvaluation:
+    """Passes correctness; its timing stage says what the evaluator says of an output cache."""
+
+    def correctness(self, session, shape, result):
+        return 1 << 20
+
+    def timing(self, session, shape, result, set_bytes):
+        result.time_ms = 1.0
+        result.integrity.append(tx.INPUT_REUSE_SPEEDUP)
+        result.timing_note = "timed on the 10 calls on fresh input sets: calls on reused sets ran 0.01 ms against 1 ms"
+
+
+def test_a_candidate_the_gate_found_faster_on_reused_inputs_gets_no_rounds():
+    sessions = [_Session(_reply([0.1] * 5)), _Session(_reply([0.1] * 5))]
+    with pytest.raises(MeasurementFailed, match="faster on inputs it has seen"):
+        EvaluatorJudge(catalog=None)._pairs([_GateEvaluation(), _GateEvaluation()], sessions, _shape(), lambda r: None)
+    assert all(not s.sent for s in sessions)  # not one round was timed

@@ -7,9 +7,11 @@
   shape: both run their correctness seeds (which also JIT-compiles them); the candidate then
   passes one full evaluator timing stage (fresh inputs, L2 flush, side-stream and primitive
   checks, timed outputs compared with the reference), so a kernel that games the timing never
-  gets a verdict; then `rounds` short paired rounds alternate A B, B A, A B, … Each round is
-  one worker `time` request: a few fresh input sets, the evaluator's warm-up, `calls` timed
-  calls each after the 2x L2 flush; its value is the median of those calls. Round k of A and of
+  gets a verdict (nor does one the stage found faster on input sets it had seen: a cache);
+  then `rounds` short paired rounds alternate A B, B A, A B, … Each round is one worker `time`
+  request: the evaluator's warm-up, then `calls` timed calls each on its own fresh input set
+  (fewer where the GPU cannot hold that many sets of the shape) after the 2x L2 flush; its value
+  is the median of those calls. No set is timed twice, so an output cache never hits. Round k of A and of
   B form one pair measured back to back, so clock and thermal drift cancel in the pair ratio,
   and many cheap rounds give the acceptance rule's bootstrap a tight interval. Work left on
   another stream is judged once per kernel and shape over all its rounds together
@@ -32,7 +34,8 @@ from pathlib import Path
 from atrex_mcp.catalog import Catalog, Shape
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import device as eval_device
-from atrex_mcp.evaluate.evaluator import _Evaluation, evaluate
+from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.evaluate.evaluator import _Evaluation, evaluate, timing_sets
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
 from atrex_mcp.evaluate.timing_checks import side_stream_pooled
@@ -43,8 +46,7 @@ from sandbox.launcher import Cancelled
 from sandbox.timing import flush_bytes_for
 
 ROUNDS = 16  # paired rounds per shape (the rule needs at least 10)
-CALLS_PER_ROUND = 24  # timed calls whose median is one round's value
-INPUT_SETS_PER_ROUND = 4  # fresh input sets each round rotates over
+CALLS_PER_ROUND = 24  # timed calls, each on its own fresh input set, whose median is one round's value
 CHECK_SEEDS = 3
 NAMES = ("accepted kernel", "candidate")
 
@@ -59,14 +61,18 @@ class Round:
     noop_gap_ms: list[float]
 
 
-def timing_round(evaluation: _Evaluation, session: Session, shape: Shape, name: str, calls: int) -> Round:
-    """One short timing round in a warm worker: `calls` timed calls on fresh inputs.
-    Raises MeasurementFailed when the worker fails or replaced a timing primitive (the
-    candidate's full timing stage checks these too; a round must not hide them)."""
-    seeds = [evaluation.seed() for _ in range(INPUT_SETS_PER_ROUND + 1)]
+def timing_round(evaluation: _Evaluation, session: Session, shape: Shape, name: str, calls: int, set_bytes: int) -> Round:
+    """One short timing round in a warm worker: `calls` timed calls, each on its own fresh input
+    set of `set_bytes` (inputs and output), fewer where the evaluator would hold fewer sets
+    (`timing_sets`). Until 2026-12-01 a round made 24 calls over 4 sets, so a candidate keeping
+    each set's output won its rounds on cache hits. Raises MeasurementFailed when the worker fails
+    or replaced a timing primitive (the candidate's full timing stage checks these too; a round
+    must not hide them)."""
+    sets = min(calls, timing_sets(set_bytes, evaluation.device_info.memory_bytes))
+    seeds = [evaluation.seed() for _ in range(sets + 1)]
     flush = flush_bytes_for(session.worker_device.get("l2_bytes"))
     reply = session.call("time", {"shape": evaluation.payload_shape(shape), "warmup_seed": seeds[0], "seeds": seeds[1:],
-                                  "min_calls": calls, "max_calls": calls, "flush_bytes": flush}, evaluation.request.timeout_s)
+                                  "min_calls": sets, "max_calls": sets, "flush_bytes": flush}, evaluation.request.timeout_s)
     if isinstance(reply, Failure):
         raise MeasurementFailed(f"the {name} on shape {shape.id}: {reply.category}: {reply.message[:500]}")
     if reply.get("replaced"):
@@ -132,24 +138,27 @@ class EvaluatorJudge:
 
     def _pairs(self, evaluations: list[_Evaluation], sessions: list[Session], shape: Shape, tick) -> PairedSamples:
         """Warm both kernels on `shape`, gate the candidate with a full timing stage, then alternate rounds."""
-        input_bytes = []
+        set_bytes = []
         for name, ev, session in zip(NAMES, evaluations, sessions):
             warm = ShapeResult(id=shape.id, correct=False)
             size = ev.correctness(session, shape, warm)
             if size is None:
                 raise MeasurementFailed(f"the {name} failed on shape {shape.id}: {warm.category}: {warm.message[:500]}")
-            input_bytes.append(size)
+            set_bytes.append(size)
         gate = ShapeResult(id=shape.id, correct=True)
-        evaluations[1].timing(sessions[1], shape, gate, input_bytes[1])
+        evaluations[1].timing(sessions[1], shape, gate, set_bytes[1])
         if gate.time_ms is None:
             why = gate.category or gate.timing_note or "no time"
             raise MeasurementFailed(f"the candidate's timing stage on shape {shape.id}: {why}: {gate.message[:500]}")
+        if tx.INPUT_REUSE_SPEEDUP in gate.integrity:
+            raise MeasurementFailed(f"the candidate's timing stage on shape {shape.id}: {gate.timing_note}; "
+                                    "a kernel that is faster on inputs it has seen is not compared")
         rounds: tuple[list[Round], list[Round]] = ([], [])
         for r in range(self.rounds):
             for k in ((0, 1) if r % 2 == 0 else (1, 0)):
                 if sessions[k].ensure() is not None:
                     raise MeasurementFailed(f"the {NAMES[k]}'s worker could not be restarted on shape {shape.id}")
-                rounds[k].append(timing_round(evaluations[k], sessions[k], shape, NAMES[k], self.calls))
+                rounds[k].append(timing_round(evaluations[k], sessions[k], shape, NAMES[k], self.calls, set_bytes[k]))
             tick(r + 1)
         for name, kernel_rounds in zip(NAMES, rounds):
             check_side_streams(name, shape.id, kernel_rounds)

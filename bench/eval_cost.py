@@ -171,7 +171,7 @@ class CostModel:
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
             shape_s=shape_s, byte_s=byte_s,
             compile_s=compile_s,
-            compile_by_op={**self.compile_by_op, **{op: _compile_fit(by_op.get(op, []), limit_from.get(op), compile_s)
+            compile_by_op={**self.compile_by_op, **{op: _compile_fit(by_op.get(op, []), limit_from.get(op), compile_s, self.stage_limit_s)
                                                     for op in by_op.keys() | limit_from.keys()}},
             compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
                              if first_compiles and compiles else self.compile_first_s),
@@ -193,15 +193,23 @@ class CompileFit(NamedTuple):
 
 
 def _compile_fit(observations: list[tuple[float | None, float]], limit_from_ms: float | None,
-                 default_s: float) -> CompileFit:
+                 default_s: float, limit_s: float) -> CompileFit:
     """Least squares over the observations with an eager time when there are 3 or more and the
-    slope comes out positive, else their median (`default_s`, the fitted all-operator median,
+    slope comes out positive. Else, where a shape ran into the stage limit (`limit_s`, from
+    `limit_from_ms` eager ms on), the line from the largest shape that compiled to that one:
+    c12 gave gated_delta_rule_update's T = 128-258 shapes 5-6 s by the one T = 1 shape (4.3 s)
+    and T = 258 ran past 120 s. Else their median (`default_s`, the fitted all-operator median,
     with none: an operator seen only running into the limit)."""
     known = [(t, c) for t, c in observations if t is not None]
     if len(known) >= 3 and len({t for t, _ in known}) > 1:
         slope, intercept = statistics.linear_regression([t for t, _ in known], [c for _, c in known])
         if slope > 0:
             return CompileFit(intercept, slope, limit_from_ms)
+    if known and limit_from_ms is not None:
+        t0, c0 = max(known)
+        if limit_from_ms > t0 and limit_s > c0:
+            slope = (limit_s - c0) / (limit_from_ms - t0)
+            return CompileFit(c0 - slope * t0, slope, limit_from_ms)
     return CompileFit(statistics.median(c for _, c in observations) if observations else default_s, 0.0, limit_from_ms)
 
 

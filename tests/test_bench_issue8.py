@@ -91,14 +91,16 @@ def test_calibration_fits_compile_time_to_the_shapes_eager_time_per_operator():
 def test_a_shape_that_ran_into_the_compile_limit_counts_at_the_limit_in_the_fit():
     """gated_delta_rule_update compiled T = 1 in 4 s and ran past 120 s at T = 512 and 3251: from
     the smallest shape that ran into the limit on, shapes are predicted at the limit instead of at
-    the one short shape's 4 s; shorter ones keep the fit."""
+    the one short shape's 4 s; shapes between the two lie on the line joining them."""
     eager = {"recurrent": {"0": 0.6, "14": 150.0, "17": 900.0}}
     timed_out = [shape(sid, correct=False).model_copy(update={"stage": "runtime", "category": "timeout", "time_ms": None,
                                                               "seconds": {"correctness": 120.0}}) for sid in ("14", "17")]
     compiled = shape("0", 0.03, seconds={"correctness": 4.5, "first_call_extra": 4.3, "timing": 0.5})
     fitted = eval_cost.CostModel(eager_ms=eager).calibrated([result("recurrent", [compiled, *timed_out], "torch-compile")])
-    assert fitted.compile_by_op["recurrent"] == (pytest.approx(4.3), 0.0, 150.0)
+    slope = (120.0 - 4.3) / (150.0 - 0.6)
+    assert fitted.compile_by_op["recurrent"] == (pytest.approx(4.3 - 0.6 * slope), pytest.approx(slope), 150.0)
     assert fitted.compile_seconds("recurrent", 0.6) == pytest.approx(4.3) and fitted.compile_seconds("recurrent", 150.0) == 120.0
+    assert fitted.compile_seconds("recurrent", 75.3) == pytest.approx((4.3 + 120.0) / 2)
 
 
 def test_calibration_fits_the_per_shape_cost_to_the_shapes_traffic():

@@ -4,8 +4,9 @@ planned and a run can leave out what will not fit (and say so).
 The model follows what `atrex_mcp.evaluate` does per shape (README "Timing"):
   correctness   K seeds in the worker + K reference calls on the trusted side
   timing        2 estimate calls, warm-up and timed calls as `sandbox.timing.plan_calls` picks them,
-                fitted to the shape's input sets (`fit_calls_to_sets`, sets from its traffic; each timed call also pays an L2 flush, the untimed GPU spin and a device synchronisation;
-                so do the loop's NOOP_CALIBRATION_CALLS no-op calls)
+                fitted to the shape's input sets (`fit_calls_to_sets`, sets from its traffic);
+                each timed call also pays an L2 flush, the untimed GPU spin and a device
+                synchronisation, and so do the loop's NOOP_CALIBRATION_CALLS no-op calls
   checks        CHECKED_TIMED_SETS reference calls for the timed outputs
   profile       2 calls (one untimed, one under torch.profiler)
 plus a cost per shape that grows with its traffic (input generation on both sides, outputs
@@ -171,8 +172,9 @@ class CostModel:
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
             shape_s=shape_s, byte_s=byte_s,
             compile_s=compile_s,
-            compile_by_op={**self.compile_by_op, **{op: _compile_fit(by_op.get(op, []), limit_from.get(op), compile_s, self.stage_limit_s)
-                                                    for op in by_op.keys() | limit_from.keys()}},
+            compile_by_op={**self.compile_by_op,
+                           **{op: _compile_fit(by_op.get(op, []), limit_from.get(op), compile_s, self.stage_limit_s)
+                              for op in by_op.keys() | limit_from.keys()}},
             compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
                              if first_compiles and compiles else self.compile_first_s),
             source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} timed shapes, "

@@ -11,10 +11,10 @@
   then `rounds` short paired rounds alternate A B, B A, A B, … Each round is one worker `time`
   request: the evaluator's warm-up, then `calls` timed calls each on its own fresh input set
   (fewer where the GPU cannot hold that many sets of the shape) after the 2x L2 flush; its value
-  is the median of those calls. No set is timed twice, so an output cache never hits. Round k of A and of
-  B form one pair measured back to back, so clock and thermal drift cancel in the pair ratio,
-  and many cheap rounds give the acceptance rule's bootstrap a tight interval. Work left on
-  another stream is judged once per kernel and shape over all its rounds together
+  is the median of those calls. No set is timed twice, so an output cache never hits. Round k
+  of A and of B form one pair measured back to back, so clock and thermal drift cancel in the
+  pair ratio, and many cheap rounds give the acceptance rule's bootstrap a tight interval. Work
+  left on another stream is judged once per kernel and shape over all its rounds together
   (`timing_checks.side_stream_pooled`): one round of 24 calls is too small a sample for the
   rule (an honest 15 µs rms_norm variant failed a single round on the H200 with a 23 µs gap).
 

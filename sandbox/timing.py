@@ -173,9 +173,8 @@ def fit_calls_to_sets(calls: int, sets: int) -> int:
     the check undecided: a candidate caching its output per input set was timed on cache hits."""
     if calls <= sets or reuse_checkable(sets, calls):
         return calls
-    if sets - max(1, sets // 2) < REUSE_MIN_CALLS:
-        return sets
-    return max(calls, sets + REUSE_MIN_CALLS)
+    more = max(calls, sets + REUSE_MIN_CALLS)
+    return more if reuse_checkable(sets, more) else sets
 
 
 @dataclass

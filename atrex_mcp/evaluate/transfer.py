@@ -66,6 +66,11 @@ def _entries(manifest: Any) -> tuple[str, list[tuple[str | None, torch.dtype, tu
     return structure, entries
 
 
+def _sizes(entries: list[tuple[str | None, torch.dtype, tuple[int, ...]]]) -> list[int]:
+    """Bytes of each tensor a checked manifest describes."""
+    return [math.prod(shape) * dtype.itemsize for _, dtype, shape in entries]
+
+
 def _read_exactly(directory: int, name: str, into: torch.Tensor) -> None:
     """Fill `into` (uint8) with the whole file, which must be exactly that long."""
     nbytes = into.numel()
@@ -121,7 +126,7 @@ class OutputReader:
         if not STEM.fullmatch(stem):
             raise ValueError(f"bad stem {stem!r}")  # chosen by this side: a bug here, not the candidate's
         structure, entries = _entries(manifest)
-        sizes = [math.prod(shape) * dtype.itemsize for _, dtype, shape in entries]
+        sizes = _sizes(entries)
         if sum(sizes) > max_bytes:
             raise OutputRejected(tx.WRONG_SHAPE, f"Output of {sum(sizes)} bytes exceeds {max_bytes} (far larger than the reference output).")
         offsets = [sum(-(-n // ALIGN) * ALIGN for n in sizes[:i]) for i in range(len(sizes))]
@@ -145,7 +150,7 @@ class OutputReader:
 
 def manifest_bytes(manifest: Any) -> int:
     """Bytes of the output a manifest describes (raises OutputRejected when it is malformed)."""
-    return sum(math.prod(shape) * dtype.itemsize for _, dtype, shape in _entries(manifest)[1])
+    return sum(_sizes(_entries(manifest)[1]))
 
 
 def output_bytes(value: Any) -> int:

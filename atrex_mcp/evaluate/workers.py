@@ -46,7 +46,7 @@ class CandidateWorker:
 
     def __init__(self, evaluation: _Evaluation, session: Session):
         self.evaluation, self.session = evaluation, session
-        self._input_bytes: dict[str, int] = {}
+        self._set_bytes: dict[str, int] = {}  # per shape: one input set and its output (sizes the timing sets)
 
     def _shape(self, shape_id: str):
         return self.evaluation.problem.shape(shape_id)
@@ -59,18 +59,18 @@ class CandidateWorker:
             raise CandidateFailed("the worker could not be restarted", failure)
         size = self.evaluation.correctness(self.session, self._shape(shape_id), result)
         if size is not None:
-            self._input_bytes[shape_id] = size
+            self._set_bytes[shape_id] = size
         return result
 
     def time(self, shape_id: str) -> ShapeResult:
         """The timing stage (GPU only), after a passed `check` of the same shape."""
-        if shape_id not in self._input_bytes:
+        if shape_id not in self._set_bytes:
             raise ValueError(f"shape {shape_id} has no passed check in this session; call check() first")
         failure = self.session.ensure()
         if failure is not None:
             raise CandidateFailed("the worker could not be restarted", failure)
         result = ShapeResult(id=shape_id, correct=True)
-        self.evaluation.timing(self.session, self._shape(shape_id), result, self._input_bytes[shape_id])
+        self.evaluation.timing(self.session, self._shape(shape_id), result, self._set_bytes[shape_id])
         return result
 
     def forwards(self, shape_id: str, calls: int, nvtx: str | None = NVTX_FORWARD) -> dict:

@@ -314,17 +314,18 @@ def table(args: argparse.Namespace) -> int:
     return 0
 
 
-def stopped_or_failed(dirs: Iterable[Path]) -> set[tuple[str, str]]:
-    """(op, shape) a run started or meant to start but did not judge, for a reason other than its
-    selection or budget (a failed batch), from the runs' run.json `not_run`. Every other shape
-    missing from all results was never part of any run's selection."""
+def stopped_or_failed(dirs: Iterable[Path]) -> set[tuple[str, str, str]]:
+    """(op, shape, baseline) a run of that baseline started or meant to start but did not judge,
+    for a reason other than its selection or budget (a failed batch), from the runs' run.json
+    `not_run`. Every other shape missing from all results was never part of any run's selection."""
     stopped = set()
     for d in dirs:
         path = d / "run.json"
         if path.is_file():
-            for entry in json.loads(path.read_text()).get("not_run", []):
+            run = json.loads(path.read_text())
+            for entry in run.get("not_run", []):
                 if not entry["reason"].startswith((LEFT_OUT, JUDGED_EARLIER, BUDGET_REASON)):
-                    stopped.add((entry["op"], entry["shape"]))
+                    stopped.add((entry["op"], entry["shape"], run.get("baseline")))
     return stopped
 
 
@@ -359,9 +360,9 @@ def combine(args: argparse.Namespace) -> int:
         if missing:  # in no run's result (never selected, or their batch failed): not run, said once
             parts[-1].shapes += [
                 ShapeResult(id=sid, correct=False, stage=tx.NOT_RUN,
-                            category=tx.NOT_RUN_DEADLINE if (op, sid) in stopped else tx.NOT_RUN_UNSELECTED,
+                            category=tx.NOT_RUN_DEADLINE if (op, sid, candidate) in stopped else tx.NOT_RUN_UNSELECTED,
                             message="Not judged: in none of the combined runs' results" +
-                                    (" (see their run.json not_run for why)." if (op, sid) in stopped else
+                                    (" (see their run.json not_run for why)." if (op, sid, candidate) in stopped else
                                      " (no run selected it, or its budget left it out)."))
                 for sid in missing]
         merged = merge_results(parts, scored)

@@ -517,10 +517,17 @@ def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_no
     assert by_id[ids[0]]["time_ms"] == 0.012 and by_id[ids[1]]["time_ms"] == 0.020
     assert all(by_id[i]["category"] == "not_run_unselected" for i in ids[2:]) and merged["partial"] == "selection"
     # a shape a run meant to judge but lost (its batch failed) is not called unselected
-    (late / "run.json").write_text(json.dumps({"not_run": [{"op": "mrope", "shape": ids[2], "reason": "batch error: worker died"},
-                                                           {"op": "mrope", "shape": ids[3], "reason": "budget: predicted 9 s, 1 s left"}]}))
-    baselines.combine(argparse.Namespace(dirs=[early, late], out=out, problems=None))
+    (late / "run.json").write_text(json.dumps({"baseline": "eager", "not_run": [
+        {"op": "mrope", "shape": ids[2], "reason": "batch error: worker died"},
+        {"op": "mrope", "shape": ids[3], "reason": "budget: predicted 9 s, 1 s left"}]}))
+    # a shape another baseline's run lost says nothing of this baseline's
+    other = tmp_path / "c"
+    other.mkdir()
+    (other / "run.json").write_text(json.dumps({"baseline": "torch-compile", "not_run": [
+        {"op": "mrope", "shape": ids[4], "reason": "batch error: worker died"}]}))
+    baselines.combine(argparse.Namespace(dirs=[early, late, other], out=out, problems=None))
     merged = json.loads((out / "mrope.eager.json").read_text())
     by_id = {s["id"]: s for s in merged["shapes"]}
     assert by_id[ids[2]]["category"] == "not_run_deadline" and by_id[ids[3]]["category"] == "not_run_unselected"
+    assert by_id[ids[4]]["category"] == "not_run_unselected"
     assert merged["partial"] == "deadline"

@@ -6,6 +6,7 @@ and shapes, within a time budget; the main table against the `h200` (datasheet) 
     python3 bench/baselines.py plan [--baseline both] [--select representative --budget-s 300] [--calibrate DIR…] [--gpus N]
     python3 bench/baselines.py run --baseline eager --out DIR [--ops a,b] [--shapes all|ID,…]
                                    [--select representative|spread [--per-op K]] [--shapes-from DIR] [--budget-s S] [--gpus N] [--seeds 5] [--timeout 120]
+                                   [--no-timing [--lanes-per-gpu K]]
     python3 bench/baselines.py table DIR… [--out PREFIX]
     python3 bench/baselines.py combine DIR… --out DIR    # runs made in several device calls, one result per operator
 
@@ -16,8 +17,13 @@ split, shapes with S > 0.9) and `table_<profile>.{md,json}`. Shapes the budget l
 listed in run.json's `not_run`, never silently dropped. `--shapes-from DIR` evaluates exactly
 the shapes another run judged, of --ops when given (it overrides --shapes/--select). Without a GPU every
 shape is evaluated for correctness and reported "not timed: no GPU" (a dry run).
+`--no-timing` makes a compile probe: compile and correctness only, several lanes per GPU
+allowed (`--lanes-per-gpu`; torch.compile runs single-threaded in the worker, so lanes on a
+many-core host barely slow each other). A probe's failures (a compile past the limit) are
+verdicts; a shape it passes still needs a timed run, and `--skip-judged` will not skip it.
 `combine` joins runs of the same baseline made in separate device calls: per operator and
-shape the latest judged result (a shape judged in no run stays not run, once).
+shape the latest judged result (a shape judged in no run stays not run, once; one that only
+passed a probe says so).
 """
 
 from __future__ import annotations
@@ -83,14 +89,18 @@ def _shape_list(spec: str, ops: Sequence[str]) -> dict[str, list[str]]:
     return dict(chosen)
 
 
-def _judged(dirs: Iterable[Path], ops: Sequence[str]) -> dict[str, list[str]]:
-    """{op: [shape ids]} the runs in `dirs` judged (started and finished, right or wrong), of `ops`."""
-    from atrex_mcp.evaluate.taxonomy import NOT_RUN
+def final_verdict(shape) -> bool:
+    """A shape's result is its verdict: judged (started and finished, right or wrong), and not a
+    pass from an untimed compile probe, which still lacks the timing."""
+    return shape.judged and not shape.untimed_pass
 
+
+def _judged(dirs: Iterable[Path], ops: Sequence[str]) -> dict[str, list[str]]:
+    """{op: [shape ids]} the runs in `dirs` gave a final verdict (see final_verdict), of `ops`."""
     judged: dict[str, list[str]] = defaultdict(list)
     for r in _load_results(dirs):
         if r.op in ops:
-            judged[r.op] += [s.id for s in r.shapes if s.stage != NOT_RUN and s.id not in judged[r.op]]
+            judged[r.op] += [s.id for s in r.shapes if final_verdict(s) and s.id not in judged[r.op]]
     return dict(judged)
 
 
@@ -202,15 +212,18 @@ def run(args: argparse.Namespace) -> int:
     times = load_reference_times()
     model = _cost_model(args, catalog, times)
     devices = gpu_devices(args.gpus)
-    chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices))
+    if args.lanes_per_gpu > 1 and not args.no_timing:
+        raise SystemExit("--lanes-per-gpu above 1 needs --no-timing: timed work never shares a GPU")
+    chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices) * args.lanes_per_gpu)
     jobs = jobs_for(chosen, times, model, args.baseline)
     request = {"baseline": args.baseline, "seeds": args.seeds, "hardware": "h200", "timeout_s": args.timeout,
-               "measure_dsl": not args.no_profile}
+               "measure_dsl": not args.no_profile and not args.no_timing, "timing": not args.no_timing}
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"[baselines] {args.baseline}: {len(jobs)} shapes of {len(chosen)} operators on {len(devices)} device(s) "
-          f"{devices}, predicted {predicted_seconds(jobs, model, args.baseline):.0f} s sequential, budget {args.budget_s} s", flush=True)
+          f"{devices} × {args.lanes_per_gpu} lane(s){' untimed' if args.no_timing else ''}, predicted "
+          f"{predicted_seconds(jobs, model, args.baseline):.0f} s sequential, budget {args.budget_s} s", flush=True)
     schedule = run_spread(jobs, devices, args.out / "parts", request, model.evaluation_s(args.baseline), args.budget_s,
-                          args.problems)
+                          args.problems, lanes_per_device=args.lanes_per_gpu)
     parts: dict[str, list] = defaultdict(list)
     for outcome in schedule.outcomes:
         if outcome.result_file:  # complete, or partial: stopped at the deadline with its finished shapes
@@ -223,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
         results.append(merged)
     not_run = left_out + schedule.not_run
     report = {"conditions": conditions(results), "baseline": args.baseline, "budget_s": args.budget_s, "devices": devices,
+              "timing": not args.no_timing, "lanes_per_gpu": args.lanes_per_gpu,
               "cost_model": model.describe(), "predicted_s": round(predicted_seconds(jobs, model, args.baseline), 1),
               "selection": chosen, "schedule": schedule.summary(), "not_run": not_run,
               "throughput": throughput_split(calibration_results([args.out])),
@@ -329,9 +343,24 @@ def stopped_or_failed(dirs: Iterable[Path]) -> set[tuple[str, str, str]]:
     return stopped
 
 
-def combine(args: argparse.Namespace) -> int:
+def _not_judged(shape_id: str, lost: bool, probed: bool):
+    """The combined entry of a shape no run gave a verdict: lost (a run meant to judge it, see
+    stopped_or_failed), passed only an untimed compile probe, or never selected."""
     from atrex_mcp.evaluate import taxonomy as tx
     from atrex_mcp.evaluate.models import ShapeResult
+
+    if probed:
+        message = "Not judged: it compiled and passed correctness in an untimed compile probe but was never timed."
+    elif lost:
+        message = "Not judged: in none of the combined runs' results (see their run.json not_run for why)."
+    else:
+        message = "Not judged: in none of the combined runs' results (no run selected it, or its budget left it out)."
+    return ShapeResult(id=shape_id, correct=False, stage=tx.NOT_RUN, message=message,
+                       category=tx.NOT_RUN_DEADLINE if lost or probed else tx.NOT_RUN_UNSELECTED)
+
+
+def combine(args: argparse.Namespace) -> int:
+    from atrex_mcp.evaluate import taxonomy as tx
     from atrex_mcp.evaluate.table import load_results
     from multi_gpu import merge_results
 
@@ -345,26 +374,23 @@ def combine(args: argparse.Namespace) -> int:
     for (op, candidate), results in sorted(by_op.items()):
         results.sort(key=lambda r: r.started_at)
         chosen: dict[str, tuple[int, Any]] = {}
+        probed: set[str] = set()  # passed an untimed compile probe; a verdict only once timed
         for k, r in enumerate(results):
             for shape in r.shapes:
-                if shape.judged or shape.id not in chosen:
+                if shape.untimed_pass:
+                    probed.add(shape.id)
+                elif shape.judged or shape.id not in chosen:
                     chosen[shape.id] = (k, shape)
+        scored = [s.id for s in catalog.visible(op).scored_shapes]
+        missing = [sid for sid in scored if sid not in chosen or (sid in probed and not chosen[sid][1].judged)]
         parts = []
         for k, r in enumerate(results):
             part = r.model_copy(deep=True)
-            part.shapes = [shape for shape_id, (j, shape) in chosen.items() if j == k]
-            if part.shapes:
+            part.shapes = [shape for shape_id, (j, shape) in chosen.items() if j == k and shape_id not in missing]
+            if part.shapes or (k == len(results) - 1 and not parts):  # the last run carries the unjudged if none else does
                 parts.append(part)
-        scored = [s.id for s in catalog.visible(op).scored_shapes]
-        missing = [sid for sid in scored if sid not in chosen]
         if missing:  # in no run's result (never selected, or their batch failed): not run, said once
-            parts[-1].shapes += [
-                ShapeResult(id=sid, correct=False, stage=tx.NOT_RUN,
-                            category=tx.NOT_RUN_DEADLINE if (op, sid, candidate) in stopped else tx.NOT_RUN_UNSELECTED,
-                            message="Not judged: in none of the combined runs' results" +
-                                    (" (see their run.json not_run for why)." if (op, sid, candidate) in stopped else
-                                     " (no run selected it, or its budget left it out)."))
-                for sid in missing]
+            parts[-1].shapes += [_not_judged(sid, (op, sid, candidate) in stopped, sid in probed) for sid in missing]
         merged = merge_results(parts, scored)
         unjudged = {s.category for s in merged.shapes if not s.judged}
         merged.partial = None if not unjudged else "selection" if unjudged == {tx.NOT_RUN_UNSELECTED} else "deadline"
@@ -396,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("--out", type=Path, required=True)
     run_p.add_argument("--shapes-from", type=Path, help="evaluate exactly the shapes this earlier run judged (of --ops when given)")
     run_p.add_argument("--timeout", type=float, default=120.0, help="seconds per shape and stage (default 120)")
+    run_p.add_argument("--no-timing", action="store_true",
+                       help="compile and correctness only (a compile probe): a shape that passes is not a verdict until a "
+                            "timed run judges it; its failures are")
+    run_p.add_argument("--lanes-per-gpu", type=int, default=1,
+                       help="untimed evaluations sharing each GPU (only with --no-timing; default 1)")
     run_p.add_argument("--no-profile", action="store_true",
                        help="skip the profiled forward per shape (a baseline's DSL share is 0 by definition; a candidate "
                             "evaluation includes it, so leave it on for the throughput figure)")

@@ -198,8 +198,9 @@ class GpuProcess:
     """One long-lived process pinned to one GPU through CUDA_VISIBLE_DEVICES; it evaluates
     batches sent as JSON lines and answers on a pipe of its own."""
 
-    def __init__(self, device: str, parts_dir: Path, request: dict[str, Any], problems: Path | None = None):
-        self.label, self.parts_dir, self.request = device, parts_dir, request
+    def __init__(self, device: str, parts_dir: Path, request: dict[str, Any], problems: Path | None = None,
+                 label: str | None = None):
+        self.label, self.parts_dir, self.request = label or device, parts_dir, request
         self._count = 0
         read_fd, write_fd = os.pipe()
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": device, "PYTHONUNBUFFERED": "1"}
@@ -249,10 +250,15 @@ def gpu_devices(count: int | None) -> list[str]:
 
 
 def run_spread(jobs: Sequence[Job], devices: Sequence[str], parts_dir: Path, request: dict[str, Any], batch_fixed_s: float,
-               deadline_s: float | None, problems: Path | None = None) -> Schedule:
-    """`run_jobs` over one GpuProcess per device; part results land in `parts_dir`."""
+               deadline_s: float | None, problems: Path | None = None, lanes_per_device: int = 1) -> Schedule:
+    """`run_jobs` over one GpuProcess per device (labelled by the device), or several per device
+    (labelled DEVICE-LANE) for untimed work only: timed work never shares a GPU, since another
+    process's kernels or host load would land in its times. Part results land in `parts_dir`."""
+    if lanes_per_device > 1 and request.get("timing", True):
+        raise ValueError("several lanes per GPU are for untimed evaluations (timing: false) only")
     parts_dir.mkdir(parents=True, exist_ok=True)
-    runners = [GpuProcess(d, parts_dir, request, problems) for d in devices]
+    runners = [GpuProcess(d, parts_dir, request, problems, label=d if lanes_per_device == 1 else f"{d}-{lane}")
+               for d in devices for lane in range(1, lanes_per_device + 1)]
     try:
         return run_jobs(jobs, runners, batch_fixed_s, deadline_s)
     finally:

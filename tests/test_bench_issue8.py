@@ -387,6 +387,50 @@ def test_skip_judged_resumes_a_baseline_without_judging_a_shape_twice(tmp_path, 
     assert baselines.stopped_or_failed([earlier]) == set()
 
 
+def _probe_pass(sid: str):
+    """A shape that compiled and passed correctness in an untimed compile probe."""
+    from atrex_mcp.evaluate.models import NOT_TIMED_BY_REQUEST
+
+    return shape(sid).model_copy(update={"timing_note": NOT_TIMED_BY_REQUEST})
+
+
+def test_a_compile_probe_gives_verdicts_only_for_the_shapes_it_fails(tmp_path, catalog):
+    """An untimed probe's compile timeout is a verdict; its pass is not: --skip-judged runs the
+    shape again, and combine neither lets the pass hide a timed result nor counts it correct."""
+    from atrex_mcp.catalog import Catalog
+
+    ids = [s.id for s in Catalog().visible("mrope").scored_shapes]
+    timed = write_run(tmp_path / "timed", [result("mrope", [shape(ids[0], 0.010)], started_at="2026-01-01T00:00:00+00:00")])
+    timeout = shape(ids[2], correct=False).model_copy(update={"stage": "runtime", "category": "timeout"})
+    probe = write_run(tmp_path / "probe", [result("mrope", [_probe_pass(ids[0]), _probe_pass(ids[1]), timeout],
+                                                  started_at="2026-01-02T00:00:00+00:00")])
+    args = argparse.Namespace(shapes_from=None, select=None, ops="mrope", skip_judged=[timed, probe], shapes="all")
+    chosen, left = baselines.selection(args, catalog, {}, eval_cost.CostModel(), "torch-compile")
+    assert ids[0] not in chosen["mrope"] and ids[2] not in chosen["mrope"] and ids[1] in chosen["mrope"]
+    assert {e["shape"] for e in left} == {ids[0], ids[2]}
+    out = tmp_path / "combined"
+    baselines.combine(argparse.Namespace(dirs=[timed, probe], out=out, problems=None))
+    by_id = {s["id"]: s for s in json.loads((out / "mrope.eager.json").read_text())["shapes"]}
+    assert by_id[ids[0]]["time_ms"] == 0.010 and by_id[ids[0]]["correct"]
+    assert by_id[ids[1]]["stage"] == "not_run" and not by_id[ids[1]]["correct"] and "untimed compile probe" in by_id[ids[1]]["message"]
+    assert by_id[ids[2]]["category"] == "timeout"
+    # a probe alone: no timed run of the operator at all
+    baselines.combine(argparse.Namespace(dirs=[probe], out=out, problems=None))
+    merged = json.loads((out / "mrope.eager.json").read_text())
+    assert not any(s["correct"] for s in merged["shapes"]) and merged["partial"] == "deadline"
+    assert len(merged["shapes"]) == len(ids)
+
+
+def test_lanes_sharing_a_gpu_are_refused_for_timed_work(tmp_path):
+    import multi_gpu
+
+    with pytest.raises(ValueError, match="untimed"):
+        multi_gpu.run_spread([], ["0"], tmp_path, {"baseline": "eager"}, 1.0, None, lanes_per_device=2)
+    proc = _script(str(BENCH / "baselines.py"), "run", "--baseline", "eager", "--ops", "mrope", "--shapes", "smoke",
+                   "--lanes-per-gpu", "2", "--out", str(tmp_path / "x"))
+    assert proc.returncode != 0 and "--no-timing" in proc.stderr
+
+
 # -- CPU dry runs of the scripts --------------------------------------------------------------
 
 def _script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -136,6 +136,16 @@ def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_
     assert merged.candidate == "eager" and merged.compiled
 
 
+def test_untimed_lanes_share_a_device_each_in_its_own_process(tmp_path):
+    """Compile probes: two lanes on one device, labelled apart, both pinned to that device."""
+    jobs = [Job("rms_norm", "smoke", 2.0), Job("silu_and_mul", "smoke", 1.0)]
+    schedule = multi_gpu.run_spread(jobs, ["0"], tmp_path / "parts", {"baseline": "eager", "seeds": 1, "timing": False},
+                                    batch_fixed_s=5.0, deadline_s=None, lanes_per_device=2)
+    assert schedule.workers == ["0-1", "0-2"] and {o.status for o in schedule.outcomes} == {"ok"}
+    assert {o.visible_devices for o in schedule.outcomes} == {"0"}
+    assert len({o.result_file for o in schedule.outcomes}) == 2
+
+
 def test_merging_a_batch_stopped_at_the_deadline_keeps_the_result_partial():
     from atrex_mcp.evaluate import taxonomy as tx
     from atrex_mcp.evaluate.models import ShapeResult

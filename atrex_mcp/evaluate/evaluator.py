@@ -34,7 +34,7 @@ from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.baselines import baseline_source
 from atrex_mcp.evaluate.compare import compare_outputs
 from atrex_mcp.evaluate.leakguard import LeakGuard
-from atrex_mcp.evaluate.models import EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
+from atrex_mcp.evaluate.models import NOT_TIMED_BY_REQUEST, EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
 from atrex_mcp.evaluate.session import Failure, Session, protected_roots
 from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
 from atrex_mcp.evaluate.transfer import OutputReader, OutputRejected, manifest_bytes, output_bytes
@@ -558,7 +558,7 @@ class _Evaluation:
                 self.begin(index, "the integrity check")
                 self.check_primitives(session, result)
             elif not self.request.timing:
-                result.timing_note = "not timed: timing was not requested"
+                result.timing_note = NOT_TIMED_BY_REQUEST
             elif session.ensure() is None:
                 self.begin(index, "the timing stage")
                 self.timing(session, shape, result, set_bytes)

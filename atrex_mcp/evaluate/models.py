@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field
 from atrex_mcp.errors import ErrorInfo
 from atrex_mcp.evaluate import taxonomy as tx
 
+NOT_TIMED_BY_REQUEST = "not timed: timing was not requested"
+
 Baseline = Literal["eager", "torch-compile"]
 
 
@@ -111,6 +113,12 @@ class ShapeResult(BaseModel):
     def judged(self) -> bool:
         """False for a shape the evaluation stopped before judging (stage not_run)."""
         return self.stage != tx.NOT_RUN
+
+    @property
+    def untimed_pass(self) -> bool:
+        """True for a shape that passed correctness in an evaluation that asked for no timing
+        (a compile probe): its verdict still lacks the performance stage."""
+        return self.correct and self.time_ms is None and self.timing_note == NOT_TIMED_BY_REQUEST
 
 
 class DeviceInfo(BaseModel):

@@ -8,7 +8,7 @@ and shapes, within a time budget; the main table against the `h200` (datasheet) 
                                    [--select representative|spread [--per-op K]] [--shapes-from DIR] [--budget-s S] [--gpus N] [--seeds 5] [--timeout 120]
                                    [--no-timing [--lanes-per-gpu K]]
     python3 bench/baselines.py table DIR… [--out PREFIX]
-    python3 bench/baselines.py combine DIR… --out DIR    # runs made in several device calls, one result per operator
+    python3 bench/baselines.py combine DIR… --out DIR [--exclude OP:ID,… --why TEXT]    # runs of several device calls, one result per operator
 
 `run` writes one EvalResult JSON per operator (`<op>.<baseline>.json`, as `atrex-mcp eval
 --out` names them, so `atrex-mcp score --baselines DIR` reads them), `run.json` (conditions,
@@ -343,20 +343,23 @@ def stopped_or_failed(dirs: Iterable[Path]) -> set[tuple[str, str, str]]:
     return stopped
 
 
-def _not_judged(shape_id: str, lost: bool, probed: bool):
-    """The combined entry of a shape no run gave a verdict: lost (a run meant to judge it, see
-    stopped_or_failed), passed only an untimed compile probe, or never selected."""
+def _not_judged(shape_id: str, lost: bool, probed: bool, excluded: str | None = None):
+    """The combined entry of a shape no run gave a verdict: its results set aside (--exclude,
+    with why), lost (a run meant to judge it, see stopped_or_failed), passed only an untimed
+    compile probe, or never selected."""
     from atrex_mcp.evaluate import taxonomy as tx
     from atrex_mcp.evaluate.models import ShapeResult
 
-    if probed:
+    if excluded is not None:
+        message = f"Not judged: its results were set aside when the runs were combined ({excluded})."
+    elif probed:
         message = "Not judged: it compiled and passed correctness in an untimed compile probe but was never timed."
     elif lost:
         message = "Not judged: in none of the combined runs' results (see their run.json not_run for why)."
     else:
         message = "Not judged: in none of the combined runs' results (no run selected it, or its budget left it out)."
     return ShapeResult(id=shape_id, correct=False, stage=tx.NOT_RUN, message=message,
-                       category=tx.NOT_RUN_DEADLINE if lost or probed else tx.NOT_RUN_UNSELECTED)
+                       category=tx.NOT_RUN_DEADLINE if lost or probed or excluded is not None else tx.NOT_RUN_UNSELECTED)
 
 
 def combine(args: argparse.Namespace) -> int:
@@ -366,6 +369,9 @@ def combine(args: argparse.Namespace) -> int:
 
     catalog = _catalog(args.problems)
     stopped = stopped_or_failed(args.dirs)
+    excluded = {(op, sid) for op, ids in _shape_list(args.exclude or "", catalog.names()).items() for sid in ids}
+    if excluded and not args.why:
+        raise SystemExit("--exclude needs --why: the combined result says why each set-aside shape has no verdict")
     by_op: dict[tuple[str, str], list] = defaultdict(list)
     for d in args.dirs:
         for r in load_results(d):
@@ -377,6 +383,8 @@ def combine(args: argparse.Namespace) -> int:
         probed: set[str] = set()  # passed an untimed compile probe; a verdict only once timed
         for k, r in enumerate(results):
             for shape in r.shapes:
+                if (op, shape.id) in excluded:
+                    continue
                 if shape.untimed_pass:
                     probed.add(shape.id)
                 elif shape.judged or shape.id not in chosen:
@@ -390,7 +398,8 @@ def combine(args: argparse.Namespace) -> int:
             if part.shapes or (k == len(results) - 1 and not parts):  # the last run carries the unjudged if none else does
                 parts.append(part)
         if missing:  # in no run's result (never selected, or their batch failed): not run, said once
-            parts[-1].shapes += [_not_judged(sid, (op, sid, candidate) in stopped, sid in probed) for sid in missing]
+            parts[-1].shapes += [_not_judged(sid, (op, sid, candidate) in stopped, sid in probed,
+                                             args.why if (op, sid) in excluded else None) for sid in missing]
         merged = merge_results(parts, scored)
         unjudged = {s.category for s in merged.shapes if not s.judged}
         merged.partial = None if not unjudged else "selection" if unjudged == {tx.NOT_RUN_UNSELECTED} else "deadline"
@@ -444,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     combine_p.add_argument("dirs", nargs="+", type=Path)
     combine_p.add_argument("--out", type=Path, required=True)
     combine_p.add_argument("--problems", type=Path)
+    combine_p.add_argument("--exclude", help="OP:ID,… whose results are set aside (listed as not judged, with --why)")
+    combine_p.add_argument("--why", help="why the --exclude shapes have no verdict (written into each)")
     combine_p.set_defaults(func=combine)
     args = parser.parse_args(argv)
     return args.func(args)

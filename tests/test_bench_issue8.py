@@ -409,13 +409,20 @@ def test_a_compile_probe_gives_verdicts_only_for_the_shapes_it_fails(tmp_path, c
     assert ids[0] not in chosen["mrope"] and ids[2] not in chosen["mrope"] and ids[1] in chosen["mrope"]
     assert {e["shape"] for e in left} == {ids[0], ids[2]}
     out = tmp_path / "combined"
-    baselines.combine(argparse.Namespace(dirs=[timed, probe], out=out, problems=None))
+    baselines.combine(argparse.Namespace(dirs=[timed, probe], out=out, problems=None, exclude=None, why=None))
     by_id = {s["id"]: s for s in json.loads((out / "mrope.eager.json").read_text())["shapes"]}
     assert by_id[ids[0]]["time_ms"] == 0.010 and by_id[ids[0]]["correct"]
     assert by_id[ids[1]]["stage"] == "not_run" and not by_id[ids[1]]["correct"] and "untimed compile probe" in by_id[ids[1]]["message"]
     assert by_id[ids[2]]["category"] == "timeout"
+    # a verdict set aside when combining (a probe timeout too close to the limit) says why
+    with pytest.raises(SystemExit, match="--why"):
+        baselines.combine(argparse.Namespace(dirs=[timed, probe], out=out, problems=None, exclude=f"mrope:{ids[2]}", why=None))
+    baselines.combine(argparse.Namespace(dirs=[timed, probe], out=out, problems=None, exclude=f"mrope:{ids[2]}",
+                                         why="timed out in a probe within the lanes' slow-down of the limit"))
+    set_aside = {s["id"]: s for s in json.loads((out / "mrope.eager.json").read_text())["shapes"]}[ids[2]]
+    assert set_aside["stage"] == "not_run" and "lanes' slow-down" in set_aside["message"]
     # a probe alone: no timed run of the operator at all
-    baselines.combine(argparse.Namespace(dirs=[probe], out=out, problems=None))
+    baselines.combine(argparse.Namespace(dirs=[probe], out=out, problems=None, exclude=None, why=None))
     merged = json.loads((out / "mrope.eager.json").read_text())
     assert not any(s["correct"] for s in merged["shapes"]) and merged["partial"] == "deadline"
     assert len(merged["shapes"]) == len(ids)
@@ -554,7 +561,7 @@ def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_no
     stopped.correct, stopped.stage, stopped.category = False, "not_run", "not_run_deadline"
     late = write_run(tmp_path / "b", [result("mrope", [shape(ids[0], 0.012), stopped], started_at="2026-01-02T00:00:00+00:00")])
     out = tmp_path / "combined"
-    baselines.combine(argparse.Namespace(dirs=[early, late], out=out, problems=None))
+    baselines.combine(argparse.Namespace(dirs=[early, late], out=out, problems=None, exclude=None, why=None))
     merged = json.loads((out / "mrope.eager.json").read_text())
     by_id = {s["id"]: s for s in merged["shapes"]}
     assert [s["id"] for s in merged["shapes"]] == ids
@@ -569,7 +576,7 @@ def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_no
     other.mkdir()
     (other / "run.json").write_text(json.dumps({"baseline": "torch-compile", "not_run": [
         {"op": "mrope", "shape": ids[4], "reason": "batch error: worker died"}]}))
-    baselines.combine(argparse.Namespace(dirs=[early, late, other], out=out, problems=None))
+    baselines.combine(argparse.Namespace(dirs=[early, late, other], out=out, problems=None, exclude=None, why=None))
     merged = json.loads((out / "mrope.eager.json").read_text())
     by_id = {s["id"]: s for s in merged["shapes"]}
     assert by_id[ids[2]]["category"] == "not_run_deadline" and by_id[ids[3]]["category"] == "not_run_unselected"

@@ -212,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
     times = load_reference_times()
     model = _cost_model(args, catalog, times)
     devices = gpu_devices(args.gpus)
+    if args.lanes_per_gpu < 1:
+        raise SystemExit(f"--lanes-per-gpu must be at least 1, not {args.lanes_per_gpu}")
     if args.lanes_per_gpu > 1 and not args.no_timing:
         raise SystemExit("--lanes-per-gpu above 1 needs --no-timing: timed work never shares a GPU")
     chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices) * args.lanes_per_gpu)

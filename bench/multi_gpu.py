@@ -8,6 +8,9 @@ keeps worker starts few while the largest-first order keeps the GPUs' finishing 
 (longest-processing-time scheduling). An idle process simply takes the next batch, so a GPU
 that drew short jobs steals the work a slower one has not reached.
 
+Untimed evaluations (compile probes) may run several processes ("lanes") per GPU; timed ones
+never share a GPU.
+
 A deadline is honoured twice: a batch is handed out only when its predicted cost fits the
 time left, and a batch still running at the deadline is stopped by the evaluation's own
 `deadline_s` (its worker killed), keeping the shapes it finished. Every job that did not run is
@@ -254,6 +257,8 @@ def run_spread(jobs: Sequence[Job], devices: Sequence[str], parts_dir: Path, req
     """`run_jobs` over one GpuProcess per device (labelled by the device), or several per device
     (labelled DEVICE-LANE) for untimed work only: timed work never shares a GPU, since another
     process's kernels or host load would land in its times. Part results land in `parts_dir`."""
+    if lanes_per_device < 1:
+        raise ValueError(f"lanes_per_device must be at least 1, not {lanes_per_device}")
     if lanes_per_device > 1 and request.get("timing", True):
         raise ValueError("several lanes per GPU are for untimed evaluations (timing: false) only")
     parts_dir.mkdir(parents=True, exist_ok=True)

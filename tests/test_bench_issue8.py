@@ -433,6 +433,8 @@ def test_lanes_sharing_a_gpu_are_refused_for_timed_work(tmp_path):
 
     with pytest.raises(ValueError, match="untimed"):
         multi_gpu.run_spread([], ["0"], tmp_path, {"baseline": "eager"}, 1.0, None, lanes_per_device=2)
+    with pytest.raises(ValueError, match="at least 1"):
+        multi_gpu.run_spread([], ["0"], tmp_path, {"baseline": "eager", "timing": False}, 1.0, None, lanes_per_device=0)
     proc = _script(str(BENCH / "baselines.py"), "run", "--baseline", "eager", "--ops", "mrope", "--shapes", "smoke",
                    "--lanes-per-gpu", "2", "--out", str(tmp_path / "x"))
     assert proc.returncode != 0 and "--no-timing" in proc.stderr

@@ -197,11 +197,20 @@ def conditions(results: Sequence) -> dict[str, Any]:
             "max_sm_clock_mhz": device.max_sm_clock_mhz if device else None}
 
 
+def untimed_run(directory: Path) -> bool:
+    """A compile probe's run directory (run.json says timing: false)."""
+    path = directory / "run.json"
+    return path.is_file() and json.loads(path.read_text()).get("timing") is False
+
+
 def _cost_model(args: argparse.Namespace, catalog, times) -> CostModel:
-    """The cost model for these options: per-shape traffic from the catalog, refitted on --calibrate runs."""
+    """The cost model for these options: per-shape traffic from the catalog, refitted on the
+    --calibrate runs that timed (a probe's lanes share the host and it times nothing, so its
+    seconds would teach the model the wrong costs)."""
     model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog), eager_ms=times,
                       stage_limit_s=getattr(args, "timeout", CostModel.stage_limit_s))
-    return model.calibrated(calibration_results(args.calibrate)) if args.calibrate else model
+    timed = [d for d in args.calibrate if not untimed_run(d)]
+    return model.calibrated(calibration_results(timed)) if timed else model
 
 
 def run(args: argparse.Namespace) -> int:

@@ -428,6 +428,17 @@ def test_a_compile_probe_gives_verdicts_only_for_the_shapes_it_fails(tmp_path, c
     assert len(merged["shapes"]) == len(ids)
 
 
+def test_a_compile_probe_does_not_calibrate_the_cost_model(tmp_path):
+    """A probe run times nothing and its lanes share the host: --calibrate leaves it out."""
+    probe = write_run(tmp_path / "probe", [result("mrope", [_probe_pass("0")], overhead=Overhead(worker_start_s=99.0, total_s=120.0))])
+    (probe / "run.json").write_text(json.dumps({"baseline": "eager", "timing": False}))
+    timed = write_run(tmp_path / "timed", [result("mrope", [shape("0", 0.01)])])
+    (timed / "run.json").write_text(json.dumps({"baseline": "eager", "timing": True}))
+    assert baselines.untimed_run(probe) and not baselines.untimed_run(timed) and not baselines.untimed_run(tmp_path)
+    args = argparse.Namespace(seeds=5, calibrate=[probe])
+    assert baselines._cost_model(args, Catalog(), {}) == baselines._cost_model(argparse.Namespace(seeds=5, calibrate=[]), Catalog(), {})
+
+
 def test_lanes_sharing_a_gpu_are_refused_for_timed_work(tmp_path):
     import multi_gpu
 

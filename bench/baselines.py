@@ -215,16 +215,16 @@ def _cost_model(args: argparse.Namespace, catalog, times) -> CostModel:
 
 def run(args: argparse.Namespace) -> int:
     from atrex_mcp.evaluate.models import EvalResult
-    from multi_gpu import gpu_devices, merge_results, run_spread
+    from multi_gpu import check_lanes, gpu_devices, merge_results, run_spread
 
     catalog = _catalog(args.problems)
     times = load_reference_times()
     model = _cost_model(args, catalog, times)
     devices = gpu_devices(args.gpus)
-    if args.lanes_per_gpu < 1:
-        raise SystemExit(f"--lanes-per-gpu must be at least 1, not {args.lanes_per_gpu}")
-    if args.lanes_per_gpu > 1 and not args.no_timing:
-        raise SystemExit("--lanes-per-gpu above 1 needs --no-timing: timed work never shares a GPU")
+    try:
+        check_lanes(args.lanes_per_gpu, timed=not args.no_timing)
+    except ValueError as exc:
+        raise SystemExit(f"--lanes-per-gpu {args.lanes_per_gpu}: {exc} (timed work never shares a GPU; lanes need --no-timing)")
     chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices) * args.lanes_per_gpu)
     jobs = jobs_for(chosen, times, model, args.baseline)
     request = {"baseline": args.baseline, "seeds": args.seeds, "hardware": "h200", "timeout_s": args.timeout,
@@ -408,7 +408,7 @@ def combine(args: argparse.Namespace) -> int:
             part.shapes = [shape for shape_id, (j, shape) in chosen.items() if j == k and shape_id not in missing]
             if part.shapes or (k == len(results) - 1 and not parts):  # the last run carries the unjudged if none else does
                 parts.append(part)
-        if missing:  # in no run's result (never selected, or their batch failed): not run, said once
+        if missing:  # no verdict in any run (never selected, lost, only probed, or set aside): not run, said once
             parts[-1].shapes += [_not_judged(sid, (op, sid, candidate) in stopped, sid in probed,
                                              args.why if (op, sid) in excluded else None) for sid in missing]
         merged = merge_results(parts, scored)

@@ -252,15 +252,21 @@ def gpu_devices(count: int | None) -> list[str]:
     return ids[: count or len(ids)]
 
 
+def check_lanes(lanes_per_device: int, timed: bool) -> None:
+    """Raises ValueError unless `lanes_per_device` processes may share each GPU: at least one,
+    and more only for untimed work."""
+    if lanes_per_device < 1:
+        raise ValueError(f"lanes_per_device must be at least 1, not {lanes_per_device}")
+    if lanes_per_device > 1 and timed:
+        raise ValueError("several lanes per GPU are for untimed evaluations (timing: false) only")
+
+
 def run_spread(jobs: Sequence[Job], devices: Sequence[str], parts_dir: Path, request: dict[str, Any], batch_fixed_s: float,
                deadline_s: float | None, problems: Path | None = None, lanes_per_device: int = 1) -> Schedule:
     """`run_jobs` over one GpuProcess per device (labelled by the device), or several per device
     (labelled DEVICE-LANE) for untimed work only: timed work never shares a GPU, since another
     process's kernels or host load would land in its times. Part results land in `parts_dir`."""
-    if lanes_per_device < 1:
-        raise ValueError(f"lanes_per_device must be at least 1, not {lanes_per_device}")
-    if lanes_per_device > 1 and request.get("timing", True):
-        raise ValueError("several lanes per GPU are for untimed evaluations (timing: false) only")
+    check_lanes(lanes_per_device, timed=request.get("timing", True))
     parts_dir.mkdir(parents=True, exist_ok=True)
     runners = [GpuProcess(d, parts_dir, request, problems, label=d if lanes_per_device == 1 else f"{d}-{lane}")
                for d in devices for lane in range(1, lanes_per_device + 1)]

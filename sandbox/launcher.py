@@ -88,6 +88,7 @@ class LaunchSpec:
     abstract_unix: bool = False
     extra_rules: dict[str, int] = field(default_factory=dict)  # more Landlock paths (path → rights), never a protected root
     file_size_bytes: int = 16 << 30
+    output_fd: int | None = None  # the output arena (sandbox.handoff) every worker of this spec inherits
     start_timeout_s: float = 180.0
     # Off only to diagnose a machine where Landlock breaks the DSL toolchain: ATREX_SANDBOX_LANDLOCK=0.
     landlock: bool = field(default_factory=lambda: os.environ.get("ATREX_SANDBOX_LANDLOCK", "1") != "0")
@@ -309,7 +310,7 @@ class Worker:
         env.update(self.spec.env)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        config = {"sys_path": sys_path, "req_fd": req_r, "resp_fd": resp_w}
+        config = {"sys_path": sys_path, "req_fd": req_r, "resp_fd": resp_w, "output_fd": self.spec.output_fd}
         argv = [*self.spec.wrapper, sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(config)]
         kwargs: dict[str, Any] = {}
         if self.plan["prefix"]:
@@ -320,10 +321,10 @@ class Worker:
         elif self.plan["drop_uid"]:
             kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
         t0 = time.perf_counter()
+        inherited = (req_r, resp_w) if self.spec.output_fd is None else (req_r, resp_w, self.spec.output_fd)
         try:
             self.proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, pass_fds=(req_r, resp_w), start_new_session=True,
-                                         **kwargs)
+                                         stderr=subprocess.STDOUT, pass_fds=inherited, start_new_session=True, **kwargs)
         finally:
             os.close(req_r)
             os.close(resp_w)

@@ -3,7 +3,7 @@ messages over a pair of pipes (never stdout, which the candidate may write to).
 
 Every request carries a fresh nonce that the reply must echo, so a line the candidate writes
 into the pipe at import time cannot pass for the answer to a later request. Tensors never
-travel here: they go through files in the scratch directory (sandbox.tensor_files).
+travel here: they go through the output arena the two processes share (sandbox.handoff).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from sandbox.tensor_files import flat_bytes, output_tensors
+from sandbox.handoff import flat_bytes, output_tensors
 
 WATCHED = (
     "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",

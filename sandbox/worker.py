@@ -3,9 +3,10 @@
 Started by sandbox.launcher as `python -I -B -c <bootstrap> CONFIG`, in its own session, in
 a scratch directory that holds the candidate and the visible problem files. It imports what
 it needs, captures the timing primitives, restricts itself (sandbox.isolation), and only
-then imports the candidate. It answers requests on a pipe; tensors go out as raw files in the
-scratch directory (sandbox.tensor_files). It never sees a reference output, a roofline or a
-score: every verdict is made by the trusted side from what this process writes.
+then imports the candidate. It answers requests on a pipe; outputs go out as raw bytes in the
+output arena the trusted side shares with it (sandbox.handoff). It never sees a reference
+output, a roofline or a score: every verdict is made by the trusted side from what this process
+hands over.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from sandbox import isolation, protocol
-from sandbox.tensor_files import IO_DIR, MAX_OUTPUT_TENSORS, TensorWriter, output_items
+from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaWriter, output_items
 from sandbox.timing import Primitives, _poison, fit_calls_to_sets, plan_calls, storages, time_calls
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
@@ -82,7 +83,7 @@ class Worker:
     def __init__(self, config: dict[str, Any]):
         self.req_fd, self.resp_fd = config["req_fd"], config["resp_fd"]
         self.scratch = Path.cwd()
-        self.writer = TensorWriter(self.scratch / IO_DIR)
+        self.writer = ArenaWriter(config.get("output_fd"), cuda=False)  # told the device by init
         self.device = "cpu"
         self.make_inputs = None
         self.model_cls = None
@@ -93,6 +94,7 @@ class Worker:
     def init(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         self.device = msg["device"]
+        self.writer.cuda = self.device == "cuda"
         versions = {"python": sys.version.split()[0], "torch": torch.__version__}
         try:
             import triton  # noqa: F401  (imported before the sandbox closes, like torch)
@@ -194,25 +196,23 @@ class Worker:
             PRIMS["torch.cuda.synchronize"]()
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Correctness calls: one fresh input set per seed, each output written for the trusted side."""
-        shape, manifests, checksums, seconds = msg["shape"], [], [], []
+        """One correctness call on the input set of `seed`; its output goes into the arena.
+        The trusted side asks seed by seed, judging each output before the next call."""
+        shape = msg["shape"]
         model = self._model(shape)
-        input_bytes = 0
-        for k, seed in enumerate(msg["seeds"]):
-            inputs = self._inputs(shape, seed)
-            input_bytes = _input_bytes(inputs)
-            checksums.append(_checksums(inputs))
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out = model(**inputs)
-            self._sync()
-            seconds.append(time.perf_counter() - t0)
-            _check_output(out, self.device)
-            manifests.append(self.writer.write(out, f"{msg['stem']}_{k}"))
-            _poison(out, storages(inputs))
-            del out, inputs
+        inputs = self._inputs(shape, msg["seed"])
+        checksums, input_bytes = _checksums(inputs), _input_bytes(inputs)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model(**inputs)
+        self._sync()
+        seconds = time.perf_counter() - t0
+        _check_output(out, self.device)
+        manifest = self.writer.write(out, msg["arena_bytes"])
+        _poison(out, storages(inputs))
+        del out, inputs
         self._release_cache()
-        return {"outputs": manifests, "checksums": checksums, "call_s": seconds, "input_bytes": input_bytes}
+        return {"output": manifest, "checksums": checksums, "call_s": seconds, "input_bytes": input_bytes}
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         shape = msg["shape"]
@@ -241,17 +241,26 @@ class Worker:
                 "spin_us": run.spin_us, "host_us": run.host_us, "replaced": PRIMS.replaced()}
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Write the kept outputs of the requested timed input sets, then drop them all."""
-        outputs = {}
-        for index in msg["sets"]:
-            if index in self.kept:
-                _check_output(self.kept[index], self.device)
-                outputs[str(index)] = self.writer.write(self.kept[index], f"{msg['stem']}_{index}")
+        """Hand over the kept output of one timed input set (none if it was not kept), after
+        dropping every kept output the trusted side will not ask for (`keep`)."""
+        dropped = [index for index in self.kept if index not in msg["keep"]]
+        for index in dropped:
+            _poison(self.kept.pop(index), set())
+        if dropped:
+            self._release_cache()
+        kept = self.kept.get(msg["set"])
+        if kept is None:
+            return {"output": None}
+        _check_output(kept, self.device)
+        return {"output": self.writer.write(kept, msg["arena_bytes"])}
+
+    def release(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Drop the timed outputs once the trusted side has fetched what it checks."""
         for out in self.kept.values():
             _poison(out, set())
         self.kept = {}
         self._release_cache()
-        return {"outputs": outputs}
+        return {}
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One forward under the profiler: device time per kernel name."""
@@ -305,7 +314,7 @@ class Worker:
     # -- loop -------------------------------------------------------------------------------
     def serve(self) -> None:
         handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
-                    "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity}
+                    "release": self.release, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity}
         while True:
             try:
                 msg = protocol.receive(self.req_fd)

@@ -468,13 +468,14 @@ def test_gpu_measurements_dry_run_on_cpu(tmp_path):
     for script, args in (("launch_floor.py", ["measure", "--out", str(tmp_path / "floor.json")]),
                          ("hbm_mix.py", ["--out", str(tmp_path / "hbm.json")]),
                          ("reuse_cache_exploit.py", ["--shapes", "0", "--out", str(tmp_path / "reuse.json")]),
-                         ("scratch_transfer.py", ["--dirs", str(tmp_path), "--out", str(tmp_path / "transfer.json")]),
+                         ("handoff_cost.py", ["--out", str(tmp_path / "transfer.json")]),
                          ("timing_accuracy.py", ["--cases", "scale_4KiB,gemm_2048,spin_10ms", "--out", str(tmp_path / "acc.json")])):
         proc = _script(str(BENCH / script), *args)
         assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "floor.json").read_text())["note"] == "not timed: no GPU"
     assert json.loads((tmp_path / "acc.json").read_text())["note"] == "not timed: no GPU"
-    assert json.loads((tmp_path / "transfer.json").read_text())["dirs"][str(tmp_path)]["bytes"] == 4 << 20
+    handoff = json.loads((tmp_path / "transfer.json").read_text())["arena"]
+    assert handoff["registered"]["bytes"] == handoff["pageable"]["bytes"] == 4 << 20
     reuse = json.loads((tmp_path / "reuse.json").read_text())
     assert reuse["old_plan"] == "needs a GPU" and [(r["candidate"], r["correct"]) for r in reuse["evaluator"]] == \
         [("exploit", True), ("eager", True)]  # the cache's values are right: only its timing is the attack

@@ -15,7 +15,7 @@ from atrex_mcp.evaluate.evaluator import (CHECKABLE_SETS, MAX_TIMED_CALLS, TIMIN
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.timing_checks import input_reuse
-from atrex_mcp.evaluate.transfer import OutputRejected, manifest_bytes
+from atrex_mcp.evaluate.transfer import OutputArena, OutputRejected, manifest_bytes
 from sandbox.timing import REUSE_MIN_CALLS, call_order, fit_calls_to_sets, reuse_checkable, reuse_phase
 
 GB = 10**9
@@ -66,9 +66,11 @@ class _Session:
     """Answers the timing stage's requests as a worker would, with a chosen `time` reply."""
 
     worker_device = {"l2_bytes": 50 << 20}
+    alive = False  # the failed fetch leaves no worker to release
 
     def __init__(self, time_reply):
         self.time_reply, self.sent = time_reply, []
+        self.arena = OutputArena(cuda=False)
 
     def call(self, cmd, payload, timeout_s, timeout_category=None):
         self.sent.append((cmd, payload))
@@ -117,3 +119,16 @@ def test_a_reply_that_reused_sets_the_check_cannot_judge_is_voided():
     assert tx.REUSE_UNCHECKED in result.integrity and not result.timing.reuse_compared
     assert not result.correct and (result.stage, result.category) == (tx.PERFORMANCE, tx.TIMING_TAMPERED)
     assert result.time_ms is None and result.timing_note == "time voided by an integrity failure"
+
+
+def test_kept_sets_that_name_no_timed_set_are_never_fetched():
+    """The worker's list of kept outputs is its word: entries that are not indices of the timed
+    sets are dropped before any is chosen, instead of crashing the judge."""
+    def reply(payload):
+        return {**_reply(calls=20, fresh_ms=2.0, reused_ms=2.0)(payload), "kept": ["x", None, -1, 10**6, 2.0]}
+
+    evaluation = _Evaluation(EvalRequest(op="rms_norm", baseline="eager", shapes=["0"]), Catalog(), None, None)
+    session, result = _Session(reply), ShapeResult(id="0", correct=True)
+    evaluation.timing(session, evaluation.shapes[0], result, TIMING_INPUT_BUDGET_BYTES // 20)
+    assert [cmd for cmd, _ in session.sent] == ["time"]  # nothing to fetch
+    assert result.timing is not None

@@ -32,14 +32,13 @@ from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate import device, dsl, scoring, timing_checks
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.baselines import baseline_source
-from atrex_mcp.evaluate.compare import compare_outputs
+from atrex_mcp.evaluate.compare import CompareResult, check_structure, compare_outputs
 from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import NOT_TIMED_BY_REQUEST, EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
 from atrex_mcp.evaluate.session import Failure, Session, protected_roots
 from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
-from atrex_mcp.evaluate.transfer import OutputReader, OutputRejected, manifest_bytes, output_bytes
+from atrex_mcp.evaluate.transfer import OutputRejected, arena_bytes, manifest_bytes, output_bytes
 from sandbox.launcher import Cancelled, LaunchSpec
-from sandbox.tensor_files import IO_DIR
 from sandbox.timing import _poison, call_order, digest, flush_bytes_for, reuse_phase
 
 Progress = Callable[[str, float], None]
@@ -186,54 +185,60 @@ class _Evaluation:
     def payload_shape(self, shape: Shape) -> dict[str, Any]:
         return {"id": shape.id, "init": shape.init, "inputs": shape.inputs}
 
-    def compare_written(self, stem: str, manifest: Any, reference: Any) -> Any:
-        """Read one written output and compare it; returns CompareResult or raises OutputRejected.
-        The candidate stays in host memory: compare_outputs moves it to the GPU a chunk at a time."""
-        candidate = self.reader.load(stem, manifest, "cpu", max_bytes=4 * output_bytes(reference) + (1 << 20))
-        return compare_outputs(reference, candidate, self.request.op)
-
-    def judge_seed(self, shape: Shape, seed: int, written: tuple[str, Any], checksums: dict[str, int],
-                   result: ShapeResult) -> Any:
-        """The verdict on one correctness seed's written output, `written` = (stem, manifest)
-        (CompareResult; raises OutputRejected or _HarnessOutOfMemory). GPU memory of this process: the inputs live until the reference
-        output exists, then that output beside the comparison's bounded chunks (the candidate is
-        in host memory); all of it is freed on return, before the next seed's inputs are made, so
-        the peak is one seed's. On the H200, whole-output float64 copies (since chunked) beside the
-        inputs, the reference output and the candidate on the GPU held 72-103 GiB here."""
-        with _harness_memory("generating the inputs and the reference output"):
-            inputs = self.inputs(shape, seed)
-            if _input_checksums(inputs) != checksums and tx.INPUT_MISMATCH not in result.integrity:
-                result.integrity.append(tx.INPUT_MISMATCH)
-            reference = self.reference_output(shape, inputs)
-        del inputs  # an output that aliases an input keeps only what it aliases
-        with _harness_memory(f"comparing outputs of {output_bytes(reference)} bytes"):
-            return self.compare_written(*written, reference)
+    def receive(self, session: Session, reference: Any, manifest: Any) -> tuple[CompareResult, Any]:
+        """(verdict, candidate) on the output the worker just handed over for `reference`'s
+        inputs; raises OutputRejected for a malformed hand-over. The candidate is copied into
+        this process's memory on the reference's device (one DMA where there is a GPU)."""
+        candidate, written = session.arena.load(manifest, self.device, max_bytes=4 * output_bytes(reference) + (1 << 20))
+        if written:
+            return compare_outputs(reference, candidate, self.request.op), candidate
+        structure = check_structure(reference, candidate)
+        if structure.ok:  # it would have fitted: the arena was sized for the reference output
+            raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "The worker did not hand over its output.")
+        return structure, None
 
     # -- stages -----------------------------------------------------------------------------
     def correctness(self, session: Session, shape: Shape, result: ShapeResult) -> int | None:
-        """K fresh seeds; returns the bytes of one input set and its output when every seed matched."""
+        """K fresh seeds, one at a time: this side makes the seed's inputs and reference output,
+        the worker runs the candidate on the same seed and hands its output over, and that output
+        is judged before the next seed, so the first wrong seed ends the stage. The worker's calls
+        share one budget, request.timeout_s (the first call includes the DSL's JIT compilation).
+        Returns the bytes of one input set and its output when every seed matched.
+
+        GPU memory of this process: a seed's inputs live until its reference output exists; that
+        output is kept while the worker runs (this process's cached blocks are released first),
+        then the candidate's copy and the comparison's bounded chunks join it. On the H200,
+        whole-output float64 copies (since chunked) held 72-103 GiB here."""
         result.seeds = [self.seed() for _ in range(self.request.seeds)]
-        t0 = time.perf_counter()
-        stem = secrets.token_hex(6)
-        reply = session.call("run", {"shape": self.payload_shape(shape), "seeds": result.seeds, "stem": stem}, self.request.timeout_s)
-        result.seconds["correctness"] = time.perf_counter() - t0
-        if isinstance(reply, Failure):
-            if reply.category == tx.TIMEOUT:
-                reply.message += " (the first call of a shape includes the DSL's JIT compilation)"
-            _fail(result, reply)
-            return None
-        calls = reply.get("call_s") or []
-        if len(calls) >= 2:  # the first call of a shape pays for JIT compilation (and autotuning)
-            result.seconds["first_call_extra"] = max(0.0, calls[0] - min(calls[1:]))
-        t1 = time.perf_counter()
+        t0, worker_s, calls, set_bytes = time.perf_counter(), 0.0, [], 0
         try:
-            outputs = reply.get("outputs")
-            if not isinstance(outputs, list) or len(outputs) != len(result.seeds):
-                _fail(result, Failure(tx.RUNTIME, tx.WRONG_OUTPUT_TYPE, "The worker did not report one output per seed."))
-                return None
-            for k, (seed, manifest) in enumerate(zip(result.seeds, outputs)):
+            for k, seed in enumerate(result.seeds):
                 try:
-                    verdict = self.judge_seed(shape, seed, (f"{stem}_{k}", manifest), reply["checksums"][k], result)
+                    with _harness_memory("generating the inputs and the reference output"):
+                        inputs = self.inputs(shape, seed)
+                        checksums = _input_checksums(inputs)
+                        reference = self.reference_output(shape, inputs)
+                    del inputs  # an output that aliases an input keeps only what it aliases
+                    arena = session.arena.reserve(arena_bytes(reference))
+                    _release_cached_gpu_memory()
+                    left = self.request.timeout_s - worker_s
+                    w0 = time.perf_counter()
+                    reply = (session.call("run", {"shape": self.payload_shape(shape), "seed": seed, "arena_bytes": arena}, left)
+                             if left > 0 else Failure(tx.RUNTIME, tx.TIMEOUT, ""))
+                    worker_s += time.perf_counter() - w0
+                    if isinstance(reply, Failure):
+                        if reply.category == tx.TIMEOUT:
+                            reply.message = (f"The candidate's {len(result.seeds)} correctness calls did not finish within "
+                                             f"{self.request.timeout_s:.0f} s (stopped in seed #{k}); the worker's process group "
+                                             "was killed. The first call of a shape includes the DSL's JIT compilation.")
+                        _fail(result, reply)
+                        return None
+                    calls.append(reply.get("call_s"))
+                    if reply.get("checksums") != checksums and tx.INPUT_MISMATCH not in result.integrity:
+                        result.integrity.append(tx.INPUT_MISMATCH)
+                    with _harness_memory(f"comparing outputs of {output_bytes(reference)} bytes"):
+                        verdict, candidate = self.receive(session, reference, reply.get("output"))
+                        del reference, candidate
                 except OutputRejected as exc:
                     _fail(result, exc)
                     return None
@@ -244,11 +249,18 @@ class _Evaluation:
                     _fail(result, Failure(verdict.stage, verdict.category, f"seed #{k}: {verdict.message}"))
                     result.mismatch = list(verdict.details)
                     return None
+                if k == 0:
+                    input_bytes = reply.get("input_bytes")
+                    set_bytes = manifest_bytes(reply["output"]) + (input_bytes if type(input_bytes) is int and input_bytes > 0 else 0)
         finally:
             _release_cached_gpu_memory()
-        result.seconds["reference_and_compare"] = time.perf_counter() - t1
+            result.seconds["correctness"] = worker_s
+            result.seconds["reference_and_compare"] = time.perf_counter() - t0 - worker_s
+        timed = [float(c) for c in calls if type(c) in (int, float)]
+        if len(timed) >= 2:  # the first call of a shape pays for JIT compilation (and autotuning)
+            result.seconds["first_call_extra"] = max(0.0, timed[0] - min(timed[1:]))
         result.correct = True
-        return int(reply.get("input_bytes", 0)) + manifest_bytes(outputs[0])
+        return set_bytes
 
     def timing(self, session: Session, shape: Shape, result: ShapeResult, set_bytes: int) -> None:
         # One fresh set per timed call where memory allows, so no call sees inputs seen before.
@@ -328,53 +340,51 @@ class _Evaluation:
         must not be a poisoned output's nor another input set's output's — a replayed or stale
         output is caught in any call. A few sets, chosen after the run, are compared with the
         reference in full, and their bytes must match the digests the worker reported."""
-        pool = list(kept)
+        pool = sorted({i for i in kept if type(i) is int and 0 <= i < len(result.timing_seeds) - 1})  # the worker's list
         chosen = [pool.pop(secrets.randbelow(len(pool))) for _ in range(min(CHECKED_TIMED_SETS, len(pool)))]
-        stem = secrets.token_hex(6)
-        reply = session.call("fetch", {"sets": chosen, "stem": stem}, self.request.timeout_s)
-        if isinstance(reply, Failure):
-            _fail(result, reply)
-            return
         last_call = {index: i for i, index in enumerate(order)}
         fetched: dict[int, list[int]] = {}
         poisoned: list[int] | None = None
-        outputs = reply.get("outputs")
-        if not isinstance(outputs, dict):  # a malformed reply: every chosen set counts as not returned
-            outputs = {}
-        for index in chosen:
-            manifest = outputs.get(str(index))
-            seed = result.timing_seeds[1 + index]
-            with _harness_memory("generating a timed input set and its reference output"):
-                reference = self.reference_output(shape, self.inputs(shape, seed))
-            size = output_bytes(reference)
-            # GPU memory here: one set's reference and candidate at a time (each is deleted once
-            # used, before the next set's reference is made), and the poisoned copy only briefly.
-            with _harness_memory(f"comparing outputs of {size} bytes"):
-                try:
-                    candidate = (self.reader.load(f"{stem}_{index}", manifest, self.device, max_bytes=4 * size + (1 << 20))
-                                 if manifest is not None else None)
-                except OutputRejected as exc:
-                    candidate, message = None, exc.message
-                else:
-                    message = "the worker did not return it"
-                verdict = compare_outputs(reference, candidate, self.request.op) if candidate is not None else None
-                del reference
-                if verdict is None or not verdict.ok:
-                    self._timed_mismatch(result, f"Output of a timed call (input set {index}) is wrong: "
-                                                 f"{verdict.message if verdict is not None else message}",
-                                         list(verdict.details) if verdict is not None else [])
+        try:
+            for index in chosen:
+                seed = result.timing_seeds[1 + index]
+                with _harness_memory("generating a timed input set and its reference output"):
+                    reference = self.reference_output(shape, self.inputs(shape, seed))
+                size = output_bytes(reference)
+                arena = session.arena.reserve(arena_bytes(reference))
+                reply = session.call("fetch", {"set": index, "keep": chosen, "arena_bytes": arena}, self.request.timeout_s)
+                if isinstance(reply, Failure):
+                    _fail(result, reply)
                     return
-                fetched[index] = digest(candidate).tolist()
-                if fetched[index] != digests[last_call[index]]:
-                    self._timed_mismatch(result, f"The digest the worker reported for input set {index} does not match "
-                                                 "the output it returned.", [])
-                    return
-                if poisoned is None:
-                    stale = _copy_structure(candidate)
-                    _poison(stale, set())
-                    poisoned = digest(stale).tolist()
-                    del stale
-                del candidate
+                # GPU memory here: one set's reference and candidate at a time (each is deleted once
+                # used, before the next set's reference is made), and the poisoned copy only briefly.
+                with _harness_memory(f"comparing outputs of {size} bytes"):
+                    verdict, candidate, message = None, None, "the worker did not return it"
+                    if reply.get("output") is not None:
+                        try:
+                            verdict, candidate = self.receive(session, reference, reply["output"])
+                        except OutputRejected as exc:
+                            message = exc.message
+                    del reference
+                    if verdict is None or not verdict.ok:
+                        self._timed_mismatch(result, f"Output of a timed call (input set {index}) is wrong: "
+                                                     f"{verdict.message if verdict is not None else message}",
+                                             list(verdict.details) if verdict is not None else [])
+                        return
+                    fetched[index] = digest(candidate).tolist()
+                    if fetched[index] != digests[last_call[index]]:
+                        self._timed_mismatch(result, f"The digest the worker reported for input set {index} does not match "
+                                                     "the output it returned.", [])
+                        return
+                    if poisoned is None:
+                        stale = _copy_structure(candidate)
+                        _poison(stale, set())
+                        poisoned = digest(stale).tolist()
+                        del stale
+                    del candidate
+        finally:
+            if session.alive:
+                session.call("release", {}, self.request.timeout_s)
         seen: dict[tuple[int, ...], int] = {}
         shared: set[tuple[int, ...]] = set()  # outputs confirmed to be legitimately the same for several sets
         for i, (index, d) in enumerate(zip(order, digests)):
@@ -453,8 +463,6 @@ class _Evaluation:
     def open_session(self, scratch: Path, launch: LaunchOptions | None = None) -> Session:
         """Fill `scratch` with the candidate and the visible problem files and describe its
         worker (not started yet). Other judges use atrex_mcp.evaluate.workers.open_session."""
-        (scratch / IO_DIR).mkdir(exist_ok=True)
-        self.reader = OutputReader(scratch, pinned=self.cuda)
         (scratch / "reference.py").write_text(self.problem.reference_source)
         (scratch / "input.py").write_text(self.problem.input_source)
         (scratch / "shapes.json").write_text(self.problem.shapes_json)

@@ -7,6 +7,7 @@ pass through the leak guard before they reach a result.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -19,6 +20,7 @@ from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import Isolation, Overhead
+from atrex_mcp.evaluate.transfer import OutputArena
 from sandbox.launcher import Cancelled, LaunchSpec, Worker, WorkerDied, WorkerTimeout
 
 # Faults after which the worker's state (CUDA context, heap) is no longer trusted.
@@ -65,9 +67,14 @@ def _describe_exit(code: int | None) -> str:
 
 
 class Session:
+    """The workers of one evaluation, started one after another as faults require, and the output
+    arena (evaluate.transfer) they all inherit; `stop` ends both."""
+
     def __init__(self, spec: LaunchSpec, init: dict[str, Any], load: dict[str, Any], guard: LeakGuard,
                  compile_timeout_s: float, cancel: threading.Event | None):
-        self.spec, self.init, self.load, self.guard = spec, init, load, guard
+        self.arena = OutputArena(cuda=spec.device == "cuda")
+        self.spec = dataclasses.replace(spec, output_fd=self.arena.fd)
+        self.init, self.load, self.guard = init, load, guard
         self.compile_timeout_s = compile_timeout_s
         self.cancel = cancel
         self.worker: Worker | None = None
@@ -187,6 +194,7 @@ class Session:
     def stop(self) -> None:
         if self.worker is not None:
             self.worker.stop()
+        self.arena.close()
 
 
 def protected_roots(catalog_roots: list[Path], extra: list[Path]) -> list[Path]:

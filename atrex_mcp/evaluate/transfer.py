@@ -1,34 +1,28 @@
-"""Reading what a worker wrote, as data only.
+"""Reading what a worker handed over, as data only.
 
-A candidate output arrives as raw tensor files in the scratch directory's `io/` plus a
-manifest in the worker's reply (format: sandbox.tensor_files). Both come from the
-candidate's process, so neither is trusted: the manifest is checked against an allow-list of
-structures and dtypes and a size bound; the file names are derived here from a stem this side
-chose; each file is opened without following links, through a descriptor of `io/` opened
-here, and must be a regular file with one link (a hard link to a file elsewhere is refused)
-whose size is exactly what the manifest's dtype and shape imply. The bytes are read into this
-process's own memory, never mapped, so a worker that rewrites or truncates a file later
-cannot change or fault what is being compared.
+A candidate output arrives in the output arena (format: sandbox.handoff) plus a manifest in the
+worker's reply. Both come from the candidate's process, so neither is trusted: the manifest is
+checked against an allow-list of structures and dtypes and a size bound, the offsets are derived
+here, and nothing past the size this side gave the arena is read. This side creates the arena
+and seals it against shrinking before any worker exists, so no worker can make a read of the
+mapping fault (SIGBUS). The bytes are copied once into this process's own memory (one DMA into
+GPU memory where there is a GPU) before anything looks at them, so a worker that writes the
+arena again later cannot change what is being compared.
 """
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import math
 import os
-import re
-import stat
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from atrex_mcp.evaluate import taxonomy as tx
-from sandbox.tensor_files import IO_DIR, MAX_OUTPUT_TENSORS, file_name, output_tensors
+from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaMapping, layout, output_tensors
 
-STEM = re.compile(r"[0-9a-f]{8,32}(_[0-9]{1,6})?")
 MAX_DIMS = 16
-ALIGN = 64  # every tensor of an output starts at a multiple of this many bytes in the reader's buffer
 _DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
                 "float8_e5m2fnuz", "float8_e8m0fnu", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16",
                 "uint8", "bool")
@@ -71,81 +65,90 @@ def _sizes(entries: list[tuple[str | None, torch.dtype, tuple[int, ...]]]) -> li
     return [math.prod(shape) * dtype.itemsize for _, dtype, shape in entries]
 
 
-def _read_exactly(directory: int, name: str, into: torch.Tensor) -> None:
-    """Fill `into` (uint8) with the whole file, which must be exactly that long."""
-    nbytes = into.numel()
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
-    except OSError:
-        raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "Output file missing or not a plain file.") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "Output file is not a plain file of its own.")
-        if info.st_size != nbytes:
-            raise OutputRejected(tx.WRONG_SHAPE, f"Output file holds {info.st_size} bytes; its dtype and shape need {nbytes}.")
-        view, got = memoryview(into.numpy()), 0
-        with open(fd, "rb", buffering=0, closefd=False) as stream:
-            while got < nbytes and (n := stream.readinto(view[got:])):
-                got += n
-        if got != nbytes:
-            raise OutputRejected(tx.WRONG_SHAPE, f"Output file shrank while it was read ({got} of {nbytes} bytes).")
-    finally:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=directory)
+class OutputArena:
+    """The trusted end of the hand-over: the arena every worker of an evaluation inherits.
 
-
-class OutputReader:
-    """Reads a worker's outputs into one host buffer that is reused and only ever grown.
-
-    A fresh multi-GB buffer per output costs more in page faults than the read itself (1 GiB:
-    0.73 s into fresh memory, 0.18 s into a reused buffer, on the development machine's CPU).
-    Where CUDA is present the buffer is pinned, so the comparison's chunked uploads run at link
-    speed. A loaded output's tensors are views of this buffer when `device` is the CPU: they
-    are valid until the next `load`.
+    It only grows (by a quarter at least, so a run of slightly larger outputs does not remap
+    each time), and where CUDA is present it is registered with CUDA here too: the snapshot of
+    an output is then one DMA into GPU memory. On the CPU the snapshot goes into one host buffer
+    that is reused and only grown (a fresh multi-GB buffer per output costs more in page faults
+    than the copy), so a loaded output's tensors are valid until the next `load`.
     """
 
-    def __init__(self, scratch: Path, pinned: bool = False):
-        self.scratch = scratch
-        self.pinned = pinned
-        self.buffer = torch.empty(0, dtype=torch.uint8)
+    GRANULE = 2 << 20
 
-    def _arena(self, nbytes: int) -> torch.Tensor:
-        if self.buffer.numel() < nbytes:
-            self.buffer = torch.empty(0, dtype=torch.uint8)  # the old one goes before the new one is made
-            try:
-                self.buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pinned)
-            except RuntimeError:  # pinning refused: pageable is slower, never wrong
-                self.buffer = torch.empty(nbytes, dtype=torch.uint8)
-        return self.buffer
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        self.fd = os.memfd_create("atrex-outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        self.size = 0
+        self.mapped: ArenaMapping | None = None
+        self.host = torch.empty(0, dtype=torch.uint8)
 
-    def load(self, stem: str, manifest: Any, device: torch.device | str, max_bytes: int) -> Any:
-        """The output the worker wrote under `stem`, as plain contiguous tensors on `device`
-        (a tensor, a tuple of tensors or a dict str → tensor, as the manifest says)."""
-        if not STEM.fullmatch(stem):
-            raise ValueError(f"bad stem {stem!r}")  # chosen by this side: a bug here, not the candidate's
+    def reserve(self, nbytes: int) -> int:
+        """Grow the arena to hold at least `nbytes`; returns its size, which the worker is told."""
+        if nbytes > self.size:
+            size = -(-max(nbytes, self.size + self.size // 4) // self.GRANULE) * self.GRANULE
+            self._unmap()
+            os.ftruncate(self.fd, size)
+            self.mapped = ArenaMapping(self.fd, size, self.cuda)
+            self.size = size
+        return self.size
+
+    def load(self, manifest: Any, device: torch.device | str, max_bytes: int) -> tuple[Any, bool]:
+        """(the output the manifest describes, whether the worker wrote it). A written output
+        comes back as plain contiguous tensors on `device` (a tensor, a tuple of tensors or a
+        dict str → tensor, as the manifest says); one that did not fit comes back as meta
+        tensors of the announced dtypes and shapes, for compare.check_structure to say why it
+        cannot match."""
         structure, entries = _entries(manifest)
         sizes = _sizes(entries)
         if sum(sizes) > max_bytes:
             raise OutputRejected(tx.WRONG_SHAPE, f"Output of {sum(sizes)} bytes exceeds {max_bytes} (far larger than the reference output).")
-        offsets = [sum(-(-n // ALIGN) * ALIGN for n in sizes[:i]) for i in range(len(sizes))]
-        arena = self._arena(offsets[-1] + sizes[-1])
-        try:
-            directory = os.open(self.scratch / IO_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            raise OutputRejected(tx.WRONG_OUTPUT_TYPE, f"The scratch directory's {IO_DIR}/ is gone or no longer a directory.") from None
-        tensors = []
-        try:
-            for part, ((_, dtype, shape), size, offset) in enumerate(zip(entries, sizes, offsets)):
-                raw = arena[offset:offset + size]
-                _read_exactly(directory, file_name(stem, part), raw)
-                tensors.append(raw.view(dtype).reshape(shape).to(device))
-        finally:
-            os.close(directory)
+        written = manifest.get("written") is True
+        offsets, span = layout(sizes)
+        if written and span > self.size:
+            raise OutputRejected(tx.WRONG_SHAPE, f"The worker reports an output of {span} bytes written into an arena of {self.size}.")
+        if not written:
+            tensors = [torch.empty(shape, dtype=dtype, device="meta") for _, dtype, shape in entries]
+        else:
+            raw = self._snapshot(span, device)
+            tensors = [raw[offset:offset + size].view(dtype).reshape(shape)
+                       for (_, dtype, shape), size, offset in zip(entries, sizes, offsets)]
         if structure == "dict":
-            return {key: t for (key, _, _), t in zip(entries, tensors)}
-        return tuple(tensors) if structure == "tuple" else tensors[0]
+            value: Any = {key: t for (key, _, _), t in zip(entries, tensors)}
+        else:
+            value = tuple(tensors) if structure == "tuple" else tensors[0]
+        return value, written
+
+    def _snapshot(self, span: int, device: torch.device | str) -> torch.Tensor:
+        """The arena's first `span` bytes, copied into memory of this process on `device`."""
+        if span == 0:
+            return torch.empty(0, dtype=torch.uint8, device=device)
+        assert self.mapped is not None  # span > 0 was checked against self.size
+        source = self.mapped.view[:span]
+        if torch.device(device).type != "cpu":
+            return torch.empty(span, dtype=torch.uint8, device=device).copy_(source)
+        if self.host.numel() < span:
+            self.host = torch.empty(0, dtype=torch.uint8)  # the old one goes before the new one is made
+            self.host = torch.empty(span, dtype=torch.uint8)
+        return self.host[:span].copy_(source)
+
+    @property
+    def registered(self) -> bool:
+        return self.mapped is not None and self.mapped.registered
+
+    def _unmap(self) -> None:
+        if self.mapped is not None:
+            self.mapped.close()
+            self.mapped = None
+
+    def close(self) -> None:
+        """Unmap and close; a second call does nothing."""
+        self._unmap()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def manifest_bytes(manifest: Any) -> int:
@@ -155,3 +158,8 @@ def manifest_bytes(manifest: Any) -> int:
 
 def output_bytes(value: Any) -> int:
     return sum(t.numel() * t.element_size() for t in output_tensors(value) if isinstance(t, torch.Tensor))
+
+
+def arena_bytes(reference: Any) -> int:
+    """Arena bytes a reference output needs, so a candidate output that can match it fits."""
+    return layout([t.numel() * t.element_size() for t in output_tensors(reference)])[1]

@@ -64,6 +64,7 @@ def _verdict(name: str, result) -> tuple[bool, str]:
         and any(not s.correct for s in shapes),
         "lazy_output": lambda: all_fail(tx.WRONG_OUTPUT_TYPE),
         "wrong_dtype": lambda: all_fail(tx.WRONG_DTYPE),
+        "shrink_output_arena": lambda: all(s.correct for s in shapes),  # every shrink of the arena refused
         # writing into fds 3..63 may hit the CUDA driver's own fds (cuda_fault): rejected either way
         "fake_results": lambda: bool(shapes) and all(not s.correct and s.stage in (tx.RUNTIME, tx.CORRECTNESS) for s in shapes),
         "monkeypatch_primitives": lambda: all_fail(tx.TIMING_TAMPERED) and tx.PRIMITIVES_REPLACED in result.integrity,
@@ -189,8 +190,8 @@ def main() -> int:
     if "rms_norm" in examples:
         step("example rms_norm (all shapes)", 60, lambda: run_example("rms_norm"))
     order = ["read_hidden_files", "monkeypatch_primitives", "warmup_then_cheat", "side_stream", "cuda_fault", "segfault",
-             "output_cache_by_pointer", "pytorch_fallback", "lazy_output", "wrong_dtype", "fake_results", "huge_allocation",
-             "hang", "escape_process_group", "output_cache_by_content"]
+             "output_cache_by_pointer", "pytorch_fallback", "lazy_output", "wrong_dtype", "shrink_output_arena", "fake_results",
+             "huge_allocation", "hang", "escape_process_group", "output_cache_by_content"]
     chosen = [n for n in order if not args.exploits or n in args.exploits.split(",")]
     for name in chosen[:6]:
         step(f"exploit {name}", 20, lambda name=name: run_exploit(name))

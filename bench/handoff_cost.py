@@ -56,9 +56,9 @@ def measure(nbytes: int, device: str, register: bool) -> dict:
             assert written and torch.equal(back, output)
             rows.append({"reserve_s": t1 - t0, "write_s": t2 - t1, "load_s": t3 - t2})
             del back
-        registered = (arena.registered, writer.registered)
+        registered = (arena.mapped.registered, writer.mapped.registered)
     finally:
-        writer.close()
+        writer.mapped.close()
         arena.close()
     gb = nbytes / 1e9
     steady = rows[1:]

@@ -68,27 +68,39 @@ def host_register(view: torch.Tensor) -> bool:
 
 
 class ArenaMapping:
-    """The arena's first `nbytes`, mapped shared and seen as a uint8 tensor; registered with CUDA
-    when `cuda` (both ends map it this way, each in its own process)."""
+    """One process's view of the arena's first bytes as a uint8 tensor, registered with CUDA
+    when `cuda`; both ends hold one and remap it when the arena's size changes."""
 
-    def __init__(self, fd: int, nbytes: int, cuda: bool):
-        self.mapping = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        self.view = torch.frombuffer(self.mapping, dtype=torch.uint8)
-        self.registered = cuda and host_register(self.view)
+    def __init__(self, fd: int, cuda: bool):
+        self.fd, self.cuda = fd, cuda
+        self.mapping: mmap.mmap | None = None
+        self.view: torch.Tensor | None = None
+        self.registered = False
+
+    def resize(self, nbytes: int) -> torch.Tensor:
+        """The arena's first `nbytes` (mapped again, and registered again, for a new size)."""
+        if self.view is None or self.view.numel() != nbytes:
+            self.close()
+            self.mapping = mmap.mmap(self.fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            self.view = torch.frombuffer(self.mapping, dtype=torch.uint8)
+            self.registered = self.cuda and host_register(self.view)
+        return self.view
 
     def close(self) -> None:
-        if self.registered:
+        if self.view is not None and self.registered:
             torch.cuda.cudart().cudaHostUnregister(self.view.data_ptr())
-        del self.view  # the buffer export ends before the mapping closes
-        self.mapping.close()
+        self.view, self.registered = None, False  # the buffer export ends before the mapping closes
+        if self.mapping is not None:
+            self.mapping.close()
+            self.mapping = None
 
 
 class ArenaWriter:
     """The worker's end: copies outputs into the arena it inherited as descriptor `fd`."""
 
     def __init__(self, fd: int | None, cuda: bool):
-        self.fd, self.cuda = fd, cuda
-        self.mapped: ArenaMapping | None = None
+        self.fd = fd
+        self.mapped = None if fd is None else ArenaMapping(fd, cuda)
 
     def write(self, value: Any, arena_bytes: int) -> dict[str, Any]:
         """Copy every tensor of a checked output into the first `arena_bytes` of the arena when
@@ -105,21 +117,8 @@ class ArenaWriter:
         return {"structure": structure, "tensors": entries, "written": written}
 
     def _map(self, nbytes: int) -> torch.Tensor:
-        if self.mapped is not None and self.mapped.view.numel() == nbytes:
-            return self.mapped.view
-        if self.fd is None:
+        if self.fd is None or self.mapped is None:
             raise RuntimeError("this worker was started without an output arena")
         if os.fstat(self.fd).st_size < nbytes:  # mapping past the end would fault on the first touch
             raise RuntimeError(f"the output arena holds {os.fstat(self.fd).st_size} bytes, not the {nbytes} announced")
-        self.close()
-        self.mapped = ArenaMapping(self.fd, nbytes, self.cuda)
-        return self.mapped.view
-
-    @property
-    def registered(self) -> bool:
-        return self.mapped is not None and self.mapped.registered
-
-    def close(self) -> None:
-        if self.mapped is not None:
-            self.mapped.close()
-            self.mapped = None
+        return self.mapped.resize(nbytes)

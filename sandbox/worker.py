@@ -83,7 +83,8 @@ class Worker:
     def __init__(self, config: dict[str, Any]):
         self.req_fd, self.resp_fd = config["req_fd"], config["resp_fd"]
         self.scratch = Path.cwd()
-        self.writer = ArenaWriter(config.get("output_fd"), cuda=False)  # told the device by init
+        self.output_fd: int | None = config.get("output_fd")
+        self.writer = ArenaWriter(self.output_fd, cuda=False)  # until init names the device
         self.device = "cpu"
         self.make_inputs = None
         self.model_cls = None
@@ -94,7 +95,7 @@ class Worker:
     def init(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         self.device = msg["device"]
-        self.writer.cuda = self.device == "cuda"
+        self.writer = ArenaWriter(self.output_fd, cuda=self.device == "cuda")
         versions = {"python": sys.version.split()[0], "torch": torch.__version__}
         try:
             import triton  # noqa: F401  (imported before the sandbox closes, like torch)

@@ -78,20 +78,18 @@ class OutputArena:
     GRANULE = 2 << 20
 
     def __init__(self, cuda: bool):
-        self.cuda = cuda
         self.fd = os.memfd_create("atrex-outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         self.size = 0
-        self.mapped: ArenaMapping | None = None
+        self.mapped = ArenaMapping(self.fd, cuda)
         self.host = torch.empty(0, dtype=torch.uint8)
 
     def reserve(self, nbytes: int) -> int:
         """Grow the arena to hold at least `nbytes`; returns its size, which the worker is told."""
         if nbytes > self.size:
             size = -(-max(nbytes, self.size + self.size // 4) // self.GRANULE) * self.GRANULE
-            self._unmap()
             os.ftruncate(self.fd, size)
-            self.mapped = ArenaMapping(self.fd, size, self.cuda)
+            self.mapped.resize(size)
             self.size = size
         return self.size
 
@@ -125,7 +123,7 @@ class OutputArena:
         """The arena's first `span` bytes, copied into memory of this process on `device`."""
         if span == 0:
             return torch.empty(0, dtype=torch.uint8, device=device)
-        assert self.mapped is not None  # span > 0 was checked against self.size
+        assert self.mapped.view is not None  # mapped since span (> 0) fits self.size
         source = self.mapped.view[:span]
         if torch.device(device).type != "cpu":
             return torch.empty(span, dtype=torch.uint8, device=device).copy_(source)
@@ -134,18 +132,9 @@ class OutputArena:
             self.host = torch.empty(span, dtype=torch.uint8)
         return self.host[:span].copy_(source)
 
-    @property
-    def registered(self) -> bool:
-        return self.mapped is not None and self.mapped.registered
-
-    def _unmap(self) -> None:
-        if self.mapped is not None:
-            self.mapped.close()
-            self.mapped = None
-
     def close(self) -> None:
         """Unmap and close; a second call does nothing."""
-        self._unmap()
+        self.mapped.close()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

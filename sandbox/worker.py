@@ -241,27 +241,22 @@ class Worker:
                 "calls": calls, "warmup": run.warmup_calls, "kept": sorted(run.kept), "digests": run.digests,
                 "spin_us": run.spin_us, "host_us": run.host_us, "replaced": PRIMS.replaced()}
 
-    def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Hand over the kept output of one timed input set (none if it was not kept), after
-        dropping every kept output the trusted side will not ask for (`keep`)."""
-        dropped = [index for index in self.kept if index not in msg["keep"]]
+    def keep(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Drop every kept timed output but those of `sets` (all of them for an empty list):
+        the trusted side says which it will fetch before it makes their reference outputs."""
+        dropped = [index for index in self.kept if index not in msg["sets"]]
         for index in dropped:
             _poison(self.kept.pop(index), set())
-        if dropped:
-            self._release_cache()
+        self._release_cache()
+        return {}
+
+    def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Hand over the kept output of one timed input set (none if it was not kept)."""
         kept = self.kept.get(msg["set"])
         if kept is None:
             return {"output": None}
         _check_output(kept, self.device)
         return {"output": self.writer.write(kept, msg["arena_bytes"])}
-
-    def release(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Drop the timed outputs once the trusted side has fetched what it checks."""
-        for out in self.kept.values():
-            _poison(out, set())
-        self.kept = {}
-        self._release_cache()
-        return {}
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One forward under the profiler: device time per kernel name."""
@@ -315,7 +310,7 @@ class Worker:
     # -- loop -------------------------------------------------------------------------------
     def serve(self) -> None:
         handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
-                    "release": self.release, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity}
+                    "keep": self.keep, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity}
         while True:
             try:
                 msg = protocol.receive(self.req_fd)

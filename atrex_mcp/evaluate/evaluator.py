@@ -346,13 +346,17 @@ class _Evaluation:
         fetched: dict[int, list[int]] = {}
         poisoned: list[int] | None = None
         try:
+            reply = session.call("keep", {"sets": chosen}, self.request.timeout_s) if chosen else {}
+            if isinstance(reply, Failure):  # the worker drops the rest before any reference is made here
+                _fail(result, reply)
+                return
             for index in chosen:
                 seed = result.timing_seeds[1 + index]
                 with _harness_memory("generating a timed input set and its reference output"):
                     reference = self.reference_output(shape, self.inputs(shape, seed))
                 size = output_bytes(reference)
                 arena = session.arena.reserve(arena_bytes(reference))
-                reply = session.call("fetch", {"set": index, "keep": chosen, "arena_bytes": arena}, self.request.timeout_s)
+                reply = session.call("fetch", {"set": index, "arena_bytes": arena}, self.request.timeout_s)
                 if isinstance(reply, Failure):
                     _fail(result, reply)
                     return
@@ -384,7 +388,7 @@ class _Evaluation:
                     del candidate
         finally:
             if session.alive:
-                session.call("release", {}, self.request.timeout_s)
+                session.call("keep", {"sets": []}, self.request.timeout_s)
         seen: dict[tuple[int, ...], int] = {}
         shared: set[tuple[int, ...]] = set()  # outputs confirmed to be legitimately the same for several sets
         for i, (index, d) in enumerate(zip(order, digests)):

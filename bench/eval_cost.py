@@ -10,7 +10,7 @@ The model follows what `atrex_mcp.evaluate` does per shape (README "Timing"):
   checks        CHECKED_TIMED_SETS reference calls for the timed outputs
   profile       2 calls (one untimed, one under torch.profiler)
 plus a cost per shape that grows with its traffic (input generation on both sides, outputs
-written by the worker and read by the trusted side, K times: `shape_s` + `byte_s` × the bytes
+handed over from the worker to the trusted side and compared, K times: `shape_s` + `byte_s` × the bytes
 the operator reads and writes), a fixed cost per evaluation (sandbox worker start, candidate
 import) and, for torch.compile, a compile per shape (one static graph per shape), fitted per
 operator as a + b × the shape's eager time: where a reference loops in Python, Dynamo unrolls
@@ -73,7 +73,9 @@ class CostModel:
 
     worker_s: float = 6.0  # sandbox worker start + candidate import, once per evaluate() call
     shape_s: float = 1.0  # per shape, besides the calls: profiler set-up, small transfers
-    byte_s: float = 0.0  # per byte the shape's operator reads and writes: inputs generated twice, outputs through files, K seeds
+    # per byte the shape's operator reads and writes: inputs generated twice, outputs handed over and compared, K seeds
+    # (fitted on runs before the output arena of 2026-12-01 it holds their two host copies per output byte too)
+    byte_s: float = 0.0
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
     compile_by_op: Mapping[str, "CompileFit"] = field(default_factory=dict)  # per operator where measured
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache

@@ -40,6 +40,11 @@ def output_tensors(value: Any) -> list[Any]:
     return [t for _, t in output_items(value)[1]]
 
 
+def tensor_sizes(value: Any) -> list[int]:
+    """Bytes of each tensor of an output, in order: what the arena must hold for it (see layout)."""
+    return [t.numel() * t.element_size() for t in output_tensors(value) if isinstance(t, torch.Tensor)]
+
+
 def flat_bytes(t: torch.Tensor) -> torch.Tensor:
     """The tensor's bytes in C order as a 1-D uint8 tensor (a copy only when not contiguous)."""
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
@@ -99,7 +104,6 @@ class ArenaWriter:
     """The worker's end: copies outputs into the arena it inherited as descriptor `fd`."""
 
     def __init__(self, fd: int | None, cuda: bool):
-        self.fd = fd
         self.mapped = None if fd is None else ArenaMapping(fd, cuda)
 
     def write(self, value: Any, arena_bytes: int) -> dict[str, Any]:
@@ -107,7 +111,7 @@ class ArenaWriter:
         it fits; returns its manifest, whose `written` says whether it did."""
         structure, items = output_items(value)
         entries = [{"key": key, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for key, t in items]
-        offsets, span = layout([t.numel() * t.element_size() for _, t in items])
+        offsets, span = layout(tensor_sizes(value))
         written = span <= arena_bytes
         if written and span:
             view = self._map(arena_bytes)
@@ -117,8 +121,9 @@ class ArenaWriter:
         return {"structure": structure, "tensors": entries, "written": written}
 
     def _map(self, nbytes: int) -> torch.Tensor:
-        if self.fd is None or self.mapped is None:
+        if self.mapped is None:
             raise RuntimeError("this worker was started without an output arena")
-        if os.fstat(self.fd).st_size < nbytes:  # mapping past the end would fault on the first touch
-            raise RuntimeError(f"the output arena holds {os.fstat(self.fd).st_size} bytes, not the {nbytes} announced")
+        held = os.fstat(self.mapped.fd).st_size
+        if held < nbytes:  # mapping past the end would fault on the first touch
+            raise RuntimeError(f"the output arena holds {held} bytes, not the {nbytes} announced")
         return self.mapped.resize(nbytes)

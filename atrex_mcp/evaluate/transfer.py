@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from atrex_mcp.evaluate import taxonomy as tx
-from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaMapping, layout, output_tensors
+from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaMapping, layout, tensor_sizes
 
 MAX_DIMS = 16
 _DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
@@ -146,9 +146,10 @@ def manifest_bytes(manifest: Any) -> int:
 
 
 def output_bytes(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in output_tensors(value) if isinstance(t, torch.Tensor))
+    return sum(tensor_sizes(value))
 
 
 def arena_bytes(reference: Any) -> int:
-    """Arena bytes a reference output needs, so a candidate output that can match it fits."""
-    return layout([t.numel() * t.element_size() for t in output_tensors(reference)])[1]
+    """Arena bytes a reference output needs: the span the worker's writer computes for an
+    output of the same tensors, so a candidate output that can match it fits."""
+    return layout(tensor_sizes(reference))[1]

@@ -294,7 +294,7 @@ def merge_results(parts: Sequence[Any], shape_order: Sequence[str]) -> Any:
     merged.integrity = sorted({i for p in parts for i in p.integrity})
     merged.seeds = [seed for p in parts for seed in p.seeds]
     merged.isolation.warnings = sorted({w for p in parts for w in p.isolation.warnings})
-    for name in ("worker_start_s", "cuda_init_s", "candidate_load_s", "restarts", "restart_s", "total_s"):
+    for name in type(merged.overhead).model_fields:
         setattr(merged.overhead, name, sum(getattr(p.overhead, name) for p in parts))
     return merged
 
@@ -306,11 +306,12 @@ def serve(reply_fd: int, problems: Path | None) -> int:
     shapes it did not judge, with why."""
     from atrex_mcp.catalog import Catalog
     from atrex_mcp.errors import AtrexError
-    from atrex_mcp.evaluate import EvalRequest, evaluate
+    from atrex_mcp.evaluate import EvalRequest, Standby, evaluate
 
     replies = os.fdopen(reply_fd, "w")
     os.dup2(2, 1)  # whatever a library prints goes to stderr, never into the reply channel
     catalog = Catalog(problems) if problems else Catalog()
+    standby = Standby()  # each batch's worker is spawned while the batch before it runs
     for line in sys.stdin:
         job = json.loads(line)
         request = dict(job["request"])
@@ -318,7 +319,7 @@ def serve(reply_fd: int, problems: Path | None) -> int:
             request["deadline_s"] = max(job["deadline_epoch"] - time.time(), MIN_DEADLINE_S)
         reply: dict[str, Any] = {"visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
         try:
-            result = evaluate(EvalRequest(**request), catalog)
+            result = evaluate(EvalRequest(**request), catalog, standby=standby)
             Path(job["part_file"]).write_text(result.model_dump_json(indent=1))
             reply.update(status="partial" if result.partial else "ok", result_file=job["part_file"],
                          device_name=result.device.name,
@@ -329,6 +330,7 @@ def serve(reply_fd: int, problems: Path | None) -> int:
             reply.update(status="error", message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}")
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
+    standby.close()
     return 0
 
 

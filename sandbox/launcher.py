@@ -290,15 +290,19 @@ class Worker:
         self.plan: dict[str, Any] = {}
         self._output: _OutputTail | None = None
         self._req_w = self._resp_r = -1
+        self._sys_path: list[str] = []
+        self.spawned_at = 0.0
 
     # -- life cycle -------------------------------------------------------------------------
-    def start(self, init: dict[str, Any], poll: Callable[[], None] | None = None) -> dict[str, Any]:
-        """Spawn the process and send `init`; returns the worker's init reply (+ timings)."""
+    def spawn(self) -> None:
+        """Start the process: it imports torch and the DSL, captures the timing primitives and
+        waits for `init`. Nothing of a candidate runs yet, and the GPU is not touched, so a worker
+        can be spawned ahead while another evaluation uses the GPU (evaluate.standby)."""
         scratch = self.spec.scratch
         for sub in ("tmp", ".cache"):
             (scratch / sub).mkdir(exist_ok=True)
-        sys_path = import_paths()
-        self.plan = isolation_plan(sys_path)
+        self._sys_path = import_paths()
+        self.plan = isolation_plan(self._sys_path)
         if self.plan["drop_uid"]:
             _chown_tree(scratch)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch / "tmp"),
@@ -310,7 +314,7 @@ class Worker:
         env.update(self.spec.env)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        config = {"sys_path": sys_path, "req_fd": req_r, "resp_fd": resp_w, "output_fd": self.spec.output_fd}
+        config = {"sys_path": self._sys_path, "req_fd": req_r, "resp_fd": resp_w, "output_fd": self.spec.output_fd}
         argv = [*self.spec.wrapper, sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(config)]
         kwargs: dict[str, Any] = {}
         if self.plan["prefix"]:
@@ -320,8 +324,8 @@ class Worker:
             argv = [*self.plan["prefix"], *hide, *uid_switch, *argv]
         elif self.plan["drop_uid"]:
             kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
-        t0 = time.perf_counter()
         inherited = (req_r, resp_w) if self.spec.output_fd is None else (req_r, resp_w, self.spec.output_fd)
+        self.spawned_at = time.perf_counter()
         try:
             self.proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, pass_fds=inherited, start_new_session=True, **kwargs)
@@ -330,15 +334,26 @@ class Worker:
             os.close(resp_w)
         self._output = _OutputTail(self.proc.stdout)
         self._req_w, self._resp_r = req_w, resp_r
+
+    def start(self, init: dict[str, Any], poll: Callable[[], None] | None = None) -> dict[str, Any]:
+        """Spawn the process unless `spawn` already did, and send `init`; returns the worker's
+        init reply, with `start_s` (seconds from this call to the reply: what the caller waited)
+        and `spawned_ahead_s` (how long before this call the process was spawned; 0 when now)."""
+        t0 = time.perf_counter()
+        if self.proc is None:
+            self.spawn()
+        elif self.plan["drop_uid"]:  # files written into the scratch directory since the spawn
+            _chown_tree(self.spec.scratch)
         rlimits = dict(init.get("rlimits", {}))
         if self.plan["drop_uid"]:  # counts every process of the uid: meaningful only for a uid of our own
             rlimits["NPROC"] = 4096
-        rules = landlock_rules(self.spec, sys_path) if self.spec.landlock else {}
+        rules = landlock_rules(self.spec, self._sys_path) if self.spec.landlock else {}
         init = {**init, "rlimits": rlimits, "landlock": rules, "use_landlock": self.spec.landlock,
                 "proc_self_rights": landlock.READ, "tcp_ports": list(self.spec.tcp_ports),
                 "abstract_unix": self.spec.abstract_unix}
         reply = self.request("init", init, timeout_s=self.spec.start_timeout_s, poll=poll)
         reply["start_s"] = time.perf_counter() - t0
+        reply["spawned_ahead_s"] = max(0.0, t0 - self.spawned_at)
         return reply
 
     def kill(self) -> None:

@@ -25,7 +25,7 @@ import torch
 
 from sandbox import isolation, protocol
 from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaWriter, output_items
-from sandbox.timing import Primitives, _poison, fit_calls_to_sets, plan_calls, storages, time_calls
+from sandbox.timing import Primitives, _poison, fit_calls_to_sets, input_checksums, plan_calls, storages, time_calls
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
 
@@ -66,13 +66,20 @@ def _check_output(value: Any, device: str) -> None:
             raise Failure("runtime", "wrong_output_type", f"Output is on {t.device}, the inputs on {device}; return it where the inputs are.")
 
 
-def _checksums(inputs: dict[str, Any]) -> dict[str, int]:
-    """Exact byte sums of the generated inputs, for the trusted side to confirm it judged the same data."""
-    sums = {}
-    for name, t in inputs.items():
-        if isinstance(t, torch.Tensor):
-            sums[name] = int(t.detach().contiguous().reshape(-1).view(torch.uint8).sum(dtype=torch.int64).item()) if t.numel() else 0
-    return sums
+def _import_toolchain() -> dict[str, Any]:
+    """Import the DSL and the tools the requests use before the sandbox closes (like torch),
+    and before `init`, so a worker spawned ahead has done it; returns their versions."""
+    versions = {"python": sys.version.split()[0], "torch": torch.__version__}
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+
+        versions["triton"] = triton.__version__
+    except ImportError:
+        versions["triton"] = None
+    for name in ("torch.profiler", "torch.testing"):
+        importlib.import_module(name)
+    return versions
 
 
 def _input_bytes(inputs: dict[str, Any]) -> int:
@@ -90,23 +97,14 @@ class Worker:
         self.model_cls = None
         self.models: dict[str, Any] = {}
         self.kept: dict[int, Any] = {}
+        self.ran: set[str] = set()  # shapes whose forward has run in this process (run, time)
+        self.versions = _import_toolchain()
 
     # -- requests ---------------------------------------------------------------------------
     def init(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         self.device = msg["device"]
         self.writer = ArenaWriter(self.output_fd, cuda=self.device == "cuda")
-        versions = {"python": sys.version.split()[0], "torch": torch.__version__}
-        try:
-            import triton  # noqa: F401  (imported before the sandbox closes, like torch)
-            import triton.language  # noqa: F401
-
-            versions["triton"] = triton.__version__
-        except ImportError:
-            versions["triton"] = None
-        for name in ("torch.profiler", "torch.testing"):
-            importlib.import_module(name)
-
         info: dict[str, Any] = {}
         cuda_s = 0.0
         if self.device == "cuda":
@@ -125,7 +123,7 @@ class Worker:
         rules[f"/proc/{os.readlink('/proc/self')}"] = msg["proc_self_rights"]  # the pid procfs knows, even in a PID namespace
         report = isolation.enter(msg["rlimits"], rules if msg.get("use_landlock", True) else None,
                                  tcp_ports=msg.get("tcp_ports", []), abstract_unix=msg.get("abstract_unix", False))
-        return {"isolation": isolation.as_dict(report), "versions": versions, "device": info, "cuda_init_s": cuda_s,
+        return {"isolation": isolation.as_dict(report), "versions": self.versions, "device": info, "cuda_init_s": cuda_s,
                 "init_s": time.perf_counter() - t0}
 
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -202,12 +200,13 @@ class Worker:
         shape = msg["shape"]
         model = self._model(shape)
         inputs = self._inputs(shape, msg["seed"])
-        checksums, input_bytes = _checksums(inputs), _input_bytes(inputs)
+        checksums, input_bytes = input_checksums(inputs), _input_bytes(inputs)
         t0 = time.perf_counter()
         with torch.no_grad():
             out = model(**inputs)
         self._sync()
         seconds = time.perf_counter() - t0
+        self.ran.add(shape["id"])
         _check_output(out, self.device)
         manifest = self.writer.write(out, msg["arena_bytes"])
         _poison(out, storages(inputs))
@@ -237,6 +236,7 @@ class Worker:
                 calls = fit_calls_to_sets(calls, len(sets))
             run = time_calls(PRIMS, fn, warm, sets, calls, warmup, msg["flush_bytes"])
         self.kept = run.kept
+        self.ran.add(shape["id"])
         return {"times_ms": run.times_ms, "synced_ms": run.synced_ms, "noop_gap_ms": run.noop_gap_ms, "wall_s": run.wall_s,
                 "calls": calls, "warmup": run.warmup_calls, "kept": sorted(run.kept), "digests": run.digests,
                 "spin_us": run.spin_us, "host_us": run.host_us, "replaced": PRIMS.replaced()}
@@ -259,13 +259,15 @@ class Worker:
         return {"output": self.writer.write(kept, msg["arena_bytes"])}
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """One forward under the profiler: device time per kernel name."""
+        """One forward under the profiler: device time per kernel name. A shape this process has
+        not run yet gets an untimed forward first, so no JIT compilation or autotuning is profiled."""
         shape = msg["shape"]
         model = self._model(shape)
         inputs = self._inputs(shape, msg["seed"])
-        with torch.no_grad():
-            model(**inputs)
-        self._sync()
+        if shape["id"] not in self.ran:
+            with torch.no_grad():
+                model(**inputs)
+            self._sync()
         profile = PRIMS["torch.profiler.profile"]
         activity = torch.profiler.ProfilerActivity.CUDA
         with profile(activities=[activity]) as prof:

@@ -125,11 +125,15 @@ def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_
                                     deadline_s=None)
     assert schedule.not_run == []
     assert len(schedule.outcomes) == 3 and {o.status for o in schedule.outcomes} == {"ok"}
+    adopted = 0
     for outcome in schedule.outcomes:
         assert outcome.visible_devices == outcome.worker  # each process saw only its own device
         part = EvalResult.model_validate_json(open(outcome.result_file).read())
         assert part.op == outcome.op and [s.id for s in part.shapes] == outcome.shapes and part.shapes[0].correct
         assert part.shapes[0].timing_note == "not timed: no GPU"
+        adopted += part.overhead.spawned_ahead_s > 0
+    # a process's later batches adopt the worker spawned during the batch before (evaluate.standby)
+    assert adopted == len(schedule.outcomes) - len({o.worker for o in schedule.outcomes})
     catalog = Catalog()
     merged = multi_gpu.merge_results([EvalResult.model_validate_json(open(o.result_file).read()) for o in schedule.outcomes
                                       if o.op == "rms_norm"], [s.id for s in catalog.visible("rms_norm").shapes])

@@ -9,11 +9,13 @@ import torch
 
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.evaluate import taxonomy as tx
-from atrex_mcp.evaluate.evaluator import _Evaluation, _input_checksums
+from atrex_mcp.evaluate import evaluator
+from atrex_mcp.evaluate.evaluator import _Evaluation
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.transfer import OutputArena
 from sandbox.handoff import ArenaWriter
+from sandbox.timing import input_checksums
 
 
 class _Session:
@@ -32,7 +34,7 @@ class _Session:
         if isinstance(out, Failure):
             return out
         manifest = ArenaWriter(self.arena.fd, cuda=False).write(out, payload["arena_bytes"])
-        return {"output": manifest, "checksums": _input_checksums(inputs), "call_s": 0.01 * len(self.runs),
+        return {"output": manifest, "checksums": input_checksums(inputs), "call_s": 0.01 * len(self.runs),
                 "input_bytes": 1000}
 
 
@@ -69,3 +71,24 @@ def test_the_worker_calls_share_one_time_limit():
     assert [t for _, t in runs][0] == limit and all(t < limit for _, t in runs[1:])  # each call gets what is left
     assert (result.stage, result.category) == (tx.RUNTIME, tx.TIMEOUT)
     assert "stopped in seed #2" in result.message and f"{limit:.0f} s" in result.message
+
+
+def test_a_reference_output_in_a_fragmented_cache_is_moved_and_still_judged(monkeypatch):
+    """Where the released cache still pins memory, the held reference output goes through host
+    memory into fresh memory before the worker runs; the verdicts are the same."""
+    moves = []
+    copy = evaluator._copy_structure
+    monkeypatch.setattr(evaluator, "_cache_pins_memory", lambda: True)
+    monkeypatch.setattr(evaluator, "_copy_structure", lambda value, device=None: moves.append(device) or copy(value, device))
+    result, _, runs = _correctness(lambda reference: reference.clone())
+    assert result.correct and len(runs) == 5 and moves == ["cpu", "cpu"] * 5  # out to the host and back, per seed
+    result, _, runs = _correctness(lambda reference: torch.zeros_like(reference))
+    assert len(runs) == 1 and result.category == tx.NUMERIC_MISMATCH
+
+
+def test_the_cache_pins_memory_only_beyond_the_slack(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 1 << 30)
+    for reserved, pinned in (((1 << 30) + evaluator.PINNED_SLACK_BYTES, False), ((2 << 30) + evaluator.PINNED_SLACK_BYTES, True)):
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda reserved=reserved: reserved)
+        assert evaluator._cache_pins_memory() is pinned

@@ -26,6 +26,7 @@ _EXPORTS = {
     "CandidateFailed": "atrex_mcp.evaluate.workers",
     "InterleavedTimes": "atrex_mcp.evaluate.workers",
     "NVTX_FORWARD": "atrex_mcp.evaluate.workers",
+    "Standby": "atrex_mcp.evaluate.standby",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -36,10 +36,11 @@ from atrex_mcp.evaluate.compare import CompareResult, check_structure, compare_o
 from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import NOT_TIMED_BY_REQUEST, EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
 from atrex_mcp.evaluate.session import Failure, Session, protected_roots
+from atrex_mcp.evaluate.standby import Spare, Standby
 from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
 from atrex_mcp.evaluate.transfer import OutputRejected, arena_bytes, manifest_bytes, output_bytes
 from sandbox.launcher import Cancelled, LaunchSpec
-from sandbox.timing import _poison, call_order, digest, flush_bytes_for, reuse_phase
+from sandbox.timing import _poison, call_order, digest, flush_bytes_for, input_checksums, reuse_phase
 
 Progress = Callable[[str, float], None]
 
@@ -49,6 +50,7 @@ CHECKABLE_SETS = 10  # input sets that let the reuse check decide (sandbox.timin
 TIMING_MEMORY_SHARE = 0.2  # ... for which the budget grows, up to this share of the GPU's memory
 MIN_TIMED_CALLS, MAX_TIMED_CALLS = 20, 200
 CHECKED_TIMED_SETS = 3
+PINNED_SLACK_BYTES = 4 << 30  # cached GPU memory this process may keep beside a held reference output (_compacted)
 CPU_HOST_MEMORY_BYTES = 8 << 30
 GPU_HOST_MEMORY_BYTES = 32 << 30
 
@@ -74,18 +76,24 @@ def timing_sets(set_bytes: int, device_memory_bytes: int | None) -> int:
     return int(max(2, min(MAX_TIMED_CALLS, budget // set_bytes)))
 
 
-def _input_checksums(inputs: dict[str, Any]) -> dict[str, int]:
-    return {name: int(t.detach().contiguous().reshape(-1).view(torch.uint8).sum(dtype=torch.int64).item()) if t.numel() else 0
-            for name, t in inputs.items() if isinstance(t, torch.Tensor)}
+def _copy_structure(value: Any, device: torch.device | str | None = None) -> Any:
+    """A copy of an output (tensor, tuple or dict of tensors), on `device` (default: where it is)."""
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        return t.clone() if device is None else t.to(device, copy=True)
 
-
-def _copy_structure(value: Any) -> Any:
-    """A clone of an output (tensor, tuple or dict of tensors)."""
     if isinstance(value, dict):
-        return {k: v.clone() for k, v in value.items()}
+        return {k: copy(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
-        return tuple(v.clone() for v in value)
-    return value.clone()
+        return type(value)(copy(v) for v in value)
+    return copy(value)
+
+
+def _cache_pins_memory() -> bool:
+    """Whether this process, its cache released, still reserves more than PINNED_SLACK_BYTES of
+    GPU memory that it does not use. The caching allocator can place a reference output in the
+    segment of a larger intermediate freed before it, and empty_cache releases no segment with a
+    live block in it; that memory would stay pinned while the worker, which shares the GPU, runs."""
+    return torch.cuda.is_initialized() and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > PINNED_SLACK_BYTES
 
 
 class _HarnessOutOfMemory(Exception):
@@ -139,8 +147,9 @@ class LaunchOptions:
 class _Evaluation:
     """State of one evaluate() call."""
 
-    def __init__(self, request: EvalRequest, catalog: Catalog, progress: Progress | None, cancel: threading.Event | None):
-        self.request, self.catalog = request, catalog
+    def __init__(self, request: EvalRequest, catalog: Catalog, progress: Progress | None, cancel: threading.Event | None,
+                 standby: Standby | None = None):
+        self.request, self.catalog, self.standby = request, catalog, standby
         self.progress = progress or (lambda message, fraction: None)
         self.stop = StopSignal(cancel, request.deadline_s)
         self.in_progress: tuple[int | None, str, float] | None = None  # (shape index, None: the load; stage; start)
@@ -216,11 +225,16 @@ class _Evaluation:
                 try:
                     with _harness_memory("generating the inputs and the reference output"):
                         inputs = self.inputs(shape, seed)
-                        checksums = _input_checksums(inputs)
+                        checksums = input_checksums(inputs)
                         reference = self.reference_output(shape, inputs)
                     del inputs  # an output that aliases an input keeps only what it aliases
                     arena = session.arena.reserve(arena_bytes(reference))
                     _release_cached_gpu_memory()
+                    if _cache_pins_memory():  # move the reference output into fresh GPU memory, through the host
+                        with _harness_memory("moving the reference output out of a fragmented cache"):
+                            reference = _copy_structure(reference, "cpu")
+                            _release_cached_gpu_memory()
+                            reference = _copy_structure(reference, self.device)
                     left = self.request.timeout_s - worker_s
                     w0 = time.perf_counter()
                     reply = (session.call("run", {"shape": self.payload_shape(shape), "seed": seed, "arena_bytes": arena}, left)
@@ -464,24 +478,28 @@ class _Evaluation:
             result.score_note = "S > 1: faster than the speed of light — an evaluation error, reported and not clipped"
 
     # -- driver -----------------------------------------------------------------------------
-    def open_session(self, scratch: Path, launch: LaunchOptions | None = None) -> Session:
-        """Fill `scratch` with the candidate and the visible problem files and describe its
-        worker (not started yet). Other judges use atrex_mcp.evaluate.workers.open_session."""
-        (scratch / "reference.py").write_text(self.problem.reference_source)
-        (scratch / "input.py").write_text(self.problem.input_source)
-        (scratch / "shapes.json").write_text(self.problem.shapes_json)
-        (scratch / CANDIDATE_FILE).write_text(self.source)
+    def launch_spec(self, scratch: Path, launch: LaunchOptions | None = None) -> LaunchSpec:
         launch = launch or LaunchOptions()
-        spec = LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, []),
+        return LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, []),
                           env={**self.adapter.worker_env(self.cuda), **launch.extra_env},
                           host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES,
                           wrapper=list(launch.wrapper), tcp_ports=list(launch.tcp_ports), abstract_unix=launch.abstract_unix,
                           extra_rules=dict(launch.extra_rules))
+
+    def open_session(self, scratch: Path, launch: LaunchOptions | None = None, spare: Spare | None = None) -> Session:
+        """Fill `scratch` with the candidate and the visible problem files and describe its
+        worker (not started yet; `spare`: one already spawned in `scratch`). Other judges use
+        atrex_mcp.evaluate.workers.open_session."""
+        (scratch / "reference.py").write_text(self.problem.reference_source)
+        (scratch / "input.py").write_text(self.problem.input_source)
+        (scratch / "shapes.json").write_text(self.problem.shapes_json)
+        (scratch / CANDIDATE_FILE).write_text(self.source)
+        spec = self.launch_spec(scratch, launch)
         rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
         return Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
                        load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],
                              "forward_params": self.forward_params},
-                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.stop)
+                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.stop, spare=spare)
 
     def run(self) -> EvalResult:
         t_start = time.perf_counter()
@@ -490,13 +508,16 @@ class _Evaluation:
                             candidate_sha256=hashlib.sha256(self.source.encode()).hexdigest(), dsl=self.request.dsl,
                             hardware=self.request.hardware, compiled=False, device=self.device_info.model_copy(),
                             isolation={}, started_at=started)
-        with tempfile.TemporaryDirectory(prefix="atrex-eval-") as tmp:
+        spare = self.standby.take(self.launch_spec(Path("."))) if self.standby is not None else None
+        with spare.directory if spare is not None else tempfile.TemporaryDirectory(prefix="atrex-eval-") as tmp:
             scratch = Path(tmp)
-            session = self.open_session(scratch)
+            session = self.open_session(scratch, spare=spare)
             try:
                 self.progress("starting the sandbox worker and loading the candidate", 0.0)
                 self.begin(None, "the candidate's load")
                 failure = session.start(first=True)
+                if self.standby is not None:  # the next evaluation's worker starts while this one runs
+                    self.standby.refill(session.spec)
                 if failure is not None:
                     result.compile_error = ErrorInfo(stage="compile",
                                                      category=failure.category, message=failure.message,
@@ -582,12 +603,16 @@ class _Evaluation:
 
 
 def evaluate(request: EvalRequest, catalog: Catalog, *, progress: Progress | None = None,
-             cancel: threading.Event | None = None) -> EvalResult:
+             cancel: threading.Event | None = None, standby: Standby | None = None) -> EvalResult:
     """Evaluate a candidate (or a baseline) on an operator's shapes; see the module docstring.
 
     When `request.deadline_s` passes, the shape in progress is stopped (its worker killed) and a
     partial result returns: finished shapes in full, the others not_run (result.partial =
     'deadline'). When `cancel` is set the same happens, but the partial result comes attached to
     the EvaluationCancelled raised (an AtrexError runtime/cancelled), since callers abandon a
-    cancelled evaluation's verdict."""
-    return _Evaluation(request, catalog, progress, cancel).run()
+    cancelled evaluation's verdict.
+
+    With a `standby` (a series of evaluations), the worker it holds is adopted when its launch
+    settings match, and once this evaluation's candidate is loaded the next worker is spawned
+    there, so its start overlaps this evaluation (evaluate.standby)."""
+    return _Evaluation(request, catalog, progress, cancel, standby).run()

@@ -155,7 +155,12 @@ class Isolation(BaseModel):
 class Overhead(BaseModel):
     """The evaluator's own cost, kept apart from the per-shape work."""
 
-    worker_start_s: float = Field(default=0.0, description="Process start + imports + CUDA init of the first worker.")
+    worker_start_s: float = Field(default=0.0, description=(
+        "What the evaluation waited for its first worker: process start + imports + CUDA init, or, for a worker "
+        "spawned ahead (spawned_ahead_s > 0), what of that was left."))
+    spawned_ahead_s: float = Field(default=0.0, description=(
+        "How long before this evaluation started it its first worker had been spawned (a standby worker, started "
+        "during the evaluation before this one); 0 when this evaluation spawned it."))
     cuda_init_s: float = Field(default=0.0, description="CUDA context creation inside that.")
     candidate_load_s: float = Field(default=0.0, description="Importing the candidate (its module-level work).")
     restarts: int = Field(default=0, description="Workers restarted after a fault or timeout.")

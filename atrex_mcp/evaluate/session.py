@@ -20,6 +20,7 @@ from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import Isolation, Overhead
+from atrex_mcp.evaluate.standby import Spare
 from atrex_mcp.evaluate.transfer import OutputArena
 from sandbox.launcher import Cancelled, LaunchSpec, Worker, WorkerDied, WorkerTimeout
 
@@ -71,9 +72,12 @@ class Session:
     arena (evaluate.transfer) they all inherit; `stop` ends both."""
 
     def __init__(self, spec: LaunchSpec, init: dict[str, Any], load: dict[str, Any], guard: LeakGuard,
-                 compile_timeout_s: float, cancel: threading.Event | None):
-        self.arena = OutputArena(cuda=spec.device == "cuda")
+                 compile_timeout_s: float, cancel: threading.Event | None, spare: Spare | None = None):
+        """`spare`: a worker spawned ahead in `spec.scratch` (evaluate.standby), with its arena;
+        the first start uses it instead of spawning one."""
+        self.arena = spare.arena if spare is not None else OutputArena(cuda=spec.device == "cuda")
         self.spec = dataclasses.replace(spec, output_fd=self.arena.fd)
+        self._spawned = spare.worker if spare is not None else None
         self.init, self.load, self.guard = init, load, guard
         self.compile_timeout_s = compile_timeout_s
         self.cancel = cancel
@@ -105,7 +109,7 @@ class Session:
         A worker that cannot even start (before any candidate code ran) is the evaluator's
         failure, not the candidate's: the first time it raises an internal AtrexError."""
         t0 = time.perf_counter()
-        self.worker = Worker(self.spec)
+        self.worker, self._spawned = self._spawned or Worker(self.spec), None
         problem = ""
         try:
             reply = self.worker.start(self.init, poll=self._poll)
@@ -123,6 +127,7 @@ class Session:
         self._record_isolation(reply)
         if first:
             self.overhead.worker_start_s = reply["start_s"]
+            self.overhead.spawned_ahead_s = reply["spawned_ahead_s"]
             self.overhead.cuda_init_s = reply.get("cuda_init_s", 0.0)
         failure = self.request_load()
         if first:
@@ -192,8 +197,9 @@ class Session:
         return failure
 
     def stop(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
+        for worker in (self.worker, self._spawned):
+            if worker is not None:
+                worker.stop()
         self.arena.close()
 
 

@@ -1,0 +1,110 @@
+"""A sandbox worker spawned ahead, for the next evaluation of a series to adopt.
+
+Before its first shape an evaluation waits for its worker's process to start and import torch,
+the DSL and the profiler (2-5 s on the H200's host, most of its fixed cost). None of that needs
+the candidate or touches the GPU (`sandbox.launcher.Worker.spawn`), so a series of evaluations
+(a candidate set, a baseline run) spawns the next one's worker while the current one runs:
+
+    with Standby() as standby:
+        for request in requests:
+            evaluate(request, catalog, standby=standby)
+
+The spare is an empty scratch directory, an output arena and a spawned worker that has not
+been sent `init`: the evaluation that adopts it writes its files into that directory and then
+starts the worker as it would a new one (CUDA, the sandbox's rules, the candidate's import all
+come after). An evaluation whose launch settings differ from the spare's (another device, DSL
+environment or profiler wrapper) discards it and spawns its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from atrex_mcp.evaluate.transfer import OutputArena
+from sandbox.launcher import LaunchSpec, Worker
+
+
+def _settings(spec: LaunchSpec) -> LaunchSpec:
+    """What a spare must share with the evaluation adopting it: everything but its own
+    scratch directory and arena."""
+    return dataclasses.replace(spec, scratch=Path("."), output_fd=None)
+
+
+@dataclass
+class Spare:
+    """A spawned worker with the scratch directory and arena it was spawned with; whoever takes
+    it owns all three (`close` when it is not used)."""
+
+    directory: tempfile.TemporaryDirectory
+    arena: OutputArena
+    worker: Worker
+
+    @property
+    def scratch(self) -> Path:
+        return Path(self.directory.name)
+
+    def close(self) -> None:
+        self.worker.kill()
+        self.arena.close()
+        self.directory.cleanup()
+
+
+class Standby:
+    """Holds at most one spare; thread-safe, so evaluations on several threads may share it."""
+
+    def __init__(self) -> None:
+        self._spare: Spare | None = None
+        self._settings: LaunchSpec | None = None
+        self._lock = threading.Lock()
+        self.spawned = self.adopted = self.discarded = 0
+
+    def take(self, spec: LaunchSpec) -> Spare | None:
+        """The spare, when it was spawned with `spec`'s settings and its process still runs;
+        None otherwise (a mismatched or dead spare is closed)."""
+        with self._lock:
+            spare, settings, self._spare, self._settings = self._spare, self._settings, None, None
+        if spare is None:
+            return None
+        if settings != _settings(spec) or not spare.worker.alive:
+            spare.close()
+            self.discarded += 1
+            return None
+        self.adopted += 1
+        return spare
+
+    def refill(self, spec: LaunchSpec) -> None:
+        """Spawn a spare with `spec`'s settings, unless one is waiting. A spawn that fails leaves
+        none: the next evaluation then spawns its own worker, which reports the problem."""
+        with self._lock:
+            if self._spare is not None:
+                return
+            directory = tempfile.TemporaryDirectory(prefix="atrex-eval-")
+            arena = None
+            try:
+                arena = OutputArena(cuda=spec.device == "cuda")
+                worker = Worker(dataclasses.replace(spec, scratch=Path(directory.name), output_fd=arena.fd))
+                worker.spawn()
+            except (OSError, subprocess.SubprocessError):
+                if arena is not None:
+                    arena.close()
+                directory.cleanup()
+                return
+            self._spare, self._settings = Spare(directory, arena, worker), _settings(spec)
+            self.spawned += 1
+
+    def close(self) -> None:
+        with self._lock:
+            spare, self._spare, self._settings = self._spare, None, None
+        if spare is not None:
+            spare.close()
+
+    def __enter__(self) -> "Standby":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,131 @@
+"""A worker spawned ahead (evaluate.standby): a series of evaluations adopts it when the launch
+settings match, gets the same verdicts and the same sandbox as with a worker of its own, and
+nothing of a spare outlives the standby."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from atrex_mcp.catalog import Catalog
+from atrex_mcp.evaluate import EvalRequest, Standby, evaluate, open_session
+from eval_support import CANARY, EXAMPLES, make_problem_root
+
+RMS = (EXAMPLES / "rms_norm_triton.py").read_text()
+
+
+@pytest.fixture()
+def catalog(tmp_path):
+    return Catalog(make_problem_root(tmp_path / "problems"))
+
+
+def _request(source: str, shapes: list[str] | None = None) -> EvalRequest:
+    return EvalRequest(op="rms_norm", source=source, shapes=shapes or ["0", "1"], seeds=2)
+
+
+def _spare_pid(standby: Standby) -> int:
+    spare = standby._spare
+    assert spare is not None and spare.worker.alive
+    return spare.worker.proc.pid
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_series_adopts_the_worker_spawned_during_the_evaluation_before(catalog):
+    alone = evaluate(_request(RMS), catalog)
+    with Standby() as standby:
+        first = evaluate(_request(RMS), catalog, standby=standby)
+        spare_pid = _spare_pid(standby)  # spawned once the first candidate had loaded
+        second = evaluate(_request(RMS), catalog, standby=standby)
+        assert (standby.spawned, standby.adopted, standby.discarded) == (2, 1, 0)
+    assert first.overhead.spawned_ahead_s == 0.0 and alone.overhead.spawned_ahead_s == 0.0
+    assert second.overhead.spawned_ahead_s > 0.0
+    for result in (first, second):
+        assert [(s.id, s.correct, s.category) for s in result.shapes] == [(s.id, s.correct, s.category) for s in alone.shapes]
+        assert result.isolation == alone.isolation
+    assert _gone(spare_pid)  # it was the second evaluation's worker, stopped with it
+
+
+def test_an_adopted_worker_sees_its_own_files_and_still_not_the_hidden_ones(catalog):
+    peek = RMS + textwrap.dedent(f"""
+        import pathlib as _p
+        _root = {str(catalog.roots[0])!r}
+        for _f in _p.Path(_root).rglob("*.json"):
+            try:
+                if {CANARY!r} in _f.read_text():
+                    raise SystemExit("read a hidden file: " + str(_f))
+            except PermissionError:
+                pass
+        assert _p.Path("candidate.py").read_text().startswith({RMS[:40]!r})
+    """)
+    with Standby() as standby:
+        evaluate(_request(RMS, ["0"]), catalog, standby=standby)
+        adopted = evaluate(_request(peek, ["0"]), catalog, standby=standby)
+    assert adopted.overhead.spawned_ahead_s > 0.0
+    assert adopted.compile_error is None, adopted.compile_error
+    assert adopted.shapes[0].correct
+
+
+def test_a_candidate_that_fails_to_load_still_leaves_a_spare_and_its_verdict_is_unchanged(catalog):
+    with Standby() as standby:
+        broken = evaluate(_request("import nonexistent_module_xyz\n"), catalog, standby=standby)
+        assert broken.compile_error is not None and broken.compile_error.category == "import_error"
+        after = evaluate(_request(RMS), catalog, standby=standby)
+    assert after.overhead.spawned_ahead_s > 0.0 and all(s.correct for s in after.shapes)
+
+
+def test_mismatched_or_dead_spares_are_discarded_and_the_evaluation_spawns_its_own(catalog, tmp_path):
+    other = Catalog(make_problem_root(tmp_path / "other"))  # other protected roots: other launch settings
+    with Standby() as standby:
+        evaluate(_request(RMS, ["0"]), catalog, standby=standby)
+        stale = _spare_pid(standby)
+        result = evaluate(_request(RMS, ["0"]), other, standby=standby)
+        assert (standby.adopted, standby.discarded) == (0, 1) and _gone(stale)
+        assert result.overhead.spawned_ahead_s == 0.0 and result.shapes[0].correct
+
+        standby._spare.worker.kill()  # the spare the second evaluation left died while waiting
+        result = evaluate(_request(RMS, ["0"]), other, standby=standby)
+        assert (standby.adopted, standby.discarded) == (0, 2)
+        assert result.overhead.spawned_ahead_s == 0.0 and result.shapes[0].correct
+
+
+def test_closing_the_standby_kills_the_spare_and_removes_its_directory(catalog):
+    standby = Standby()
+    evaluate(_request(RMS, ["0"]), catalog, standby=standby)
+    pid, scratch = _spare_pid(standby), standby._spare.scratch
+    assert scratch.is_dir()
+    standby.close()
+    assert _gone(pid) and not scratch.exists()
+    standby.close()  # a second close does nothing
+
+
+def test_profile_runs_an_untimed_forward_first_only_for_a_shape_the_worker_has_not_run(catalog):
+    counting = RMS + textwrap.dedent("""
+        _forward = Model.forward
+        def _counted(self, *args, **kwargs):
+            with open("forwards.log", "a") as log:
+                log.write("x")
+            return _forward(self, *args, **kwargs)
+        Model.forward = _counted
+    """)
+    with open_session(catalog, "rms_norm", counting, shapes=["0", "1"], seeds=1) as worker:
+        log = Path(worker.session.spec.scratch) / "forwards.log"
+        worker.check("0")
+        assert log.read_text() == "x"
+        count = 1
+        for shape, warm_up in (("0", 0), ("1", 1)):  # "0" ran in the check; "1" did not
+            reply = worker.session.call("profile", {"shape": worker.evaluation.payload_shape(worker._shape(shape)),
+                                                    "seed": 7}, 60)
+            profiled = isinstance(reply, dict)  # without a GPU the profiler may refuse its CUDA activity
+            assert profiled or "activities" in reply.message, reply
+            count += warm_up + profiled
+            assert len(log.read_text()) == count

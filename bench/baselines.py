@@ -143,7 +143,7 @@ def throughput_split(results: Sequence) -> dict[str, float]:
             first = s.seconds.get("first_call_extra", 0.0)
             split["compile"] += first
             split["correctness"] += s.seconds.get("correctness", 0.0) - first + s.seconds.get("reference_and_compare", 0.0)
-            split["timing"] += s.seconds.get("timing", 0.0)
+            split["timing"] += s.seconds.get("timing", 0.0) + s.seconds.get("timed_output_checks", 0.0)
             split["profile"] += s.seconds.get("profile", 0.0)
     split["other"] = split["total"] - sum(v for k, v in split.items() if k not in ("other", "total"))
     return {k: round(v, 2) for k, v in split.items()}

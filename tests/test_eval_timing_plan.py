@@ -112,6 +112,7 @@ def test_an_honest_kernel_is_timed_on_every_call():
     result = _timed(_reply(calls=41, fresh_ms=2.0, reused_ms=1.96), sets=20)  # 21 calls on reused sets
     assert tx.INPUT_REUSE_SPEEDUP not in result.integrity and result.timing.reuse_compared
     assert result.timing.median_ms == pytest.approx(1.96)
+    assert {"timing", "timed_output_checks"} <= result.seconds.keys()  # the request, then the checks of its outputs
 
 
 def test_a_reply_that_reused_sets_the_check_cannot_judge_is_voided():

@@ -331,12 +331,14 @@ class _Evaluation:
             result.integrity.append(tx.TIMED_OUTPUT_MISMATCH)
             result.message = "The worker did not return a digest for every timed call."
         else:
+            t0 = time.perf_counter()
             try:
                 self.check_timed_outputs(session, shape, result, reply["kept"], order, digests)
             except _HarnessOutOfMemory as exc:
                 _fail(result, Failure(tx.CORRECTNESS, tx.HARNESS_OOM, f"checking the outputs of timed calls: {exc}"))
             finally:
                 _release_cached_gpu_memory()
+                result.seconds["timed_output_checks"] = time.perf_counter() - t0
         failing = [i for i in result.integrity if i in tx.INTEGRITY_FAILS]
         if failing:
             stage = tx.CORRECTNESS if tx.TIMED_OUTPUT_MISMATCH in failing else tx.PERFORMANCE

@@ -107,7 +107,7 @@ class ShapeResult(BaseModel):
     integrity: list[str] = Field(default_factory=list, description="Integrity incidents on this shape (taxonomy.INTEGRITY_INCIDENTS).")
     seeds: list[int] = Field(default_factory=list, description="Correctness seeds drawn for this evaluation (recorded for reproduction).")
     timing_seeds: list[int] = Field(default_factory=list, description="Seeds of the warm-up set and the timed input sets.")
-    seconds: dict[str, float] = Field(default_factory=dict, description="Time per stage on this shape: correctness (worker calls incl. JIT), first_call_extra (first call minus the fastest: JIT compile/autotune), reference_and_compare, timing, profile.")
+    seconds: dict[str, float] = Field(default_factory=dict, description="Time per stage on this shape: correctness (worker calls incl. JIT), first_call_extra (first call minus the fastest: JIT compile/autotune), reference_and_compare, timing (the worker's timing request), timed_output_checks (the reference outputs and hand-overs that check three timed calls' outputs), profile.")
 
     @property
     def judged(self) -> bool:

@@ -4,8 +4,8 @@
 # evaluation profiles, so the throughput figure includes it); with earlier calls' directories,
 # the shapes they judged are not judged again (a deadline's leftovers move to the next call).
 # Optional, from the environment: PROBE_S > 0 runs bench/worker_start_cost.py first (2 repeats,
-# within PROBE_S seconds); RERUN="OP SHAPES" judges those shapes of one operator again at the end
-# (shapes an earlier call judged under code since changed).
+# within PROBE_S seconds); RERUN="OP SHAPES" judges those shapes of one operator again, before the
+# operators named (shapes an earlier call judged under code since changed).
 #   eager_call.sh DEST NAME TOTAL_S OPS [EARLIER_CALL_DIR…]   -> DEST/NAME.tar.gz
 set -u
 DEST=${1:?usage: eager_call.sh DEST NAME TOTAL_S OPS [EARLIER_CALL_DIR…]}
@@ -31,10 +31,10 @@ if ((${PROBE_S:-0} > 0)); then
     --out "$W/worker_start_cost.json" >"$W/worker_start_cost.log" 2>&1
   echo "worker_start_cost exit $? at $(date -u +%T)" >>"$W/steps.txt"
 fi
-# shellcheck disable=SC2086
-eager eager --ops "$OPS" ${EARLIER:+--skip-judged $EARLIER}
 if [ -n "${RERUN:-}" ]; then
   read -r RERUN_OP RERUN_SHAPES <<<"$RERUN"
   eager rerun --ops "$RERUN_OP" --shapes "$RERUN_SHAPES"
 fi
+# shellcheck disable=SC2086
+eager eager --ops "$OPS" ${EARLIER:+--skip-judged $EARLIER}
 tar czf "$DEST/$NAME.tar.gz" -C "$DEST" "$NAME" && rm -rf "$W"

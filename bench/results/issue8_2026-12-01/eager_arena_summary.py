@@ -6,7 +6,7 @@ and the set's time for one candidate evaluation on one H200 with the code as it 
 
 Code per call: c20 ran 50c4b5f's evaluator (no standby; the profile's extra forward on every
 shape; per_token_group_quant_fp8 8 and 9 ran out of memory, fixed in 17de0ba); c21 and c22 ran
-17de0ba / 5b1edfe (standby, chunked input checksums, compaction; c22 also timed the checks of
+84dd8e5 and 0d98b35 (standby, chunked input checksums, compaction; c22 also timed the checks of
 timed outputs apart). c22's `rerun` judged per_token_group_quant_fp8 8 and 9 again.
 """
 
@@ -28,6 +28,41 @@ SUPERSEDED = {("c20", "per_token_group_quant_fp8"): {"8", "9"}}  # judged again 
 
 def shape_seconds(shape) -> float:
     return sum(v for k, v in shape.seconds.items() if k != "first_call_extra")
+
+
+def judge_parts(evaluations, adopted_start: float) -> dict[str, float]:
+    """The judge's own work (everything but the calls counted in calls_s) by part, on the same
+    footing as one_candidate_set_s_current_code: superseded shapes, their restarts, c20's start
+    beyond an adopted one and its extra profile forwards left out. In c20 and c21 the checks of
+    timed outputs were not timed apart: their reference calls are taken out of the evaluation's
+    remainder, and the rest of it is its own line."""
+    parts = dict.fromkeys(("worker starts", "correctness: the worker beyond its calls",
+                           "correctness: the judge beyond its reference calls (inputs, hand-over, comparison)",
+                           "timing: beyond the calls (flush, spin, sync, digest, no-op calls, input sets)",
+                           "checks of timed outputs beyond their reference calls (c22)",
+                           "profile: beyond its forward (first session per worker, per-kernel overhead)",
+                           "rest of each evaluation (c20-c21: the checks of timed outputs; bookkeeping)"), 0.0)
+    keys = list(parts)
+    for call, r in evaluations:
+        skip = SUPERSEDED.get((call, r.op), set())
+        first = r is next(e for c, e in evaluations if c == call)
+        parts[keys[0]] += (r.overhead.worker_start_s if first or call != "c20" else adopted_start) + (0.0 if skip else r.overhead.restart_s)
+        rest = r.overhead.total_s - r.overhead.worker_start_s - r.overhead.restart_s
+        for shape in r.shapes:
+            rest -= shape_seconds(shape)
+            if shape.id in skip or shape.time_ms is None or shape.timing is None:
+                continue
+            t, n, sec = shape.time_ms / 1e3, len(shape.seeds), shape.seconds
+            parts[keys[1]] += sec.get("correctness", 0.0) - n * t
+            parts[keys[2]] += sec.get("reference_and_compare", 0.0) - n * t
+            parts[keys[3]] += sec.get("timing", 0.0) - (ESTIMATE_CALLS + shape.timing.warmup_calls + shape.timing.calls) * t
+            if "timed_output_checks" in sec:
+                parts[keys[4]] += sec["timed_output_checks"] - CHECKED_TIMED_SETS * t
+            else:
+                rest -= CHECKED_TIMED_SETS * t
+            parts[keys[5]] += sec.get("profile", 0.0) - (2 if call == "c20" else 1) * t
+        parts[keys[6]] += rest
+    return parts
 
 
 def main() -> int:
@@ -76,6 +111,9 @@ def main() -> int:
                 "c20 paid that the code since removes (worker starts after the first beyond an adopted start; one untimed "
                 "forward per profiled shape). Per call, the split is throughput_split over that call's evaluations.",
     }
+    parts = judge_parts(evaluations, adopted_start)
+    parts["the runner's process and scheduling (wall less the evaluations)"] = wall - sum(r.overhead.total_s for _, r in evaluations)
+    summary["judge_parts_s"] = {k: round(v, 1) for k, v in parts.items()}
     (HERE / "eager_arena_throughput.json").write_text(json.dumps(summary, indent=1))
     keys = ["start_up", "candidate_load", "compile", "correctness", "timing", "profile", "other", "total"]
     lines = ["# The full eager set through the output arena, one H200 (2026-12-01)", "",
@@ -94,7 +132,8 @@ def main() -> int:
               f"* **one candidate set (the eager reference) with the code as it is now: {one_set:.0f} s "
               f"({one_set / 60:.1f} min)**",
               f"* of which the calls themselves (eager as candidate and as reference, at their measured times): {calls_s:.0f} s;"
-              f" the judge's own work: {one_set - calls_s:.0f} s", ""]
+              f" the judge's own work: {one_set - calls_s:.0f} s, by part:", "", "| part | s |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in summary["judge_parts_s"].items()] + [""]
     (HERE / "eager_arena_throughput.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

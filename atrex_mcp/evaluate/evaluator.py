@@ -50,7 +50,7 @@ CHECKABLE_SETS = 10  # input sets that let the reuse check decide (sandbox.timin
 TIMING_MEMORY_SHARE = 0.2  # ... for which the budget grows, up to this share of the GPU's memory
 MIN_TIMED_CALLS, MAX_TIMED_CALLS = 20, 200
 CHECKED_TIMED_SETS = 3
-PINNED_SLACK_BYTES = 4 << 30  # cached GPU memory this process may keep beside a held reference output (_compacted)
+PINNED_SLACK_BYTES = 4 << 30  # cached GPU memory this process may keep beside a held reference output (_cache_pins_memory)
 CPU_HOST_MEMORY_BYTES = 8 << 30
 GPU_HOST_MEMORY_BYTES = 32 << 30
 

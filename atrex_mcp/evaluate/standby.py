@@ -59,7 +59,6 @@ class Standby:
 
     def __init__(self) -> None:
         self._spare: Spare | None = None
-        self._settings: LaunchSpec | None = None
         self._lock = threading.Lock()
         self.spawned = self.adopted = self.discarded = 0
 
@@ -67,10 +66,10 @@ class Standby:
         """The spare, when it was spawned with `spec`'s settings and its process still runs;
         None otherwise (a mismatched or dead spare is closed)."""
         with self._lock:
-            spare, settings, self._spare, self._settings = self._spare, self._settings, None, None
+            spare, self._spare = self._spare, None
         if spare is None:
             return None
-        if settings != _settings(spec) or not spare.worker.alive:
+        if _settings(spare.worker.spec) != _settings(spec) or not spare.worker.alive:
             spare.close()
             self.discarded += 1
             return None
@@ -94,12 +93,12 @@ class Standby:
                     arena.close()
                 directory.cleanup()
                 return
-            self._spare, self._settings = Spare(directory, arena, worker), _settings(spec)
+            self._spare = Spare(directory, arena, worker)
             self.spawned += 1
 
     def close(self) -> None:
         with self._lock:
-            spare, self._spare, self._settings = self._spare, None, None
+            spare, self._spare = self._spare, None
         if spare is not None:
             spare.close()
 

@@ -42,7 +42,8 @@ ALLOWED_IMPORTS = frozenset({
     "__future__", "math", "typing", "functools", "dataclasses", "itertools", "operator", "enum", "numbers",
     "collections", "torch", "triton", "os",
 })
-# Named so the refusal says "file, process or network access" rather than "not allowed".
+# Refused as file_or_network_access (they reach files, processes, the network or load code);
+# any other module outside ALLOWED_IMPORTS is refused as import_not_allowed.
 ACCESS_MODULES = frozenset({
     "sys", "io", "socket", "subprocess", "pathlib", "urllib", "requests", "http", "ctypes", "cffi", "importlib",
     "shutil", "pickle", "tempfile", "glob", "builtins", "multiprocessing", "threading", "signal", "mmap", "ssl",
@@ -100,11 +101,14 @@ MAX_ANNOTATION_DEPTH = 4
 ONCE_PER_LINE = frozenset({"file_or_network_access", "forbidden_attribute"})
 DSL_DECORATORS = {"triton": ("triton.jit",)}
 MODEL_CLASS = "Model"
+REACHES = "it reaches files, processes, the network or native code"
+ENV_READS_ONLY = "only environment reads (os.environ, os.getenv) are allowed"
 
 FIXES = {
     "syntax": "Make the file valid Python 3 (python3 -m py_compile FILE shows the error).",
     "self_contained": "Inline what the sibling module provides: the artifact is one file.",
-    "import_not_allowed": f"Import only from {', '.join(sorted(ALLOWED_IMPORTS))}; write the helper in the file instead.",
+    "import_not_allowed": f"Import only from {', '.join(sorted(ALLOWED_IMPORTS))}; "
+                          "write the helper in the file instead.",
     "file_or_network_access": "Remove it: a kernel computes from its inputs only (to read an environment variable, "
                               "use os.environ.get('NAME')).",
     "forbidden_name": "Call what you need directly; eval, exec, compile, __import__, open, globals, vars and locals "
@@ -113,12 +117,14 @@ FIXES = {
                            "attributes are allowed on self/cls only.",
     "dynamic_attribute": "Write the attribute out (obj.name) or use getattr(obj, 'name') with a literal name.",
     "module_as_value": "Use a module through its attributes (torch.empty, tl.load); do not bind, pass or store it.",
-    "module_patched": "Do not assign to or delete attributes of imported modules; keep state on self or in your own names.",
+    "module_patched": "Do not assign to or delete attributes of imported modules; "
+                      "keep state on self or in your own names.",
     "string_annotation": "Write the annotation as an expression (x: torch.Tensor), not as a string.",
     "no_model": "Define a top-level class Model(torch.nn.Module).",
     "model_not_module": "Derive Model from torch.nn.Module.",
     "signature_mismatch": "Give Model.__init__ and Model.forward the reference's parameters, in the reference's order.",
-    "dsl_not_used": "Launch at least one @triton.jit kernel from Model.forward (directly, through a helper, or self.<attr>).",
+    "dsl_not_used": "Launch at least one @triton.jit kernel from Model.forward "
+                    "(directly, through a helper, or self.<attr>).",
     "test_code": "Move tests out of the file, or under `if __name__ == '__main__':` (packaging removes that block).",
 }
 RULES = frozenset(FIXES)
@@ -140,7 +146,8 @@ class ContractReport(BaseModel):
 
     passed: bool = Field(description="True when no rule was violated: package will accept the file.")
     violations: list[Violation] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list, description="Allowed, but worth knowing (e.g. torch.compile inside the kernel counts as non-DSL time).")
+    warnings: list[str] = Field(default_factory=list, description="Allowed, but worth knowing (e.g. torch.compile "
+                                "inside the kernel counts as non-DSL time).")
     kernels: list[str] = Field(default_factory=list, description="DSL kernels (@triton.jit) that forward reaches.")
 
 
@@ -185,7 +192,8 @@ def _signature(fn: ast.FunctionDef) -> _Signature:
     n_pos_defaults = len(a.defaults)
     required = set(positional[: len(positional) - n_pos_defaults] if n_pos_defaults else positional)
     required |= {x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None}
-    return _Signature(names=positional + kwonly, positional=positional, required=required, var_keyword=a.kwarg is not None)
+    return _Signature(names=positional + kwonly, positional=positional, required=required,
+                      var_keyword=a.kwarg is not None)
 
 
 def _find_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
@@ -244,8 +252,8 @@ class _ContractScan:
                 self.add("self_contained", "relative import: the file must not depend on sibling modules", node)
                 continue
             if isinstance(node, ast.Import):
-                bindings = [(a.name, a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0], True)
-                            for a in node.names]
+                bindings = [(a.name, a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0],
+                             True) for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 bindings = [(f"{node.module}.{a.name}", a.asname or a.name, f"{node.module}.{a.name}", False)
                             for a in node.names]
@@ -259,13 +267,14 @@ class _ContractScan:
                 if full.endswith(".*"):
                     self.add("import_not_allowed", f"from {node.module} import *: import the names you use", node)
                 elif root in ACCESS_MODULES:
-                    self.add("file_or_network_access", f"import of {root}: file, process or network access is not allowed", node)
+                    self.add("file_or_network_access", f"import of {root}: {REACHES}", node)
                 elif root not in ALLOWED_IMPORTS:
-                    self.add("import_not_allowed", f"import of {full}: only {', '.join(sorted(ALLOWED_IMPORTS))} may be imported", node)
+                    allowed = ", ".join(sorted(ALLOWED_IMPORTS))
+                    self.add("import_not_allowed", f"import of {full}: only {allowed} may be imported", node)
                 elif root == "os" and full not in ("os", *OS_READS):
-                    self.add("file_or_network_access", f"import of {full}: only environment reads (os.environ, os.getenv) are allowed", node)
+                    self.add("file_or_network_access", f"import of {full}: {ENV_READS_ONLY}", node)
                 elif _matches(full, DENIED_MEMBERS):
-                    self.add("file_or_network_access", f"import of {full}: it reaches files, processes, the network or native code", node)
+                    self.add("file_or_network_access", f"import of {full}: {REACHES}", node)
 
     def assignment_aliases(self) -> None:
         """`c = torch.cuda` makes `c.memory` mean torch.cuda.memory (flow-insensitive, names only)."""
@@ -331,13 +340,13 @@ class _ContractScan:
         outermost = not (isinstance(parent, ast.Attribute) and parent.value is node)
         called = isinstance(parent, ast.Call) and parent.func is node
         if dotted and outermost and dotted.split(".")[0] == "os" and dotted not in OS_READS:
-            self.add("file_or_network_access", f"use of {dotted}: only environment reads (os.environ, os.getenv) are allowed", node)
+            self.add("file_or_network_access", f"use of {dotted}: {ENV_READS_ONLY}", node)
         elif dotted and outermost and _matches(dotted, DENIED_MEMBERS):
-            self.add("file_or_network_access", f"use of {dotted}: it reaches files, processes, the network or native code", node)
+            self.add("file_or_network_access", f"use of {dotted}: {REACHES}", node)
         if attr in DENIED_ATTRIBUTES:
-            self.add("file_or_network_access", f"access to .{attr}: it reaches files, processes, the network or native code", node)
+            self.add("file_or_network_access", f"access to .{attr}: {REACHES}", node)
         if attr in FILE_VERBS and not (dotted or "").startswith(TRITON_LANGUAGE + "."):
-            self.add("file_or_network_access", f"access to .{attr}: outside Triton (tl.{attr}) it reads or writes files", node)
+            self.add("file_or_network_access", f"access to .{attr}: outside Triton (tl.{attr}) it moves files", node)
         if attr.startswith("__") and attr.endswith("__"):
             if attr not in SAFE_DUNDERS:
                 self.add("forbidden_attribute", f"access to .{attr}: interpreter internals are off limits", node)
@@ -348,7 +357,8 @@ class _ContractScan:
         if dotted == "os.environ":
             self._environ_read(node)
         if dotted == "torch.compile":
-            self.warnings.append(f"line {node.lineno}: torch.compile generates Inductor kernels, which count as non-DSL time")
+            self.warnings.append(f"line {node.lineno}: torch.compile generates Inductor kernels, "
+                                 "which count as non-DSL time")
 
     @staticmethod
     def _private_allowed(value: ast.AST, base: str | None, called: bool) -> bool:
@@ -370,7 +380,8 @@ class _ContractScan:
         if isinstance(parent, ast.Compare) and node in parent.comparators and all(
                 isinstance(op, ast.In | ast.NotIn) for op in parent.ops):
             return
-        self.add("file_or_network_access", "os.environ may only be read: os.environ.get('X'), os.environ['X'] or 'X' in os.environ", node)
+        self.add("file_or_network_access",
+                 "os.environ may only be read: os.environ.get('X'), os.environ['X'] or 'X' in os.environ", node)
 
     # ------------------------------------------------------------ string annotations
     def annotations(self) -> None:
@@ -439,26 +450,34 @@ class _ContractScan:
             self._compare(method, _method(ref_cls, method), _method(cls, method), cls)
         return cls
 
-    def _compare(self, method: str, ref: ast.FunctionDef | None, cand: ast.FunctionDef | None, cls: ast.ClassDef) -> None:
+    def _compare(self, method: str, ref: ast.FunctionDef | None, cand: ast.FunctionDef | None,
+                 cls: ast.ClassDef) -> None:
         ref_sig = _signature(ref) if ref else _Signature([], [], set(), False)
         if cand is None:
             if ref_sig.names:
-                self.add("signature_mismatch", f"Model has no {method}; the reference's takes {', '.join(ref_sig.names)}", cls)
+                takes = ", ".join(ref_sig.names)
+                self.add("signature_mismatch", f"Model has no {method}; the reference's takes {takes}", cls)
             return
         sig = _signature(cand)
         missing = [n for n in ref_sig.names if n not in sig.names and not sig.var_keyword]
         extra_required = sorted(sig.required - set(ref_sig.names))
         if missing:
-            self.add("signature_mismatch", f"Model.{method} lacks parameter(s) {', '.join(missing)} of the reference", cand)
+            self.add("signature_mismatch",
+                     f"Model.{method} lacks parameter(s) {', '.join(missing)} of the reference", cand)
         if extra_required:
-            self.add("signature_mismatch", f"Model.{method} requires parameter(s) {', '.join(extra_required)} the reference does not pass", cand)
-        if method == "forward" and not missing and sig.positional[: len(ref_sig.positional)] != ref_sig.positional and not sig.var_keyword:
-            self.add("signature_mismatch", f"Model.forward takes ({', '.join(sig.positional)}); the reference's order is ({', '.join(ref_sig.positional)})", cand)
+            extra = ", ".join(extra_required)
+            self.add("signature_mismatch",
+                     f"Model.{method} requires parameter(s) {extra} the reference does not pass", cand)
+        reordered = sig.positional[: len(ref_sig.positional)] != ref_sig.positional
+        if method == "forward" and not missing and reordered and not sig.var_keyword:
+            self.add("signature_mismatch", f"Model.forward takes ({', '.join(sig.positional)}); "
+                                           f"the reference's order is ({', '.join(ref_sig.positional)})", cand)
 
     def dsl(self, cls: ast.ClassDef | None, dsl: str) -> list[str]:
         decorators = DSL_DECORATORS.get(dsl)
         if decorators is None:
-            raise AtrexError("input", "unknown_dsl", f"No output contract for DSL {dsl!r}.", f"Known: {', '.join(DSL_DECORATORS)}")
+            raise AtrexError("input", "unknown_dsl", f"No output contract for DSL {dsl!r}.",
+                             f"Known: {', '.join(DSL_DECORATORS)}")
         functions = {n.name: n for n in self.tree.body if isinstance(n, ast.FunctionDef)}
         kernels = set()
         for name, fn in functions.items():
@@ -496,7 +515,9 @@ class _ContractScan:
                     elif node.attr in methods and node.attr not in seen:
                         todo.append(methods[node.attr])
         if not reached:
-            self.add("dsl_not_used", f"Model.forward never reaches a @{decorators[0]} kernel ({', '.join(sorted(kernels))} defined but not launched)", forward)
+            defined = ", ".join(sorted(kernels))
+            self.add("dsl_not_used", f"Model.forward never reaches a @{decorators[0]} kernel "
+                                     f"({defined} defined but not launched)", forward)
         return sorted(reached)
 
     @staticmethod

@@ -33,8 +33,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from atrex_mcp import __version__
-from atrex_mcp import candidate_contract
+from atrex_mcp import __version__, candidate_contract
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.gpu_queue import GpuQueue, JobKind
@@ -569,8 +568,10 @@ def _forward_inputs(reference_source: str) -> list[str]:
 def _contract_rules() -> list[str]:
     return [
         "One self-contained Python file; nothing else travels with it.",
-        f"It defines class {candidate_contract.MODEL_CLASS}(torch.nn.Module) whose __init__ and forward take the same parameters as the reference's.",
-        f"Imports only from: {', '.join(sorted(candidate_contract.ALLOWED_IMPORTS))} (os only to read environment variables: os.environ.get, os.getenv).",
+        f"It defines class {candidate_contract.MODEL_CLASS}(torch.nn.Module) whose __init__ and forward take the same "
+        "parameters as the reference's.",
+        f"Imports only from: {', '.join(sorted(candidate_contract.ALLOWED_IMPORTS))} "
+        "(os only to read environment variables: os.environ.get, os.getenv).",
         "No file, network or process access (open, subprocess, socket, torch.load/save, torch.hub, ... are refused), "
         "no eval/exec/__import__, no getattr with a computed name, modules used only through their attributes.",
         "The target DSL is really used: forward launches at least one @triton.jit kernel; time spent in PyTorch or library kernels counts against DSL adoption.",

@@ -34,10 +34,11 @@ def run_dir(tmp_path_factory) -> Path:
     kernels.mkdir()
     for op in KNOWN:
         shutil.copy(ROOT / "gpu_wiki" / "kernels" / f"{op}.py", kernels / f"{op}.py")
-    leaky = (ROOT / "gpu_wiki" / "kernels" / f"{LEAKY}.py").read_text().replace("import torch\n", "import torch\nfrom os import listdir\n", 1)
-    (kernels / f"{LEAKY}.py").write_text(leaky)
+    leaky = (ROOT / "gpu_wiki" / "kernels" / f"{LEAKY}.py").read_text()
+    (kernels / f"{LEAKY}.py").write_text(leaky.replace("import torch\n", "import torch\nfrom os import listdir\n", 1))
     out = base / "scripted"
-    code = main(["bench", "run", "--agent", scripted_agent(kernels), "--ops", ",".join([*KNOWN, UNKNOWN, LEAKY]), "--parallel", "2",
+    ops = ",".join([*KNOWN, UNKNOWN, LEAKY])
+    code = main(["bench", "run", "--agent", scripted_agent(kernels), "--ops", ops, "--parallel", "2",
                  "--budget-minutes", "4", "--agent-uid", "same", "--plain", "--out", str(out)])
     assert code == 0
     return out
@@ -66,7 +67,8 @@ def test_a_kernel_the_contract_refuses_is_reported_with_rule_line_and_fix(run_di
     layout = RunLayout(run_dir)
     state = RunStore(layout).load_state(LEAKY)
     line = (layout.workspace(LEAKY) / "kernel.py").read_text().splitlines().index("from os import listdir") + 1
-    assert state.status == "done" and state.submission.outcome == "contract_failed" and state.submission.artifact is None
+    assert state.status == "done" and state.submission.outcome == "contract_failed"
+    assert state.submission.artifact is None
     (violation,) = state.submission.violations
     assert violation.startswith(f"file_or_network_access (line {line}): import of os.listdir") and "fix: " in violation
     transcript = layout.transcript(LEAKY).read_text()

@@ -58,76 +58,79 @@ def test_bad_files_are_refused_with_the_rule(edit, rule):
 
 
 LINE = "out = torch.empty_like(x)"
+KEEP = "; out = torch.empty_like(x)"  # the rest of the line: forward still returns out
+ACCESS, NAME, ATTRIBUTE = "file_or_network_access", "forbidden_name", "forbidden_attribute"
 # Ways to reach files, processes, the network or native code: (name, extra imports, replacement of LINE, rule).
 BYPASSES = [
-    ("getattr_literal", "", "out = getattr(torch, 'load')('w.pt')", "file_or_network_access"),
-    ("operator_attrgetter", "import operator\n", "out = operator.attrgetter('load')(torch)('w.pt')", "file_or_network_access"),
-    ("torch_serialization_load", "", "out = torch.serialization.load('w.pt')", "file_or_network_access"),
-    ("untyped_storage_from_file", "", "s = torch.UntypedStorage.from_file('/etc/passwd', False, 64); out = torch.empty_like(x)",
-     "file_or_network_access"),
+    ("getattr_literal", "", "out = getattr(torch, 'load')('w.pt')", ACCESS),
+    ("operator_attrgetter", "import operator\n", "out = operator.attrgetter('load')(torch)('w.pt')", ACCESS),
+    ("torch_serialization_load", "", "out = torch.serialization.load('w.pt')", ACCESS),
+    ("untyped_storage_from_file", "", "s = torch.UntypedStorage.from_file('/etc/passwd', False, 64)" + KEEP,
+     ACCESS),
     ("model_zoo_load_url", "import torch.utils.model_zoo\n", "out = torch.utils.model_zoo.load_url('http://x/w.pt')",
-     "file_or_network_access"),
+     ACCESS),
     ("hub_load_state_dict_from_url", "from torch.hub import load_state_dict_from_url\n",
-     "out = load_state_dict_from_url('http://x/w.pt')", "file_or_network_access"),
-    ("torch_multiprocessing_process", "", "torch.multiprocessing.Process(target=print).start(); out = torch.empty_like(x)",
-     "file_or_network_access"),
+     "out = load_state_dict_from_url('http://x/w.pt')", ACCESS),
+    ("torch_multiprocessing_process", "", "torch.multiprocessing.Process(target=print).start()" + KEEP,
+     ACCESS),
     ("get_type_hints_evaluates_string_annotation", "import typing\n",
-     "def probe(a: \"__import__('os').system('id')\"): pass\n        typing.get_type_hints(probe); out = torch.empty_like(x)",
-     "forbidden_name"),
-    ("string_annotation_alone", "", "leak: \"open('/etc/passwd').read()\" = None; out = torch.empty_like(x)", "forbidden_name"),
-    ("string_annotation_nested", "", "leak: \"list['eval(1)']\" = None; out = torch.empty_like(x)", "forbidden_name"),
-    ("dunder_import", "", "out = __import__('torch').empty_like(x)", "forbidden_name"),
-    ("importlib", "import importlib\n", "out = importlib.import_module('torch').empty_like(x)", "file_or_network_access"),
-    ("builtins_open", "import builtins\n", "builtins.open('/etc/passwd'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("eval", "", "out = eval('torch.empty_like(x)')", "forbidden_name"),
-    ("exec", "", "exec('import os'); out = torch.empty_like(x)", "forbidden_name"),
-    ("compile", "", "c = compile('1', 'f', 'eval'); out = torch.empty_like(x)", "forbidden_name"),
-    ("globals_lookup", "", "out = globals()['torch'].empty_like(x)", "forbidden_name"),
-    ("vars_lookup", "", "out = vars(torch)['load']('w.pt')", "forbidden_name"),
-    ("ops_load_library", "", "torch.ops.load_library('/tmp/evil.so'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("ctypes", "import ctypes\n", "ctypes.CDLL('libc.so.6'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("subprocess", "import subprocess\n", "subprocess.run(['id']); out = torch.empty_like(x)", "file_or_network_access"),
-    ("socket", "import socket\n", "socket.socket(); out = torch.empty_like(x)", "file_or_network_access"),
-    ("pathlib_write", "from pathlib import Path\n", "Path('/tmp/x').write_text('1'); out = torch.empty_like(x)",
-     "file_or_network_access"),
-    ("io_open", "import io\n", "io.open('/etc/passwd'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("numpy_load", "import numpy as np\n", "out = torch.from_numpy(np.load('w.npy'))", "file_or_network_access"),
-    ("numpy_memmap", "from numpy import memmap\n", "m = memmap('/tmp/m'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("torch_from_file", "", "out = torch.from_file('/etc/passwd', size=8)", "file_or_network_access"),
-    ("tempfile", "import tempfile\n", "tempfile.mkstemp(); out = torch.empty_like(x)", "file_or_network_access"),
-    ("shutil", "import shutil\n", "shutil.rmtree('/tmp/x'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("pickle", "import pickle\n", "pickle.loads(b''); out = torch.empty_like(x)", "file_or_network_access"),
-    ("sys_modules", "import sys\n", "sys.modules['os'].system('id'); out = torch.empty_like(x)", "file_or_network_access"),
+     "def probe(a: \"__import__('os').system('id')\"): pass\n        typing.get_type_hints(probe)" + KEEP,
+     NAME),
+    ("string_annotation_alone", "", "leak: \"open('/etc/passwd').read()\" = None" + KEEP, NAME),
+    ("string_annotation_nested", "", "leak: \"list['eval(1)']\" = None" + KEEP, NAME),
+    ("dunder_import", "", "out = __import__('torch').empty_like(x)", NAME),
+    ("importlib", "import importlib\n", "out = importlib.import_module('torch').empty_like(x)", ACCESS),
+    ("builtins_open", "import builtins\n", "builtins.open('/etc/passwd')" + KEEP, ACCESS),
+    ("eval", "", "out = eval('torch.empty_like(x)')", NAME),
+    ("exec", "", "exec('import os')" + KEEP, NAME),
+    ("compile", "", "c = compile('1', 'f', 'eval')" + KEEP, NAME),
+    ("globals_lookup", "", "out = globals()['torch'].empty_like(x)", NAME),
+    ("vars_lookup", "", "out = vars(torch)['load']('w.pt')", NAME),
+    ("ops_load_library", "", "torch.ops.load_library('/tmp/evil.so')" + KEEP, ACCESS),
+    ("ctypes", "import ctypes\n", "ctypes.CDLL('libc.so.6')" + KEEP, ACCESS),
+    ("subprocess", "import subprocess\n", "subprocess.run(['id'])" + KEEP, ACCESS),
+    ("socket", "import socket\n", "socket.socket()" + KEEP, ACCESS),
+    ("pathlib_write", "from pathlib import Path\n", "Path('/tmp/x').write_text('1')" + KEEP,
+     ACCESS),
+    ("io_open", "import io\n", "io.open('/etc/passwd')" + KEEP, ACCESS),
+    ("numpy_load", "import numpy as np\n", "out = torch.from_numpy(np.load('w.npy'))", ACCESS),
+    ("numpy_memmap", "from numpy import memmap\n", "m = memmap('/tmp/m')" + KEEP, ACCESS),
+    ("torch_from_file", "", "out = torch.from_file('/etc/passwd', size=8)", ACCESS),
+    ("tempfile", "import tempfile\n", "tempfile.mkstemp()" + KEEP, ACCESS),
+    ("shutil", "import shutil\n", "shutil.rmtree('/tmp/x')" + KEEP, ACCESS),
+    ("pickle", "import pickle\n", "pickle.loads(b'')" + KEEP, ACCESS),
+    ("sys_modules", "import sys\n", "sys.modules['os'].system('id')" + KEEP, ACCESS),
     ("string_concatenation", "", "out = getattr(torch, 'lo' + 'ad')('w.pt')", "dynamic_attribute"),
     # variants of the above
     ("module_bound_to_a_name", "", "t = torch; out = t.load('w.pt')", "module_as_value"),
     ("module_passed_as_argument", "", "out = (lambda m: m.empty_like(x))(torch)", "module_as_value"),
-    ("submodule_alias", "", "c = torch.cuda; c.memory.memory_snapshot(); out = torch.empty_like(x)", "file_or_network_access"),
-    ("module_reexported_as_attribute", "", "torch.os.system('id'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("module_dict", "", "out = torch.__dict__['load']('w.pt')", "forbidden_attribute"),
-    ("getattribute", "", "out = object.__getattribute__(torch, 'load')('w.pt')", "forbidden_attribute"),
-    ("getattr_as_a_value", "import functools\n", "out = functools.reduce(getattr, ['serialization', 'load'], torch)('w.pt')",
+    ("submodule_alias", "", "c = torch.cuda; c.memory.memory_snapshot()" + KEEP, ACCESS),
+    ("module_reexported_as_attribute", "", "torch.os.system('id')" + KEEP, ACCESS),
+    ("module_dict", "", "out = torch.__dict__['load']('w.pt')", ATTRIBUTE),
+    ("getattribute", "", "out = object.__getattribute__(torch, 'load')('w.pt')", ATTRIBUTE),
+    ("getattr_as_a_value", "import functools\n",
+     "out = functools.reduce(getattr, ['serialization', 'load'], torch)('w.pt')",
      "dynamic_attribute"),
-    ("getattr_submodule_then_member", "", "out = getattr(torch, 'hub').load('repo', 'model')", "file_or_network_access"),
-    ("private_native_module", "", "torch._C._jit_set_profiling_executor(False); out = torch.empty_like(x)", "forbidden_attribute"),
-    ("os_function", "import os\n", "os.system('id'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("os_path", "import os.path\n", "out = torch.empty_like(x)", "file_or_network_access"),
-    ("from_os_import_function", "from os import listdir\n", "listdir('/'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("environ_write", "import os\n", "os.environ['TRITON_CACHE_DIR'] = '/tmp/x'; out = torch.empty_like(x)",
-     "file_or_network_access"),
-    ("environ_update", "from os import environ\n", "environ.update(A='1'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("environ_as_value", "import os\n", "e = os.environ; out = torch.empty_like(x)", "file_or_network_access"),
-    ("array_tofile", "", "x.numpy().tofile('/tmp/x'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("patch_a_module", "", "torch.cuda.synchronize = lambda: None; out = torch.empty_like(x)", "module_patched"),
-    ("setattr_on_a_module", "", "setattr(torch.cuda, 'synchronize', print); out = torch.empty_like(x)", "module_patched"),
-    ("operator_override", "", "torch.library.Library('aten', 'IMPL'); out = torch.empty_like(x)", "file_or_network_access"),
-    ("function_globals", "", "g = (lambda: 0).__globals__; out = torch.empty_like(x)", "forbidden_attribute"),
-    ("subclasses_walk", "", "s = (1).__class__.__base__.__subclasses__(); out = torch.empty_like(x)", "forbidden_attribute"),
-    ("reduce_ex", "", "r = x.__reduce_ex__(2); out = torch.empty_like(x)", "forbidden_attribute"),
-    ("triton_build", "", "triton.runtime.build._build('m', 's', '/tmp'); out = torch.empty_like(x)", "file_or_network_access"),
+    ("getattr_submodule_then_member", "", "out = getattr(torch, 'hub').load('repo', 'model')", ACCESS),
+    ("private_native_module", "", "torch._C._jit_set_profiling_executor(False)" + KEEP, ATTRIBUTE),
+    ("os_function", "import os\n", "os.system('id')" + KEEP, ACCESS),
+    ("os_path", "import os.path\n", "out = torch.empty_like(x)", ACCESS),
+    ("from_os_import_function", "from os import listdir\n", "listdir('/')" + KEEP, ACCESS),
+    ("environ_write", "import os\n", "os.environ['TRITON_CACHE_DIR'] = '/tmp/x'" + KEEP,
+     ACCESS),
+    ("environ_update", "from os import environ\n", "environ.update(A='1')" + KEEP, ACCESS),
+    ("environ_as_value", "import os\n", "e = os.environ" + KEEP, ACCESS),
+    ("array_tofile", "", "x.numpy().tofile('/tmp/x')" + KEEP, ACCESS),
+    ("patch_a_module", "", "torch.cuda.synchronize = lambda: None" + KEEP, "module_patched"),
+    ("setattr_on_a_module", "", "setattr(torch.cuda, 'synchronize', print)" + KEEP, "module_patched"),
+    ("operator_override", "", "torch.library.Library('aten', 'IMPL')" + KEEP, ACCESS),
+    ("function_globals", "", "g = (lambda: 0).__globals__" + KEEP, ATTRIBUTE),
+    ("subclasses_walk", "", "s = (1).__class__.__base__.__subclasses__()" + KEEP, ATTRIBUTE),
+    ("reduce_ex", "", "r = x.__reduce_ex__(2)" + KEEP, ATTRIBUTE),
+    ("triton_build", "", "triton.runtime.build._build('m', 's', '/tmp')" + KEEP, ACCESS),
     ("from_import_member", "from torch.serialization import load as restore\n", "out = restore('w.pt')",
-     "file_or_network_access"),
-    ("frame_globals", "", "f = (e for e in ()).gi_frame.f_globals; out = torch.empty_like(x)", "file_or_network_access"),
+     ACCESS),
+    ("frame_globals", "", "f = (e for e in ()).gi_frame.f_globals" + KEEP, ACCESS),
 ]
 
 
@@ -143,7 +146,8 @@ def test_ways_to_reach_files_processes_or_the_network_are_refused(imports, line,
 @pytest.mark.parametrize("imports, line", [
     ("import os\n", "out = torch.empty_like(x) if os.environ.get('TRITON_INTERPRET') == '1' else torch.empty_like(x)"),
     ("import os\n", "out = torch.empty_like(x) if 'TRITON_INTERPRET' in os.environ or os.getenv('X') else None"),
-    ("from os import environ, getenv\n", "out = torch.empty_like(x) if environ['HOME'] and getenv('X') is None else None"),
+    ("from os import environ, getenv\n",
+     "out = torch.empty_like(x) if environ['HOME'] and getenv('X') is None else None"),
     ("", "out: 'torch.Tensor' = torch.empty_like(x)"),
     ("", "out = torch.empty_like(x) if x.dim() else torch.ops.aten._to_copy(torch._scaled_mm(x, x.t()))"),
 ])
@@ -154,8 +158,8 @@ def test_honest_kernels_pass_environment_reads_and_public_api(imports, line):
 
 
 def test_violations_name_the_line_of_the_submitted_file_and_the_fix():
-    source = 'if __name__ == "__main__":\n    print(1)\n' + KERNEL.replace("import torch\n", "import torch\nimport os\n", 1).replace(
-        LINE, "os.remove('x'); out = torch.empty_like(x)", 1)
+    leaky = KERNEL.replace("import torch\n", "import torch\nimport os\n", 1).replace(LINE, "os.remove('x')" + KEEP, 1)
+    source = 'if __name__ == "__main__":\n    print(1)\n' + leaky
     (violation,) = check_contract(source, REFERENCE).violations
     assert source.splitlines()[violation.line - 1].strip().startswith("os.remove")
     assert violation.rule == "file_or_network_access" and "os.environ.get" in violation.fix
@@ -205,7 +209,8 @@ def test_package_refuses_a_folder_with_other_files_and_a_broken_kernel(tmp_path)
     with pytest.raises(AtrexError, match="holds other files"):
         package_source(KERNEL, OP, Catalog(), tmp_path / "busy")
     with pytest.raises(AtrexError, match="output contract") as err:
-        package_source(KERNEL.replace("import torch\n", "import torch\nimport subprocess\n"), OP, Catalog(), tmp_path / "new")
+        leaky = KERNEL.replace("import torch\n", "import torch\nimport subprocess\n")
+        package_source(leaky, OP, Catalog(), tmp_path / "new")
     assert err.value.info.category == "contract_violation" and not (tmp_path / "new").exists()
 
 

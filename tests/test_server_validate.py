@@ -125,7 +125,7 @@ async def test_package_writes_artifact_and_manifest_inside_the_workspace(workspa
     assert not again.is_error  # re-packaging into its own folder is allowed
 
 
-async def test_a_correct_kernel_that_breaks_the_contract_is_told_so_by_validate_and_refused_by_package(workspace_config):
+async def test_validate_reports_the_contract_and_package_refuses_and_records_the_refusal(workspace_config):
     from atrex_mcp.package import last_refusal
 
     leaky = EXAMPLE.read_text().replace("import torch\n", "import torch\nfrom os import listdir\n", 1)
@@ -136,9 +136,11 @@ async def test_a_correct_kernel_that_breaks_the_contract_is_told_so_by_validate_
         refused = await client.call_tool("package", {"op": "rms_norm", "path": "leaky.py"})
     assert verdict["passed"] == 1 and not verdict["contract"]["passed"]
     (violation,) = verdict["contract"]["violations"]
-    assert (violation["rule"], violation["line"]) == ("file_or_network_access", line) and "os.environ.get" in violation["fix"]
+    assert (violation["rule"], violation["line"]) == ("file_or_network_access", line)
+    assert "os.environ.get" in violation["fix"]
     text = refused.content[0].text
-    assert refused.is_error and f"file_or_network_access (line {line}): import of os.listdir" in text and "os.environ.get" in text
+    assert refused.is_error and f"file_or_network_access (line {line}): import of os.listdir" in text
+    assert "os.environ.get" in text  # the fix travels with the refusal
     recorded = last_refusal(workspace_config.state_dir, "rms_norm")
     assert recorded is not None and recorded.violations == [type(recorded.violations[0])(**violation)]
     assert not (workspace_config.workspaces[0] / "atrex-package").exists()

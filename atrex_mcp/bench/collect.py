@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 
 from atrex_mcp.bench.models import Submission
+from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract
 from atrex_mcp.package import ARTIFACT_MANIFEST, last_refusal, package_source
 from atrex_mcp.workspace import Workspace
 
@@ -81,13 +81,15 @@ def collect_submission(workspace: Path, op: str, catalog: Catalog, dest: Path, r
     matches = hashlib.sha256(text.encode()).hexdigest() == (manifest.get("artifact") or {}).get("sha256")
     report = check_contract(text, catalog.visible(op).reference_source, dsl=dsl)
     if not report.passed:
-        return Submission(outcome="contract_failed", found=where, matches_manifest=matches, violations=contract_lines(report))
+        return Submission(outcome="contract_failed", found=where, matches_manifest=matches,
+                          violations=contract_lines(report))
     if dest.exists():
         shutil.rmtree(dest)
     try:
         packaged = package_source(text, op, catalog, dest, dsl=dsl, provenance={"collected_from": where, "matches_manifest": matches})
     except ContractRefused as refused:
-        return Submission(outcome="contract_failed", found=where, matches_manifest=matches, violations=contract_lines(refused.report))
+        return Submission(outcome="contract_failed", found=where, matches_manifest=matches,
+                          violations=contract_lines(refused.report))
     except AtrexError as exc:
         return Submission(outcome="contract_failed", found=where, matches_manifest=matches, violations=[exc.info.message])
     return Submission(outcome="submitted", found=where, artifact=str(Path(packaged.artifact).relative_to(run_root)),

@@ -76,7 +76,8 @@ SAFE_DUNDERS = frozenset({
 # the network or change operators process-wide; a prefix covers everything under it.
 DENIED_MEMBERS = (
     "torch.load", "torch.save", "torch.from_file", "torch.hub", "torch.package", "torch.utils", "torch.serialization",
-    "torch.storage", "torch.multiprocessing", "torch.distributed", "torch.ops.load_library", "torch.classes",
+    "torch.storage", "torch.multiprocessing", "torch.distributed", "torch.ops.load_library", "torch.ops.import_module",
+    "torch.classes", "torch.set_default_tensor_type",
     "torch.jit.load", "torch.jit.save", "torch.jit.CompilationUnit", "torch.cuda.memory", "torch.cuda.jiterator",
     "torch.cuda.tunable", "torch.profiler", "torch.autograd.profiler", "torch.onnx", "torch.export",
     "torch.compiler", "torch.library", "torch.fx", "triton.runtime.cache", "triton.runtime.build", "triton.tools",
@@ -90,7 +91,7 @@ DENIED_ATTRIBUTES = MODULE_ATTRIBUTES | frozenset({
     "dump", "share_memory_", "to_folder", "CUDAPluggableAllocator", "change_current_allocator", "get_type_hints",
     "ForwardRef", "attrgetter", "methodcaller", "serialization", "hub", "model_zoo", "cpp_extension", "jiterator",
     "CompilationUnit", "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "gi_frame", "gi_code", "cr_frame",
-    "cr_code", "ag_frame", "tb_frame", "tb_next", "co_code",
+    "cr_code", "ag_frame", "tb_frame", "tb_next", "co_code", "import_module", "set_default_tensor_type",
 })
 # load/save read or write files everywhere but in Triton, whose tl.load/tl.store move tensor data.
 FILE_VERBS = frozenset({"load", "save"})
@@ -164,6 +165,16 @@ class ContractRefused(AtrexError):
 
 def _matches(dotted: str, prefixes: tuple[str, ...] | frozenset[str]) -> bool:
     return any(dotted == p or dotted.startswith(p + ".") for p in prefixes)
+
+
+def _denied_member(dotted: str) -> str | None:
+    """The denied member `dotted` names, also when it reaches an allowed module again through a
+    module that re-exports it (torch.nn.modules.module.torch.distributed)."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if part in ALLOWED_IMPORTS and _matches(".".join(parts[i:]), DENIED_MEMBERS):
+            return ".".join(parts[i:])
+    return None
 
 
 def _literal_name(call: ast.Call) -> str | None:
@@ -341,8 +352,8 @@ class _ContractScan:
         called = isinstance(parent, ast.Call) and parent.func is node
         if dotted and outermost and dotted.split(".")[0] == "os" and dotted not in OS_READS:
             self.add("file_or_network_access", f"use of {dotted}: {ENV_READS_ONLY}", node)
-        elif dotted and outermost and _matches(dotted, DENIED_MEMBERS):
-            self.add("file_or_network_access", f"use of {dotted}: {REACHES}", node)
+        elif dotted and outermost and _denied_member(dotted):
+            self.add("file_or_network_access", f"use of {_denied_member(dotted)}: {REACHES}", node)
         if attr in DENIED_ATTRIBUTES:
             self.add("file_or_network_access", f"access to .{attr}: {REACHES}", node)
         if attr in FILE_VERBS and not (dotted or "").startswith(TRITON_LANGUAGE + "."):
@@ -566,14 +577,22 @@ def check_contract(source: str, reference_source: str, *, dsl: str = "triton") -
     except SyntaxError as exc:
         violation = Violation(rule="syntax", message=str(exc.msg), line=exc.lineno, fix=FIXES["syntax"])
         return ContractReport(passed=False, violations=[violation])
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nesting the parser cannot hold
+        violation = Violation(rule="syntax", message=f"the file cannot be parsed: {type(exc).__name__}",
+                              fix=FIXES["syntax"])
+        return ContractReport(passed=False, violations=[violation])
     tree.body = [node for node in tree.body if not _is_main_block(node)]
     scan = _ContractScan(tree)
-    scan.imports()
-    scan.assignment_aliases()
-    scan.code(tree)
-    scan.annotations()
-    scan.test_code()
-    cls = scan.model(ast.parse(reference_source))
-    kernels = scan.dsl(cls, dsl)
+    try:
+        scan.imports()
+        scan.assignment_aliases()
+        scan.code(tree)
+        scan.annotations()
+        scan.test_code()
+        cls = scan.model(ast.parse(reference_source))
+        kernels = scan.dsl(cls, dsl)
+    except RecursionError:
+        scan.add("syntax", "expressions nested too deeply to check")
+        kernels = []
     violations = sorted(scan.violations, key=lambda v: v.line or 0)
     return ContractReport(passed=not violations, violations=violations, warnings=scan.warnings, kernels=kernels)

@@ -130,6 +130,9 @@ BYPASSES = [
     ("triton_build", "", "triton.runtime.build._build('m', 's', '/tmp')" + KEEP, ACCESS),
     ("from_import_member", "from torch.serialization import load as restore\n", "out = restore('w.pt')",
      ACCESS),
+    ("module_reached_again_through_a_submodule", "",
+     "torch.nn.modules.module.torch.distributed.init_process_group()" + KEEP, ACCESS),
+    ("torch_ops_import_module", "", "torch.ops.import_module('os')" + KEEP, ACCESS),
     ("frame_globals", "", "f = (e for e in ()).gi_frame.f_globals" + KEEP, ACCESS),
 ]
 
@@ -155,6 +158,16 @@ def test_honest_kernels_pass_environment_reads_and_public_api(imports, line):
     source = KERNEL.replace("import torch\n", f"import torch\n{imports}", 1).replace(LINE, line, 1)
     report = check_contract(source, REFERENCE)
     assert report.passed, [v.describe() for v in report.violations]
+
+
+def test_files_the_parser_cannot_hold_are_refused_as_syntax():
+    deep = KERNEL.replace(LINE, "out = " + "(" * 500 + "x" + ")" * 500 + KEEP.replace(";", "\n       "), 1)
+    nulls = KERNEL.replace(LINE, LINE + "  # \x00", 1)
+    long_chain = KERNEL.replace(LINE, "y = x" + "+x" * 100_000 + KEEP, 1)
+    long_annotation = KERNEL.replace(LINE, 'y: "x' + "|x" * 100_000 + '" = 1' + KEEP, 1)
+    for source in (deep, nulls, long_chain, long_annotation):
+        report = check_contract(source, REFERENCE)
+        assert not report.passed and report.violations[0].rule == "syntax"
 
 
 def test_violations_name_the_line_of_the_submitted_file_and_the_fix():

@@ -19,9 +19,10 @@ the network never ship in an artifact. It uses allow-lists where honest kernels 
   not read anyway; every other os function, and any write to the environment, is refused;
 * modules are used through their attributes only (never bound to a name, passed or patched),
   less DENIED_MEMBERS (files, processes, network, native code, operator registration);
-* attribute names: dunders only from SAFE_DUNDERS, private names only on self/cls, the names in
-  DENIED_ATTRIBUTES on any object (an object's type is unknown statically), and load/save only
-  as Triton's tl.load/tl.save;
+* attribute names: dunders only from SAFE_DUNDERS; private names only on self/cls (and private
+  ATen operators called as torch._x(...)); the names in DENIED_ATTRIBUTES on no object at all
+  (an object's type is unknown statically); `load` and `save` only under triton.language
+  (tl.load), since elsewhere they read or write files;
 * no dynamic lookup: getattr/setattr/delattr/hasattr only as direct calls with a literal name;
   no eval, exec, compile, __import__, open, globals, vars, locals;
 * string annotations are code (typing.get_type_hints evaluates them): each is parsed and
@@ -93,7 +94,7 @@ DENIED_ATTRIBUTES = MODULE_ATTRIBUTES | frozenset({
     "CompilationUnit", "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "gi_frame", "gi_code", "cr_frame",
     "cr_code", "ag_frame", "tb_frame", "tb_next", "co_code", "import_module", "set_default_tensor_type",
 })
-# load/save read or write files everywhere but in Triton, whose tl.load/tl.store move tensor data.
+# load/save read or write files everywhere but in Triton, whose tl.load moves tensor data.
 FILE_VERBS = frozenset({"load", "save"})
 TRITON_LANGUAGE = "triton.language"
 ENVIRON_READ_METHODS = frozenset({"get", "keys", "items", "values", "copy"})

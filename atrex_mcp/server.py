@@ -33,7 +33,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from atrex_mcp import __version__
+from atrex_mcp import __version__, candidate_contract
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.gpu_queue import GpuQueue, JobKind
@@ -388,7 +388,6 @@ def _register_tools(app: ServerContext) -> None:
         match), input.py (how inputs are drawn), the shape list, and the output-contract rules.
         In optimize mode each shape also carries its speed-of-light (roofline) figures. Cheap."""
         visible = catalog.visible(op)
-        package = app.service("atrex_mcp.package")
         return ProblemDetail(
             name=op,
             mode=config.mode,
@@ -396,8 +395,8 @@ def _register_tools(app: ServerContext) -> None:
             input_py=visible.input_source,
             shapes_json=visible.shapes_json,
             shapes=policy.shapes(visible, config.hardware),
-            rules=_contract_rules(package),
-            allowed_imports=sorted(package.ALLOWED_IMPORTS),
+            rules=_contract_rules(),
+            allowed_imports=sorted(candidate_contract.ALLOWED_IMPORTS),
         )
 
     def roofline_lookup(
@@ -487,7 +486,11 @@ def _register_tools(app: ServerContext) -> None:
         text = app.candidate_source(source, path)
         catalog.visible(op)
         target = app.workspace.output_path(out_dir or f"atrex-package/{op}")
-        result = package_mod.package_source(text, op, catalog, target)
+        try:
+            result = package_mod.package_source(text, op, catalog, target)
+        except candidate_contract.ContractRefused as refused:
+            package_mod.record_refusal(app.state_dir, op, refused.report)
+            raise
         return PackageOutput(**result.model_dump())
 
     async def validate(
@@ -503,14 +506,18 @@ def _register_tools(app: ServerContext) -> None:
         reference on fresh random inputs, and (on a GPU) time it and attribute device time to your
         Triton kernels. Per shape: correct or the stage/category/message of the first failure.
         Costs seconds per shape on a GPU; on CPU (Triton interpreter, untimed) large shapes are slow,
-        so start with shapes=['smoke']. Sends progress; cancelling the call stops the work."""
+        so start with shapes=['smoke']. Also reports the output-contract check that package applies
+        (`contract`): a correct kernel that fails it would still be refused by package.
+        Sends progress; cancelling the call stops the work."""
         text = app.candidate_source(source, path)
         visible = catalog.visible(op)
         for shape_id in shapes or ():
             visible.shape(shape_id)
+        contract = candidate_contract.check_contract(text, visible.reference_source)
         request_type = app.service("atrex_mcp.evaluate.models", "EvalRequest")
         request = request_type(op=op, source=text, shapes=shapes, seeds=seeds, hardware=config.hardware, timing=timing)
-        return policy.validate_result(await app.evaluate(ctx, request))
+        result = policy.validate_result(await app.evaluate(ctx, request))
+        return result.model_copy(update={"contract": contract})
 
     async def profile_kernel(
         op: OpArg,
@@ -558,12 +565,15 @@ def _forward_inputs(reference_source: str) -> list[str]:
     return []
 
 
-def _contract_rules(package: Any) -> list[str]:
+def _contract_rules() -> list[str]:
     return [
         "One self-contained Python file; nothing else travels with it.",
-        f"It defines class {package.MODEL_CLASS}(torch.nn.Module) whose __init__ and forward take the same parameters as the reference's.",
-        f"Imports only from: {', '.join(sorted(package.ALLOWED_IMPORTS))}.",
-        "No file, network or process access (open, os, sys, subprocess, socket, torch.load/save, ... are refused).",
+        f"It defines class {candidate_contract.MODEL_CLASS}(torch.nn.Module) whose __init__ and forward take the same "
+        "parameters as the reference's.",
+        f"Imports only from: {', '.join(sorted(candidate_contract.ALLOWED_IMPORTS))} "
+        "(os only to read environment variables: os.environ.get, os.getenv).",
+        "No file, network or process access (open, subprocess, socket, torch.load/save, torch.hub, ... are refused), "
+        "no eval/exec/__import__, no getattr with a computed name, modules used only through their attributes.",
         "The target DSL is really used: forward launches at least one @triton.jit kernel; time spent in PyTorch or library kernels counts against DSL adoption.",
         "Outputs must match the reference's dtype, shape and structure; inputs must not be modified.",
     ]

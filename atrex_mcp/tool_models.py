@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from atrex_mcp.candidate_contract import ContractReport
 from atrex_mcp.errors import ErrorInfo
 from atrex_mcp.evaluate.models import KernelTime, MismatchDetail
 from atrex_mcp.profiling.models import ProfileReport
@@ -115,6 +116,9 @@ class ValidateResult(ToolOutput):
     integrity: list[str] = Field(default_factory=list, description="Evaluation-level integrity incidents.")
     isolation_warnings: list[str] = Field(default_factory=list, description="Sandbox mechanisms that could not be applied on this machine.")
     operator_score: float | None = Field(default=None, description="Median S over the correct shapes (optimize mode only).")
+    contract: ContractReport | None = Field(default=None, description="The output-contract check package applies "
+                                            "(static): when passed is false, package refuses this file until each "
+                                            "violation's fix is made.")
 
 
 class ProfileResult(ProfileReport, ToolOutput):

@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from atrex_mcp.candidate_contract import check_contract  # noqa: E402
 from atrex_mcp.catalog import Catalog  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, evaluate  # noqa: E402
 from atrex_mcp.wiki.corpus import kernel_front_matter  # noqa: E402
@@ -56,9 +57,11 @@ def _evaluate_kernel(path: Path, catalog: Catalog, seeds: int, timeout_s: float,
     shapes = [_shape_row(s) for s in result.shapes]
     times = [s["time_ms"] for s in shapes if s["correct"] and s["time_ms"] is not None]
     shares = [s["dsl_share"] for s in shapes if s["dsl_share"] is not None]
+    contract = check_contract(source, catalog.visible(meta["operator"]).reference_source)
     return {
         "file": str(path.relative_to(ROOT)), "operator": meta["operator"],
         "sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "contract": {"passed": contract.passed, "violations": [v.describe() for v in contract.violations]},
         "compiled": result.compiled, "compile_error": result.compile_error.message if result.compile_error else None,
         "shapes_correct": sum(s["correct"] for s in shapes), "shapes_total": len(shapes),
         "operator_score": result.operator_score, "operator_score_note": result.operator_score_note,

@@ -2,7 +2,9 @@
 
 It plays what an agent does through the MCP server, with no model: list_problems →
 get_problem → (take a known-good kernel) → write kernel.py → validate on the smoke shape →
-package. The kernel comes from a folder of known-good kernels (`--kernels DIR`, files named
+package. It logs validate's output-contract verdict (rule, line, fix of each violation) and
+still calls package, whose refusal the server records, so the run reports the contract
+failure. The kernel comes from a folder of known-good kernels (`--kernels DIR`, files named
 `<op>.py` or `<op>_triton.py`), or, when the condition allows the wiki tools, from the wiki's
 validated kernels (wiki_search + wiki_read). CI uses it to run operators end to end on CPU;
 it is also the smallest example of the generic agent contract (environment variables listed
@@ -85,6 +87,10 @@ async def solve(op: str, workspace: Path, kernels: Path | None) -> str | None:
             (workspace / "kernel.py").write_text(await known_kernel(client, op, kernels))
             verdict = await call(client, "validate", {"op": op, "path": "kernel.py", "shapes": ["smoke"], "seeds": 1})
             print(f"validate: {verdict['passed']} passed, {verdict['failed']} failed on {verdict['device']}", flush=True)
+            contract = verdict.get("contract") or {"passed": True, "violations": []}
+            print(f"contract: {'passed' if contract['passed'] else 'refused'}", flush=True)
+            for v in contract["violations"]:
+                print(f"contract: {v['rule']} (line {v['line']}): {v['message']} — fix: {v['fix']}", flush=True)
             if verdict["failed"] or not verdict["compiled"]:
                 raise Refused("the kernel did not validate; not packaging it")
             packaged = await call(client, "package", {"op": op, "path": "kernel.py"})

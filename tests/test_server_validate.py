@@ -42,6 +42,7 @@ async def test_validate_the_example_kernel_by_path_and_by_source(workspace_confi
     for result in (by_path, by_source):
         assert result["compiled"] and result["passed"] == 1 and result["failed"] == 0
         assert result["shapes"][0]["id"] == "smoke" and result["shapes"][0]["correct"] and len(result["seeds"]) == 1
+        assert result["contract"]["passed"] and result["contract"]["kernels"] == ["_rms_norm_rows"]
     assert by_path["candidate_sha256"] == by_source["candidate_sha256"]
 
 
@@ -122,3 +123,24 @@ async def test_package_writes_artifact_and_manifest_inside_the_workspace(workspa
     assert artifact.read_text().startswith('"""rms_norm in Triton') and packaged["contract"]["passed"]
     assert packaged["manifest_data"]["artifact"]["sha256"] == packaged["sha256"]
     assert not again.is_error  # re-packaging into its own folder is allowed
+
+
+async def test_validate_reports_the_contract_and_package_refuses_and_records_the_refusal(workspace_config):
+    from atrex_mcp.package import last_refusal
+
+    leaky = EXAMPLE.read_text().replace("import torch\n", "import torch\nfrom os import listdir\n", 1)
+    line = leaky.splitlines().index("from os import listdir") + 1
+    (workspace_config.workspaces[0] / "leaky.py").write_text(leaky)
+    async with connect(workspace_config) as client:
+        verdict = (await client.call_tool("validate", {**SMOKE, "path": "leaky.py"})).structured_content
+        refused = await client.call_tool("package", {"op": "rms_norm", "path": "leaky.py"})
+    assert verdict["passed"] == 1 and not verdict["contract"]["passed"]
+    (violation,) = verdict["contract"]["violations"]
+    assert (violation["rule"], violation["line"]) == ("file_or_network_access", line)
+    assert "os.environ.get" in violation["fix"]
+    text = refused.content[0].text
+    assert refused.is_error and f"file_or_network_access (line {line}): import of os.listdir" in text
+    assert "os.environ.get" in text  # the fix travels with the refusal
+    recorded = last_refusal(workspace_config.state_dir, "rms_norm")
+    assert recorded is not None and recorded.violations == [type(recorded.violations[0])(**violation)]
+    assert not (workspace_config.workspaces[0] / "atrex-package").exists()

@@ -1,7 +1,9 @@
 """Collecting an agent's submission: the newest package of its operator in the workspace (what
 the `package` or `package_run` tool wrote), read with the server's own path confinement, then
 re-packaged on the trusted side, which re-checks the output contract. The trusted copy in
-RUN_DIR/ops/<op>/submission/ is what `bench eval` judges; the workspace may change afterwards."""
+RUN_DIR/ops/<op>/submission/ is what `bench eval` judges; the workspace may change afterwards.
+When there is no package but the server refused one (its state directory keeps the last
+refusal), the outcome is the contract failure with its rules, lines and fixes."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import shutil
 from pathlib import Path
 
 from atrex_mcp.bench.models import Submission
+from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.package import ARTIFACT_MANIFEST, check_contract, package_source
+from atrex_mcp.package import ARTIFACT_MANIFEST, last_refusal, package_source
 from atrex_mcp.workspace import Workspace
 
 PACKAGE_FORMAT = "atrex-mcp package 1"
@@ -57,10 +60,20 @@ def find_package(workspace: Path, op: str) -> tuple[Path, dict] | None:
     return artifact, data
 
 
-def collect_submission(workspace: Path, op: str, catalog: Catalog, dest: Path, run_root: Path, dsl: str) -> Submission:
-    """Find, read and re-package the agent's submission for `op` into `dest`."""
+def contract_lines(report: ContractReport) -> list[str]:
+    """Each violation as `rule (line N): message — fix: …`."""
+    return [f"{v.describe()} — fix: {v.fix}" for v in report.violations]
+
+
+def collect_submission(workspace: Path, op: str, catalog: Catalog, dest: Path, run_root: Path, dsl: str,
+                       server_state: Path | None = None) -> Submission:
+    """Find, read and re-package the agent's submission for `op` into `dest`; `server_state` is
+    the server's state directory, where a refused package is recorded."""
     found = find_package(workspace, op)
     if found is None:
+        refused = last_refusal(server_state, op) if server_state is not None else None
+        if refused is not None and not refused.passed:
+            return Submission(outcome="contract_failed", violations=contract_lines(refused))
         return Submission(outcome="no_submission")
     artifact, manifest = found
     where = str(artifact.relative_to(workspace))
@@ -69,11 +82,14 @@ def collect_submission(workspace: Path, op: str, catalog: Catalog, dest: Path, r
     report = check_contract(text, catalog.visible(op).reference_source, dsl=dsl)
     if not report.passed:
         return Submission(outcome="contract_failed", found=where, matches_manifest=matches,
-                          violations=[f"{v.rule}: {v.message}" for v in report.violations])
+                          violations=contract_lines(report))
     if dest.exists():
         shutil.rmtree(dest)
     try:
         packaged = package_source(text, op, catalog, dest, dsl=dsl, provenance={"collected_from": where, "matches_manifest": matches})
+    except ContractRefused as refused:
+        return Submission(outcome="contract_failed", found=where, matches_manifest=matches,
+                          violations=contract_lines(refused.report))
     except AtrexError as exc:
         return Submission(outcome="contract_failed", found=where, matches_manifest=matches, violations=[exc.info.message])
     return Submission(outcome="submitted", found=where, artifact=str(Path(packaged.artifact).relative_to(run_root)),

@@ -70,12 +70,14 @@ class TokenUsage(BaseModel):
 class Submission(BaseModel):
     """The artifact the agent packaged, as the trusted side collected and re-checked it."""
 
-    outcome: Outcome = Field(description="submitted, no_submission (no package found) or contract_failed (the trusted re-check refused it).")
+    outcome: Outcome = Field(description="submitted, no_submission (no package found) or contract_failed "
+                                         "(the trusted re-check, or the server's package tool, refused it).")
     found: str | None = Field(default=None, description="Where the package was found in the workspace (relative path).")
     artifact: str | None = Field(default=None, description="The trusted copy, relative to RUN_DIR (ops/<op>/submission/<op>.py).")
     sha256: str | None = Field(default=None, description="sha256 of the trusted copy.")
     matches_manifest: bool | None = Field(default=None, description="The workspace file still had the hash its package manifest recorded.")
-    violations: list[str] = Field(default_factory=list, description="Output-contract violations found by the trusted re-check.")
+    violations: list[str] = Field(default_factory=list,
+                                  description="Output-contract violations, each `rule (line N): message — fix: …`.")
 
 
 class OpState(BaseModel):

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 from atrex_mcp.bench.evaluation import SETTINGS_FILE, EvalError, StoredSettings
 from atrex_mcp.bench.layout import RunLayout, RunStore, now_iso
 from atrex_mcp.bench.models import OpState, RunConfig
+from atrex_mcp.candidate_contract import RULES as CONTRACT_RULES
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import scoring
@@ -165,8 +166,9 @@ def _failure(state: OpState, result: EvalResult | None, error: EvalError | None)
     submission = state.submission
     if submission is None or submission.outcome == "no_submission":
         return "agent/budget_reached" if state.timed_out else "agent/no_submission"
-    if submission.outcome == "contract_failed":
-        return "contract/violation"
+    if submission.outcome == "contract_failed":  # violations read `rule (line N): …`
+        rule = submission.violations[0].split(" ")[0].rstrip(":") if submission.violations else ""
+        return f"contract/{rule if rule in CONTRACT_RULES else 'violation'}"
     if result is None:
         return f"eval/{error.error.category}" if error else "eval/not_evaluated"
     if not result.compiled:

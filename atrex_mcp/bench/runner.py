@@ -30,9 +30,9 @@ from atrex_mcp.bench.models import AgentSpec, OpState, RunConfig
 from atrex_mcp.bench.process import run_agent
 from atrex_mcp.bench.progress import ProgressBoard
 from atrex_mcp.bench.prompts import allowed_tools, render_prompt
+from atrex_mcp.candidate_contract import DSL_DECORATORS
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
-from atrex_mcp.package import DSL_DECORATORS
 from atrex_mcp.paths import problems_dir
 
 DEFAULTS = {"dsl": "triton", "condition": "vanilla", "budget_minutes": 30.0, "hardware": "h200", "server": "auto"}
@@ -250,7 +250,7 @@ class BenchRunner:
             else:
                 self.board.stage(op, "collecting the submission")
                 state.submission = collect_submission(workspace, op, self.catalog, self.layout.submission_dir(op),
-                                                      self.layout.root, self.config.dsl)
+                                                      self.layout.root, self.config.dsl, self.layout.server_state(op))
                 state.status = "done"
         except AtrexError as exc:
             state.status, state.error = "error", exc.info
@@ -308,4 +308,6 @@ class BenchRunner:
         if state.status != "done" or state.submission is None:
             return state.status
         text = state.submission.outcome.replace("_", " ")
+        if state.submission.outcome == "contract_failed" and state.submission.violations:
+            text += f": {state.submission.violations[0]}"
         return text + (" (budget reached)" if state.timed_out else "")

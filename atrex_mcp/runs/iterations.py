@@ -14,9 +14,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from atrex_mcp.candidate_contract import check_contract
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.package import PackageResult, check_contract, package_source
+from atrex_mcp.package import PackageResult, package_source
 from atrex_mcp.runs.acceptance import AcceptanceRule, decide
 from atrex_mcp.runs.dropout import choose_masked
 from atrex_mcp.runs.measure import Judge, MeasurementFailed, Progress
@@ -105,7 +106,7 @@ class RunService:
         report = check_contract(source, self.catalog.visible(run.op).reference_source, dsl=run.dsl)
         if report.passed:
             return None
-        return "breaks the output contract: " + "; ".join(f"{v.rule}: {v.message}" for v in report.violations)
+        return "breaks the output contract: " + "; ".join(f"{v.describe()} (fix: {v.fix})" for v in report.violations)
 
     # -- baseline -------------------------------------------------------------------
     def submit_baseline(self, run_id: str, source: str, *, progress: Progress | None = None,

@@ -169,7 +169,7 @@ def assert_compiled_decoder(trace) -> None:
     for op in ("rms_norm", "silu_and_mul", "mrope", "reshape_and_cache"):
         assert all(s.startswith("cpp_fused_") for s in ops[op].sources), op
         assert ops[op].unresolved_reasons == {
-            "shape incomplete: a generated kernel records no argument shapes (CPU Inductor kernels)": ops[op].calls}
+            "shape incomplete: the generated kernel's launch records no argument shapes": ops[op].calls}
         assert not ops[op].retained
     assert any({"mrope", "reshape_and_cache"} <= set(k.operators) for k in manifest.fused_kernels)
     assert set(manifest.device_us_by_app_phase["chat"]) == {"prefill", "decode"}

@@ -45,7 +45,7 @@ class KinetoBuilder:
             "Concrete Inputs": [a[2] for a in args]})
 
     def kernel(self, name: str, dur: float, launcher: dict[str, Any] | None, link: str = "correlation",
-               ts: float | None = None) -> dict[str, Any]:
+               ts: float | None = None, cat: str = "kernel") -> dict[str, Any]:
         """A kernel of `dur` µs launched from inside `launcher` (a cpu_op), tied to it by `link`:
         'correlation' (a cudaLaunchKernel inside the op), 'external_id', or 'none' (time only)."""
         self._correlation += 1
@@ -60,7 +60,7 @@ class KinetoBuilder:
             args["External id"] = launcher["args"]["External id"]
         start = self.device_clock if ts is None else ts
         self.device_clock = start + dur + 1.0
-        return self._x("kernel", name, start, dur, STREAM, args)
+        return self._x(cat, name, start, dur, STREAM, args)
 
     def _next_external(self) -> int:
         self._external += 1

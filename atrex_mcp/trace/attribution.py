@@ -342,7 +342,7 @@ def _category(rules: Rules, node: HostEvent | None, device_name: str, device_cat
         if generated is not None:
             return "generated", generated.kernel
         if name.startswith(COMPILED_GRAPH_RANGE):
-            return "generated", "compiled graph (CPU kernels not named: set torch._inductor.config.cpp.enable_kernel_profile)"
+            return "generated", "compiled graph call outside named kernels (name CPU kernels with cpp.enable_kernel_profile)"
     elif category == "unknown" and device_name and (generated := rules.match_generated(device_name)) is not None:
         return "generated", generated.kernel
     return category, name
@@ -357,7 +357,7 @@ def _generated_call(calls: dict[Any, Call], node: HostEvent, op: str, match: Gen
         call = Call(op=op, ts=node.ts, thread=node.thread, source=match.kernel)
         source = rules.data.generated.shapes.get(op) if rules.data.generated else None
         if "Input Dims" not in node.args:
-            call.problem = "shape incomplete: a generated kernel records no argument shapes (CPU Inductor kernels)"
+            call.problem = "shape incomplete: the generated kernel's launch records no argument shapes"
         elif source is None:
             call.problem = f"shape incomplete: no rule reads {op}'s shape from a generated kernel's arguments"
         else:

@@ -357,7 +357,7 @@ class Rules:
             if found is None:
                 self._generated_cache[name] = None
             else:
-                ops_text = "_" + found["ops"] + "_"
+                ops_text = "_" + (found["ops"] or "") + "_"
                 ops = tuple(dict.fromkeys(
                     f["operator"] for f in self.data.generated.fusions
                     if all(f"_{part}_" in ops_text for part in f["all"])))

@@ -124,13 +124,15 @@ def markdown(doc: dict) -> str:
     for s in doc["variants"]:
         lines += [f"## {s['variant']}", "",
                   f"mapped **{100 * s['mapped_share']:.1f} %** of device time to operators "
-                  f"(of which not retained {100 * s['excluded_share']:.1f} %); unmapped {100 * s['unmapped_share']:.1f} %. "
+                  f"(of which not retained {100 * s['excluded_share']:.1f} %); "
+                  f"unmapped {100 * s['unmapped_share']:.1f} %. "
                   f"Trace {s['trace_bytes'] / 1e6:.2f} MB; warm-up {s['warmup_s']} s, record {s['record_s']} s, "
                   f"import {s['import_s']} s (rc {s['import_rc']}).", "",
                   "| unmapped | share | largest names |", "|---|---|---|"]
         for c in s["unmapped_by_category"].values():
             lines.append(f"| {c['label']} | {100 * c['share']:.1f} % | {', '.join(list(c['top'])[:3])} |")
-        lines += ["", "| operator | calls | phases | shapes | weight | via | retained / why not |", "|---|---|---|---|---|---|---|"]
+        lines += ["", "| operator | calls | phases | shapes | weight | via | retained / why not |",
+                  "|---|---|---|---|---|---|---|"]
         for op, o in s["operators"].items():
             weight = "" if o["weight"] is None else f"{o['weight']:.3f}"
             state = "yes" if o["retained"] else (o["why_not_retained"] or "") + (
@@ -174,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({time.perf_counter() - started:.0f} s so far)", flush=True)
     doc = {"question": "what trace import finds in a plain-PyTorch decoder trace, eager and torch.compile'd",
            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-           "device_name": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu",
+           "device_name": (torch.cuda.get_device_name() if args.device.startswith("cuda")
+                           else platform.processor() or "cpu"),
            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
            "config": {k: (str(v) if k == "dtype" else v) for k, v in cfg.__dict__.items()},
            "total_s": round(time.perf_counter() - started, 1), "variants": summaries}

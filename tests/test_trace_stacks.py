@@ -52,7 +52,8 @@ def test_plain_pytorch_decoder_operators_and_rules(plain_snapshot):
     assert all(r.retained and r.unresolved_calls == 0 for r in manifest.operators.values())
     sources = {op: set(r.sources) for op, r in manifest.operators.items()}
     # F.rms_norm is one aten op; the hand-written LlamaRMSNorm is a pattern of six.
-    assert sources["rms_norm"] == {"aten::rms_norm", "pattern aten::pow+aten::mean+aten::add+aten::rsqrt+aten::mul+aten::mul"}
+    assert sources["rms_norm"] == {"aten::rms_norm",
+                                   "pattern aten::pow+aten::mean+aten::add+aten::rsqrt+aten::mul+aten::mul"}
     assert sources["silu_and_mul"] == {"pattern aten::silu+aten::mul"}
     assert sources["unified_attention"] == sources["paged_attention_decode"] == {"aten::scaled_dot_product_attention"}
     assert sources["reshape_and_cache"] == {"aten::index_copy_"}
@@ -98,7 +99,8 @@ def test_plain_pytorch_decoder_shapes_run(plain_snapshot):
     assert all(s.defaulted == ["block_size"] for s in manifest.operators["paged_attention_decode"].shapes.values())
     rope = {s.inputs["token_count"]: s for s in scored(catalog, "mrope")}
     assert set(rope) == {128, 2}  # 80 prompt tokens, 2 decode tokens
-    assert rope[2].inputs == {"token_count": 2, "num_query_heads": 4, "num_kv_heads": 2, "head_size": 32, "rotary_dim": 32}
+    assert rope[2].inputs == {"token_count": 2, "num_query_heads": 4, "num_kv_heads": 2, "head_size": 32,
+                              "rotary_dim": 32}
     assert rope[2].init["mrope_section"] == [4, 6, 6] and rope[2].init["is_neox_style"] is True
     assert {tuple(s.inputs["shape"]) for s in scored(catalog, "silu_and_mul")} == {(128, 512), (2, 512)}
     assert {tuple(s.inputs["shape"]) for s in scored(catalog, "reshape_and_cache")} == {(128, 2, 32), (2, 2, 32)}

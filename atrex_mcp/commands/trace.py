@@ -54,7 +54,8 @@ def _summary(manifest) -> str:
     lines = [f"device time: {manifest.device}; rules {manifest.rules_version}; {len(manifest.inputs)} trace(s); "
              f"apps {', '.join(f'{a}={s:.3g}' for a, s in manifest.apps.items())}",
              f"mapped {100 * (1 - manifest.unmapped_share):.1f}% of device time to operators "
-             f"(mapped but not retained {100 * manifest.excluded_share:.1f}%); unmapped {100 * manifest.unmapped_share:.1f}%:"]
+             f"(mapped but not retained {100 * manifest.excluded_share:.1f}%); "
+             f"unmapped {100 * manifest.unmapped_share:.1f}%:"]
     for category in manifest.unmapped_by_category.values():
         top = ", ".join(list(category.top)[:3])
         lines.append(f"  {100 * category.share:5.1f}%  {category.label}" + (f"  [{top}]" if top else ""))

@@ -210,7 +210,9 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
     """Slices and calls of one trace. `templates`: operator → (smoke init, smoke inputs) of the problem set."""
     index = _HostIndex(trace, rules)
     calls: dict[Any, Call] = {}
-    pending: list[tuple[list[tuple[str, Call | None]], Phase | None, HostEvent | None, float, tuple[str, str] | None]] = []
+    # (operator, call) targets, phase, launching host event, µs, (category, name) when unmapped
+    pending: list[tuple[list[tuple[str, Call | None]], Phase | None, HostEvent | None, float,
+                        tuple[str, str] | None]] = []
     links: Counter[str] = Counter()
     fused: dict[str, Fused] = {}
 
@@ -230,7 +232,8 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
                 call.problem = "a range without a shape-bearing operator inside"
             else:
                 host_match, args = origin
-                call.tokens, call.shape, call.problem = rules.resolve_shape(host_match, args, *templates.get(host_match.op, (None, None)))
+                call.tokens, call.shape, call.problem = rules.resolve_shape(
+                    host_match, args, *templates.get(host_match.op, (None, None)))
             calls[id(owner)] = call
         return [(calls[id(owner)].op, calls[id(owner)])]
 
@@ -287,7 +290,7 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
                 continue
             self_us = max(0.0, node.dur - sum(c.dur for c in node.children))
             resolved = index.resolve(node)
-            if node.cat == "user_annotation" and not _counts_as_work(node, resolved, rules):
+            if node.cat == "user_annotation" and not _counts_as_work(node):
                 continue
             targets = host_calls(resolved) if resolved.op_node is not None else []
             if targets:
@@ -322,7 +325,7 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
 COMPILED_GRAPH_RANGE = "## Call CompiledFxGraph"
 
 
-def _counts_as_work(node: HostEvent, resolved: _Resolved, rules: Rules) -> bool:
+def _counts_as_work(node: HostEvent) -> bool:
     """In a CPU-only trace a range's self time is Python overhead, except a compiled graph's call
     range, whose self time is the generated C++ kernels that the profiler does not name."""
     return node.name.startswith(COMPILED_GRAPH_RANGE)
@@ -342,7 +345,8 @@ def _category(rules: Rules, node: HostEvent | None, device_name: str, device_cat
         if generated is not None:
             return "generated", generated.kernel
         if name.startswith(COMPILED_GRAPH_RANGE):
-            return "generated", "compiled graph call outside named kernels (name CPU kernels with cpp.enable_kernel_profile)"
+            return "generated", ("compiled graph call outside named kernels "
+                                 "(name CPU kernels with cpp.enable_kernel_profile)")
     elif category == "unknown" and device_name and (generated := rules.match_generated(device_name)) is not None:
         return "generated", generated.kernel
     return category, name

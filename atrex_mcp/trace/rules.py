@@ -49,13 +49,19 @@ class ShapeSource(BaseModel):
     given, overrides the operator's own expression (a null `init`/`inputs` entry takes the smoke
     shape's value and is listed as defaulted)."""
 
-    derive: dict[str, str] = Field(default_factory=dict, description="Extra names computed from the arguments, in order, e.g. top_k from a tensor's dims.")
-    unrecorded: list[str] = Field(default_factory=list, description="Names this source can never record; parameters that need them take the smoke shape's value (listed as defaulted).")
+    derive: dict[str, str] = Field(default_factory=dict, description=(
+        "Extra names computed from the arguments, in order, e.g. top_k from a tensor's dims."))
+    unrecorded: list[str] = Field(default_factory=list, description=(
+        "Names this source can never record; parameters that need them take the smoke shape's value (listed as"
+        " defaulted)."))
     tokens: str | None = Field(default=None, description="Token-count expression replacing the operator's.")
-    init: dict[str, str | None] = Field(default_factory=dict, description="Model.__init__ expressions replacing the operator's (null: smoke value, defaulted).")
-    inputs: dict[str, str | None] = Field(default_factory=dict, description="make_inputs expressions replacing the operator's (null: smoke value, defaulted).")
+    init: dict[str, str | None] = Field(default_factory=dict, description=(
+        "Model.__init__ expressions replacing the operator's (null: smoke value, defaulted)."))
+    inputs: dict[str, str | None] = Field(default_factory=dict, description=(
+        "make_inputs expressions replacing the operator's (null: smoke value, defaulted)."))
     check: str | None = Field(default=None, description="Expression that must also hold, besides the operator's check.")
-    stack: str | None = Field(default=None, description="Key of the `stacks` table: the framework (and versions) this name comes from.")
+    stack: str | None = Field(default=None, description=(
+        "Key of the `stacks` table: the framework (and versions) this name comes from."))
 
 
 class HostRule(ShapeSource):
@@ -70,8 +76,10 @@ class PatternStep(BaseModel):
     """One host operator of a pattern."""
 
     name: str = Field(description="Regular expression that must match the whole operator name, e.g. 'aten::silu'.")
-    args: list[str] = Field(default_factory=list, description="Names for its recorded arguments, in schema order ('_' skips one); names are shared by all steps.")
-    when: str | None = Field(default=None, description="Expression over this and the earlier steps' names that must hold.")
+    args: list[str] = Field(default_factory=list, description=(
+        "Names for its recorded arguments, in schema order ('_' skips one); names are shared by all steps."))
+    when: str | None = Field(default=None, description=(
+        "Expression over this and the earlier steps' names that must hold."))
     optional: bool = Field(default=False, description="The pattern also matches without this step.")
 
 
@@ -81,17 +89,27 @@ class PatternRule(ShapeSource):
 
     operator: str = Field(description="Benchmark operator the group is.")
     steps: list[PatternStep] = Field(description="The operators in order.")
-    max_gap: int = Field(default=2, description="At most this many unrelated operators (not view-only, not `absorb`) between two steps; they stay outside the group.")
-    absorb: str | None = Field(default=None, description="Regular expression of operators that belong to the group when they sit between its steps (e.g. dtype casts).")
+    max_gap: int = Field(default=2, description=(
+        "At most this many unrelated operators (not view-only, not `absorb`) between two steps; they stay outside"
+        " the group."))
+    absorb: str | None = Field(default=None, description=(
+        "Regular expression of operators that belong to the group when they sit between its steps (e.g. dtype"
+        " casts)."))
 
 
 class GeneratedRules(BaseModel):
     """Compiler-generated kernels (torch.compile / Inductor) whose names list the aten ops they fuse."""
 
     stack: str = Field(description="Key of the `stacks` table.")
-    name: str = Field(description="Regular expression with a group 'ops' (the fused aten op names joined by '_'), searched in host-event and kernel names.")
-    fusions: list[dict[str, Any]] = Field(description="{'operator': op, 'all': [aten op names]}: a kernel whose op list holds all of them computes (part of) that operator.")
-    shapes: dict[str, ShapeSource] = Field(default_factory=dict, description="Per operator, expressions over a generated kernel's recorded arguments: t0, t1, … (tensor dims in order), tl (the last tensor), n0, n1, … (integer arguments).")
+    name: str = Field(description=(
+        "Regular expression with a group 'ops' (the fused aten op names joined by '_'), searched in host-event and"
+        " kernel names."))
+    fusions: list[dict[str, Any]] = Field(description=(
+        "{'operator': op, 'all': [aten op names]}: a kernel whose op list holds all of them computes (part of) that"
+        " operator."))
+    shapes: dict[str, ShapeSource] = Field(default_factory=dict, description=(
+        "Per operator, expressions over a generated kernel's recorded arguments: t0, t1, … (tensor dims in order),"
+        " tl (the last tensor), n0, n1, … (integer arguments)."))
 
 
 class UnmappedCategory(BaseModel):
@@ -99,9 +117,11 @@ class UnmappedCategory(BaseModel):
 
     name: str = Field(description="Short key, e.g. 'gemm'.")
     label: str = Field(description="What a user reads in the summary, e.g. 'GEMM (not a benchmark operator)'.")
-    host: list[str] = Field(default_factory=list, description="Regular expressions matched against the whole names of the launching host operator and its ancestors.")
+    host: list[str] = Field(default_factory=list, description=(
+        "Regular expressions matched against the whole names of the launching host operator and its ancestors."))
     kernels: list[str] = Field(default_factory=list, description="Regular expressions searched in device event names.")
-    device_categories: list[str] = Field(default_factory=list, description="Trace categories of device events that belong here (gpu_memcpy, gpu_memset).")
+    device_categories: list[str] = Field(default_factory=list, description=(
+        "Trace categories of device events that belong here (gpu_memcpy, gpu_memset)."))
 
 
 class OperatorRule(BaseModel):
@@ -113,7 +133,9 @@ class OperatorRule(BaseModel):
     init: dict[str, str] = Field(default_factory=dict, description="Model.__init__ parameters as expressions.")
     inputs: dict[str, str] = Field(default_factory=dict, description="make_inputs parameters as expressions; bucket() rounds dynamic dims.")
     check: str | None = Field(default=None, description="Expression over arguments and resolved parameters that a resolved shape must satisfy.")
-    benchmark: bool = Field(default=True, description="False for an operator the rules recognise but the benchmark does not define (reported, never retained unless a problem set adds it).")
+    benchmark: bool = Field(default=True, description=(
+        "False for an operator the rules recognise but the benchmark does not define (reported, never retained"
+        " unless a problem set adds it)."))
 
 
 class TokenBuckets(BaseModel):
@@ -155,12 +177,17 @@ class RulesFile(BaseModel):
     phase_ranges: dict[str, str] = Field(description="Phase name → regular expression on record_function / NVTX range names.")
     decode_max_tokens: int = Field(description="Without a phase range, a step with at most this many tokens is decode.")
     token_buckets: TokenBuckets = Field(description="Bucket scheme for dynamic (token, batch, context) dimensions.")
-    stacks: dict[str, str] = Field(default_factory=dict, description="Framework key → the versions its names were taken from.")
-    transparent: str = Field(default="$^", description="Regular expression of view-only host operators that patterns step over.")
+    stacks: dict[str, str] = Field(default_factory=dict, description=(
+        "Framework key → the versions its names were taken from."))
+    transparent: str = Field(default="$^", description=(
+        "Regular expression of view-only host operators that patterns step over."))
     operators: dict[str, OperatorRule] = Field(description="Benchmark operator name → its rules.")
-    patterns: list[PatternRule] = Field(default_factory=list, description="Groups of consecutive host operators that compute one operator, tried in order.")
-    generated: GeneratedRules | None = Field(default=None, description="Attribution of compiler-generated kernels by the ops their names list.")
-    unmapped_categories: list[UnmappedCategory] = Field(default_factory=list, description="What unmapped time is, tried in order; the rest is 'unknown'.")
+    patterns: list[PatternRule] = Field(default_factory=list, description=(
+        "Groups of consecutive host operators that compute one operator, tried in order."))
+    generated: GeneratedRules | None = Field(default=None, description=(
+        "Attribution of compiler-generated kernels by the ops their names list."))
+    unmapped_categories: list[UnmappedCategory] = Field(default_factory=list, description=(
+        "What unmapped time is, tried in order; the rest is 'unknown'."))
 
 
 @dataclass(frozen=True)
@@ -459,7 +486,8 @@ class Rules:
                     out[param] = expr.evaluate(text, names, functions)
                 except expr.UnboundName as exc:
                     if exc.name not in binding.unrecorded:
-                        raise expr.ExprError(f"shape incomplete: {param} needs {exc.name!r}, which the trace does not record") from None
+                        raise expr.ExprError(
+                            f"shape incomplete: {param} needs {exc.name!r}, which the trace does not record") from None
                     out[param] = default
                     defaulted.append(param)
                 except expr.ExprError as exc:

@@ -155,7 +155,8 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         for call in result.calls:
             calls_by_op[call.op].append(call)
         for kernel, record in result.fused.items():
-            entry = fused.setdefault(kernel, FusedKernel(kernel=kernel, operators=list(record.ops), launches=0, device_us=0.0))
+            entry = fused.setdefault(kernel, FusedKernel(kernel=kernel, operators=list(record.ops), launches=0,
+                                                         device_us=0.0))
             entry.launches += record.count
             entry.device_us += record.us
 

@@ -229,7 +229,8 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
                 call.tokens, call.shape, call.problem = rules.resolve_bound(
                     match.op, match.rule, match.binding(), *templates.get(match.op, (None, None)))
             elif (origin := _shape_origin(node, match, rules)) is None:
-                call.problem = "a range without a shape-bearing operator inside"
+                call.problem = ("a range without a shape-bearing operator inside" if isinstance(match, str) else
+                                f"{node.name} names the operator only, and no operator inside it has shapes")
             else:
                 host_match, args = origin
                 call.tokens, call.shape, call.problem = rules.resolve_shape(
@@ -406,17 +407,21 @@ def _op_of(match: Match | None) -> str:
     return match or OTHER
 
 
-def _shape_origin(node: HostEvent, match: HostMatch | str | None, rules: Rules) -> tuple[HostMatch, dict[str, Any]] | None:
-    """Where a call's shape is read from: the node itself (a host op), or for a range the first
-    operator of the same family inside it (e.g. a custom op within record_function('atrex::rms_norm'))."""
-    if isinstance(match, HostMatch):
+def _shape_origin(node: HostEvent, match: HostMatch | str | None,
+                  rules: Rules) -> tuple[HostMatch, dict[str, Any]] | None:
+    """Where a call's shape is read from: the node itself (a host op whose rule binds arguments), or
+    for a range or an operator-only rule (no `args`, e.g. vllm::unified_attention_with_output) the
+    first operator of the same family inside it that binds some (the flash-attention op it calls,
+    a custom op within record_function('atrex::rms_norm'))."""
+    if isinstance(match, HostMatch) and match.rule.args:
         return match, node.args
+    op = match.op if isinstance(match, HostMatch) else match
     queue = deque(node.children)
     while queue:
         child = queue.popleft()
         if child.cat == "cpu_op":
             inner = rules.match_host(child.name, child.args)
-            if inner is not None and inner.op == match:
+            if inner is not None and inner.op == op and inner.rule.args:
                 return inner, child.args
         queue.extend(child.children)
     return None

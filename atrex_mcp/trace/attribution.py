@@ -135,7 +135,12 @@ class _HostIndex:
             return match, None
         if node.cat == "user_annotation":
             phase = self.rules.phase_of_range(node.name)
-            return (None, phase) if phase else (self.rules.match_range(node.name), None)
+            if phase:
+                return None, phase
+            named = self.rules.match_range(node.name)
+            if named is None and (generated := self.rules.match_generated(node.name)) is not None and generated.ops:
+                return generated, None  # a generated kernel's launch recorded as a range
+            return named, None
         return None, None
 
     def resolve(self, node: HostEvent) -> _Resolved:

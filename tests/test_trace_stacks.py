@@ -189,3 +189,38 @@ def test_compiled_decoder_recorded():
 @pytest.mark.slow
 def test_compiled_decoder_live(tmp_path):
     assert_compiled_decoder(record_compiled_decoder(tmp_path / "compiled.json.gz"))
+
+
+def test_plain_pytorch_router_sampler_and_cache_writes(tmp_path):
+    """The rest of the aten-level patterns, as a user's own profiler run records them: a softmax +
+    topk MoE router, a GELU-gated MLP, a top-k logits filter, and an index_put_ KV-cache write."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    logits_router = torch.randn(48, 64)
+    gate, up = torch.randn(48, 256, dtype=torch.bfloat16), torch.randn(48, 256, dtype=torch.bfloat16)
+    scores = torch.randn(4, 1000)
+    cache, new = torch.zeros(4, 2, 64, 32, dtype=torch.bfloat16), torch.randn(4, 2, 1, 32, dtype=torch.bfloat16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, record_function("decode"):
+        weights = torch.softmax(logits_router, dim=-1, dtype=torch.float)
+        torch.topk(weights, 8, dim=-1)
+        torch.nn.functional.gelu(gate) * up
+        threshold = torch.topk(scores, 50)[0][..., -1, None]
+        scores.masked_fill(scores < threshold, float("-inf"))
+        cache[:, :, torch.tensor([7])] = new
+    trace = tmp_path / "router.json"
+    prof.export_chrome_trace(str(trace))
+    content = build_snapshot([TraceSpec("chat", trace)])
+    ops = content.manifest.operators
+    assert set(ops) == {"moe_topk_gating_softmax", "gelu_and_mul", "topk_filter", "reshape_and_cache"}
+    assert ops["moe_topk_gating_softmax"].sources == {"pattern aten::softmax+aten::topk": 1}
+    assert ops["topk_filter"].sources == {"pattern aten::topk+aten::lt+aten::masked_fill": 1}
+    assert ops["reshape_and_cache"].sources == {"aten::index_put_": 1}
+    assert not ops["gelu_and_mul"].retained and not ops["gelu_and_mul"].benchmark
+    assert "not in the problem set" in ops["gelu_and_mul"].dropped_reason
+    router = json.loads(content.files["moe_topk_gating_softmax/shapes.json"])["shapes"][0]
+    assert router["init"] == {"top_k": 8, "num_expert_groups": 0, "topk_group": 0}
+    assert router["inputs"] == {"token_count": 64, "num_experts": 64}
+    sampler = json.loads(content.files["topk_filter/shapes.json"])["shapes"][0]
+    assert (sampler["init"], sampler["inputs"]) == ({"top_k": 50}, {"seq_len": 4, "hidden_size": 1000})
+    cache_write = json.loads(content.files["reshape_and_cache/shapes.json"])["shapes"][0]
+    assert cache_write["inputs"] == {"shape": [4, 2, 32], "block_size": 16}

@@ -45,7 +45,7 @@ class KinetoBuilder:
             "Concrete Inputs": [a[2] for a in args]})
 
     def kernel(self, name: str, dur: float, launcher: dict[str, Any] | None, link: str = "correlation",
-               ts: float | None = None) -> dict[str, Any]:
+               ts: float | None = None, cat: str = "kernel") -> dict[str, Any]:
         """A kernel of `dur` µs launched from inside `launcher` (a cpu_op), tied to it by `link`:
         'correlation' (a cudaLaunchKernel inside the op), 'external_id', or 'none' (time only)."""
         self._correlation += 1
@@ -60,7 +60,7 @@ class KinetoBuilder:
             args["External id"] = launcher["args"]["External id"]
         start = self.device_clock if ts is None else ts
         self.device_clock = start + dur + 1.0
-        return self._x("kernel", name, start, dur, STREAM, args)
+        return self._x(cat, name, start, dur, STREAM, args)
 
     def _next_external(self) -> int:
         self._external += 1
@@ -99,3 +99,30 @@ def paged_args(seqs: int, ctx: int, heads: int = 4, kv_heads: int = 2, dim: int 
 
 def mm_args(m: int, k: int, n: int) -> list[tuple[list[int], str, str]]:
     return [([m, k], BF16, ""), ([k, n], BF16, "")]
+
+
+# A torch.compile'd tiny decoder traced on CPU. Compiling it takes one to two minutes on a busy
+# two-core machine, so the tests read a recorded copy (COMPILED_TRACE); regenerate it with
+#   PYTHONPATH=. python3 tests/trace_fixtures.py
+# and `pytest -m slow tests/test_trace_stacks.py` records it afresh and checks the same things.
+COMPILED_TRACE = Path(__file__).parent / "fixtures" / "trace" / "compiled_decoder_cpu.json.gz"
+
+
+def record_compiled_decoder(path: Path) -> Path:
+    """Trace the tiny decoder under torch.compile on CPU, with Inductor's C++ kernels named in the
+    trace (cpp.enable_kernel_profile: without it they are anonymous time inside the graph call)."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    from atrex_mcp.trace import plain_decoder as pd
+
+    cfg = pd.DecoderConfig(hidden=64, heads=2, kv_heads=1, intermediate=128, layers=1, vocab=64, batch=1,
+                           prompt=24, decode_steps=1)
+    torch._dynamo.reset()
+    with inductor_config.patch({"cpp.enable_kernel_profile": True}):
+        model = torch.compile(pd.build(cfg, "cpu"))
+        return pd.record(model, cfg, "cpu", path)
+
+
+if __name__ == "__main__":
+    print(record_compiled_decoder(COMPILED_TRACE))

@@ -53,10 +53,22 @@ def _specs(args: argparse.Namespace):
 def _summary(manifest) -> str:
     lines = [f"device time: {manifest.device}; rules {manifest.rules_version}; {len(manifest.inputs)} trace(s); "
              f"apps {', '.join(f'{a}={s:.3g}' for a, s in manifest.apps.items())}",
-             f"unmapped share {100 * manifest.unmapped_share:.2f}%  (mapped but not retained {100 * manifest.excluded_share:.2f}%)"]
+             f"mapped {100 * (1 - manifest.unmapped_share):.1f}% of device time to operators "
+             f"(mapped but not retained {100 * manifest.excluded_share:.1f}%); "
+             f"unmapped {100 * manifest.unmapped_share:.1f}%:"]
+    for category in manifest.unmapped_by_category.values():
+        top = ", ".join(list(category.top)[:3])
+        lines.append(f"  {100 * category.share:5.1f}%  {category.label}" + (f"  [{top}]" if top else ""))
+    lines.append("operators:")
     for op, rec in manifest.operators.items():
         state = f"{len(rec.shapes)} shape(s)" if rec.retained else f"dropped: {rec.dropped_reason}"
-        lines.append(f"  {op:<30} calls {rec.calls:>6}  unresolved {rec.unresolved_calls:>5}  {state}")
+        via = ", ".join(list(rec.sources)[:2])
+        lines.append(f"  {op:<30} calls {rec.calls:>6}  unresolved {rec.unresolved_calls:>5}  {state}  (via {via})")
+        if rec.unresolved_reasons:
+            lines.append(f"  {'':<30} unresolved: {next(iter(rec.unresolved_reasons))}")
+    for kernel in manifest.fused_kernels:
+        lines.append(f"fused kernel {kernel.kernel}: {' + '.join(kernel.operators)} ({kernel.launches} launches, "
+                     "time split evenly)")
     return "\n".join(lines)
 
 

@@ -5,9 +5,14 @@ to the host event that launched it — the runtime call with the same correlatio
 operator with the same External id, else the host operator running at that moment — and the
 host event's ancestors decide the rest:
 
-* operator: the OUTERMOST ancestor that a host rule claims (a serving framework's custom op, or
-  a record_function range named like one), so a custom op's internal aten calls stay with it;
-  else a GPU-side range named like an operator; else a kernel-name rule; else "other".
+* operator: the OUTERMOST ancestor that a host rule claims (a serving framework's custom op, an
+  aten op such as scaled_dot_product_attention, or a record_function range named like one), a
+  pattern claims (consecutive aten ops that together are one operator, e.g. silu then mul), or
+  that is a compiler-generated kernel whose name lists the ops it fuses; so a custom op's internal
+  aten calls stay with it. Else a GPU-side range named like an operator; else a kernel-name rule;
+  else "other", with a category saying what it is (GEMM, communication, memory, …).
+* a generated kernel that fuses several operators is split evenly between them and reported in
+  `fused` (never dropped).
 * phase: a forced phase; else the nearest enclosing range named prefill/decode (host side, then
   GPU side); else the call's own token count (decode when ≤ decode_max_tokens); else the token
   count of the nearest call on the same thread (an unmapped GEMM belongs to the step around it);
@@ -25,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from atrex_mcp.trace.events import LAUNCH_CATEGORIES, DeviceEvent, HostEvent, Trace, thread_roots
-from atrex_mcp.trace.rules import OTHER, HostMatch, ResolvedShape, Rules
+from atrex_mcp.trace.patterns import PatternGroup, find_groups
+from atrex_mcp.trace.rules import OTHER, Binding, GeneratedMatch, HostMatch, ResolvedShape, Rules
 
 Phase = str
 UNKNOWN_PHASE = "unknown"
@@ -43,16 +49,28 @@ class Call:
     problem: str | None = None
     device_us: float = 0.0
     phases: set[Phase] = field(default_factory=set)
+    source: str = ""  # how the call was recognised: the host op, pattern or generated kernel name
 
 
 @dataclass
 class Slice:
-    """A piece of attributed time."""
+    """A piece of attributed time; unmapped time ("other") carries its category and deciding name."""
 
     op: str
     call: Call | None
     phase: Phase
     us: float
+    category: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class Fused:
+    """A compiler-generated kernel that computes parts of several operators."""
+
+    ops: tuple[str, ...]
+    count: int = 0
+    us: float = 0.0
 
 
 @dataclass
@@ -63,12 +81,16 @@ class Attribution:
     slices: list[Slice]
     calls: list[Call]
     links: Counter[str]
+    fused: dict[str, Fused] = field(default_factory=dict)
+
+
+Match = HostMatch | PatternGroup | GeneratedMatch | str  # str: a range's operator name
 
 
 @dataclass
 class _Resolved:
     op_node: HostEvent | None
-    match: HostMatch | str | None  # a HostMatch for a cpu_op, the operator name for a range
+    match: Match | None
     phase: Phase | None
 
 
@@ -87,13 +109,38 @@ class _HostIndex:
                 self.launch_by_correlation[ev.args["correlation"]] = ev
             elif ev.cat == "cpu_op" and "External id" in ev.args:
                 self.op_by_external_id.setdefault(ev.args["External id"], ev)
+        self.group_of: dict[int, PatternGroup] = {}
+        if rules.data.patterns:
+            for group in find_groups(trace.host, rules, self._claimed_without_patterns):
+                for node in group.nodes:
+                    self.group_of[id(node)] = group
 
-    def _own(self, node: HostEvent) -> tuple[HostMatch | str | None, Phase | None]:
+    def _claimed_without_patterns(self, node: HostEvent) -> bool:
+        """Whether a host rule, a range or a generated-kernel name claims the node or an ancestor."""
+        cursor: HostEvent | None = node
+        while cursor is not None:
+            if self._own(cursor, patterns=False)[0] is not None:
+                return True
+            cursor = cursor.parent
+        return False
+
+    def _own(self, node: HostEvent, patterns: bool = True) -> tuple[Match | None, Phase | None]:
         if node.cat == "cpu_op":
-            return self.rules.match_host(node.name, node.args), None
+            match: Match | None = self.rules.match_host(node.name, node.args)
+            if match is None and patterns:
+                match = self.group_of.get(id(node))
+            if match is None:
+                generated = self.rules.match_generated(node.name)
+                match = generated if generated is not None and generated.ops else None
+            return match, None
         if node.cat == "user_annotation":
             phase = self.rules.phase_of_range(node.name)
-            return (None, phase) if phase else (self.rules.match_range(node.name), None)
+            if phase:
+                return None, phase
+            named = self.rules.match_range(node.name)
+            if named is None and (generated := self.rules.match_generated(node.name)) is not None and generated.ops:
+                return generated, None  # a generated kernel's launch recorded as a range
+            return named, None
         return None, None
 
     def resolve(self, node: HostEvent) -> _Resolved:
@@ -167,23 +214,40 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
               forced_phase: Phase | None, decode_max_tokens: int) -> Attribution:
     """Slices and calls of one trace. `templates`: operator → (smoke init, smoke inputs) of the problem set."""
     index = _HostIndex(trace, rules)
-    calls: dict[int, Call] = {}
-    pending: list[tuple[str, Call | None, Phase | None, HostEvent | None, float]] = []
+    calls: dict[Any, Call] = {}
+    # (operator, call) targets, phase, launching host event, µs, (category, name) when unmapped
+    pending: list[tuple[list[tuple[str, Call | None]], Phase | None, HostEvent | None, float,
+                        tuple[str, str] | None]] = []
     links: Counter[str] = Counter()
+    fused: dict[str, Fused] = {}
 
-    def host_call(resolved: _Resolved) -> Call:
-        node = resolved.op_node
-        assert node is not None
-        if id(node) not in calls:
-            call = Call(op=_op_of(resolved.match), ts=node.ts, thread=node.thread)
-            origin = _shape_origin(node, resolved.match, rules)
-            if origin is None:
-                call.problem = "a range without a shape-bearing operator inside"
+    def host_calls(resolved: _Resolved) -> list[tuple[str, Call | None]]:
+        """The (operator, call) pairs a claimed host event's time goes to (several for a fused kernel)."""
+        node, match = resolved.op_node, resolved.match
+        assert node is not None and match is not None
+        if isinstance(match, GeneratedMatch):
+            return [(op, _generated_call(calls, node, op, match, rules, templates)) for op in match.ops]
+        owner = match if isinstance(match, PatternGroup) else node
+        if id(owner) not in calls:
+            call = Call(op=_op_of(match), ts=owner.ts, thread=node.thread, source=_source_of(match, node))
+            if isinstance(match, PatternGroup):
+                call.tokens, call.shape, call.problem = rules.resolve_bound(
+                    match.op, match.rule, match.binding(), *templates.get(match.op, (None, None)))
+            elif (origin := _shape_origin(node, match, rules)) is None:
+                call.problem = ("a range without a shape-bearing operator inside" if isinstance(match, str) else
+                                f"{node.name} names the operator only, and no operator inside it has shapes")
             else:
-                match, args = origin
-                call.tokens, call.shape, call.problem = rules.resolve_shape(match, args, *templates.get(match.op, (None, None)))
-            calls[id(node)] = call
-        return calls[id(node)]
+                host_match, args = origin
+                call.tokens, call.shape, call.problem = rules.resolve_shape(
+                    host_match, args, *templates.get(host_match.op, (None, None)))
+            calls[id(owner)] = call
+        return [(calls[id(owner)].op, calls[id(owner)])]
+
+    def note_fused(match: Match | None, us: float) -> None:
+        if isinstance(match, GeneratedMatch) and len(match.ops) > 1:
+            record = fused.setdefault(match.kernel, Fused(match.ops))
+            record.count += 1
+            record.us += us
 
     if trace.has_device_activity:
         gpu_ranges = _gpu_ranges_around(trace.device_ranges, trace.device) if trace.device_ranges else {}
@@ -192,69 +256,177 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
             links[how] += 1
             resolved = index.resolve(node) if node is not None else _Resolved(None, None, None)
             phase = resolved.phase
-            call: Call | None = None
+            targets: list[tuple[str, Call | None]] = []
             if resolved.op_node is not None:
-                call = host_call(resolved)
+                targets = host_calls(resolved)
+                note_fused(resolved.match, ev.dur)
             around = gpu_ranges.get(id(ev), [])
             if phase is None:
                 phase = next((p for r in reversed(around) if (p := rules.phase_of_range(r.name))), None)
-            if call is None:
+            if not targets:
                 range_node = next((r for r in around if rules.match_range(r.name)), None)
+                generated = rules.match_generated(ev.name)
                 if range_node is not None:
                     key = id(range_node)
                     if key not in calls:
                         calls[key] = Call(op=rules.match_range(range_node.name) or OTHER, ts=range_node.ts, thread=None,
-                                          problem="a GPU-side range: no recorded arguments")
-                    call = calls[key]
+                                          problem="a GPU-side range: no recorded arguments", source=range_node.name)
+                    targets = [(calls[key].op, calls[key])]
                     links["gpu_range"] += 1
                 elif (kernel_op := rules.match_kernel(ev.name)) is not None:
-                    call = Call(op=kernel_op, ts=ev.ts, thread=None, problem="matched by kernel name only")
+                    call = Call(op=kernel_op, ts=ev.ts, thread=None, problem="matched by kernel name only",
+                                source=f"kernel {ev.name[:80]}")
                     calls[id(ev)] = call
+                    targets = [(kernel_op, call)]
                     links["kernel_name"] += 1
-            pending.append((call.op if call else OTHER, call, phase, node, ev.dur))
+                elif generated is not None and generated.ops:
+                    for op in generated.ops:
+                        call = Call(op=op, ts=ev.ts, thread=None, source=generated.kernel,
+                                    problem="a generated kernel matched by its device name only: no recorded arguments")
+                        calls[(id(ev), op)] = call
+                        targets.append((op, call))
+                    note_fused(generated, ev.dur)
+                    links["generated_kernel_name"] += 1
+            category = None if targets else _category(rules, node, ev.name, ev.cat)
+            pending.append((targets, phase, node, ev.dur, category))
         device: Literal["gpu", "cpu"] = "gpu"
     else:
         for node in trace.host:
-            if node.cat != "cpu_op":
+            if node.cat not in ("cpu_op", "user_annotation"):
                 continue
             self_us = max(0.0, node.dur - sum(c.dur for c in node.children))
             resolved = index.resolve(node)
-            call = host_call(resolved) if resolved.op_node is not None else None
-            pending.append((call.op if call else OTHER, call, resolved.phase, node, self_us))
+            if node.cat == "user_annotation" and not _counts_as_work(node):
+                continue
+            targets = host_calls(resolved) if resolved.op_node is not None else []
+            if targets:
+                note_fused(resolved.match, self_us)
+            category = None if targets else _category(rules, node, "", node.cat)
+            pending.append((targets, resolved.phase, node, self_us, category))
         device = "cpu"
 
     nearest = _NearestTokens([c for c in calls.values() if c.tokens is not None])
     slices: list[Slice] = []
-    for op, call, phase, node, us in pending:
+    for targets, phase, node, us, category in pending:
         if forced_phase is not None:
             phase = forced_phase
         elif phase is None:
-            tokens = call.tokens if call is not None else None
+            tokens = next((c.tokens for _, c in targets if c is not None and c.tokens is not None), None)
             if tokens is None and node is not None:
                 tokens = nearest.at(node.thread, node.ts)
             phase = UNKNOWN_PHASE if tokens is None else ("decode" if tokens <= decode_max_tokens else "prefill")
-        if call is not None:
-            call.device_us += us
-            call.phases.add(phase)
-        slices.append(Slice(op=op, call=call, phase=phase, us=us))
-    return Attribution(device=device, slices=slices, calls=list(calls.values()), links=links)
+        if not targets:
+            slices.append(Slice(op=OTHER, call=None, phase=phase, us=us, category=category[0], name=category[1]))
+            continue
+        share = us / len(targets)
+        for op, call in targets:
+            if call is not None:
+                call.device_us += share
+                call.phases.add(phase)
+            slices.append(Slice(op=op, call=call, phase=phase, us=share))
+    unique = list({id(c): c for c in calls.values()}.values())
+    return Attribution(device=device, slices=slices, calls=unique, links=links, fused=fused)
 
 
-def _op_of(match: HostMatch | str | None) -> str:
-    return match.op if isinstance(match, HostMatch) else (match or OTHER)
+COMPILED_GRAPH_RANGE = "## Call CompiledFxGraph"
 
 
-def _shape_origin(node: HostEvent, match: HostMatch | str | None, rules: Rules) -> tuple[HostMatch, dict[str, Any]] | None:
-    """Where a call's shape is read from: the node itself (a host op), or for a range the first
-    operator of the same family inside it (e.g. a custom op within record_function('atrex::rms_norm'))."""
-    if isinstance(match, HostMatch):
+def _counts_as_work(node: HostEvent) -> bool:
+    """In a CPU-only trace a range's self time is Python overhead, except a compiled graph's call
+    range, whose self time is the generated C++ kernels that the profiler does not name."""
+    return node.name.startswith(COMPILED_GRAPH_RANGE)
+
+
+def _category(rules: Rules, node: HostEvent | None, device_name: str, device_cat: str) -> tuple[str, str]:
+    """What unmapped time is (GEMM, communication, memory, generated, other operators, unknown)."""
+    names: list[str] = []
+    cursor = node
+    while cursor is not None:
+        if cursor.cat in ("cpu_op", "user_annotation") and rules.phase_of_range(cursor.name) is None:
+            names.append(cursor.name)
+        cursor = cursor.parent
+    category, name = rules.unmapped_category(names, device_name, device_cat)
+    if category == "other_ops":
+        generated = next((g for n in names if (g := rules.match_generated(n)) is not None), None)
+        if generated is not None:
+            return "generated", generated.kernel
+        if name.startswith(COMPILED_GRAPH_RANGE):
+            return "generated", ("compiled graph call outside named kernels "
+                                 "(name CPU kernels with cpp.enable_kernel_profile)")
+    elif category == "unknown" and device_name and (generated := rules.match_generated(device_name)) is not None:
+        return "generated", generated.kernel
+    return category, name
+
+
+def _generated_call(calls: dict[Any, Call], node: HostEvent, op: str, match: GeneratedMatch, rules: Rules,
+                    templates: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> Call:
+    """One call per operator of a generated kernel launch; its shape from the launch's recorded
+    arguments where the rules say how (GPU Inductor launches record them; CPU kernels do not)."""
+    key = (id(node), op)
+    if key not in calls:
+        call = Call(op=op, ts=node.ts, thread=node.thread, source=match.kernel)
+        source = rules.data.generated.shapes.get(op) if rules.data.generated else None
+        if "Input Dims" not in node.args:
+            call.problem = "shape incomplete: the generated kernel's launch records no argument shapes"
+        elif source is None:
+            call.problem = f"shape incomplete: no rule reads {op}'s shape from a generated kernel's arguments"
+        else:
+            call.tokens, call.shape, call.problem = rules.resolve_bound(
+                op, source, generated_binding(node.args), *templates.get(op, (None, None)))
+        calls[key] = call
+    return calls[key]
+
+
+def generated_binding(event_args: dict[str, Any]) -> Binding:
+    """A generated kernel's recorded arguments as t0, t1, … (tensor dims), tl (last tensor) and
+    n0, n1, … (integer arguments, e.g. xnumel and r0_numel), in launch order."""
+    binding = Binding({}, {}, set())
+    dims = event_args.get("Input Dims") or []
+    types = event_args.get("Input type") or []
+    concrete = event_args.get("Concrete Inputs") or []
+    tensors = ints = 0
+    for i, item in enumerate(dims):
+        kind = types[i] if i < len(types) else ""
+        value = concrete[i] if i < len(concrete) else ""
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            binding.values[f"n{ints}"] = int(value)
+            ints += 1
+        elif isinstance(item, list) and item and kind not in ("", "Scalar", "ScalarList", "GenericList", "None"):
+            binding.values[f"t{tensors}"] = list(item)
+            binding.dtypes[f"t{tensors}"] = kind
+            binding.values["tl"] = list(item)
+            binding.dtypes["tl"] = kind
+            tensors += 1
+    return binding
+
+
+def _source_of(match: Match, node: HostEvent) -> str:
+    if isinstance(match, PatternGroup):
+        return "pattern " + "+".join(n.name for n in match.nodes if not match.absorbed(n))
+    return node.name
+
+
+def _op_of(match: Match | None) -> str:
+    if isinstance(match, (HostMatch, PatternGroup)):
+        return match.op
+    return match or OTHER
+
+
+def _shape_origin(node: HostEvent, match: HostMatch | str | None,
+                  rules: Rules) -> tuple[HostMatch, dict[str, Any]] | None:
+    """Where a call's shape is read from: the node itself (a host op whose rule binds arguments), or
+    for a range or an operator-only rule (no `args`, e.g. vllm::unified_attention_with_output) the
+    first operator of the same family inside it that binds some (the flash-attention op it calls,
+    a custom op within record_function('atrex::rms_norm'))."""
+    if isinstance(match, HostMatch) and match.rule.args:
         return match, node.args
+    op = match.op if isinstance(match, HostMatch) else match
     queue = deque(node.children)
     while queue:
         child = queue.popleft()
         if child.cat == "cpu_op":
             inner = rules.match_host(child.name, child.args)
-            if inner is not None and inner.op == match:
+            if inner is not None and inner.op == op and inner.rule.args:
                 return inner, child.args
         queue.extend(child.children)
     return None

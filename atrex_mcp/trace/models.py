@@ -46,6 +46,30 @@ class OperatorRecord(BaseModel):
     unresolved_us: float = Field(description="Attributed time of those calls, in microseconds.")
     unresolved_reasons: dict[str, int] = Field(default_factory=dict, description="Why shapes were unresolved, with counts (most frequent first).")
     shapes: dict[str, ShapeStats] = Field(default_factory=dict, description="Shape id (as in shapes.json) → its calls.")
+    sources: dict[str, int] = Field(default_factory=dict, description=(
+        "How the calls were recognised (host op, 'pattern a+b', generated kernel, kernel name) with counts."))
+    benchmark: bool = Field(default=True, description=(
+        "False for an operator the rules recognise but the benchmark does not define (e.g. gelu_and_mul)."))
+
+
+class FusedKernel(BaseModel):
+    """A compiler-generated kernel that computes parts of several operators; its time is split evenly between them."""
+
+    kernel: str = Field(description=(
+        "Kernel name without its numeric suffix, e.g. 'triton_red_fused_add_cat_mean_mul_neg_pow_rsqrt'."))
+    operators: list[str] = Field(description="Operators whose ops it fuses.")
+    launches: int = Field(description="Number of launches (device events, or CPU kernel calls).")
+    device_us: float = Field(description="Total time, in microseconds.")
+
+
+class UnmappedCategory(BaseModel):
+    """One kind of unmapped time."""
+
+    label: str = Field(description="What it is, e.g. 'GEMM (not a benchmark operator)'.")
+    share: float = Field(description="Eq. 3 share of device time; the categories add up to unmapped_share.")
+    device_us: float = Field(description="Total time over all applications and phases, in microseconds.")
+    top: dict[str, float] = Field(default_factory=dict, description=(
+        "The names behind it (host operator or kernel) with the most time, in microseconds."))
 
 
 class Manifest(BaseModel):
@@ -68,6 +92,12 @@ class Manifest(BaseModel):
     unmapped_share: float = Field(description="Eq. 3 share of device time that no rule mapped to a benchmark operator ('other').")
     excluded_share: float = Field(description="Eq. 3 share of the mapped operators that the snapshot could not retain, pooled as one.")
     unmapped_by_app_phase: dict[str, dict[str, float]] = Field(description="Eq. 2 share of 'other' per application and phase.")
+    unmapped_by_category: dict[str, UnmappedCategory] = Field(default_factory=dict, description=(
+        "What the unmapped time is (gemm, communication, memory, generated, other_ops, unknown), largest first."))
+    fused_kernels: list[FusedKernel] = Field(default_factory=list, description=(
+        "Generated kernels that fuse several operators (their time is split between them)."))
+    stacks: dict[str, str] = Field(default_factory=dict, description=(
+        "Frameworks the rules table has names for, with the versions the names come from."))
     device_us_by_app_phase: dict[str, dict[str, float]] = Field(description="All attributed time per application and phase, in microseconds.")
     operators: dict[str, OperatorRecord] = Field(description="Every operator the traces mention, retained or not.")
 

@@ -28,9 +28,9 @@ from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.trace.attribution import Attribution, Call, attribute
 from atrex_mcp.trace.events import load_trace
-from atrex_mcp.trace.models import Manifest, OperatorRecord, ShapeStats, TraceInput
+from atrex_mcp.trace.models import FusedKernel, Manifest, OperatorRecord, ShapeStats, TraceInput, UnmappedCategory
 from atrex_mcp.trace.rules import OTHER, ResolvedShape, Rules
-from atrex_mcp.trace.weights import Times, compute_weights, read_app_shares
+from atrex_mcp.trace.weights import Times, category_shares, compute_weights, read_app_shares
 
 PhaseMode = Literal["prefill", "decode", "auto"]
 
@@ -139,14 +139,26 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
                          "Import GPU traces and CPU-only traces into separate snapshots: their times are not comparable.")
 
     times: Times = {}
+    category_times: Times = {}
+    category_names: dict[str, Counter[str]] = defaultdict(Counter)
+    fused: dict[str, FusedKernel] = {}
     calls_by_op: dict[str, list[Call]] = defaultdict(list)
     for spec, result in results:
         per_app = times.setdefault(spec.app, {})
         for s in result.slices:
             per_phase = per_app.setdefault(s.phase, {})
             per_phase[s.op] = per_phase.get(s.op, 0.0) + s.us
+            if s.op == OTHER and s.category is not None:
+                per_category = category_times.setdefault(spec.app, {}).setdefault(s.phase, {})
+                per_category[s.category] = per_category.get(s.category, 0.0) + s.us
+                category_names[s.category][s.name or ""] += s.us
         for call in result.calls:
             calls_by_op[call.op].append(call)
+        for kernel, record in result.fused.items():
+            entry = fused.setdefault(kernel, FusedKernel(kernel=kernel, operators=list(record.ops), launches=0,
+                                                         device_us=0.0))
+            entry.launches += record.count
+            entry.device_us += record.us
 
     shapes: dict[str, dict[str, _ShapeAgg]] = {}
     ids: dict[str, str] = {}
@@ -182,7 +194,9 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
             device_us=dict(sorted(per_phase.items())), calls=len(calls), unresolved_calls=len(unresolved),
             unresolved_us=sum(c.device_us for c in unresolved), unresolved_reasons=dict(reasons.most_common(5)),
             shapes={sid: ShapeStats(count=a.count, device_us=a.device_us, phases=sorted(a.phases),
-                                    defaulted=list(a.shape.defaulted)) for sid, a in ordered})
+                                    defaulted=list(a.shape.defaulted)) for sid, a in ordered},
+            sources=dict(Counter(c.source for c in calls).most_common(8)),
+            benchmark=rules.data.operators[op].benchmark if op in rules.data.operators else True)
 
     manifest = Manifest(
         created=datetime.now(UTC).isoformat(timespec="seconds"), tool_version=__version__,
@@ -193,6 +207,13 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         problems_source=str(catalog.roots[-1]), unmapped_share=weights.unmapped, excluded_share=weights.excluded,
         unmapped_by_app_phase={a: {p: s.get(OTHER, 0.0) for p, s in per.items()} for a, per in weights.shares.items()},
         device_us_by_app_phase={a: {p: sum(v.values()) for p, v in per.items()} for a, per in times.items()},
+        unmapped_by_category={
+            category: UnmappedCategory(label=rules.category_label(category), share=share,
+                                       device_us=sum(category_names[category].values()),
+                                       top={n: us for n, us in category_names[category].most_common(5)})
+            for category, share in category_shares(times, category_times, weights.app_shares).items()},
+        fused_kernels=sorted(fused.values(), key=lambda f: -f.device_us),
+        stacks=rules.data.stacks,
         operators=operators)
     weights_doc = {
         "source": f"atrex-mcp trace import (rules {rules.version}): Eq. 2-3 over {len(specs)} trace(s), "

@@ -79,6 +79,22 @@ def compute_weights(times: Times, app_shares: dict[str, float], retained: set[st
                    excluded=eq3(ops - retained - {OTHER}))
 
 
+def category_shares(times: Times, categories: Times, app_shares: dict[str, float]) -> dict[str, float]:
+    """Eq. 3 of each kind of unmapped time, averaged over the phases in which anything was unmapped,
+    so that the categories add up to the unmapped share. `categories[app][phase][category]` µs."""
+    shares = phase_shares(times)
+    apps = {a: s for a, s in app_shares.items() if a in shares}
+    total_share = sum(apps.values()) or 1.0
+    out: dict[str, float] = {}
+    for app, c in apps.items():
+        phases = [p for p, per_op in shares[app].items() if per_op.get(OTHER, 0.0) > 0]
+        for phase in phases:
+            total = sum(times[app][phase].values())
+            for category, us in categories.get(app, {}).get(phase, {}).items():
+                out[category] = out.get(category, 0.0) + (c / total_share) * (us / total) / len(phases)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 _LINE = re.compile(r"^\s*(?P<name>[^:#]+?)\s*:\s*(?P<share>[0-9.eE+-]+)\s*(#.*)?$")
 
 

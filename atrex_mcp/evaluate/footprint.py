@@ -65,7 +65,7 @@ def room() -> Room:
         pass
     if available is None:
         available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return Room("cpu", "host memory available", available)
+    return Room("cpu", "host memory", available)
 
 
 def sizes(catalog: Catalog, op: str, shapes: list[Shape]) -> dict[str, int | None]:
@@ -78,7 +78,7 @@ def check_fit(op: str, sized: dict[str, int | None], where: Room) -> None:
         if size is not None and COPIES * size > where.bytes:
             raise AtrexError("input", "shape_too_large",
                              f"Shape {shape_id!r} of {op} needs about {gib(COPIES * size)} ({COPIES} copies of "
-                             f"{gib(size)} of inputs); {where.name} has {gib(where.bytes)}.",
+                             f"{gib(size)} of inputs); {gib(where.bytes)} is available ({where.name}).",
                              "Choose smaller shapes (--shapes), or run where there is more memory.")
 
 

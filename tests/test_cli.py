@@ -334,3 +334,17 @@ def test_the_weight_shown_is_the_weight_used(tmp_path, capsys):
     assert main(["problems", "list", "--problems", str(tmp_path / "set"), "--json"]) == 0
     weights = {r["name"]: r["weight"] for r in json.loads(capsys.readouterr().out)}
     assert weights == {"one": 0.0, "two": 0.75, "three": 0.25}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_benchmark_mode_server_serves_the_new_problem_without_its_hidden_figures(tmp_path, anyio_backend):
+    from tests.server_fixtures import config, connect, result_text
+
+    assert main(["problems", "init", "my_op", "--dir", str(tmp_path / "set")]) == 0
+    assert main(["problems", "add", str(tmp_path / "set" / "my_op"), "--weight", "0.37"]) == 0
+    async with connect(config(tmp_path, mode="benchmark", problems=[tmp_path / "set"])) as client:
+        listed = await client.call_tool("list_problems", {})
+    assert [p["name"] for p in listed.structured_content["problems"]] == ["my_op"]
+    text = result_text(listed)
+    assert listed.structured_content["mode"] == "benchmark" and "0.37" not in text and "weight" not in text

@@ -161,48 +161,50 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
     estimate = sum(footprint.estimate_s(s, settings.seeds, where.kind, True) * (1 + 2 * baselines) for s in sized.values())
     board = ProgressBoard(f"bench eval {config.name}", len(config.ops), stream=stream, live=live, estimate_s=estimate)
     board.begin()
-    with Standby() as standby:  # each operator's worker is spawned while the one before it is evaluated
-        for op in config.ops:
-            state = store.load_state(op)
-            submission = state.submission
-            if state.status != "done" or submission is None or submission.outcome != "submitted" or submission.artifact is None:
-                summary.not_submitted.append(op)
-                board.finish(op, "no submission to evaluate" if state.status == "done" else f"not run yet ({state.status})")
-                continue
-            source = (layout.root / submission.artifact).read_text()
-            sha = hashlib.sha256(source.encode()).hexdigest()
-            try:
-                shapes = _shape_ids(settings.shapes, catalog, op)
-                footprint.check_fit(op, sized.get(op) or {}, where)
-                jobs = [("candidate", result_path(layout, op), sha)]
-                if baselines:
-                    jobs += [(kind, baseline_path(layout, op, kind), None) for kind in BASELINES]
-                ran = False
-                for kind, path, expected_sha in jobs:
-                    stored_sha, exists = _stored(path)
-                    if exists and not force and (expected_sha is None or stored_sha == expected_sha):
-                        continue
-                    board.stage(op, f"{kind}: starting")
-                    request = EvalRequest(op=op, source=source if kind == "candidate" else None,
-                                          baseline=None if kind == "candidate" else kind, shapes=shapes, seeds=settings.seeds,
-                                          hardware=config.hardware, dsl=config.dsl, timing=True, measure_dsl=kind == "candidate",
-                                          timeout_s=settings.timeout_s)
-                    result = evaluate(request, catalog, standby=standby,
-                                      progress=lambda message, fraction, kind=kind: board.stage(op, f"{kind}: {message} ({fraction:.0%})"))
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(result.model_dump_json(indent=1))
-                    ran = True
-                error_path(layout, op).unlink(missing_ok=True)
-            except AtrexError as exc:
-                write_json_atomic(error_path(layout, op), EvalError(op=op, error=exc.info))
-                summary.failed.append(op)
-                board.finish(op, f"evaluation failed: {exc}")
-                continue
-            (summary.evaluated if ran else summary.skipped).append(op)
-            if _rejected(result_path(layout, op)):
-                summary.rejected.append(op)
-            board.finish(op, _verdict(result_path(layout, op)) if ran else "already evaluated")
-    board.close(summary.line())
+    try:
+        with Standby() as standby:  # each operator's worker is spawned while the one before it is evaluated
+            for op in config.ops:
+                state = store.load_state(op)
+                submission = state.submission
+                if state.status != "done" or submission is None or submission.outcome != "submitted" or submission.artifact is None:
+                    summary.not_submitted.append(op)
+                    board.finish(op, "no submission to evaluate" if state.status == "done" else f"not run yet ({state.status})")
+                    continue
+                source = (layout.root / submission.artifact).read_text()
+                sha = hashlib.sha256(source.encode()).hexdigest()
+                try:
+                    shapes = _shape_ids(settings.shapes, catalog, op)
+                    footprint.check_fit(op, sized.get(op) or {}, where)
+                    jobs = [("candidate", result_path(layout, op), sha)]
+                    if baselines:
+                        jobs += [(kind, baseline_path(layout, op, kind), None) for kind in BASELINES]
+                    ran = False
+                    for kind, path, expected_sha in jobs:
+                        stored_sha, exists = _stored(path)
+                        if exists and not force and (expected_sha is None or stored_sha == expected_sha):
+                            continue
+                        board.stage(op, f"{kind}: starting")
+                        request = EvalRequest(op=op, source=source if kind == "candidate" else None,
+                                              baseline=None if kind == "candidate" else kind, shapes=shapes, seeds=settings.seeds,
+                                              hardware=config.hardware, dsl=config.dsl, timing=True, measure_dsl=kind == "candidate",
+                                              timeout_s=settings.timeout_s)
+                        result = evaluate(request, catalog, standby=standby,
+                                          progress=lambda message, fraction, kind=kind: board.stage(op, f"{kind}: {message} ({fraction:.0%})"))
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        path.write_text(result.model_dump_json(indent=1))
+                        ran = True
+                    error_path(layout, op).unlink(missing_ok=True)
+                except AtrexError as exc:
+                    write_json_atomic(error_path(layout, op), EvalError(op=op, error=exc.info))
+                    summary.failed.append(op)
+                    board.finish(op, f"evaluation failed: {exc}")
+                    continue
+                (summary.evaluated if ran else summary.skipped).append(op)
+                if _rejected(result_path(layout, op)):
+                    summary.rejected.append(op)
+                board.finish(op, _verdict(result_path(layout, op)) if ran else "already evaluated")
+    finally:
+        board.close(summary.line())
     return summary
 
 

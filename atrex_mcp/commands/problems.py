@@ -11,7 +11,6 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from atrex_mcp.commands.grammar import add_problems_option, shared_options
-from atrex_mcp.commands.tables import plain_table, print_table
 
 
 class ProblemSummary(BaseModel):
@@ -19,7 +18,8 @@ class ProblemSummary(BaseModel):
 
     name: str = Field(description="Operator (problem folder) name.")
     num_shapes: int = Field(description="Number of scored shapes (the smoke shape is not counted).")
-    weight: float = Field(description="Importance weight, normalised over the catalog's operators (sum 1).")
+    weight: float = Field(description="Importance weight in S_agg, normalised over the catalog's operators (sum 1; all 0 "
+                                      "when no operator has a weight).")
     dtype: str = Field(description="Dtype label of the operator's work (metadata.json).")
     phase: str = Field(description="Serving phase: prefill, decode or prefill/decode.")
 
@@ -75,6 +75,8 @@ def _catalog(args: argparse.Namespace):
 
 
 def _list(args: argparse.Namespace) -> int:
+    from atrex_mcp.commands.tables import plain_table, print_table
+
     catalog = _catalog(args)
     weights = catalog.weights()
     rows = []

@@ -133,7 +133,8 @@ def test_traceback_tail_starts_at_the_users_first_frame():
             '  File "/tmp/atrex-eval-ab/candidate.py", line 9, in forward\n    return table[1]\n           ~~~~~^^^\n'
             'KeyError: 1\n')
     assert traceback_tail(text, "k.py") == ['  File "k.py", line 9, in forward', "    return table[1]", "KeyError: 1"]
-    assert user_names("SyntaxError: bad (candidate.py, line 2)", "/home/u/k.py") == "SyntaxError: bad (/home/u/k.py, line 2)"
+    shown = user_names("SyntaxError: bad (candidate.py, line 2)", "/home/u/k.py")
+    assert shown == "SyntaxError: bad (/home/u/k.py, line 2)"
     assert user_names("my_candidate.py stays", "k.py") == "my_candidate.py stays"
 
 
@@ -151,8 +152,8 @@ def test_mismatch_line_has_the_pytest_figures():
     m = MismatchDetail(output="out", rule="allclose", atol=0.01, rtol=0.05, max_abs_error=4.4, max_rel_error=0.96,
                        mismatch_fraction=0.5, mismatches=2, numel=4, first_bad_index=[0, 1], reference_value=1.0,
                        candidate_value=2.0)
-    assert mismatch_line(m) == ("out [allclose (atol 0.01, rtol 0.05)]: max abs error 4.4, max rel error 0.96, 2/4 mismatched "
-                                "(50.00%); first bad index [0, 1]: got 2, expected 1")
+    assert mismatch_line(m) == ("out [allclose (atol 0.01, rtol 0.05)]: max abs error 4.4, max rel error 0.96, "
+                                "2/4 mismatched (50.00%); first bad index [0, 1]: got 2, expected 1")
 
 
 def test_problems_check_exits_1_for_a_problem_that_accepts_trivial_candidates(tmp_path, capsys):
@@ -226,20 +227,21 @@ def test_options_work_after_the_action_and_the_old_flag_still_does(tmp_path, cap
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["evl"], "error: atrex-mcp: argument COMMAND: invalid choice 'evl' (did you mean 'eval'?); choose from bench, demo, "
-              "eval, problems, roofline, runs, score, serve, trace, wiki (see atrex-mcp --help)"),
+    (["evl"], "error: atrex-mcp: argument COMMAND: invalid choice 'evl' (did you mean 'eval'?); choose from bench, "
+              "demo, eval, problems, roofline, runs, score, serve, trace, wiki (see atrex-mcp --help)"),
     (["problems", "lst"], "error: atrex-mcp problems: argument ACTION: invalid choice 'lst' (did you mean 'list'?); "
                           "choose from list, show, init, add, build, check (see atrex-mcp problems --help)"),
     (["eval", "--baseline", "eager", "--op", "rms_nrom"], "error: [input/unknown_problem] Unknown problem 'rms_nrom' "
                                                           "(did you mean 'rms_norm'?). Hint: Valid choices: "),
-    (["eval", str(EXAMPLE), "--op", "rms_norm", "--shapes", "smok"], "error: [input/unknown_shape] Unknown shape 'smok' "
-                                                                     "(did you mean 'smoke'?). Hint: Valid choices: 0, 1,"),
+    (["eval", str(EXAMPLE), "--op", "rms_norm", "--shapes", "smok"],
+     "error: [input/unknown_shape] Unknown shape 'smok' (did you mean 'smoke'?). Hint: Valid choices: 0, 1,"),
     (["eval", str(EXAMPLE), "--op", "rms_norm", "--seeds", "0"],
      "error: atrex-mcp eval: argument --seeds: must be at least 1 and at most 64, got 0 (see atrex-mcp eval --help)"),
     (["eval", str(EXAMPLE), "--op", "rms_norm", "--seeds", "-2"],
      "error: atrex-mcp eval: argument --seeds: must be at least 1 and at most 64, got -2 (see atrex-mcp eval --help)"),
     (["eval", str(EXAMPLE), "--op", "rms_norm", "--timeout", "nan"],
-     "error: atrex-mcp eval: argument --timeout: must be a number of seconds above 0, got nan (see atrex-mcp eval --help)"),
+     "error: atrex-mcp eval: argument --timeout: must be a number of seconds above 0, got nan "
+     "(see atrex-mcp eval --help)"),
     (["problems", "show"], "error: atrex-mcp problems show: the following arguments are required: op "
                            "(see atrex-mcp problems show --help)"),
 ])
@@ -323,8 +325,8 @@ def test_init_check_and_eval_a_new_problem(tmp_path, capsys):
     assert listing[1].split() == ["my_op", "3", "0.0000", "bf16", "unknown"]
     candidate = tmp_path / "kernel.py"
     candidate.write_text((folder / "reference.py").read_text())  # the reference itself is a correct candidate
-    assert main(["eval", str(candidate), "--op", "my_op", "--problems", str(tmp_path), "--shapes", "smoke", "--seeds", "1",
-                 "--plain"]) == 0
+    assert main(["eval", str(candidate), "--op", "my_op", "--problems", str(tmp_path), "--shapes", "smoke",
+                 "--seeds", "1", "--plain"]) == 0
     assert "1 passed, 0 failed" in capsys.readouterr().out
 
 

@@ -158,7 +158,8 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
     summary = EvalSummary()
     where = footprint.room()
     sized = {op: _sized(settings.shapes, catalog, op) for op in _pending(layout, store, config.ops)}
-    estimate = sum(footprint.estimate_s(s, settings.seeds, where.kind, True) * (1 + 2 * baselines) for s in sized.values())
+    runs_per_op = 1 + len(BASELINES) * baselines
+    estimate = sum(footprint.estimate_s(s, settings.seeds, where.kind, True) * runs_per_op for s in sized.values())
     board = ProgressBoard(f"bench eval {config.name}", len(config.ops), stream=stream, live=live, estimate_s=estimate)
     board.begin()
     try:
@@ -166,9 +167,11 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
             for op in config.ops:
                 state = store.load_state(op)
                 submission = state.submission
-                if state.status != "done" or submission is None or submission.outcome != "submitted" or submission.artifact is None:
+                if (state.status != "done" or submission is None or submission.outcome != "submitted"
+                        or submission.artifact is None):
                     summary.not_submitted.append(op)
-                    board.finish(op, "no submission to evaluate" if state.status == "done" else f"not run yet ({state.status})")
+                    board.finish(op, "no submission to evaluate" if state.status == "done"
+                                 else f"not run yet ({state.status})")
                     continue
                 source = (layout.root / submission.artifact).read_text()
                 sha = hashlib.sha256(source.encode()).hexdigest()
@@ -184,12 +187,13 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
                         if exists and not force and (expected_sha is None or stored_sha == expected_sha):
                             continue
                         board.stage(op, f"{kind}: starting")
-                        request = EvalRequest(op=op, source=source if kind == "candidate" else None,
-                                              baseline=None if kind == "candidate" else kind, shapes=shapes, seeds=settings.seeds,
-                                              hardware=config.hardware, dsl=config.dsl, timing=True, measure_dsl=kind == "candidate",
-                                              timeout_s=settings.timeout_s)
+                        own = kind == "candidate"
+                        request = EvalRequest(op=op, source=source if own else None, baseline=None if own else kind,
+                                              shapes=shapes, seeds=settings.seeds, hardware=config.hardware,
+                                              dsl=config.dsl, timing=True, measure_dsl=own, timeout_s=settings.timeout_s)
                         result = evaluate(request, catalog, standby=standby,
-                                          progress=lambda message, fraction, kind=kind: board.stage(op, f"{kind}: {message} ({fraction:.0%})"))
+                                          progress=lambda message, fraction, kind=kind:
+                                          board.stage(op, f"{kind}: {message} ({fraction:.0%})"))
                         path.parent.mkdir(parents=True, exist_ok=True)
                         path.write_text(result.model_dump_json(indent=1))
                         ran = True

@@ -66,8 +66,8 @@ class ProgressBoard:
             since = self._running.pop(op, ("", now))[1]
             self._done += counted
             self._done_here += counted
-            self._write(f"[{clock(now - self._start)}] {op}: {text} ({clock(now - since)}) — {self._done}/{self.total} done"
-                        + self._eta())
+            self._write(f"[{clock(now - self._start)}] {op}: {text} ({clock(now - since)}) — "
+                        f"{self._done}/{self.total} done{self._eta()}")
 
     def close(self, summary: str = "") -> None:
         if self._board is not None:

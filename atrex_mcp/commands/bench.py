@@ -50,7 +50,8 @@ def register(subparsers) -> None:
     ev.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     ev.add_argument("--shapes", default=None, help="all (every scored shape), smoke, or comma-separated shape ids "
                                                    "(default: all on a GPU, smoke without one)")
-    ev.add_argument("--seeds", type=count(1, 64), default=5, help="fresh random input seeds per shape, 1-64 (default 5)")
+    ev.add_argument("--seeds", type=count(1, 64), default=5,
+                    help="fresh random input seeds per shape, 1-64 (default 5)")
     ev.add_argument("--baselines", choices=("auto", "yes", "no"), default="auto",
                     help="also time the eager and torch.compile references (auto: when a GPU is present)")
     ev.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds per shape and stage (default 120)")

@@ -26,15 +26,17 @@ def register(subparsers) -> None:
     parser.add_argument("--shapes", default=None,
                         help="comma-separated shape ids, 'all' (every scored shape) or 'smoke' "
                              "(default: all on a GPU, smoke without one)")
-    parser.add_argument("--seeds", type=count(1, 64), default=5, help="fresh random input seeds per shape, 1-64 (default 5)")
+    parser.add_argument("--seeds", type=count(1, 64), default=5,
+                        help="fresh random input seeds per shape, 1-64 (default 5)")
     parser.add_argument("--hardware", default="h200", help="hardware profile for T_SOL and scores (default h200)")
     parser.add_argument("--dsl", default="triton", help="target DSL (default triton)")
     parser.add_argument("--no-timing", action="store_true", help="skip the performance stage")
     parser.add_argument("--no-dsl", action="store_true", help="skip the profiler trace for DSL attribution")
-    parser.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds per shape and stage (default 120)")
+    parser.add_argument("--timeout", type=positive_seconds, default=120.0,
+                        help="seconds per shape and stage (default 120)")
     parser.add_argument("--deadline-s", type=positive_seconds,
-                        help="seconds for the whole evaluation: past it the shape in progress is stopped and the result "
-                             "is partial (finished shapes kept, the rest not_run)")
+                        help="seconds for the whole evaluation: past it the shape in progress is stopped and the "
+                             "result is partial (finished shapes kept, the rest not_run)")
     add_problems_option(parser)
     parser.add_argument("--out", type=Path, help="write the result JSON into this directory (<op>.json, <op>.<baseline>.json)")
     parser.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
@@ -106,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
 
     if (args.candidate is None) == (args.baseline is None):
         raise AtrexError("input", "missing_candidate", "Give either a candidate file or --baseline.",
-                         "e.g. atrex-mcp eval kernel.py --op rms_norm, or atrex-mcp eval --baseline eager --op rms_norm")
+                         "e.g. atrex-mcp eval kernel.py --op rms_norm, "
+                         "or atrex-mcp eval --baseline eager --op rms_norm")
     source = read_source(args.candidate) if args.candidate is not None else None
     catalog = Catalog(args.problems) if args.problems else Catalog()
     problem = catalog.visible(args.op)

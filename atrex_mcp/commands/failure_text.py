@@ -56,8 +56,9 @@ def mismatch_line(m: MismatchDetail) -> str:
             where += f": got {m.candidate_value:.6g}, expected {m.reference_value:.6g}"
     tolerance = f" (atol {m.atol:.3g}, rtol {m.rtol:.3g})" if m.atol is not None and m.rtol is not None else ""
     nonfinite = f"; {m.nonfinite_mismatches} NaN/inf mismatches" if m.nonfinite_mismatches else ""
-    return (f"{m.output} [{m.rule}{tolerance}]: max abs error {m.max_abs_error:.4g}, max rel error {m.max_rel_error:.4g}, "
-            f"{m.mismatches}/{m.numel} mismatched ({m.mismatch_fraction:.2%}){where}{nonfinite}")
+    return (f"{m.output} [{m.rule}{tolerance}]: max abs error {m.max_abs_error:.4g}, "
+            f"max rel error {m.max_rel_error:.4g}, {m.mismatches}/{m.numel} mismatched ({m.mismatch_fraction:.2%})"
+            f"{where}{nonfinite}")
 
 
 def _source_line(source: str | None, message: str) -> list[str]:

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from atrex_mcp.errors import AtrexError, did_you_mean
 
-PROBLEMS_HELP = "problem root (repeatable; a later root's problem of the same name wins; default: ATREX_PROBLEMS or the shipped set)"
+PROBLEMS_HELP = ("problem root (repeatable; a later root's problem of the same name wins; "
+                 "default: ATREX_PROBLEMS or the shipped set)")
 
 
 class UsageError(Exception):

@@ -18,8 +18,8 @@ class ProblemSummary(BaseModel):
 
     name: str = Field(description="Operator (problem folder) name.")
     num_shapes: int = Field(description="Number of scored shapes (the smoke shape is not counted).")
-    weight: float = Field(description="Importance weight in S_agg, normalised over the catalog's operators (sum 1; all 0 "
-                                      "when no operator has a weight).")
+    weight: float = Field(description="Importance weight in S_agg, normalised over the catalog's operators "
+                                      "(sum 1; all 0 when no operator has a weight).")
     dtype: str = Field(description="Dtype label of the operator's work (metadata.json).")
     phase: str = Field(description="Serving phase: prefill, decode or prefill/decode.")
 
@@ -38,14 +38,15 @@ def register(subparsers) -> None:
 
     init = sub.add_parser("init", help="write a working three-file problem template to edit (docs/byo-problem.md)")
     init.add_argument("name", help="operator name: the folder's name, lower case letters, digits and _")
-    init.add_argument("--dir", type=Path, default=Path("."), help="folder to create NAME/ in (default: the current one)")
+    init.add_argument("--dir", type=Path, default=Path("."),
+                      help="folder to create NAME/ in (default: the current one)")
 
     add = sub.add_parser("add", help="validate a problem folder and derive its hidden files")
     add.add_argument("path", type=Path, help="folder holding reference.py, input.py and shapes.json")
     add.add_argument("--into", type=Path, default=None, help="copy the problem into DIR/<name> first")
     add.add_argument("--weight", type=_weight, default=1.0,
-                     help="importance weight in the aggregate score, relative to the other problems (default 1; 0 leaves "
-                          "the problem out of it)")
+                     help="importance weight in the aggregate score, relative to the other problems "
+                          "(default 1; 0 leaves the problem out of it)")
 
     build = sub.add_parser("build", help="(re)build metadata.json, roofline.json and weights.json of the shipped set")
     build.add_argument("--source", type=Path, default=None, help="the atrex-ops operator set (default: ../shared/atrex-ops)")
@@ -87,7 +88,8 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.model_dump() for r in rows], indent=2))
         return 0
-    table = plain_table(["operator", "shapes", "weight", "dtype", "phase"], justify={"shapes": "right", "weight": "right"})
+    table = plain_table(["operator", "shapes", "weight", "dtype", "phase"],
+                        justify={"shapes": "right", "weight": "right"})
     for r in rows:
         table.add_row(r.name, str(r.num_shapes), f"{r.weight:.4f}", r.dtype, r.phase)
     print_table(table)

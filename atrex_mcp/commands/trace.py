@@ -25,7 +25,8 @@ def register(subparsers) -> None:
     imp.add_argument("--out", type=Path, required=True, metavar="SNAPSHOT_DIR", help="new directory for the snapshot")
     imp.add_argument("--problems", type=Path, help="problem set to copy references and smoke shapes from (default: the shipped one)")
     imp.add_argument("--rules", type=Path, help="rules table (default: atrex_mcp/trace/rules.json)")
-    imp.add_argument("--decode-max-tokens", type=count(1), help="token threshold for decode without phase ranges (default from the rules)")
+    imp.add_argument("--decode-max-tokens", type=count(1),
+                     help="token threshold for decode without phase ranges (default from the rules)")
     imp.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
     diff = sub.add_parser("diff", help="compare two problem sets: weights, new/removed operators and shapes")

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if args.wiki_command == "add-root":
         root = add_root(state_dir, args.path, args.name)
         report = WikiIndex(state_dir=state_dir, index_dir=args.index_dir).last_refresh
-        print(f"added {root.name} = {root.path}; indexed {report.added} new, {report.updated} changed, {report.removed} removed")
+        print(f"added {root.name} = {root.path}; indexed {report.added} new, {report.updated} changed, "
+              f"{report.removed} removed")
         return 0
     wiki = WikiIndex(state_dir=state_dir, index_dir=args.index_dir)
     if args.wiki_command == "index":

@@ -86,6 +86,7 @@ def estimate_s(sized: dict[str, int | None], seeds: int, kind: str, timing: bool
     """A rough wall time for the evaluation (unknown sizes count as the mean of the known ones)."""
     known = [s for s in sized.values() if s is not None]
     mean = sum(known) / len(known) if known else 0
-    per_shape = [seeds * (PER_SEED_S[kind] + (s if s is not None else mean) / BYTES_PER_S[kind]) for s in sized.values()]
+    per_shape = [seeds * (PER_SEED_S[kind] + (mean if s is None else s) / BYTES_PER_S[kind])
+                 for s in sized.values()]
     extra = TIMING_S * len(sized) if timing and kind == "cuda" else 0.0
     return START_S[kind] + sum(per_shape) + extra

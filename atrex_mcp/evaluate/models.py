@@ -20,7 +20,8 @@ class EvalRequest(BaseModel):
     op: str = Field(description="Operator (problem) name.")
     source: str | None = Field(default=None, description="Candidate file text: one Python file defining `class Model(nn.Module)`. None with a baseline.")
     baseline: Baseline | None = Field(default=None, description="Evaluate the reference itself: eager, or wrapped in torch.compile.")
-    shapes: list[str] | None = Field(default=None, description="Shape ids (a repeated id is judged once); None = every scored (non-smoke) shape.")
+    shapes: list[str] | None = Field(default=None, description=(
+        "Shape ids (a repeated id is judged once); None = every scored (non-smoke) shape."))
     seeds: int = Field(default=5, ge=1, le=64, description="Fresh random input seeds per shape for the correctness stage.")
     hardware: str = Field(default="h200", description="Hardware profile whose T_SOL scores are computed against.")
     timing: bool = Field(default=True, description="Run the performance stage (GPU only; ignored without a GPU).")

@@ -98,7 +98,8 @@ def read_app_shares(path: Path) -> dict[str, float]:
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise AtrexError("input", "bad_apps_file", f"Cannot read {path}: {getattr(exc, 'strerror', None) or exc}.") from exc
+        reason = getattr(exc, "strerror", None) or exc
+        raise AtrexError("input", "bad_apps_file", f"Cannot read {path}: {reason}.") from exc
     hint = "Write one `name: share` per line (e.g. `chat: 0.7`), or a JSON object {\"chat\": 0.7}."
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
@@ -108,7 +109,8 @@ def read_app_shares(path: Path) -> dict[str, float]:
         problem = getattr(exc, "problem", None) or str(exc)
         raise AtrexError("input", "bad_apps_file", f"{path}{where}: {problem}.", hint) from None
     if not isinstance(data, dict):
-        raise AtrexError("input", "bad_apps_file", f"{path}: expected `name: share` lines, got {type(data).__name__}.", hint)
+        raise AtrexError("input", "bad_apps_file", f"{path}: expected `name: share` lines, got {type(data).__name__}.",
+                         hint)
     items = [(str(name), value) for name, value in data.items()]
     shares: dict[str, float] = {}
     for name, value in items:

@@ -353,3 +353,11 @@ async def test_a_benchmark_mode_server_serves_the_new_problem_without_its_hidden
     assert [p["name"] for p in listed.structured_content["problems"]] == ["my_op"]
     text = result_text(listed)
     assert listed.structured_content["mode"] == "benchmark" and "0.37" not in text and "weight" not in text
+
+
+def test_a_chained_exception_shows_the_one_that_ended_the_call():
+    text = ('Traceback (most recent call last):\n  File "/s/candidate.py", line 3, in f\n    d[1]\nKeyError: 1\n\n'
+            'During handling of the above exception, another exception occurred:\n\n'
+            'Traceback (most recent call last):\n  File "/s/candidate.py", line 5, in forward\n    raise ValueError("x")\n'
+            'ValueError: x\n')
+    assert traceback_tail(text, "k.py") == ['  File "k.py", line 5, in forward', '    raise ValueError("x")', "ValueError: x"]

@@ -28,11 +28,13 @@ def user_names(text: str, user_file: str) -> str:
 
 def traceback_tail(text: str, user_file: str) -> list[str]:
     """The frames from the first one in the user's file on (at most TAIL_FRAMES, the last ones)
-    and the exception line; [] when the text holds no traceback."""
+    and the exception line, of the exception that ended the call (the last traceback of a chain);
+    [] when the text holds no traceback."""
     lines = user_names(text, user_file).splitlines()
-    if "Traceback (most recent call last):" not in lines:
+    starts = [i for i, line in enumerate(lines) if line == "Traceback (most recent call last):"]
+    if not starts:
         return []
-    body = lines[lines.index("Traceback (most recent call last):") + 1:]
+    body = lines[starts[-1] + 1:]
     frames: list[list[str]] = []
     ending: list[str] = []
     for line in body:

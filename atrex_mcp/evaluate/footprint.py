@@ -18,11 +18,13 @@ from atrex_mcp.flop_counter import tensor_bytes
 COPIES = 2  # the worker's inputs for the candidate, and the trusted side's for the reference
 # Rough costs: a worker start, then per seed a fixed part and the input bytes at the Triton
 # interpreter's pace on CPU (examples/rms_norm_triton.py: 0.7-1 MB/s on one core; it runs every
-# program instance in numpy), or a GPU's, where the per-shape stages dominate.
+# program instance in numpy). On a GPU the per-seed terms follow bench/eval_cost.py's fit on the
+# H200 (0.46 s + 3.2 s per GB of traffic per shape at 5 seeds, traffic taken as twice the inputs)
+# and the timing and profile stages add a few seconds per shape.
 START_S = {"cpu": 3.0, "cuda": 8.0}
-PER_SEED_S = {"cpu": 0.1, "cuda": 0.05}
-BYTES_PER_S = {"cpu": 1e6, "cuda": 5e9}
-TIMING_S = 3.0  # the performance stage and the profile of one shape on a GPU
+PER_SEED_S = {"cpu": 0.1, "cuda": 0.09}
+BYTES_PER_S = {"cpu": 1e6, "cuda": 0.8e9}
+TIMING_S = 3.0
 
 
 def gib(n: float) -> str:

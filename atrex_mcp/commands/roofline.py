@@ -58,8 +58,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.model_dump() for r in table], indent=2))
         return 0
+    from atrex_mcp.commands.tables import plain_table, print_table
+
     print(f"{args.op} on {hardware}")
-    print(f"{'shape':>6s} {'GFLOP':>12s} {'MB read':>10s} {'MB written':>10s} {'T_SOL µs':>10s}  bound")
+    numbers = ["shape", "GFLOP", "MB read", "MB written", "T_SOL µs"]
+    listing = plain_table([*numbers, "bound"], justify=dict.fromkeys(numbers, "right"))
     for r in table:
-        print(f"{r.shape_id:>6s} {r.flops / 1e9:12.3f} {r.bytes_read / 1e6:10.3f} {r.bytes_written / 1e6:10.3f} {r.t_sol_ms * 1e3:10.3f}  {r.bound}")
+        listing.add_row(r.shape_id, f"{r.flops / 1e9:.3f}", f"{r.bytes_read / 1e6:.3f}", f"{r.bytes_written / 1e6:.3f}",
+                        f"{r.t_sol_ms * 1e3:.3f}", r.bound)
+    print_table(listing)
     return 0

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from atrex_mcp.commands.grammar import add_problems_option
+from atrex_mcp.commands.grammar import add_problems_option, count
 
 if TYPE_CHECKING:
     from atrex_mcp.transport import HttpSettings
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", type=Path, help="where the server keeps its state (wiki index, runs)")
     p.add_argument("--workspace", action="append", type=Path, metavar="DIR",
                    help="folder tools may read candidate files from and write packages into (repeatable; default: the current folder)")
-    p.add_argument("--correctness-jobs", type=int, default=2, metavar="N",
+    p.add_argument("--correctness-jobs", type=count(1), default=2, metavar="N",
                    help="correctness-only evaluations that may run at once (timed work always has a GPU to itself)")
     p.add_argument("--tools", type=_tool_list, metavar="A,B,C",
                    help="register only these tools (comma-separated allow-list; unknown names are refused at start "

@@ -161,12 +161,22 @@ class Catalog:
             if (root / WEIGHTS_FILE).is_file():
                 raw.update(_read_json(root / WEIGHTS_FILE)["weights"])
         for op in self.names():
-            raw.setdefault(op, 0.0)
+            if op not in raw:
+                raw[op] = self._recorded_weight(op)
         total = sum(raw[op] for op in self.names())
-        return {op: (raw[op] / total if total else 1.0 / len(self.names())) for op in self.names()}
+        return {op: (raw[op] / total if total else 0.0) for op in self.names()}
+
+    def _recorded_weight(self, op: str) -> float:
+        """The weight `problems add --weight` recorded in the problem's metadata.json (0 without one)."""
+        path = self.problem_dir(op) / "metadata.json"
+        if not path.is_file():
+            return 0.0
+        meta = _read_json(path)
+        return float(meta.get("weight_raw", meta.get("weight", 0.0)) or 0.0)
 
     def weights(self) -> dict[str, float]:
-        """Normalised importance weights over the operators in this catalog (sum 1)."""
+        """Normalised importance weights over the operators in this catalog (sum 1; all 0 when no
+        operator has a weight, and then no weighted aggregate exists)."""
         return dict(self._weights)
 
     # Trusted-side loaders: the reference and the input generator, imported from their files.

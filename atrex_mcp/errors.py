@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -30,7 +31,14 @@ class AtrexError(Exception):
         return f"{text} Hint: {self.info.hint}" if self.info.hint else text
 
 
+def did_you_mean(value: str, choices: list[str]) -> str:
+    """' (did you mean 'x'?)' for the closest choice, or '' when none is close."""
+    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def unknown_choice(kind: str, value: str, choices: list[str]) -> AtrexError:
-    """An unknown operator, shape, profile… answered with the valid choices."""
+    """An unknown operator, shape, profile… answered with the closest and the valid choices."""
     shown = ", ".join(choices[:60]) + (" …" if len(choices) > 60 else "")
-    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind} {value!r}.", f"Valid choices: {shown}")
+    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind} {value!r}{did_you_mean(value, choices)}.",
+                      f"Valid choices: {shown}")

@@ -88,8 +88,8 @@ def test_a_rerun_skips_finished_operators_and_redoes_an_interrupted_one(run_dir,
     assert not any(f"{op}: agent started" in err for op in (*KNOWN, LEAKY))
     assert store.load_state(UNKNOWN).attempts == 2 and store.load_state(KNOWN[0]).attempts == 1
     assert time.monotonic() - started < 120
-    with pytest.raises(SystemExit):
-        main(["bench", "run"])  # --out is required
+    assert main(["bench", "run"]) == 2  # --out is required
+    assert capsys.readouterr().err.startswith("error: atrex-mcp bench run: the following arguments are required: --out")
     assert main(["bench", "run", "--out", str(run_dir), "--condition", "optimizer", "--plain"]) == 2
     assert "other settings (--condition)" in capsys.readouterr().err
 

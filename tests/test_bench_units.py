@@ -281,7 +281,7 @@ def test_progress_redraws_in_place_on_a_terminal():
     board.finish("rms_norm", "submitted")
     board.close("all done")
     text = out.getvalue()
-    assert re.search(r"\x1b\[\d+F\x1b\[J", text), "a terminal gets cursor-up redraws"
+    assert re.search(r"\x1b\[1A\x1b\[2K", text), "a terminal gets cursor-up redraws"
     assert "agent: tool validate" in text and "1 running" in text and text.endswith("all done\n")
 
 

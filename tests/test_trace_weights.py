@@ -123,8 +123,9 @@ def test_app_shares_file_formats(tmp_path):
     js = tmp_path / "apps.json"
     js.write_text('{"chat": 2, "code": 1}')
     assert read_app_shares(js) == {"chat": 2.0, "code": 1.0}
-    for text, fragment in [("chat 0.5\n", "line 1"), ("chat: -1\n", "non-negative"), ("a: 1\na: 2\n", "twice"),
-                           ("a: 0\n", "positive"), ("{bad json", "invalid JSON")]:
+    for text, fragment in [("chat 0.5\n", "expected `name: share`"), ("chat: -1\n", "non-negative"),
+                           ("a: 1\na: 2\n", "line 2: application 'a' is listed twice"), ("a: 0\n", "positive"),
+                           ("{bad json", "line 1")]:
         lines.write_text(text)
         with pytest.raises(AtrexError, match=fragment):
             read_app_shares(lines)

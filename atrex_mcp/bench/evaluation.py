@@ -24,6 +24,7 @@ from atrex_mcp.bench.layout import RunLayout, RunStore, write_json_atomic
 from atrex_mcp.bench.progress import ProgressBoard
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
+from atrex_mcp.evaluate import footprint
 
 SETTINGS_FILE = "settings.json"
 BASELINES = ("eager", "torch-compile")
@@ -60,10 +61,12 @@ class EvalSummary:
     skipped: list[str] = field(default_factory=list)
     not_submitted: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # a stage rejected the submission on some shape
 
     def line(self) -> str:
         parts = [f"{len(self.evaluated)} evaluated", f"{len(self.skipped)} already evaluated",
-                 f"{len(self.not_submitted)} without a submission", f"{len(self.failed)} failed to evaluate"]
+                 f"{len(self.not_submitted)} without a submission", f"{len(self.failed)} failed to evaluate",
+                 f"{len(self.rejected)} with a failing shape"]
         return ", ".join(parts)
 
 
@@ -91,10 +94,27 @@ def _shape_ids(spec: str, catalog: Catalog, op: str) -> list[str] | None:
     problem = catalog.visible(op)
     if spec == "smoke":
         return [problem.smoke_shape.id]
-    ids = [s.strip() for s in spec.split(",") if s.strip()]
+    ids = list(dict.fromkeys(s.strip() for s in spec.split(",") if s.strip()))
     for shape_id in ids:
         problem.shape(shape_id)
     return ids
+
+
+def _sized(spec: str, catalog: Catalog, op: str) -> dict[str, int | None]:
+    """Input bytes of the shapes `spec` selects ({} when it names a shape the operator lacks:
+    that operator's evaluation reports it)."""
+    try:
+        ids = _shape_ids(spec, catalog, op)
+    except AtrexError:
+        return {}
+    problem = catalog.visible(op)
+    return footprint.sizes(catalog, op, list(problem.scored_shapes) if ids is None else [problem.shape(i) for i in ids])
+
+
+def _results_exist(layout: RunLayout) -> bool:
+    """Any result beside settings.json: an evaluation that stopped before its first result holds none."""
+    found = [p for p in layout.eval_dir.rglob("*.json") if p.name != SETTINGS_FILE] if layout.eval_dir.is_dir() else []
+    return bool(found)
 
 
 def _stored(path: Path) -> tuple[str | None, bool]:
@@ -113,7 +133,7 @@ def _settings(layout: RunLayout, wanted: StoredSettings, force: bool) -> None:
             previous = StoredSettings.model_validate_json(path.read_text())
         except (ValidationError, ValueError):
             previous = None
-        if previous is not None and previous != wanted:
+        if previous is not None and previous != wanted and _results_exist(layout):
             raise AtrexError("input", "eval_settings_differ",
                              f"{layout.eval_dir} holds results made with other settings ({previous.model_dump()}).",
                              "Repeat the earlier options, or pass --force to evaluate everything again with the new ones.")
@@ -136,48 +156,78 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
                             dsl=config.dsl, baselines=baselines)
     _settings(layout, wanted, force)
     summary = EvalSummary()
-    board = ProgressBoard(f"bench eval {config.name}", len(config.ops), stream=stream, live=live)
+    where = footprint.room()
+    sized = {op: _sized(settings.shapes, catalog, op) for op in _pending(layout, store, config.ops)}
+    runs_per_op = 1 + len(BASELINES) * baselines
+    estimate = sum(footprint.estimate_s(s, settings.seeds, where.kind, True) * runs_per_op for s in sized.values())
+    board = ProgressBoard(f"bench eval {config.name}", len(config.ops), stream=stream, live=live, estimate_s=estimate)
     board.begin()
-    with Standby() as standby:  # each operator's worker is spawned while the one before it is evaluated
-        for op in config.ops:
-            state = store.load_state(op)
-            submission = state.submission
-            if state.status != "done" or submission is None or submission.outcome != "submitted" or submission.artifact is None:
-                summary.not_submitted.append(op)
-                board.finish(op, "no submission to evaluate" if state.status == "done" else f"not run yet ({state.status})")
-                continue
-            source = (layout.root / submission.artifact).read_text()
-            sha = hashlib.sha256(source.encode()).hexdigest()
-            try:
-                shapes = _shape_ids(settings.shapes, catalog, op)
-                jobs = [("candidate", result_path(layout, op), sha)]
-                if baselines:
-                    jobs += [(kind, baseline_path(layout, op, kind), None) for kind in BASELINES]
-                ran = False
-                for kind, path, expected_sha in jobs:
-                    stored_sha, exists = _stored(path)
-                    if exists and not force and (expected_sha is None or stored_sha == expected_sha):
-                        continue
-                    board.stage(op, f"{kind}: starting")
-                    request = EvalRequest(op=op, source=source if kind == "candidate" else None,
-                                          baseline=None if kind == "candidate" else kind, shapes=shapes, seeds=settings.seeds,
-                                          hardware=config.hardware, dsl=config.dsl, timing=True, measure_dsl=kind == "candidate",
-                                          timeout_s=settings.timeout_s)
-                    result = evaluate(request, catalog, standby=standby,
-                                      progress=lambda message, fraction, kind=kind: board.stage(op, f"{kind}: {message} ({fraction:.0%})"))
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(result.model_dump_json(indent=1))
-                    ran = True
-                error_path(layout, op).unlink(missing_ok=True)
-            except AtrexError as exc:
-                write_json_atomic(error_path(layout, op), EvalError(op=op, error=exc.info))
-                summary.failed.append(op)
-                board.finish(op, f"evaluation failed: {exc}")
-                continue
-            (summary.evaluated if ran else summary.skipped).append(op)
-            board.finish(op, _verdict(result_path(layout, op)) if ran else "already evaluated")
-    board.close(summary.line())
+    try:
+        with Standby() as standby:  # each operator's worker is spawned while the one before it is evaluated
+            for op in config.ops:
+                state = store.load_state(op)
+                submission = state.submission
+                if (state.status != "done" or submission is None or submission.outcome != "submitted"
+                        or submission.artifact is None):
+                    summary.not_submitted.append(op)
+                    board.finish(op, "no submission to evaluate" if state.status == "done"
+                                 else f"not run yet ({state.status})")
+                    continue
+                source = (layout.root / submission.artifact).read_text()
+                sha = hashlib.sha256(source.encode()).hexdigest()
+                try:
+                    shapes = _shape_ids(settings.shapes, catalog, op)
+                    footprint.check_fit(op, sized.get(op) or {}, where)
+                    jobs = [("candidate", result_path(layout, op), sha)]
+                    if baselines:
+                        jobs += [(kind, baseline_path(layout, op, kind), None) for kind in BASELINES]
+                    ran = False
+                    for kind, path, expected_sha in jobs:
+                        stored_sha, exists = _stored(path)
+                        if exists and not force and (expected_sha is None or stored_sha == expected_sha):
+                            continue
+                        board.stage(op, f"{kind}: starting")
+                        own = kind == "candidate"
+                        request = EvalRequest(op=op, source=source if own else None, baseline=None if own else kind,
+                                              shapes=shapes, seeds=settings.seeds, hardware=config.hardware,
+                                              dsl=config.dsl, timing=True, measure_dsl=own, timeout_s=settings.timeout_s)
+                        result = evaluate(request, catalog, standby=standby,
+                                          progress=lambda message, fraction, kind=kind:
+                                          board.stage(op, f"{kind}: {message} ({fraction:.0%})"))
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        path.write_text(result.model_dump_json(indent=1))
+                        ran = True
+                    error_path(layout, op).unlink(missing_ok=True)
+                except AtrexError as exc:
+                    write_json_atomic(error_path(layout, op), EvalError(op=op, error=exc.info))
+                    summary.failed.append(op)
+                    board.finish(op, f"evaluation failed: {exc}")
+                    continue
+                (summary.evaluated if ran else summary.skipped).append(op)
+                if _rejected(result_path(layout, op)):
+                    summary.rejected.append(op)
+                board.finish(op, _verdict(result_path(layout, op)) if ran else "already evaluated")
+    finally:
+        board.close(summary.line())
     return summary
+
+
+def _pending(layout: RunLayout, store: RunStore, ops: list[str]) -> list[str]:
+    """Operators with a submission and no result yet (what the estimate covers)."""
+    out = []
+    for op in ops:
+        state = store.load_state(op)
+        if state.status == "done" and state.submission is not None and state.submission.outcome == "submitted":
+            if not result_path(layout, op).is_file():
+                out.append(op)
+    return out
+
+
+def _rejected(path: Path) -> bool:
+    from atrex_mcp.evaluate import EvalResult
+
+    result = EvalResult.model_validate_json(path.read_text())
+    return result.compile_error is not None or any(s.failed for s in result.shapes)
 
 
 def _verdict(path: Path) -> str:

@@ -1,51 +1,50 @@
-"""Progress of a long run: operators done, what each running one is doing, time elapsed.
+"""Progress of a long run: operators done, what each running one is doing, time elapsed and an ETA.
 
-On a terminal the board redraws in place (a summary line and one line per running operator;
-finished operators scroll above it). Anywhere else (a log file, CI) it prints one plain line
-per change, so the record reads top to bottom.
+On a terminal a rich live board redraws in place (a summary line and one line per running
+operator; finished operators scroll above it). Anywhere else (a log file, CI) it prints one
+plain line per change, so the record reads top to bottom.
 """
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 import time
 from typing import TextIO
 
-REDRAW_S = 0.5
-_UP_AND_CLEAR = "\x1b[{n}F\x1b[J"
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
+from atrex_mcp.progress import clock
 
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"
+REDRAW_PER_S = 2
 
 
 class ProgressBoard:
     """Thread-safe: workers call `stage(op, text)` and `finish(op, text)`."""
 
-    def __init__(self, title: str, total: int, stream: TextIO | None = None, live: bool | None = None):
-        self.title = title
-        self.total = total
+    def __init__(self, title: str, total: int, stream: TextIO | None = None, live: bool | None = None,
+                 estimate_s: float | None = None):
+        self.title, self.total, self.estimate_s = title, total, estimate_s
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
+        self.console = Console(file=self.stream, force_terminal=self.live, highlight=False, soft_wrap=not self.live)
         self._lock = threading.Lock()
         self._start = time.monotonic()
         self._running: dict[str, tuple[str, float]] = {}  # op -> (stage, since)
-        self._done = 0
-        self._drawn = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._done = self._done_here = 0
+        self._board: Live | None = None
 
-    # ------------------------------------------------------------ public
     def begin(self, already_done: int = 0) -> None:
         self._done = already_done
-        self._emit_line(f"{self.title}: {self.total} operator(s), {already_done} already done")
+        self._write(f"{self.title}: {self.total} operator(s), {already_done} already done"
+                    + (f"; estimate {clock(self.estimate_s)}" if self.estimate_s else ""))
         if self.live:
-            self._thread = threading.Thread(target=self._redraw_loop, name="progress", daemon=True)
-            self._thread.start()
+            self._board = Live(get_renderable=self._render, console=self.console, refresh_per_second=REDRAW_PER_S,
+                               transient=True, redirect_stdout=False, redirect_stderr=False)
+            self._board.start()
 
     def stage(self, op: str, text: str) -> None:
         with self._lock:
@@ -54,64 +53,46 @@ class ProgressBoard:
                 return
             self._running[op] = (text, previous[1] if previous else time.monotonic())
             if not self.live:
-                self._write(f"[{_clock(time.monotonic() - self._start)}] {op}: {text}\n")
+                self._write(f"[{clock(time.monotonic() - self._start)}] {op}: {text}")
 
     def note(self, text: str) -> None:
-        """A line that stays (above the live block on a terminal)."""
+        """A line that stays (above the live board on a terminal)."""
         with self._lock:
-            self._clear()
-            self._write(text + "\n")
-            if self.live:
-                self._draw()
+            self._write(text)
 
     def finish(self, op: str, text: str, counted: bool = True) -> None:
         with self._lock:
-            since = self._running.pop(op, ("", time.monotonic()))[1]
+            now = time.monotonic()
+            since = self._running.pop(op, ("", now))[1]
             self._done += counted
-            line = f"[{_clock(time.monotonic() - self._start)}] {op}: {text} ({_clock(time.monotonic() - since)}) — {self._done}/{self.total} done"
-            if self.live:
-                self._clear()
-                self._write(line + "\n")
-                self._draw()
-            else:
-                self._write(line + "\n")
+            self._done_here += counted
+            self._write(f"[{clock(now - self._start)}] {op}: {text} ({clock(now - since)}) — "
+                        f"{self._done}/{self.total} done{self._eta()}")
 
     def close(self, summary: str = "") -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._board is not None:
+            self._board.stop()
         with self._lock:
-            if self.live:
-                self._clear()
             if summary:
-                self._write(summary + "\n")
+                self._write(summary)
 
-    # ------------------------------------------------------------ drawing
-    def _emit_line(self, text: str) -> None:
-        with self._lock:
-            self._write(text + "\n")
+    def _eta(self) -> str:
+        left = self.total - self._done
+        if not left:
+            return ""
+        if self._done_here:
+            return f", ETA {clock((time.monotonic() - self._start) / self._done_here * left)}"
+        return f", ETA {clock(self.estimate_s - (time.monotonic() - self._start))}" if self.estimate_s else ""
 
     def _write(self, text: str) -> None:
-        self.stream.write(text)
-        self.stream.flush()
+        self.console.print(Text(text), crop=self.live)
 
-    def _clear(self) -> None:
-        if self._drawn:
-            self._write(_UP_AND_CLEAR.format(n=self._drawn))
-            self._drawn = 0
-
-    def _draw(self) -> None:
+    def _render(self) -> Group:
         now = time.monotonic()
-        lines = [f"{self.title}: {self._done}/{self.total} done, {len(self._running)} running, {_clock(now - self._start)} elapsed"]
-        width = max((len(op) for op in self._running), default=0)
-        for op, (text, since) in sorted(self._running.items()):
-            lines.append(f"  {op:<{width}}  {_clock(now - since):>5}  {text}")
-        columns = max(20, shutil.get_terminal_size().columns - 1)  # a wrapped line would break the redraw
-        self._write("\n".join(line[:columns] for line in lines) + "\n")
-        self._drawn = len(lines)
-
-    def _redraw_loop(self) -> None:
-        while not self._stop.wait(REDRAW_S):
-            with self._lock:
-                self._clear()
-                self._draw()
+        with self._lock:
+            head = Text(f"{self.title}: {self._done}/{self.total} done, {len(self._running)} running, "
+                        f"{clock(now - self._start)} elapsed{self._eta()}")
+            table = Table.grid(padding=(0, 2))
+            for op, (text, since) in sorted(self._running.items()):
+                table.add_row(f"  {op}", clock(now - since), Text(text, overflow="ellipsis", no_wrap=True))
+        return Group(head, table)

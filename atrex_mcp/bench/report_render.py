@@ -1,8 +1,8 @@
 """Writing a BenchReport: report.md (figures as PNG files beside it), report.html (one
 self-contained file, figures embedded as base64 PNG), report.json (the data).
 
-Both documents come from one list of blocks (headings, tables, lists, figures), so the markdown
-and the HTML always say the same thing.
+Both documents come from one list of blocks (headings, tables, lists, figures), rendered by the
+jinja2 templates in atrex_mcp/templates/report/, so the markdown and the HTML always say the same thing.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ import base64
 import html
 from dataclasses import dataclass
 from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from atrex_mcp.bench.figures import FIGURES, draw_all
 from atrex_mcp.bench.report import BenchReport, MainRow, RunReport
@@ -123,74 +126,34 @@ def blocks(report: BenchReport) -> list[Block]:
     return out
 
 
-# ------------------------------------------------------------------ markdown
+# ------------------------------------------------------------------ templates
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(items: list[Block]) -> str:
-    lines: list[str] = []
-    for item in items:
-        if isinstance(item, Heading):
-            lines += ["#" * item.level + " " + item.text, ""]
-        elif isinstance(item, Paragraph):
-            lines += [item.text, ""]
-        elif isinstance(item, Bullets):
-            lines += [f"- {text}" for text in item.items] + [""]
-        elif isinstance(item, Table):
-            lines.append("| " + " | ".join(map(_md_cell, item.headers)) + " |")
-            lines.append("|" + "---|" * len(item.headers))
-            lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in item.rows]
-            lines.append("")
-        elif isinstance(item, Figure):
-            lines += [f"![{item.caption}]({item.file})", "", f"*{item.caption}*", ""]
-    return "\n".join(lines)
-
-
-# ------------------------------------------------------------------ HTML
-_STYLE = """
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2rem auto; max-width: 78rem;
-       padding: 0 1rem; color: #1d1d1f; line-height: 1.45; }
-h1 { font-size: 1.7rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
-table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .86rem; }
-th, td { border: 1px solid #d0d0d0; padding: .25rem .5rem; text-align: left; vertical-align: top; }
-th { background: #f3f5f8; } tr:nth-child(even) td { background: #fafafa; }
-td.na { color: #888; } .figures { display: flex; flex-wrap: wrap; gap: 1rem; }
-figure { margin: .5rem 0; flex: 1 1 22rem; max-width: 38rem; } figcaption { font-size: .85rem; color: #555; }
-img { max-width: 100%; border: 1px solid #e3e3e3; } code { background: #f3f3f3; padding: 0 .2rem; }
-"""
-
-
-def _inline(text: str) -> str:
+def _inline(text: str) -> Markup:
     """Escape, then render `code` spans."""
     parts = html.escape(text).split("`")
-    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+    return Markup("".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)))
+
+
+def _environment(figure_dir: Path | None = None) -> Environment:
+    """The report templates (package data), with a test per block kind and the filters they use."""
+    env = Environment(loader=PackageLoader("atrex_mcp", "templates/report"), autoescape=select_autoescape(["html.j2"]),
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=StrictUndefined)
+    for kind in (Heading, Paragraph, Table, Bullets, Figure):
+        env.tests[kind.__name__.lower()] = lambda item, kind=kind: isinstance(item, kind)
+    env.filters |= {"md_cell": _md_cell, "inline": _inline, "esc": lambda text: Markup(html.escape(text)),
+                    "png_base64": lambda name: base64.b64encode((Path(figure_dir) / name).read_bytes()).decode()}
+    return env
+
+
+def to_markdown(items: list[Block]) -> str:
+    return _environment().get_template("report.md.j2").render(items=items)
 
 
 def to_html(items: list[Block], figure_dir: Path, title: str) -> str:
-    body: list[str] = []
-    for item in items:
-        if isinstance(item, Heading):
-            body.append(f"<h{item.level}>{_inline(item.text)}</h{item.level}>")
-        elif isinstance(item, Paragraph):
-            body.append(f"<p>{_inline(item.text)}</p>")
-        elif isinstance(item, Bullets):
-            body.append("<ul>" + "".join(f"<li>{_inline(t)}</li>" for t in item.items) + "</ul>")
-        elif isinstance(item, Table):
-            head = "".join(f"<th>{_inline(h)}</th>" for h in item.headers)
-            rows = "".join("<tr>" + "".join(f'<td class="na">{NA}</td>' if c == NA else f"<td>{_inline(c)}</td>" for c in row) + "</tr>"
-                           for row in item.rows)
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif isinstance(item, Figure):
-            data = base64.b64encode((figure_dir / item.file).read_bytes()).decode()
-            figure = (f'<figure><img alt="{html.escape(item.caption)}" src="data:image/png;base64,{data}">'
-                      f"<figcaption>{html.escape(item.caption)}</figcaption></figure>")
-            if body and body[-1].startswith('<div class="figures">'):  # consecutive figures share one row
-                body[-1] = body[-1].removesuffix("</div>") + figure + "</div>"
-            else:
-                body.append(f'<div class="figures">{figure}</div>')
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return _environment(figure_dir).get_template("report.html.j2").render(items=items, title=title, na=NA)
 
 
 def write_report(report: BenchReport, out_dir: Path) -> list[Path]:

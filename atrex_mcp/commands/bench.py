@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from atrex_mcp.commands.grammar import add_problems_option, count, positive_seconds
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="drive an agent over the operators, evaluate its kernels, report",
@@ -22,11 +24,11 @@ def register(subparsers) -> None:
     run.add_argument("--dsl", help="target DSL (default triton)")
     run.add_argument("--condition", choices=("vanilla", "optimizer"), help="vanilla: one pass; optimizer: measure-revise loop (default vanilla)")
     run.add_argument("--model", help="model name passed to the agent's CLI")
-    run.add_argument("--budget-minutes", type=float, help="wall-clock budget per operator (default 30)")
-    run.add_argument("--parallel", type=int, default=1, metavar="N", help="operators run at once (default 1)")
+    run.add_argument("--budget-minutes", type=positive_seconds, help="wall-clock budget per operator (default 30)")
+    run.add_argument("--parallel", type=count(1), default=1, metavar="N", help="operators run at once (default 1)")
     run.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="the run directory (created, or resumed)")
     run.add_argument("--name", help="run name in reports (default: the directory's name)")
-    run.add_argument("--problems", action="append", type=Path, metavar="DIR", help="problem root (repeatable; default: the embedded set)")
+    add_problems_option(run)
     run.add_argument("--hardware", help="hardware profile of the server and the scores (default h200)")
     run.add_argument("--server", choices=("auto", "stdio", "http"),
                      help="how the agent reaches the server: auto = http when the agent runs as another uid, else stdio")
@@ -42,13 +44,17 @@ def register(subparsers) -> None:
 
     ev = sub.add_parser("eval", help="trusted evaluation of every submission of a run",
                         description="Judge every collected submission with the evaluator (CPU: correctness only, not timed). "
-                                    "Already evaluated submissions are skipped unless --force.")
+                                    "Already evaluated submissions are skipped unless --force. Exit code 0 when every "
+                                    "submission passed every judged shape, 1 when one failed a stage or could not be "
+                                    "evaluated, 2 for a usage or input error.")
     ev.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    ev.add_argument("--shapes", default="all", help="all (every scored shape), smoke, or comma-separated shape ids (default all)")
-    ev.add_argument("--seeds", type=int, default=5, help="fresh random input seeds per shape (default 5)")
+    ev.add_argument("--shapes", default=None, help="all (every scored shape), smoke, or comma-separated shape ids "
+                                                   "(default: all on a GPU, smoke without one)")
+    ev.add_argument("--seeds", type=count(1, 64), default=5,
+                    help="fresh random input seeds per shape, 1-64 (default 5)")
     ev.add_argument("--baselines", choices=("auto", "yes", "no"), default="auto",
                     help="also time the eager and torch.compile references (auto: when a GPU is present)")
-    ev.add_argument("--timeout", type=float, default=120.0, help="seconds per shape and stage (default 120)")
+    ev.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds per shape and stage (default 120)")
     ev.add_argument("--force", action="store_true", help="evaluate again, also with settings other than the stored ones")
     ev.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     ev.set_defaults(func=eval_command)
@@ -63,24 +69,15 @@ def register(subparsers) -> None:
     rep.set_defaults(func=report_command)
 
 
-def _fail(step: str, exc) -> int:
-    print(f"atrex-mcp bench {step}: {exc}", file=sys.stderr)
-    return 2
-
-
 def run_command(args: argparse.Namespace) -> int:
     from atrex_mcp.bench.runner import BenchRunner, RunRequest, open_run
-    from atrex_mcp.errors import AtrexError
 
     request = RunRequest(out=args.out, agent=args.agent, ops=args.ops, dsl=args.dsl, condition=args.condition, model=args.model,
                          budget_minutes=args.budget_minutes, problems=args.problems, hardware=args.hardware, server=args.server,
                          agent_uid=args.agent_uid, agent_bin=args.agent_bin, agent_args=args.agent_arg, agent_env=args.agent_env,
                          name=args.name)
-    try:
-        config, layout = open_run(request)
-        summary = BenchRunner(config, layout, parallel=args.parallel, live=False if args.plain else None).run()
-    except AtrexError as exc:
-        return _fail("run", exc)
+    config, layout = open_run(request)
+    summary = BenchRunner(config, layout, parallel=args.parallel, live=False if args.plain else None).run()
     print(f"run directory: {layout.root}")
     if summary.interrupted:
         return 130
@@ -89,14 +86,17 @@ def run_command(args: argparse.Namespace) -> int:
 
 def eval_command(args: argparse.Namespace) -> int:
     from atrex_mcp.bench.evaluation import EvalSettings, evaluate_run
-    from atrex_mcp.errors import AtrexError
+    from atrex_mcp.evaluate.device import has_gpu
 
-    settings = EvalSettings(shapes=args.shapes, seeds=args.seeds, timeout_s=args.timeout, baselines=args.baselines)
-    try:
-        summary = evaluate_run(args.run_dir, settings, force=args.force, live=False if args.plain else None)
-    except AtrexError as exc:
-        return _fail("eval", exc)
-    return 1 if summary.failed else 0
+    shapes = args.shapes
+    if shapes is None:
+        shapes = "all" if has_gpu() else "smoke"
+        if shapes == "smoke":
+            print("note: no GPU: judging only each operator's smoke shape, for correctness (nothing is timed); "
+                  "pass --shapes all or shape ids for more", file=sys.stderr)
+    settings = EvalSettings(shapes=shapes, seeds=args.seeds, timeout_s=args.timeout, baselines=args.baselines)
+    summary = evaluate_run(args.run_dir, settings, force=args.force, live=False if args.plain else None)
+    return 1 if summary.failed or summary.rejected else 0
 
 
 def report_command(args: argparse.Namespace) -> int:
@@ -104,14 +104,11 @@ def report_command(args: argparse.Namespace) -> int:
     from atrex_mcp.bench.report_render import write_report
     from atrex_mcp.errors import AtrexError
 
-    try:
-        if args.out is None and len(args.run_dirs) > 1:
-            raise AtrexError("input", "report_needs_out", "A report over several runs needs --out DIR.")
-        out = args.out or args.run_dirs[0] / "report"
-        report = build_report(args.run_dirs, hardware=args.hardware, title=args.title)
-        paths = write_report(report, out)
-    except AtrexError as exc:
-        return _fail("report", exc)
+    if args.out is None and len(args.run_dirs) > 1:
+        raise AtrexError("input", "report_needs_out", "A report over several runs needs --out DIR.")
+    out = args.out or args.run_dirs[0] / "report"
+    report = build_report(args.run_dirs, hardware=args.hardware, title=args.title)
+    paths = write_report(report, out)
     for path in paths:
         print(path)
     return 0

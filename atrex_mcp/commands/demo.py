@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from atrex_mcp.commands.grammar import count
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="start the server, connect an MCP client, validate an example kernel",
@@ -16,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--op", default="rms_norm", help="problem to validate (default rms_norm)")
     p.add_argument("--kernel", type=Path, help="kernel file (default: the shipped example for --op)")
     p.add_argument("--shapes", help="comma-separated shape ids (default: the smoke shape, then on a GPU every scored shape, timed)")
-    p.add_argument("--seeds", type=int, default=1, help="input seeds per shape (default 1)")
+    p.add_argument("--seeds", type=count(1, 64), default=1, help="input seeds per shape (default 1)")
     p.add_argument("--benchmark-mode", action="store_true", help="run the server in benchmark mode")
     p.set_defaults(func=run)
 
@@ -95,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
     kernel = (args.kernel or examples_dir() / f"{args.op}_triton.py").resolve()
     if not kernel.is_file():
-        print(f"atrex-mcp demo: no kernel file {kernel}; pass --kernel PATH", file=sys.stderr)
-        return 2
+        from atrex_mcp.errors import AtrexError
+
+        raise AtrexError("input", "no_kernel_file", f"No kernel file {kernel}.", "Pass --kernel PATH.")
     return anyio.run(_demo, args, kernel)

@@ -1,4 +1,4 @@
-"""`atrex-mcp problems list|show|add|build|check`: the problem set from a shell (trusted side:
+"""`atrex-mcp problems list|show|init|add|build|check`: the problem set from a shell (trusted side:
 `list` shows weights and `show --hidden` the evaluator-only files)."""
 
 from __future__ import annotations
@@ -10,21 +10,22 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from atrex_mcp.commands.grammar import add_problems_option, shared_options
+
 
 class ProblemSummary(BaseModel):
     """One line of `problems list --json`."""
 
     name: str = Field(description="Operator (problem folder) name.")
     num_shapes: int = Field(description="Number of scored shapes (the smoke shape is not counted).")
-    weight: float = Field(description="Importance weight, normalised over the catalog's operators (sum 1).")
+    weight: float = Field(description="Importance weight in S_agg, normalised over the catalog's operators "
+                                      "(sum 1; all 0 when no operator has a weight).")
     dtype: str = Field(description="Dtype label of the operator's work (metadata.json).")
     phase: str = Field(description="Serving phase: prefill, decode or prefill/decode.")
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("problems", help="list, inspect, add, build and check problems")
-    parser.add_argument("--root", type=Path, action="append", default=None,
-                        help="problem root (repeatable; default: ATREX_PROBLEMS or the shipped set)")
+    parser = subparsers.add_parser("problems", help="list, inspect, create, add, build and check problems")
     sub = parser.add_subparsers(dest="problems_command", metavar="ACTION", required=True)
 
     lst = sub.add_parser("list", help="operators with scored-shape count, weight, dtype and phase")
@@ -35,10 +36,17 @@ def register(subparsers) -> None:
     show.add_argument("--hidden", action="store_true", help="also metadata.json and roofline.json (trusted use only)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
 
+    init = sub.add_parser("init", help="write a working three-file problem template to edit (docs/byo-problem.md)")
+    init.add_argument("name", help="operator name: the folder's name, lower case letters, digits and _")
+    init.add_argument("--dir", type=Path, default=Path("."),
+                      help="folder to create NAME/ in (default: the current one)")
+
     add = sub.add_parser("add", help="validate a problem folder and derive its hidden files")
     add.add_argument("path", type=Path, help="folder holding reference.py, input.py and shapes.json")
     add.add_argument("--into", type=Path, default=None, help="copy the problem into DIR/<name> first")
-    add.add_argument("--weight", type=float, default=0.0, help="importance weight to record (default 0)")
+    add.add_argument("--weight", type=_weight, default=1.0,
+                     help="importance weight in the aggregate score, relative to the other problems "
+                          "(default 1; 0 leaves the problem out of it)")
 
     build = sub.add_parser("build", help="(re)build metadata.json, roofline.json and weights.json of the shipped set")
     build.add_argument("--source", type=Path, default=None, help="the atrex-ops operator set (default: ../shared/atrex-ops)")
@@ -47,16 +55,29 @@ def register(subparsers) -> None:
     check = sub.add_parser("check", help="prove each problem rejects trivial candidates (finite, seed-sensitive, ...)")
     check.add_argument("ops", nargs="*", help="only these operators (default: all)")
     check.add_argument("--json", action="store_true", help="print the results as JSON")
+    shared_options(parser, [lst, show, add, build, check], add_problems_option)
     parser.set_defaults(func=run)
+
+
+def _weight(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
 
 
 def _catalog(args: argparse.Namespace):
     from atrex_mcp.catalog import Catalog
 
-    return Catalog(args.root) if args.root else Catalog()
+    return Catalog(args.problems) if args.problems else Catalog()
 
 
 def _list(args: argparse.Namespace) -> int:
+    from atrex_mcp.commands.tables import plain_table, print_table
+
     catalog = _catalog(args)
     weights = catalog.weights()
     rows = []
@@ -67,9 +88,11 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.model_dump() for r in rows], indent=2))
         return 0
-    print(f"{'operator':32s} {'shapes':>6s} {'weight':>8s}  {'dtype':9s} phase")
+    table = plain_table(["operator", "shapes", "weight", "dtype", "phase"],
+                        justify={"shapes": "right", "weight": "right"})
     for r in rows:
-        print(f"{r.name:32s} {r.num_shapes:6d} {r.weight:8.4f}  {r.dtype:9s} {r.phase}")
+        table.add_row(r.name, str(r.num_shapes), f"{r.weight:.4f}", r.dtype, r.phase)
+    print_table(table)
     print(f"{len(rows)} operators, {sum(r.num_shapes for r in rows)} scored shapes")
     return 0
 
@@ -94,18 +117,28 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _init(args: argparse.Namespace) -> int:
+    from atrex_mcp.problem_template import write_template
+
+    target = write_template(args.name, args.dir)
+    print(f"wrote {target}/reference.py, input.py and shapes.json")
+    print(f"next: edit them, then  atrex-mcp problems add {target}  and  "
+          f"atrex-mcp problems check --problems {target.parent} {target.name}")
+    return 0
+
+
 def _add(args: argparse.Namespace) -> int:
     from atrex_mcp.problem_derive import add_problem
 
     target = add_problem(args.path, args.into, weight=args.weight)
-    print(f"added {target.name}: hidden files derived in {target}")
+    print(f"added {target.name} (weight {args.weight:g}): hidden files derived in {target}")
     return 0
 
 
 def _build(args: argparse.Namespace) -> int:
     from atrex_mcp.problem_build import DEFAULT_SOURCE, build
 
-    report = build(args.root[0] if args.root else None, args.source or DEFAULT_SOURCE, args.ops or None)
+    report = build(args.problems[0] if args.problems else None, args.source or DEFAULT_SOURCE, args.ops or None)
     print(f"built {len(report.built)}: {', '.join(report.built)}")
     for op in report.missing:
         print(f"missing folder: {op}")
@@ -131,11 +164,5 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from atrex_mcp.errors import AtrexError
-
-    actions = {"list": _list, "show": _show, "add": _add, "build": _build, "check": _check}
-    try:
-        return actions[args.problems_command](args)
-    except AtrexError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    actions = {"list": _list, "show": _show, "init": _init, "add": _add, "build": _build, "check": _check}
+    return actions[args.problems_command](args)

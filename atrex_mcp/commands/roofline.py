@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+
+from atrex_mcp.commands.grammar import add_problems_option
 
 
 class RooflineRow(BaseModel):
@@ -26,7 +27,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("roofline", help="T_SOL and bound of a problem's scored shapes on a hardware profile")
     parser.add_argument("op", help="operator (problem) name")
     parser.add_argument("--hardware", default=None, help="hardware profile (default: h200, the datasheet basis)")
-    parser.add_argument("--root", type=Path, action="append", default=None, help="problem root (repeatable)")
+    add_problems_option(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON list")
     parser.set_defaults(func=run)
 
@@ -50,20 +51,20 @@ def rows(op: str, hardware: str, roots: list[Path] | None = None) -> list[Roofli
 
 
 def run(args: argparse.Namespace) -> int:
-    from atrex_mcp.errors import AtrexError
     from atrex_mcp.hardware import DEFAULT_PROFILE
 
     hardware = args.hardware or DEFAULT_PROFILE
-    try:
-        table = rows(args.op, hardware, args.root)
-    except AtrexError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    table = rows(args.op, hardware, args.problems)
     if args.json:
         print(json.dumps([r.model_dump() for r in table], indent=2))
         return 0
+    from atrex_mcp.commands.tables import plain_table, print_table
+
     print(f"{args.op} on {hardware}")
-    print(f"{'shape':>6s} {'GFLOP':>12s} {'MB read':>10s} {'MB written':>10s} {'T_SOL µs':>10s}  bound")
+    numbers = ["shape", "GFLOP", "MB read", "MB written", "T_SOL µs"]
+    listing = plain_table([*numbers, "bound"], justify=dict.fromkeys(numbers, "right"))
     for r in table:
-        print(f"{r.shape_id:>6s} {r.flops / 1e9:12.3f} {r.bytes_read / 1e6:10.3f} {r.bytes_written / 1e6:10.3f} {r.t_sol_ms * 1e3:10.3f}  {r.bound}")
+        listing.add_row(r.shape_id, f"{r.flops / 1e9:.3f}", f"{r.bytes_read / 1e6:.3f}", f"{r.bytes_written / 1e6:.3f}",
+                        f"{r.t_sol_ms * 1e3:.3f}", r.bound)
+    print_table(listing)
     return 0

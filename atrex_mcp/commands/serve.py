@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from atrex_mcp.commands.grammar import add_problems_option, count
+
 if TYPE_CHECKING:
     from atrex_mcp.transport import HttpSettings
 
@@ -24,13 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--token-env", metavar="VAR", help="environment variable holding the HTTP bearer token (required for HTTP)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a Host name clients use to reach a non-loopback HTTP server (repeatable)")
-    p.add_argument("--problems", action="append", type=Path, metavar="DIR",
-                   help="problem root (repeatable; a later root's problem of the same name wins; default: the embedded set)")
+    add_problems_option(p)
     p.add_argument("--hardware", default="h200", help="hardware profile for roofline figures (default h200)")
     p.add_argument("--state-dir", type=Path, help="where the server keeps its state (wiki index, runs)")
     p.add_argument("--workspace", action="append", type=Path, metavar="DIR",
                    help="folder tools may read candidate files from and write packages into (repeatable; default: the current folder)")
-    p.add_argument("--correctness-jobs", type=int, default=2, metavar="N",
+    p.add_argument("--correctness-jobs", type=count(1), default=2, metavar="N",
                    help="correctness-only evaluations that may run at once (timed work always has a GPU to itself)")
     p.add_argument("--tools", type=_tool_list, metavar="A,B,C",
                    help="register only these tools (comma-separated allow-list; unknown names are refused at start "
@@ -60,23 +61,19 @@ def _configure_logging(level: str, redactor: object | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from atrex_mcp.errors import AtrexError
 
-    try:
-        if args.transport == "stdio":
-            _serve(args, http=None)
-            return 0
-        from atrex_mcp.transport import HttpSettings, check_settings
-
-        token = os.environ.get(args.token_env, "") if args.token_env else ""
-        if args.token_env and not token:
-            raise AtrexError("input", "token_env_empty", f"The environment variable {args.token_env} is empty or unset.",
-                             f"export {args.token_env}=<long random secret> before starting the server.")
-        http = HttpSettings(host=args.host, port=args.port, token=token, allowed_hosts=args.allowed_host)
-        check_settings(http)  # refuse an unsafe setup before loading anything heavy
-        _serve(args, http)
+    if args.transport == "stdio":
+        _serve(args, http=None)
         return 0
-    except AtrexError as exc:
-        print(f"atrex-mcp serve: {exc}", file=sys.stderr)
-        return 2
+    from atrex_mcp.transport import HttpSettings, check_settings
+
+    token = os.environ.get(args.token_env, "") if args.token_env else ""
+    if args.token_env and not token:
+        raise AtrexError("input", "token_env_empty", f"The environment variable {args.token_env} is empty or unset.",
+                         f"export {args.token_env}=<long random secret> before starting the server.")
+    http = HttpSettings(host=args.host, port=args.port, token=token, allowed_hosts=args.allowed_host)
+    check_settings(http)  # refuse an unsafe setup before loading anything heavy
+    _serve(args, http)
+    return 0
 
 
 def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:

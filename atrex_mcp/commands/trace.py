@@ -4,8 +4,9 @@ compare two problem sets (weights, operators, shapes)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from atrex_mcp.commands.grammar import count
 
 
 def register(subparsers) -> None:
@@ -24,7 +25,8 @@ def register(subparsers) -> None:
     imp.add_argument("--out", type=Path, required=True, metavar="SNAPSHOT_DIR", help="new directory for the snapshot")
     imp.add_argument("--problems", type=Path, help="problem set to copy references and smoke shapes from (default: the shipped one)")
     imp.add_argument("--rules", type=Path, help="rules table (default: atrex_mcp/trace/rules.json)")
-    imp.add_argument("--decode-max-tokens", type=int, help="token threshold for decode without phase ranges (default from the rules)")
+    imp.add_argument("--decode-max-tokens", type=count(1),
+                     help="token threshold for decode without phase ranges (default from the rules)")
     imp.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
     diff = sub.add_parser("diff", help="compare two problem sets: weights, new/removed operators and shapes")
@@ -73,19 +75,14 @@ def _summary(manifest) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from atrex_mcp.errors import AtrexError
     from atrex_mcp.trace import diff_problem_sets, import_traces, render_diff
 
-    try:
-        if args.trace_command == "import":
-            manifest = import_traces(_specs(args), args.out, phase=args.phase, apps_file=args.apps,
-                                     problems=args.problems, rules_path=args.rules,
-                                     decode_max_tokens=args.decode_max_tokens)
-            print(manifest.model_dump_json(indent=2) if args.json else f"wrote {args.out}\n{_summary(manifest)}")
-        else:
-            result = diff_problem_sets(args.a, args.b)
-            print(result.model_dump_json(indent=2) if args.json else render_diff(result))
-    except AtrexError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if args.trace_command == "import":
+        manifest = import_traces(_specs(args), args.out, phase=args.phase, apps_file=args.apps,
+                                 problems=args.problems, rules_path=args.rules,
+                                 decode_max_tokens=args.decode_max_tokens)
+        print(manifest.model_dump_json(indent=2) if args.json else f"wrote {args.out}\n{_summary(manifest)}")
+    else:
+        result = diff_problem_sets(args.a, args.b)
+        print(result.model_dump_json(indent=2) if args.json else render_diff(result))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from atrex_mcp.errors import ErrorInfo
 from atrex_mcp.evaluate import taxonomy as tx
@@ -20,7 +20,8 @@ class EvalRequest(BaseModel):
     op: str = Field(description="Operator (problem) name.")
     source: str | None = Field(default=None, description="Candidate file text: one Python file defining `class Model(nn.Module)`. None with a baseline.")
     baseline: Baseline | None = Field(default=None, description="Evaluate the reference itself: eager, or wrapped in torch.compile.")
-    shapes: list[str] | None = Field(default=None, description="Shape ids; None = every scored (non-smoke) shape.")
+    shapes: list[str] | None = Field(default=None, description=(
+        "Shape ids (a repeated id is judged once); None = every scored (non-smoke) shape."))
     seeds: int = Field(default=5, ge=1, le=64, description="Fresh random input seeds per shape for the correctness stage.")
     hardware: str = Field(default="h200", description="Hardware profile whose T_SOL scores are computed against.")
     timing: bool = Field(default=True, description="Run the performance stage (GPU only; ignored without a GPU).")
@@ -32,6 +33,12 @@ class EvalRequest(BaseModel):
         "Wall-clock limit for the whole evaluation, from the call. When it passes, the shape in progress is stopped "
         "(its worker killed) and the result comes back partial: finished shapes in full, the rest not_run/not_run_deadline. "
         "None: no limit beyond the per-stage timeouts."))
+
+    @field_validator("shapes")
+    @classmethod
+    def _once_each(cls, ids: list[str] | None) -> list[str] | None:
+        """Each shape is judged once, in the order first named."""
+        return None if ids is None else list(dict.fromkeys(ids))
 
 
 class MismatchDetail(BaseModel):
@@ -113,6 +120,11 @@ class ShapeResult(BaseModel):
     def judged(self) -> bool:
         """False for a shape the evaluation stopped before judging (stage not_run)."""
         return self.stage != tx.NOT_RUN
+
+    @property
+    def failed(self) -> bool:
+        """A judged shape some stage rejected (a passed shape names no stage)."""
+        return self.judged and (not self.correct or self.stage is not None)
 
     @property
     def untimed_pass(self) -> bool:

@@ -17,10 +17,10 @@ it stays a fraction of device time, comparable with the unmapped share).
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.trace.rules import OTHER
@@ -95,32 +95,39 @@ def category_shares(times: Times, categories: Times, app_shares: dict[str, float
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-_LINE = re.compile(r"^\s*(?P<name>[^:#]+?)\s*:\s*(?P<share>[0-9.eE+-]+)\s*(#.*)?$")
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's safe loader, refusing a key given twice (plain yaml keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"application {key!r} is listed twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def read_app_shares(path: Path) -> dict[str, float]:
-    """Card-hour shares per application: a JSON object, or YAML-style `name: share` lines (# comments)."""
+    """Card-hour shares per application: a YAML mapping `name: share` (# comments), or a JSON object."""
     try:
         text = Path(path).read_text()
-    except OSError as exc:
-        raise AtrexError("input", "bad_apps_file", f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise AtrexError("input", "bad_apps_file", f"Cannot read {path}: {reason}.") from exc
     hint = "Write one `name: share` per line (e.g. `chat: 0.7`), or a JSON object {\"chat\": 0.7}."
-    stripped = text.strip()
-    if stripped.startswith("{"):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise AtrexError("input", "bad_apps_file", f"{path}: invalid JSON: {exc.msg} at line {exc.lineno}.", hint) from None
-        items = list(data.items())
-    else:
-        items = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("#") or line.strip() == "---":
-                continue
-            m = _LINE.match(line)
-            if not m:
-                raise AtrexError("input", "bad_apps_file", f"{path}, line {number}: expected `name: share`, got {line.strip()!r}.", hint)
-            items.append((m["name"].strip("'\""), m["share"]))
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise AtrexError("input", "bad_apps_file", f"{path}{where}: {problem}.", hint) from None
+    if not isinstance(data, dict):
+        raise AtrexError("input", "bad_apps_file", f"{path}: expected `name: share` lines, got {type(data).__name__}.",
+                         hint)
+    items = [(str(name), value) for name, value in data.items()]
     shares: dict[str, float] = {}
     for name, value in items:
         try:
@@ -129,8 +136,6 @@ def read_app_shares(path: Path) -> dict[str, float]:
             share = -1.0
         if not (share >= 0) or share == float("inf"):
             raise AtrexError("input", "bad_apps_file", f"{path}: share of {name!r} must be a non-negative number, got {value!r}.", hint)
-        if name in shares:
-            raise AtrexError("input", "bad_apps_file", f"{path}: application {name!r} is listed twice.", hint)
         shares[name] = share
     if not shares or sum(shares.values()) <= 0:
         raise AtrexError("input", "bad_apps_file", f"{path}: no application with a positive share.", hint)

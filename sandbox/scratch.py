@@ -94,11 +94,12 @@ def read_text(root: Path, relative: str | Path, max_bytes: int) -> str | None:
 
 
 def unlink(root: Path, relative: str | Path) -> None:
-    """Remove one entry (a link itself, never its target); absent is fine."""
+    """Remove one entry (a link itself, never its target); absent, or reached only through a
+    link (nothing of ours is there), is fine."""
     parts = _parts(relative)
     try:
         parent = _open_parent(root, parts)
-    except FileNotFoundError:
+    except (FileNotFoundError, RefusedScratchFile):
         return
     try:
         os.unlink(parts[-1], dir_fd=parent)

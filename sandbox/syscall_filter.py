@@ -4,7 +4,7 @@ Installed by the worker on itself (sandbox.isolation) before the candidate is im
 no_new_privs; a filter can never be removed and every child inherits it (compilers included).
 Built with libseccomp through `pyseccomp` (a ctypes binding, pure Python: nothing to compile
 on the GPU machine), which also handles the architecture checks: a system call made through
-another ABI (int 0x80, x32) kills the process.
+another ABI (int 0x80, x32), which the rules below would not match, kills the worker.
 
 Refused everywhere, inside the scratch directory too:
 * file metadata (mode, owner, extended attributes, times, inode flags): Landlock does not
@@ -89,6 +89,7 @@ def _arg(index: int, op: int, a: int, b: int = 0):
 def build(report: SeccompReport, *, unix_sockets: bool, tcp: bool, shared_map_bytes: int):
     """The filter object: allow by default, refuse each listed call (or call with those arguments)."""
     flt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    flt.set_attr(pyseccomp.Attr.ACT_BADARCH, pyseccomp.KILL_PROCESS)  # the whole worker, not one thread
     for name in (*METADATA_CALLS, *NUMBERED_CALLS, *MEMORY_CALLS, *RING_CALLS):
         _deny(flt, name, report)
     for command in SETATTR_IOCTLS:

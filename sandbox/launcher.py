@@ -231,8 +231,9 @@ class Namespaces:
     """What `unshare` gives a worker here (none when not root or refused)."""
 
     prefix: tuple[str, ...] = ()
-    mount: bool = False  # mount namespace: private /proc, hidden roots, capped scratch
+    mount: bool = False  # mount namespace: private /proc, hidden roots
     network: bool = False  # network namespace: no way out
+    quota: bool = False  # the prelude's read-only scratch and tmpfs work here (mount namespace)
 
 
 @cache
@@ -251,7 +252,12 @@ def _namespaces() -> Namespaces:
         probe = subprocess.run([*full, sh or "sh", "-c", _HIDE_SCRIPT, "sh", probe_dir, "--", "true"],
                                capture_output=True, timeout=20)
         if sh and probe.returncode == 0:
-            return Namespaces(full, True, network)
+            scratch = Path(probe_dir) / "scratch"
+            for sub in ("tmp", ".cache"):
+                (scratch / sub).mkdir(parents=True)
+            quota = subprocess.run([*full, sh, "-c", _PRELUDE_SCRIPT, "sh", str(WORKER_TASKS + 1), str(scratch),
+                                    str(1 << 20), "0", str(1 << 20), "true"], capture_output=True, timeout=20)
+            return Namespaces(full, True, network, quota.returncode == 0)
     probe = subprocess.run([*base, "true"], capture_output=True, timeout=20)
     return Namespaces(base, False, network) if probe.returncode == 0 else Namespaces()
 
@@ -279,10 +285,10 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
         else:
             drop_uid = True
     spaces = _namespaces()
-    prefix, hides, network = list(spaces.prefix), spaces.mount, spaces.network
+    prefix, hides, network, quota = list(spaces.prefix), spaces.mount, spaces.network, spaces.quota
     setpriv = shutil.which("setpriv")
     if prefix and drop_uid and setpriv is None:
-        prefix, hides, network = [], False, False
+        prefix, hides, network, quota = [], False, False, False
         notes.append("setpriv missing: no namespaces (the uid switch needs it after unshare)")
     elif not prefix:
         notes.append("no PID namespace (needs root and util-linux unshare): a child that leaves the process group survives a kill")
@@ -291,15 +297,18 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
     if not network:
         notes.append("no network namespace: the seccomp filter alone keeps the worker off the network")
     if not hides:
-        notes.append(f"no task cap or scratch quota (they need the mount namespace): at most RLIMIT_NPROC tasks "
-                     f"for a non-root uid, files of at most RLIMIT_FSIZE bytes each")
+        notes.append("no task cap or scratch quota (they need the mount namespace): at most RLIMIT_NPROC tasks "
+                     "for a non-root uid, files of at most RLIMIT_FSIZE bytes each")
+    elif not quota:
+        notes.append("no scratch quota (a read-only bind mount or tmpfs was refused here): files of at most "
+                     "RLIMIT_FSIZE bytes each")
     seccomp_missing = syscall_filter.available()
     if seccomp_missing:
         notes.append(f"no seccomp filter: {seccomp_missing}")
     return {"drop_uid": drop_uid, "pid_namespace": bool(prefix), "mount_namespace": hides, "prefix": prefix,
             "setpriv": setpriv, "notes": notes, "net_namespace": network,
             "task_limit": WORKER_TASKS if hides else None,  # per-namespace pid_max; the worker reports if it held
-            "scratch_quota": hides,  # tmp/ and .cache/ on a capped tmpfs (not for a profiler-wrapped worker)
+            "scratch_quota": quota,  # tmp/ and .cache/ on a capped tmpfs (not for a profiler-wrapped worker)
             "seccomp": {"available": not seccomp_missing, "error": seccomp_missing}}
 
 
@@ -405,7 +414,7 @@ class Worker:
         scratch quota and /dev/shm (mount namespace), loopback for a profiler (network namespace)."""
         prelude: list[str] = []
         if self.plan["mount_namespace"]:
-            quota = "-" if self.spec.wrapper else str(_real(self.spec.scratch))
+            quota = str(_real(self.spec.scratch)) if self.plan["scratch_quota"] and not self.spec.wrapper else "-"
             owner = SANDBOX_UID if self.plan["drop_uid"] else os.geteuid()
             prelude += ["sh", "-c", _PRELUDE_SCRIPT, "sh", str(WORKER_TASKS + 1), quota, str(self.spec.scratch_bytes),
                         str(owner), str(SHM_BYTES)]

@@ -9,7 +9,8 @@ The isolation policy in one place (sandbox/README.md says why, and what remains 
   directory (a layer that holds without Landlock), the scratch directory read-only but for its
   tmp/ and .cache/, which share one size-limited tmpfs, and a small /dev/shm;
 * uid/gid 65534 with no supplementary groups when running as root and the interpreter is
-  reachable by that uid; otherwise the worker drops every capability itself;
+  reachable by that uid (it owns only the scratch directory's tmp/ and .cache/); otherwise the
+  worker drops every capability itself;
 * a minimal environment, cwd = a scratch directory holding only the candidate and the
   visible problem files, TMPDIR and every compiler cache inside it;
 * rlimits, a seccomp filter (sandbox.syscall_filter: no file metadata changes, no sockets,
@@ -312,8 +313,14 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
             "seccomp": {"available": not seccomp_missing, "error": seccomp_missing}}
 
 
-def _chown_tree(root: Path) -> None:
-    scratch_files.chown_tree(root, SANDBOX_UID, SANDBOX_GID)
+def _hand_over(scratch: Path) -> None:
+    """Give a uid-65534 worker what it may write, tmp/ and .cache/, never through a link; the
+    directory itself stays root's, open to the worker's group for reading only, so the files the
+    judge put there (the candidate, input.py, which a restarted worker runs) cannot be replaced."""
+    os.chown(scratch, 0, SANDBOX_GID)
+    os.chmod(scratch, 0o750)
+    for sub in ("tmp", ".cache"):
+        scratch_files.chown_tree(scratch / sub, SANDBOX_UID, SANDBOX_GID)
 
 
 def _tasks_of(uid: int) -> int:
@@ -377,7 +384,7 @@ class Worker:
         self._sys_path = import_paths()
         self.plan = isolation_plan(self._sys_path)
         if self.plan["drop_uid"]:
-            _chown_tree(scratch)
+            _hand_over(scratch)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch / "tmp"), "TMPDIR": str(scratch / "tmp"),
                "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(scratch / ".cache"),
                "TRITON_CACHE_DIR": str(scratch / ".cache" / "triton"),
@@ -430,7 +437,7 @@ class Worker:
         if self.proc is None:
             self.spawn()
         elif self.plan["drop_uid"]:  # files written into the scratch directory since the spawn
-            _chown_tree(self.spec.scratch)
+            _hand_over(self.spec.scratch)
         rlimits = dict(init.get("rlimits", {}))
         if self.plan["drop_uid"]:  # counts every process of the uid, shared by all workers: the pid_max caps each
             rlimits["NPROC"] = 4096

@@ -64,3 +64,50 @@ def test_isolation_plan_reports_every_layer():
     if plan["mount_namespace"]:
         assert plan["task_limit"] == 300
     json.dumps(plan)  # plain data: `atrex-mcp doctor` prints it
+
+
+_WRAPPER_PROBE = """
+import json, os, socket, sys
+out = {}
+try:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        socket.create_connection(server.getsockname(), timeout=2).close()
+        out["own_loopback"] = "connected"
+except OSError as exc:
+    out["own_loopback"] = type(exc).__name__
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2).close()
+    out["host_listener"] = "connected"
+except OSError as exc:
+    out["host_listener"] = type(exc).__name__
+print("PROBE " + json.dumps(out), flush=True)
+"""
+
+
+@pytest.mark.skipif(not isolation_plan(import_paths())["net_namespace"], reason="no network namespace here (needs root)")
+def test_a_wrapped_worker_has_its_own_loopback_and_no_way_to_the_host(tmp_path):
+    """A profiler wrapping the worker talks to its injected library over loopback: the namespace's
+    own, brought up for it; the judge's host stays out of reach."""
+    import socket
+    import time
+
+    from sandbox.launcher import LaunchSpec, Worker
+
+    host = socket.socket()
+    host.bind(("127.0.0.1", 0))
+    host.listen()
+    worker = Worker(LaunchSpec(scratch=tmp_path, device="cpu", protected=[],
+                               wrapper=[sys.executable, "-c", _WRAPPER_PROBE + "os.execvp(sys.argv[2], sys.argv[2:])",
+                                        str(host.getsockname()[1])]))
+    try:
+        worker.spawn()
+        deadline = time.monotonic() + 30
+        while "PROBE " not in worker.log_tail() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        out = json.loads(worker.log_tail().split("PROBE ", 1)[1].splitlines()[0])
+    finally:
+        worker.kill()
+        host.close()
+    assert out == {"own_loopback": "connected", "host_listener": "ConnectionRefusedError"}

@@ -13,7 +13,7 @@ from atrex_mcp.errors import AtrexError
 from atrex_mcp.profiling import ncu
 from atrex_mcp.profiling.sass import sass_facts_from_cache
 from sandbox import scratch
-from sandbox.launcher import SANDBOX_UID, _chown_tree
+from sandbox.launcher import SANDBOX_GID, SANDBOX_UID, _hand_over
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
 
@@ -39,13 +39,22 @@ def planted(tmp_path):
 
 @root_only
 def test_chown_tree_changes_only_the_scratch_entries_themselves(planted):
+    """A link planted for the root-side chown (before a uid-65534 worker starts) changes nothing outside."""
     work, secret = planted
+    (work / "tmp" / "own.bin").write_bytes(b"x")
+    (work / "tmp" / "x").symlink_to(secret)
+    os.link(secret, work / "tmp" / "hard.json")
+    (work / ".cache").symlink_to(secret.parent)
     before = os.stat(secret)
-    _chown_tree(work)
+    _hand_over(work)
     after = os.stat(secret)
     assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (before.st_uid, before.st_gid, 0o600)
-    assert os.stat(work / "own.py").st_uid == SANDBOX_UID and os.stat(work / "tmp").st_uid == SANDBOX_UID
-    assert os.lstat(work / "x").st_uid == before.st_uid  # the link itself is left alone too
+    assert os.stat(work / "tmp" / "own.bin").st_uid == SANDBOX_UID and os.stat(work / "tmp").st_uid == SANDBOX_UID
+    assert os.lstat(work / "tmp" / "x").st_uid == before.st_uid  # the link itself is left alone too
+    assert os.stat(secret.parent).st_uid == before.st_uid  # .cache -> outside was not walked
+    top = os.stat(work)  # the judge's files stay the judge's: the worker's group may only read them
+    assert (top.st_uid, top.st_gid, stat.S_IMODE(top.st_mode)) == (0, SANDBOX_GID, 0o750)
+    assert os.stat(work / "own.py").st_uid == 0
 
 
 def test_reads_refuse_links_fifos_hard_links_and_oversized_files(planted):

@@ -14,6 +14,9 @@ Refused everywhere, inside the scratch directory too:
 * new sockets of any family (socketpair of a connected unix stream pair excepted: it reaches
   no one, and asyncio needs it), connect and bind: no egress, whatever the network
   namespace; a profiler's openings re-allow unix sockets or TCP (SandboxOpenings).
+* mounts, namespaces, ptrace, module and key management, device nodes, file handles: the
+  calls a thread that kept its capabilities could use (capset drops them for the calling
+  thread only; CUDA's threads exist before it);
 * io_uring (its operations bypass seccomp), memfd_create, memfd_secret and System V shared
   memory (memory outside every rlimit), and shared anonymous mappings or remaps larger than
   `shared_map_bytes` (RLIMIT_DATA does not count shared memory; RLIMIT_AS cannot be used
@@ -40,6 +43,13 @@ METADATA_CALLS = ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown",
 # Newer than some libseccomp releases: the same number on x86_64 and aarch64 (the unified table).
 NUMBERED_CALLS = {"setxattrat": 463, "removexattrat": 466, "file_setattr": 469, "memfd_secret": 447}
 MEMORY_CALLS = ("memfd_create", "shmget", "shmat")
+# What only capabilities allow, or what reaches past the sandbox's view: a thread that existed
+# before the worker dropped its capabilities (capset changes the calling thread only) keeps them.
+PRIVILEGED_CALLS = ("mount", "umount2", "pivot_root", "chroot", "setns", "unshare", "mknod", "mknodat",
+                    "open_by_handle_at", "name_to_handle_at", "ptrace", "process_vm_writev", "bpf",
+                    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
+                    "swapon", "swapoff", "syslog", "acct", "quotactl", "add_key", "request_key", "keyctl",
+                    "fsopen", "fsmount", "move_mount", "open_tree", "mount_setattr")
 RING_CALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 SOCKET_CALLS = ("connect", "bind", "listen", "accept", "accept4")
 # ioctl commands that change inode flags or attributes (chattr): FS_IOC_SETFLAGS in its 64- and
@@ -90,7 +100,10 @@ def build(report: SeccompReport, *, unix_sockets: bool, tcp: bool, shared_map_by
     """The filter object: allow by default, refuse each listed call (or call with those arguments)."""
     flt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     flt.set_attr(pyseccomp.Attr.ACT_BADARCH, pyseccomp.KILL_PROCESS)  # the whole worker, not one thread
-    for name in (*METADATA_CALLS, *NUMBERED_CALLS, *MEMORY_CALLS, *RING_CALLS):
+    # Every thread, not only the caller: CUDA and torch started threads before the filter, and a
+    # signal handler the candidate installs through ctypes runs on whichever thread it targets.
+    flt.set_attr(pyseccomp.Attr.CTL_TSYNC, 1)
+    for name in (*METADATA_CALLS, *NUMBERED_CALLS, *MEMORY_CALLS, *RING_CALLS, *PRIVILEGED_CALLS):
         _deny(flt, name, report)
     for command in SETATTR_IOCTLS:
         _deny(flt, "ioctl", report, _arg(1, pyseccomp.MASKED_EQ, 0xFFFFFFFF, command))

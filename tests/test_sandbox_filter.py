@@ -20,8 +20,20 @@ pytestmark = pytest.mark.skipif(syscall_filter.available() != "", reason=syscall
 _UNDER_FILTER = """
 import asyncio, ctypes, json, mmap, os, subprocess, sys, threading
 from sandbox import syscall_filter
+go, early = threading.Event(), {}
+def _early():  # a thread that exists before the filter, like CUDA's and torch's
+    go.wait()
+    try:
+        os.chmod(sys.argv[1], 0o777)
+        early["chmod"] = "done"
+    except OSError as exc:
+        early["chmod"] = type(exc).__name__
+before = threading.Thread(target=_early)
+before.start()
 report = syscall_filter.install()
-out = {"enforced": report.enforced, "denied": report.denied}
+go.set()
+before.join()
+out = {"enforced": report.enforced, "denied": report.denied, "early_thread_chmod": early["chmod"]}
 os.chdir(sys.argv[1])
 with open("a.c", "w") as fh:
     fh.write("int f(int x) { return x + 1; }")
@@ -53,7 +65,7 @@ def test_the_toolchain_works_under_the_filter_and_chmod_does_not(tmp_path):
         assert out["build"] == 0 and out["call"] == 42  # ld's chmod of its output fails quietly; the library loads
     assert out["asyncio"] == "ok" and out["thread"] == "ok"
     assert out["private_map"] == 2 << 30 and out["small_shared_map"] == 1 << 20
-    assert out["chmod"] == "PermissionError"
+    assert out["chmod"] == "PermissionError" and out["early_thread_chmod"] == "PermissionError"
 
 
 def test_isolation_plan_reports_every_layer():

@@ -123,3 +123,12 @@ def test_a_wrapped_worker_has_its_own_loopback_and_no_way_to_the_host(tmp_path):
         worker.kill()
         host.close()
     assert out == {"own_loopback": "connected", "host_listener": "ConnectionRefusedError"}
+
+
+def test_without_the_binding_the_filter_says_why(monkeypatch):
+    monkeypatch.setattr(syscall_filter, "pyseccomp", None)
+    monkeypatch.setattr(syscall_filter, "_MISSING", "ModuleNotFoundError: No module named 'pyseccomp'")
+    report = syscall_filter.install()
+    assert not report.enforced and "pyseccomp" in report.error
+    plan = isolation_plan(import_paths())
+    assert plan["seccomp"]["available"] is False and any("no seccomp filter" in n for n in plan["notes"])

@@ -60,8 +60,8 @@ def step_plan() -> dict:
 def step_eval(catalog: Catalog) -> dict:
     t0 = time.perf_counter()
     result = evaluate(EvalRequest(op="rms_norm", source=EXAMPLE.read_text(), shapes=["15", "0"], seeds=2), catalog)
-    shapes = [{"id": s.id, "correct": s.correct, "category": s.category, "time_ms": s.time_ms, "message": s.message[:300]}
-              for s in result.shapes]
+    shapes = [{"id": s.id, "correct": s.correct, "category": s.category, "time_ms": s.time_ms,
+               "message": s.message[:300]} for s in result.shapes]
     iso = _isolation(result)
     ok = (result.compiled and all(s["correct"] and s["time_ms"] for s in shapes)
           and iso.get("seccomp_enforced") and iso.get("network_namespace"))
@@ -82,7 +82,8 @@ def _metadata(catalog: Catalog, tmp: Path) -> dict:
     result = evaluate(EvalRequest(op="rms_norm", source=source, shapes=["15"], seeds=1), catalog)
     attempts = _attempts(result)
     after = {str(p): (os.stat(p).st_mode, os.stat(p).st_uid, os.stat(p).st_mtime_ns) for p in (folder, target)}
-    refused = isinstance(attempts, dict) and all(v == "PermissionError" for k, v in attempts.items() if k != "open O_PATH")
+    refused = isinstance(attempts, dict) and all(v == "PermissionError" for k, v in attempts.items()
+                                                 if k != "open O_PATH")
     return {"held": refused and before == after, "attempts": attempts, "unchanged": before == after,
             "isolation": _isolation(result)}
 
@@ -113,7 +114,8 @@ def _network(catalog: Catalog, tmp: Path) -> dict:
             s.close()
     attempts = _attempts(result)
     refused = isinstance(attempts, dict) and all(v != "done" for v in attempts.values())
-    return {"held": refused and not received, "attempts": attempts, "received": received, "isolation": _isolation(result)}
+    return {"held": refused and not received, "attempts": attempts, "received": received,
+            "isolation": _isolation(result)}
 
 
 def _limits(catalog: Catalog, tmp: Path) -> dict:

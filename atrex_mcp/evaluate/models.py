@@ -150,9 +150,9 @@ class Isolation(BaseModel):
     capabilities_dropped: bool = Field(default=False, description="All capabilities dropped (relevant when uid stayed 0).")
     seccomp_enforced: bool = Field(default=False, description=(
         "Seccomp filter in force: no file metadata changes, no sockets, no large shared memory (sandbox/README.md)."))
-    network_namespace: bool = Field(default=False, description="Worker ran in its own network namespace (no interface out).")
-    task_limit: int | None = Field(default=None, description="Most tasks, threads included, the worker's PID namespace held.")
-    scratch_bytes: int | None = Field(default=None, description="Most bytes the worker could write (its scratch tmpfs); None: no quota.")
+    network_namespace: bool = Field(default=False, description="Worker ran in its own network namespace (no way out).")
+    task_limit: int | None = Field(default=None, description="Most tasks (threads too) in its PID namespace.")
+    scratch_bytes: int | None = Field(default=None, description="Most bytes the worker could write; None: no quota.")
     rlimits: dict[str, int] = Field(default_factory=dict, description="Resource limits applied.")
     warnings: list[str] = Field(default_factory=list, description="Mechanisms that could not be applied, and why.")
 

@@ -236,7 +236,8 @@ def read_log(workdir: Path, relative: str) -> str:
         return scratch_files.read_text(Path(workdir), relative, MAX_LOG_BYTES) or ""
     except scratch_files.RefusedScratchFile as exc:
         raise AtrexError("performance", "profiler_log_refused", f"ncu's log was not read: {exc}.",
-                         "The profiled program replaced ncu's log file; profile a kernel that leaves its scratch files alone.") from None
+                         "The profiled program replaced ncu's log file; profile a kernel that leaves its scratch "
+                         "files alone.") from None
 
 
 def printed_lines(stdout: str, stderr: str, log: str) -> str:

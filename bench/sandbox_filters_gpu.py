@@ -11,7 +11,8 @@ Steps, each recorded (a failure does not stop the next):
 3. exploits: tests/exploits/{metadata_writes,network_egress,resource_limits,chmod_via_int80}
    with the same targets as tests/test_exploits_sandbox.py, their outcomes and whether each held;
 4. ncu: profile_kernel's capture (Nsight Compute wrapping the worker: loopback in the network
-   namespace, the filter after ncu's connection), when ncu is installed.
+   namespace, the filter after ncu's connection), when ncu is installed; if it fails, again with
+   unix sockets and/or ncu's TCP ports re-allowed (SandboxOpenings), to say which one ncu needs.
 Confirms the change when: eval is correct and timed on both shapes with seccomp_enforced and
 network_namespace true; every exploit "held"; ncu "ok" (or ncu absent).
 """
@@ -19,6 +20,7 @@ network_namespace true; every exploit "held"; ncu "ok" (or ncu absent).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -158,13 +160,26 @@ def step_ncu(catalog: Catalog) -> dict:
 
     if ncu_mod.ncu_executable() is None:
         return {"ok": None, "note": "ncu not installed"}
-    t0 = time.perf_counter()
-    try:
-        report = capture_counters("rms_norm", EXAMPLE.read_text(), "2", catalog, roofline=None, timeout_s=240)
-    except AtrexError as exc:
-        return {"ok": False, "seconds": round(time.perf_counter() - t0, 1), "error": exc.info.model_dump(mode="json")}
-    return {"ok": bool(report.kernels), "seconds": round(time.perf_counter() - t0, 1), "device": report.device,
-            "kernels": [(k.name[:60], k.launches, k.origin) for k in report.kernels], "sass": len(report.sass)}
+    base = ncu_mod.NCU_OPENINGS
+    variants = {"default": base,  # what profile_kernel uses; the others only if it fails
+                "unix_sockets": dataclasses.replace(base, abstract_unix=True),
+                "tcp": dataclasses.replace(base, tcp_ports=ncu_mod.NCU_PORTS),
+                "unix_sockets+tcp": dataclasses.replace(base, abstract_unix=True, tcp_ports=ncu_mod.NCU_PORTS)}
+    out: dict = {}
+    for name, openings in variants.items():
+        t0 = time.perf_counter()
+        try:
+            report = capture_counters("rms_norm", EXAMPLE.read_text(), "2", catalog, roofline=None, timeout_s=240,
+                                      openings=openings)
+            out[name] = {"ok": bool(report.kernels), "device": report.device, "sass": len(report.sass),
+                         "kernels": [(k.name[:60], k.launches, k.origin) for k in report.kernels]}
+        except AtrexError as exc:
+            out[name] = {"ok": False, "error": exc.info.model_dump(mode="json")}
+        out[name]["seconds"] = round(time.perf_counter() - t0, 1)
+        if out[name]["ok"]:
+            break
+    out["ok"] = out["default"]["ok"]
+    return out
 
 
 def main() -> None:

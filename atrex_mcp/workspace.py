@@ -1,6 +1,7 @@
 """Path confinement for tool arguments: a path an agent passes may only name a regular file
 inside an allowed workspace root, never one inside a denied root (the problem set with its
-hidden files, the server's state), and never by way of a symlink or `..` that leaves the root.
+hidden files, the server's state), and never by way of a symlink, a hard link or `..` that
+leaves the root.
 
 The check is made on the file actually opened (its /proc/self/fd link on Linux), so swapping a
 path component for a symlink between the check and the read does not get around it.
@@ -92,6 +93,11 @@ class Workspace:
             self._check(path, opened)
             if not stat.S_ISREG(info.st_mode):
                 raise self._refuse(path, "it is not a regular file")
+            if info.st_nlink > 1:  # another name may be a hidden file: its path says nothing about where it lives
+                raise AtrexError("input", "hard_link",
+                                 f"The file is refused: it is a hard link ({info.st_nlink} names for one file), "
+                                 "and a hard link can name a file outside the workspace.",
+                                 "Pass a copy (cp FILE NEW.py) or the source text itself.")
             if info.st_size > self.max_source_bytes:
                 raise self._too_large(info.st_size, f"file {path!r}")
             with os.fdopen(os.dup(fd), "rb") as handle:

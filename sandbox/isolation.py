@@ -1,5 +1,6 @@
 """What the worker does to itself, after its own imports and before the candidate's:
-resource limits, dropping every capability (when it still runs as root), and Landlock.
+resource limits, dropping every capability (when it still runs as root), the seccomp filter
+(sandbox.syscall_filter) and Landlock. The policy as a whole is in sandbox/README.md.
 
 The launcher (sandbox.launcher) already started it in a new session, with a minimal
 environment, in the scratch directory, and — where the interpreter is reachable by it —
@@ -14,12 +15,13 @@ import resource
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sandbox import landlock
+from sandbox import landlock, syscall_filter
 
 _PR_CAPBSET_DROP = 24
 _LAST_CAP = 63
 _CAP_VERSION_3 = 0x20080522
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+TASK_LIMIT_PID_MAX = 4096  # a pid_max at or below this was set by the launcher for the worker's namespace
 
 
 @dataclass
@@ -32,6 +34,8 @@ class IsolationReport:
     rlimits: dict[str, int] = field(default_factory=dict)
     capabilities_dropped: bool = False
     landlock: dict[str, Any] = field(default_factory=dict)
+    seccomp: dict[str, Any] = field(default_factory=dict)
+    task_limit: int | None = None  # most tasks (threads included) the worker's PID namespace can hold
     warnings: list[str] = field(default_factory=list)
 
 
@@ -86,6 +90,17 @@ def drop_capabilities(report: IsolationReport) -> None:
     report.capabilities_dropped = True
 
 
+def _task_limit() -> int | None:
+    """The PID namespace's pid_max when the launcher lowered it (a cap on tasks, threads included,
+    that holds for uid 0 too, unlike RLIMIT_NPROC); None where it is the host's."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            value = int(fh.read())
+    except (OSError, ValueError):
+        return None
+    return value - 1 if value <= TASK_LIMIT_PID_MAX else None
+
+
 def enter(rlimits: dict[str, int], landlock_rules: dict[str, int] | None, tcp_ports: list[int] | None = None,
           abstract_unix: bool = False) -> IsolationReport:
     """Apply every mechanism this process can; the report says which ones held.
@@ -95,6 +110,12 @@ def enter(rlimits: dict[str, int], landlock_rules: dict[str, int] | None, tcp_po
     apply_rlimits(rlimits, report)
     if os.geteuid() == 0:
         drop_capabilities(report)
+    report.task_limit = _task_limit()
+    filtered = syscall_filter.install(unix_sockets=abstract_unix, tcp=bool(tcp_ports))
+    report.seccomp = asdict(filtered)
+    if not filtered.enforced:
+        report.warnings.append(f"seccomp filter not enforced ({filtered.error}): file metadata, sockets and shared "
+                               "memory are limited by uid, Landlock and the network namespace only")
     if landlock_rules is None:
         report.landlock = asdict(landlock.LandlockReport(abi=landlock.abi_version(), error="disabled by ATREX_SANDBOX_LANDLOCK=0"))
         report.warnings.append("Landlock disabled by ATREX_SANDBOX_LANDLOCK=0: hidden files are protected by uid and permissions only")

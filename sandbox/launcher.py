@@ -1,16 +1,21 @@
 """Starting, talking to, and killing a sandbox worker (trusted side).
 
-The isolation policy in one place:
+The isolation policy in one place (sandbox/README.md says why, and what remains possible):
 * its own session and process group (killed whole with SIGKILL), and — when the tools and
   privileges exist — its own PID namespace, so a child that calls setsid() still dies with it,
-  and its own mount namespace with a private /proc (no other process visible) and an empty
-  mode-000 tmpfs over every protected directory (a layer that holds without Landlock);
+  holding at most WORKER_TASKS tasks (its pid_max), its own network namespace (no interface
+  but a loopback, down unless a profiler wraps the worker), and its own mount namespace with a
+  private /proc (no other process visible), an empty mode-000 tmpfs over every protected
+  directory (a layer that holds without Landlock), the scratch directory read-only but for its
+  tmp/ and .cache/, which share one size-limited tmpfs, and a small /dev/shm;
 * uid/gid 65534 with no supplementary groups when running as root and the interpreter is
-  reachable by that uid; otherwise the worker drops every capability itself;
+  reachable by that uid (it owns only the scratch directory's tmp/ and .cache/); otherwise the
+  worker drops every capability itself;
 * a minimal environment, cwd = a scratch directory holding only the candidate and the
   visible problem files, TMPDIR and every compiler cache inside it;
-* rlimits and Landlock applied by the worker itself before the candidate is imported
-  (sandbox.isolation): read/execute only for the interpreter, its import paths and system
+* rlimits, a seccomp filter (sandbox.syscall_filter: no file metadata changes, no sockets,
+  no big shared memory) and Landlock applied by the worker itself before the candidate is
+  imported (sandbox.isolation): read/execute only for the interpreter, its import paths and system
   libraries; read/write only for the scratch directory; the few device files a GPU needs;
   no path under a protected root (problem sets with hidden files, the package's data,
   the state directory), no TCP, no signals leaving the sandbox.
@@ -37,7 +42,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable
 
-from sandbox import landlock, protocol
+from sandbox import landlock, protocol, scratch as scratch_files, syscall_filter
 
 SANDBOX_UID = SANDBOX_GID = 65534
 _PASS_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
@@ -49,6 +54,9 @@ _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"
             "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 _PROC_FILES = ("/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/filesystems", "/proc/sys/kernel",
                "/proc/sys/vm/overcommit_memory", "/proc/driver/nvidia")
+WORKER_TASKS = 300  # tasks (threads included) a worker's PID namespace holds: its pid_max is one more
+SHM_BYTES = 64 << 20  # the worker's /dev/shm
+_MAX_OMP_THREADS = 64  # torch's CPU pool, unless the operator sets OMP_NUM_THREADS: well inside WORKER_TASKS
 _BOOTSTRAP = ("import json, sys; c = json.loads(sys.argv[1]); sys.path[:0] = c['sys_path']; "
               "from sandbox.worker import main; main(c)")
 
@@ -88,6 +96,10 @@ class LaunchSpec:
     abstract_unix: bool = False
     extra_rules: dict[str, int] = field(default_factory=dict)  # more Landlock paths (path → rights), never a protected root
     file_size_bytes: int = 16 << 30
+    # What the worker may write: tmp/ and .cache/ of the scratch directory share a tmpfs of this
+    # size in its mount namespace. Not for a wrapped worker: a profiler's log and the compiler
+    # cache it reads back must reach the trusted side.
+    scratch_bytes: int = 1 << 30
     output_fd: int | None = None  # the output arena (sandbox.handoff) every worker of this spec inherits
     start_timeout_s: float = 180.0
     # Off only to diagnose a machine where Landlock breaks the DSL toolchain: ATREX_SANDBOX_LANDLOCK=0.
@@ -194,22 +206,61 @@ _HIDE_SCRIPT = ('while [ "$1" != "--" ]; do mount -t tmpfs -o ro,size=4k,mode=00
                 'shift; done; shift; exec "$@"')
 
 
+# Runs as root inside the new namespaces, after _HIDE_SCRIPT: caps the PID namespace's tasks,
+# gives the worker a small /dev/shm and, unless "$2" is "-", makes the scratch directory "$2"
+# read-only but for "$2/tmp" and "$2/.cache", one tmpfs of "$3" bytes owned by uid "$4", and
+# enters it again (the cwd inherited from the launcher is the directory below the new mounts).
+_PRELUDE_SCRIPT = ('echo "$1" > /proc/sys/kernel/pid_max 2>/dev/null; '
+                   'if [ "$2" != - ]; then mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" && '
+                   'mount -t tmpfs -o "size=$3,mode=0700,uid=$4,gid=$4" atrex-scratch "$2/tmp" && '
+                   'mkdir -m 0700 "$2/tmp/.cache" && chown "$4:$4" "$2/tmp/.cache" && '
+                   'mount --bind "$2/tmp/.cache" "$2/.cache" && cd "$2" || exit 96; fi; '
+                   'mount -t tmpfs -o "size=$5,mode=1777" atrex-shm /dev/shm 2>/dev/null; shift 5; exec "$@"')
+# Runs as root inside a new network namespace when a profiler wraps the worker: its front end
+# and its injected library talk over loopback, which a new namespace has down.
+_LOOPBACK_UP = ("import fcntl, os, socket, struct, sys\n"
+                "try:\n"
+                "    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:\n"
+                "        fcntl.ioctl(s, 0x8914, struct.pack('16sH22x', b'lo', 0x1 | 0x8 | 0x40))\n"
+                "except OSError as exc:\n"
+                "    print('loopback not brought up:', exc, file=sys.stderr)\n"
+                "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+@dataclass(frozen=True)
+class Namespaces:
+    """What `unshare` gives a worker here (none when not root or refused)."""
+
+    prefix: tuple[str, ...] = ()
+    mount: bool = False  # mount namespace: private /proc, hidden roots
+    network: bool = False  # network namespace: no way out
+    quota: bool = False  # the prelude's read-only scratch and tmpfs work here (mount namespace)
+
+
 @cache
-def _namespace_prefix() -> tuple[tuple[str, ...], bool]:
-    """(unshare prefix, hides directories): PID namespace, and where allowed a mount namespace
-    with its own /proc and the protected roots covered. Empty when not root or refused here."""
+def _namespaces() -> Namespaces:
+    """PID namespace; where allowed a network namespace, and a mount namespace with its own
+    /proc, the protected roots covered and the scratch directory capped."""
     tool, sh = shutil.which("unshare"), shutil.which("sh")
     if os.geteuid() != 0 or tool is None:
-        return (), False
+        return Namespaces()
     base = (tool, "--pid", "--fork", "--kill-child")
+    network = subprocess.run([*base, "--net", "true"], capture_output=True, timeout=20).returncode == 0
+    if network:
+        base = (*base, "--net")
     with tempfile.TemporaryDirectory() as probe_dir:
         full = (*base, "--mount-proc")
         probe = subprocess.run([*full, sh or "sh", "-c", _HIDE_SCRIPT, "sh", probe_dir, "--", "true"],
                                capture_output=True, timeout=20)
         if sh and probe.returncode == 0:
-            return full, True
+            scratch = Path(probe_dir) / "scratch"
+            for sub in ("tmp", ".cache"):
+                (scratch / sub).mkdir(parents=True)
+            quota = subprocess.run([*full, sh, "-c", _PRELUDE_SCRIPT, "sh", str(WORKER_TASKS + 1), str(scratch),
+                                    str(1 << 20), "0", str(1 << 20), "true"], capture_output=True, timeout=20)
+            return Namespaces(full, True, network, quota.returncode == 0)
     probe = subprocess.run([*base, "true"], capture_output=True, timeout=20)
-    return (base if probe.returncode == 0 else ()), False
+    return Namespaces(base, False, network) if probe.returncode == 0 else Namespaces()
 
 
 def hidden_dirs(spec: LaunchSpec) -> list[str]:
@@ -234,25 +285,54 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
                          "with every capability dropped")
         else:
             drop_uid = True
-    prefix, hides = _namespace_prefix()
-    prefix = list(prefix)
+    spaces = _namespaces()
+    prefix, hides, network, quota = list(spaces.prefix), spaces.mount, spaces.network, spaces.quota
     setpriv = shutil.which("setpriv")
     if prefix and drop_uid and setpriv is None:
-        prefix, hides = [], False
+        prefix, hides, network, quota = [], False, False, False
         notes.append("setpriv missing: no namespaces (the uid switch needs it after unshare)")
     elif not prefix:
         notes.append("no PID namespace (needs root and util-linux unshare): a child that leaves the process group survives a kill")
     elif not hides:
         notes.append("no mount namespace: protected directories are hidden by Landlock alone")
+    if not network:
+        notes.append("no network namespace: the seccomp filter alone keeps the worker off the network")
+    if not hides:
+        notes.append("no task cap or scratch quota (they need the mount namespace): at most RLIMIT_NPROC tasks "
+                     "for a non-root uid, files of at most RLIMIT_FSIZE bytes each")
+    elif not quota:
+        notes.append("no scratch quota (a read-only bind mount or tmpfs was refused here): files of at most "
+                     "RLIMIT_FSIZE bytes each")
+    seccomp_missing = syscall_filter.available()
+    if seccomp_missing:
+        notes.append(f"no seccomp filter: {seccomp_missing}")
     return {"drop_uid": drop_uid, "pid_namespace": bool(prefix), "mount_namespace": hides, "prefix": prefix,
-            "setpriv": setpriv, "notes": notes}
+            "setpriv": setpriv, "notes": notes, "net_namespace": network,
+            "task_limit": WORKER_TASKS if hides else None,  # per-namespace pid_max; the worker reports if it held
+            "scratch_quota": quota,  # tmp/ and .cache/ on a capped tmpfs (not for a profiler-wrapped worker)
+            "seccomp": {"available": not seccomp_missing, "error": seccomp_missing}}
 
 
-def _chown_tree(root: Path) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        os.chown(dirpath, SANDBOX_UID, SANDBOX_GID)
-        for name in filenames:
-            os.chown(os.path.join(dirpath, name), SANDBOX_UID, SANDBOX_GID)
+def _hand_over(scratch: Path) -> None:
+    """Give a uid-65534 worker what it may write, tmp/ and .cache/, never through a link; the
+    directory itself stays root's, open to the worker's group for reading only, so the files the
+    judge put there (the candidate, input.py, which a restarted worker runs) cannot be replaced."""
+    os.chown(scratch, 0, SANDBOX_GID)
+    os.chmod(scratch, 0o750)
+    for sub in ("tmp", ".cache"):
+        scratch_files.chown_tree(scratch / sub, SANDBOX_UID, SANDBOX_GID)
+
+
+def _tasks_of(uid: int) -> int:
+    """Tasks (threads included) of `uid` now: what RLIMIT_NPROC counts for it."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                count += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            continue
+    return count
 
 
 class _OutputTail:
@@ -299,18 +379,19 @@ class Worker:
         waits for `init`. Nothing of a candidate runs yet, and the GPU is not touched, so a worker
         can be spawned ahead while another evaluation uses the GPU (evaluate.standby)."""
         scratch = self.spec.scratch
-        for sub in ("tmp", ".cache"):
-            (scratch / sub).mkdir(exist_ok=True)
+        for sub in ("tmp", ".cache"):  # a previous worker in this directory may have left a link there
+            scratch_files.fresh_directory(scratch, sub)
         self._sys_path = import_paths()
         self.plan = isolation_plan(self._sys_path)
         if self.plan["drop_uid"]:
-            _chown_tree(scratch)
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch / "tmp"),
+            _hand_over(scratch)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch / "tmp"), "TMPDIR": str(scratch / "tmp"),
                "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(scratch / ".cache"),
                "TRITON_CACHE_DIR": str(scratch / ".cache" / "triton"),
                "TORCHINDUCTOR_CACHE_DIR": str(scratch / ".cache" / "inductor"), "TORCHINDUCTOR_COMPILE_THREADS": "1",
                "CUDA_CACHE_PATH": str(scratch / ".cache" / "nv")}
         env.update({k: os.environ[k] for k in _PASS_ENV if k in os.environ})
+        env.setdefault("OMP_NUM_THREADS", str(min(os.cpu_count() or 1, _MAX_OMP_THREADS)))
         env.update(self.spec.env)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
@@ -321,7 +402,7 @@ class Worker:
             uid_switch = ([self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
                           if self.plan["drop_uid"] else [])
             hide = (["sh", "-c", _HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else [])
-            argv = [*self.plan["prefix"], *hide, *uid_switch, *argv]
+            argv = [*self.plan["prefix"], *hide, *self._root_prelude(), *uid_switch, *argv]
         elif self.plan["drop_uid"]:
             kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
         inherited = (req_r, resp_w) if self.spec.output_fd is None else (req_r, resp_w, self.spec.output_fd)
@@ -335,6 +416,19 @@ class Worker:
         self._output = _OutputTail(self.proc.stdout)
         self._req_w, self._resp_r = req_w, resp_r
 
+    def _root_prelude(self) -> list[str]:
+        """Commands run as root inside the namespaces before the uid switch: the task cap, the
+        scratch quota and /dev/shm (mount namespace), loopback for a profiler (network namespace)."""
+        prelude: list[str] = []
+        if self.plan["mount_namespace"]:
+            quota = str(_real(self.spec.scratch)) if self.plan["scratch_quota"] and not self.spec.wrapper else "-"
+            owner = SANDBOX_UID if self.plan["drop_uid"] else os.geteuid()
+            prelude += ["sh", "-c", _PRELUDE_SCRIPT, "sh", str(WORKER_TASKS + 1), quota, str(self.spec.scratch_bytes),
+                        str(owner), str(SHM_BYTES)]
+        if self.plan["net_namespace"] and self.spec.wrapper:
+            prelude += [sys.executable, "-I", "-S", "-c", _LOOPBACK_UP]
+        return prelude
+
     def start(self, init: dict[str, Any], poll: Callable[[], None] | None = None) -> dict[str, Any]:
         """Spawn the process unless `spawn` already did, and send `init`; returns the worker's
         init reply, with `start_s` (seconds from this call to the reply: what the caller waited)
@@ -343,10 +437,12 @@ class Worker:
         if self.proc is None:
             self.spawn()
         elif self.plan["drop_uid"]:  # files written into the scratch directory since the spawn
-            _chown_tree(self.spec.scratch)
+            _hand_over(self.spec.scratch)
         rlimits = dict(init.get("rlimits", {}))
-        if self.plan["drop_uid"]:  # counts every process of the uid: meaningful only for a uid of our own
+        if self.plan["drop_uid"]:  # counts every process of the uid, shared by all workers: the pid_max caps each
             rlimits["NPROC"] = 4096
+        elif os.geteuid() != 0:  # the worker runs as this process's uid: what it has now, and WORKER_TASKS more
+            rlimits["NPROC"] = _tasks_of(os.geteuid()) + WORKER_TASKS
         rules = landlock_rules(self.spec, self._sys_path) if self.spec.landlock else {}
         init = {**init, "rlimits": rlimits, "landlock": rules, "use_landlock": self.spec.landlock,
                 "proc_self_rights": landlock.READ, "tcp_ports": list(self.spec.tcp_ports),

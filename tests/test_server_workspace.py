@@ -86,3 +86,14 @@ def test_output_path_is_confined(layout):
     for trick in ("../outside/a.py", "link_out/a.py", "problems/op/metadata.json", "existing_link.py", "/tmp/x.py", "..",
                   "new/../../outside/x", "link_out/new/deeper"):
         refused(ws.output_path, trick)
+
+
+def test_hard_link_to_a_hidden_file_is_refused(layout):
+    """A hard link is the hidden file under a workspace name: the path check cannot see through it."""
+    work, problems, outside = layout
+    os.link(problems / "op" / "roofline.json", work / "linked.py")
+    os.link(outside / "secret.txt", work / "linked_out.py")
+    ws = Workspace([work], denied=[problems])
+    for trick in ("linked.py", "linked_out.py"):
+        text = refused(ws.read_source, trick, category="hard_link")
+        assert "0.0123" not in text and "secret" not in text and "cp " in text

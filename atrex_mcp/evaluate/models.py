@@ -160,6 +160,11 @@ class Isolation(BaseModel):
     landlock_enforced: bool = Field(default=False, description="Landlock file-system restriction in force.")
     landlock_handles: list[str] = Field(default_factory=list, description="What Landlock restricted: filesystem, tcp, signals+abstract-unix.")
     capabilities_dropped: bool = Field(default=False, description="All capabilities dropped (relevant when uid stayed 0).")
+    seccomp_enforced: bool = Field(default=False, description=(
+        "Seccomp filter in force: no file metadata changes, no sockets, no large shared memory (sandbox/README.md)."))
+    network_namespace: bool = Field(default=False, description="Worker ran in its own network namespace (no way out).")
+    task_limit: int | None = Field(default=None, description="Most tasks (threads too) in its PID namespace.")
+    scratch_bytes: int | None = Field(default=None, description="Most bytes the worker could write; None: no quota.")
     rlimits: dict[str, int] = Field(default_factory=dict, description="Resource limits applied.")
     warnings: list[str] = Field(default_factory=list, description="Mechanisms that could not be applied, and why.")
 

@@ -158,6 +158,10 @@ class Session:
             mount_namespace=bool(plan.get("mount_namespace")), landlock_abi=ll.get("abi", 0),
             landlock_enforced=bool(ll.get("enforced")), landlock_handles=list(ll.get("handles", [])),
             capabilities_dropped=bool(report.get("capabilities_dropped")), rlimits=dict(report.get("rlimits", {})),
+            seccomp_enforced=bool((report.get("seccomp") or {}).get("enforced")),
+            network_namespace=bool(plan.get("net_namespace")), task_limit=report.get("task_limit"),
+            scratch_bytes=(self.worker.spec.scratch_bytes if plan.get("scratch_quota") and not self.worker.spec.wrapper
+                           else None),
             warnings=[*plan.get("notes", []), *report.get("warnings", [])])
         self.versions = reply.get("versions", {})
         self.worker_device = reply.get("device", {})

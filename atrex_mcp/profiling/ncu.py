@@ -31,6 +31,7 @@ from pathlib import Path
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.profiling.metrics import BY_NAME, HOPPER_METRICS
 from atrex_mcp.profiling.models import KernelCounters
+from sandbox import scratch as scratch_files
 from sandbox.landlock import READ_EXEC
 
 HEADER_START = '"ID","Process ID"'
@@ -225,6 +226,20 @@ class Attempt:
     log: str
 
 
+MAX_LOG_BYTES = 64 << 20  # far above a capture of MAX launches with every metric
+
+
+def read_log(workdir: Path, relative: str) -> str:
+    """ncu's CSV log under `workdir`, which the profiled program can write: never through a link,
+    only a regular file, at most MAX_LOG_BYTES ("" when absent)."""
+    try:
+        return scratch_files.read_text(Path(workdir), relative, MAX_LOG_BYTES) or ""
+    except scratch_files.RefusedScratchFile as exc:
+        raise AtrexError("performance", "profiler_log_refused", f"ncu's log was not read: {exc}.",
+                         "The profiled program replaced ncu's log file; profile a kernel that leaves its scratch "
+                         "files alone.") from None
+
+
 def printed_lines(stdout: str, stderr: str, log: str) -> str:
     """ncu's and the target's messages, without the CSV rows (ncu may put both in the log)."""
     return "\n".join(line for line in (stdout + stderr + "\n" + log).splitlines() if not line.startswith('"'))
@@ -271,11 +286,11 @@ def capture(target: list[str], *, workdir: Path, env: dict[str, str] | None = No
     log_file = Path(workdir) / "ncu.csv"
 
     def attempt(wanted: list[str], left_s: float) -> tuple[list[str], Attempt]:
-        log_file.unlink(missing_ok=True)
+        scratch_files.unlink(Path(workdir), log_file.name)
         cmd = ncu_command(target, wanted, log_file, ncu=tool, nvtx_range=nvtx_range, kernel_regex=kernel_regex,
                           launch_count=launch_count, child_processes=child_processes)
         returncode, stdout, stderr = _run_bounded(cmd, cwd=workdir, env=env, timeout_s=left_s)
-        log = log_file.read_text(errors="replace") if log_file.exists() else ""
+        log = read_log(Path(workdir), log_file.name)
         return cmd, Attempt(returncode, printed_lines(stdout, stderr, log), log)
 
     return run_with_retries(attempt, metrics=metrics, timeout_s=timeout_s)

@@ -8,10 +8,12 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections import Counter
 from pathlib import Path
 
 from atrex_mcp.profiling.models import SassFacts
+from sandbox import scratch as scratch_files
 
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
@@ -106,11 +108,19 @@ def parse_sass(text: str) -> list[SassFacts]:
     return kernels
 
 
+MAX_CUBIN_BYTES = 64 << 20
+
+
 def sass_facts_from_cache(cache_dir: Path, *, cuobjdump: str | None = None) -> list[SassFacts]:
-    """Facts for every kernel Triton compiled into `cache_dir` (one fresh cache per profile)."""
+    """Facts for every kernel Triton compiled into `cache_dir` (one fresh cache per profile).
+    The profiled worker could write that cache: each cubin is read without following a link
+    (sandbox.scratch) and cuobjdump runs on a private copy, never on the candidate's path."""
     facts: list[SassFacts] = []
-    for cubin in sorted(Path(cache_dir).rglob("*.cubin")):
-        text = dump_sass(cubin, cuobjdump=cuobjdump)
-        if text:
-            facts.extend(parse_sass(text))
+    with tempfile.TemporaryDirectory(prefix="atrex-sass-") as private:
+        copy = Path(private) / "kernel.cubin"
+        for _name, data in scratch_files.regular_files(Path(cache_dir), ".cubin", MAX_CUBIN_BYTES):
+            copy.write_bytes(data)
+            text = dump_sass(copy, cuobjdump=cuobjdump)
+            if text:
+                facts.extend(parse_sass(text))
     return facts

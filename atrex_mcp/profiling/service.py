@@ -25,6 +25,7 @@ from atrex_mcp.profiling import ncu as ncu_mod
 from atrex_mcp.profiling.classify import classify, roofline_evidence
 from atrex_mcp.profiling.models import Bottleneck, KernelCounters, ProfileReport
 from atrex_mcp.profiling.sass import sass_facts_from_cache
+from sandbox import scratch as scratch_files
 
 Progress = Callable[[str, float], None]
 PROFILED_CALLS = 2
@@ -87,11 +88,12 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
     device = ""
     with tempfile.TemporaryDirectory(prefix="atrex-ncu-") as tmp:
         scratch = Path(tmp)
-        log_file = scratch / "tmp" / "ncu.csv"  # ncu runs as the worker's user: only the scratch dir is writable
+        log_name = "tmp/ncu.csv"  # ncu runs as the worker's user: only the scratch dir is writable
+        log_file = scratch / log_name
 
         def attempt(metrics: list[str], left_s: float) -> tuple[list[str], ncu_mod.Attempt]:
             nonlocal device
-            log_file.unlink(missing_ok=True)
+            scratch_files.unlink(scratch, log_name)
             wrapper = ncu_mod.ncu_command([], metrics, log_file, ncu=tool, nvtx_range=NVTX_FORWARD, launch_count=limit,
                                           child_processes=False)
             returncode: int | None = 0
@@ -115,7 +117,7 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
                     returncode = None  # our deadline, not the caller's cancel
                 else:
                     raise
-            log = log_file.read_text(errors="replace") if log_file.exists() else ""
+            log = ncu_mod.read_log(scratch, log_name)
             if returncode == 0 and "==ERROR==" in log:
                 returncode = 1
             return wrapper, ncu_mod.Attempt(returncode, ncu_mod.printed_lines(problem, "", log), log)

@@ -50,6 +50,11 @@ def register(subparsers) -> None:
                     help="also time the eager and torch.compile references (auto: when a GPU is present)")
     ev.add_argument("--timeout", type=float, default=120.0, help="seconds per shape and stage (default 120)")
     ev.add_argument("--force", action="store_true", help="evaluate again, also with settings other than the stored ones")
+    ev.add_argument("--cluster", metavar="ADDRESS|local[:N]",
+                    help="judge on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] (one worker per GPU "
+                         "of this host); needs the cluster extra (docs/cluster.md)")
+    ev.add_argument("--shard-shapes", type=_positive, metavar="N",
+                    help="with --cluster: shapes per shard sent to one worker (default 8)")
     ev.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     ev.set_defaults(func=eval_command)
 
@@ -61,6 +66,12 @@ def register(subparsers) -> None:
     rep.add_argument("--hardware", help="profile the scores are computed against (default: the first run's)")
     rep.add_argument("--title", default="atrex-mcp benchmark report", help="report title")
     rep.set_defaults(func=report_command)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
+    return int(text)
 
 
 def _fail(step: str, exc) -> int:
@@ -93,7 +104,11 @@ def eval_command(args: argparse.Namespace) -> int:
 
     settings = EvalSettings(shapes=args.shapes, seeds=args.seeds, timeout_s=args.timeout, baselines=args.baselines)
     try:
-        summary = evaluate_run(args.run_dir, settings, force=args.force, live=False if args.plain else None)
+        if args.shard_shapes is not None and args.cluster is None:
+            raise AtrexError("input", "shard_shapes_without_cluster", "--shard-shapes only applies with --cluster.",
+                             "Add --cluster ADDRESS|local[:N], or drop --shard-shapes.")
+        summary = evaluate_run(args.run_dir, settings, force=args.force, live=False if args.plain else None,
+                               cluster=args.cluster, shard_shapes=args.shard_shapes)
     except AtrexError as exc:
         return _fail("eval", exc)
     return 1 if summary.failed else 0

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -31,13 +32,14 @@ from atrex_mcp.bench.layout import RunLayout, write_json_atomic
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.cluster.engine import GPU, Connection
 from atrex_mcp.cluster.merge import merge_results
-from atrex_mcp.cluster.shards import ATTEMPT_TOPIC, ShardReply, ShardSpec, judge_shard, problem_digest
+from atrex_mcp.cluster.shards import ATTEMPT_TOPIC, ShardReply, ShardSpec, judge_shard, killed_workers_error, problem_digest
 from atrex_mcp.errors import ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.runs.store import now_iso
 
 DEFAULT_SHARD_SHAPES = 8
+MAX_BYSTANDER_RESUBMITS = 2  # sends of a shard failed by deaths it did not start under, beyond the scheduler's own retries
 RECORD_FILE = "cluster.json"
 
 
@@ -125,7 +127,7 @@ def shards_dir(layout: RunLayout) -> Path:
 
 
 def _spec_sha(spec: ShardSpec) -> str:
-    return hashlib.sha256(spec.model_dump_json(exclude={"deadline_epoch", "key"}).encode()).hexdigest()
+    return hashlib.sha256(spec.model_dump_json(exclude={"deadline_epoch", "key", "tag", "max_attempts"}).encode()).hexdigest()
 
 
 def _stored_shard(path: Path, spec_sha: str) -> ShardFile | None:
@@ -144,7 +146,7 @@ def problem_roots(roots: Sequence[Path]) -> list[str] | None:
 
 
 def plan(jobs: Sequence[Job], catalog: Catalog, problems: list[str] | None, shard_shapes: int) -> list[tuple[_Evaluation, list[ShardSpec]]]:
-    """Each job cut into shards of at most `shard_shapes` shapes, in catalog order."""
+    """Each job cut into shards of at most `shard_shapes` shapes, in its request's order."""
     planned = []
     digests: dict[str, str] = {}
     for job in jobs:
@@ -154,8 +156,7 @@ def plan(jobs: Sequence[Job], catalog: Catalog, problems: list[str] | None, shar
                            request=job.request.model_copy(update={"shapes": ids[i:i + shard_shapes]}),
                            problems=problems, problem_digest=digest)
                  for i in range(0, len(ids), shard_shapes)]
-        order = [s.id for s in catalog.visible(job.op).shapes]
-        planned.append((_Evaluation(job, order, [s.key for s in specs]), specs))
+        planned.append((_Evaluation(job, list(ids), [s.key for s in specs]), specs))  # shapes in the local path's order
     return planned
 
 
@@ -168,10 +169,9 @@ def _attempts(connection: Connection, task_key: str, judged: bool) -> list[Attem
     return attempts
 
 
-def _killed_reason(attempts: list[Attempt], allowed_failures: int, exc: BaseException) -> str:
-    workers = ", ".join(f"{a.name or a.worker} (pid {a.pid})" for a in attempts) or "unknown workers"
-    return (f"the shard killed {allowed_failures + 1} workers while it ran ({workers}); "
-            f"the scheduler allows {allowed_failures} such failure(s) per shard ({type(exc).__name__})")
+def gpu_slots(connection: Connection) -> int:
+    """GPU resource units the cluster's workers offer now."""
+    return int(sum(w["resources"].get(GPU, 0) for w in connection.workers().values()))
 
 
 def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLayout, catalog: Catalog, *,
@@ -223,34 +223,58 @@ def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLay
 
     token = uuid.uuid4().hex[:12]
     pending.sort(key=lambda item: -len(item[0].request.shapes or ()))  # largest first: finishing times stay close
-    futures = {}
-    for rank, (spec, sha) in enumerate(pending):
-        future = connection.client.submit(judge_shard, spec, key=f"atrex-{token}-{spec.key}", resources={GPU: 1}, pure=False,
-                                          priority=len(pending) - rank)
-        futures[future] = (spec, sha)
+    waiting = deque(pending)
+    futures: dict[Any, tuple[ShardSpec, str]] = {}
+    history: dict[str, list[Attempt]] = {}  # shard key -> attempts over all its submissions
+    submissions: dict[str, int] = {}
+    running = as_completed()
+
+    def top_up() -> None:
+        """Keep one shard per GPU slot in flight, no more: a worker that dies then takes only the
+        shard it was running with it, and workers that join later get work at once."""
+        slots = max(1, gpu_slots(connection))
+        while waiting and running.count() < slots:
+            spec, sha = waiting.popleft()
+            submissions[spec.key] = submissions.get(spec.key, 0) + 1
+            spec = spec.model_copy(update={"tag": f"{token}-{spec.key}", "max_attempts": allowed + 1})
+            future = connection.client.submit(judge_shard, spec, key=f"atrex-{token}-{spec.key}-{submissions[spec.key]}",
+                                              resources={GPU: 1}, pure=False)
+            futures[future] = (spec, sha)
+            running.add(future)
+
+    top_up()
     try:
-        for future in as_completed(futures):
+        for future in running:
             spec, sha = futures[future]
             evaluation = owner[spec.key]
             reply: ShardReply | None = None
+            attempts = history.setdefault(spec.key, [])
             try:
                 reply = future.result()
             except KilledWorker as exc:
-                attempts = _attempts(connection, future.key, judged=False)
-                status, error = "failed", ErrorInfo(stage="runtime", category="worker_lost",
-                                                    message=f"{spec.key}: {_killed_reason(attempts, allowed, exc)}",
-                                                    hint="The candidate takes its judge host down (memory, a driver fault); "
-                                                         "see the workers' logs. It is not retried again in this invocation.")
+                attempts += _attempts(connection, future.key, judged=False)
+                # The scheduler counts a death against every task assigned to the dying worker, one
+                # queued behind the shard that crashed it too: only deaths during attempts this shard
+                # started count against it, so a bystander is sent again instead of failed.
+                if len(attempts) <= allowed and submissions[spec.key] <= allowed + MAX_BYSTANDER_RESUBMITS:
+                    waiting.appendleft((spec, sha))
+                    top_up()
+                    continue
+                status, error = "failed", killed_workers_error(spec.key, [f"{a.name or a.worker} (pid {a.pid})" for a in attempts],
+                                                               allowed, type(exc).__name__)
             except Exception as exc:  # noqa: BLE001 — a shard the cluster could not run fails alone, with the reason
-                attempts = _attempts(connection, future.key, judged=False)
+                attempts += _attempts(connection, future.key, judged=False)
                 status, error = "failed", ErrorInfo(stage="internal", category="cluster_task_failed",
                                                     message=f"{spec.key}: {type(exc).__name__}: {exc}",
                                                     hint="See the worker's log; `bench eval` again re-sends only unjudged shards.")
             else:
-                attempts = _attempts(connection, future.key, judged=reply.error is None)
-                status, error = ("error", reply.error) if reply.error is not None else ("judged", None)
-                if reply.error is not None and attempts:
-                    attempts[-1].outcome = "error"
+                attempts += _attempts(connection, future.key, judged=reply.error is None)
+                if reply.error is not None and reply.error.category == "killed_workers":  # refused: too many lost attempts
+                    status, error = "failed", reply.error
+                else:
+                    status, error = ("error", reply.error) if reply.error is not None else ("judged", None)
+                    if reply.error is not None and attempts:
+                        attempts[-1].outcome = "error"
             stored = ShardFile(key=spec.key, op=spec.request.op, kind=spec.kind, shapes=list(spec.request.shapes or ()),
                                spec_sha256=sha, status=status, result=reply.result if reply else None, error=error,
                                attempts=attempts, finished_at=now_iso())
@@ -264,6 +288,7 @@ def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLay
                 evaluation.parts[spec.key] = reply.result  # type: ignore[union-attr,assignment]
             stage(spec.request.op, f"{spec.kind}: {len(evaluation.parts)}/{len(evaluation.keys)} shards judged")
             settle(evaluation)
+            top_up()
     finally:
         for future in futures:
             future.cancel()

@@ -27,7 +27,7 @@ def first_complete(parts: Sequence[EvalResult]) -> dict[str, ShapeResult]:
 
 
 def merge_results(parts: Sequence[EvalResult], shape_order: Sequence[str]) -> EvalResult:
-    """Shapes in catalog order (first complete wins), S_i recomputed over all of them (partial
+    """Shapes in `shape_order` (the request's order; first complete wins), S_i recomputed over all of them (partial
     when a part was stopped before judging all its shapes), overhead and seeds summed up."""
     if not parts:
         raise ValueError("merge_results needs at least one result")

@@ -40,6 +40,9 @@ class ShardSpec(BaseModel):
     problems: list[str] | None = Field(default=None, description="Problem roots on the worker host; None: the worker's default set.")
     problem_digest: str = Field(description="SHA-256 over the operator's problem files on the sending host.")
     deadline_epoch: float | None = Field(default=None, description="Unix time at which the evaluation is stopped (partial result).")
+    tag: str = Field(default="", description="Names the shard's attempts in this invocation (its key and the invocation's token).")
+    max_attempts: int | None = Field(default=None, description=(
+        "Attempts the shard may start; one more finds that many lost before it and refuses (killed_workers)."))
 
 
 class ShardReply(BaseModel):
@@ -107,16 +110,39 @@ def announce(topic: str, message: dict[str, Any]) -> None:
         worker.log_event(topic, message)
 
 
+def killed_workers_error(key: str, started: list[str], allowed_failures: int, why: str) -> ErrorInfo:
+    """The error of a shard failed for killing allowed_failures + 1 workers."""
+    return ErrorInfo(stage="runtime", category="killed_workers", message=(
+        f"{key}: the shard killed {allowed_failures + 1} workers while it ran (attempts: {', '.join(started) or 'none recorded'}); "
+        f"the run allows {allowed_failures} such failure(s) per shard ({why})"),
+        hint="The candidate takes its judge host down (memory, a driver fault); see the workers' logs. "
+             "It is not retried again in this invocation.")
+
+
+def started_attempts(tag: str) -> list[dict[str, Any]]:
+    """The attempts of the shard `tag` that announced themselves before this one (a running
+    attempt is the only live one: every earlier one lost its worker or its result)."""
+    from distributed import get_client
+
+    return [msg for _, msg in get_client().get_events(ATTEMPT_TOPIC) if msg.get("shard") == tag]
+
+
 def judge_shard(spec: ShardSpec) -> ShardReply:
     """Run on a worker: evaluate the shard's request with the local path's evaluate()."""
     from atrex_mcp.evaluate import evaluate
 
     worker = current_worker()
     address = worker.address if worker is not None else ""
-    task = worker.get_current_task() if worker is not None else None
-    announce(ATTEMPT_TOPIC, {"key": spec.key, "task": task, "worker": address, "name": str(worker.name) if worker else "",
-                             "pid": os.getpid(), "at": time.time()})
     reply = ShardReply(key=spec.key, worker=address, pid=os.getpid(), visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if worker is not None and spec.max_attempts is not None:
+        lost = started_attempts(spec.tag)
+        if len(lost) >= spec.max_attempts:
+            started = [f"{m.get('name') or m['worker']} (pid {m['pid']})" for m in lost]
+            reply.error = killed_workers_error(spec.key, started, spec.max_attempts - 1, "not started again")
+            return reply
+    announce(ATTEMPT_TOPIC, {"key": spec.key, "shard": spec.tag, "task": worker.get_current_task() if worker else None,
+                             "worker": address, "name": str(worker.name) if worker else "", "pid": os.getpid(),
+                             "at": time.time()})
     started = time.monotonic()
     try:
         catalog = shard_catalog(spec.problems)

@@ -82,7 +82,7 @@ _standby: Any = None
 _standby_lock = threading.Lock()
 
 
-def _worker_standby() -> Any:
+def worker_standby() -> Any:
     """One Standby per worker process, closed when the process exits."""
     global _standby
     with _standby_lock:
@@ -153,7 +153,7 @@ def judge_shard(spec: ShardSpec) -> ShardReply:
         request = spec.request
         if spec.deadline_epoch is not None:
             request = request.model_copy(update={"deadline_s": max(spec.deadline_epoch - time.time(), 1e-3)})
-        reply.result = evaluate(request, catalog, standby=_worker_standby())
+        reply.result = evaluate(request, catalog, standby=worker_standby())
     except AtrexError as exc:
         reply.error = exc.info
     reply.seconds = round(time.monotonic() - started, 3)

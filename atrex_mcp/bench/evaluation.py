@@ -63,12 +63,15 @@ class EvalSummary:
     not_submitted: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)  # cluster shards that ran again after their worker died
+    unsent: list[str] = field(default_factory=list)  # cluster shards left for the next call (its sending time ran out)
 
     def line(self) -> str:
         parts = [f"{len(self.evaluated)} evaluated", f"{len(self.skipped)} already evaluated",
                  f"{len(self.not_submitted)} without a submission", f"{len(self.failed)} failed to evaluate"]
         if self.retried:
             parts.append(f"{len(self.retried)} shard(s) re-run after a lost worker")
+        if self.unsent:
+            parts.append(f"{len(self.unsent)} shard(s) not sent yet (run again to continue)")
         return ", ".join(parts)
 
 
@@ -144,10 +147,12 @@ def _settings(layout: RunLayout, wanted: StoredSettings, force: bool) -> None:
 
 
 def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, stream: TextIO | None = None,
-                 live: bool | None = None, cluster: str | None = None, shard_shapes: int | None = None) -> EvalSummary:
+                 live: bool | None = None, cluster: str | None = None, shard_shapes: int | None = None,
+                 send_until: float | None = None) -> EvalSummary:
     """Evaluate every submission of the run in `run_dir` that has no current result: here, one
     evaluation after another, or with `cluster` (a Dask scheduler address or local[:N]) as
-    shards on the cluster's GPU workers (atrex_mcp.cluster.dispatch), into the same files."""
+    shards on the cluster's GPU workers (atrex_mcp.cluster.dispatch), into the same files; with
+    `send_until` (time.monotonic()), no shard is sent after it (the next call continues)."""
     layout = RunLayout(run_dir)
     store = RunStore(layout)
     config = store.load_config()
@@ -197,8 +202,9 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
 
             with connect(cluster) as connection:
                 record = judge_on_cluster(connection, jobs, layout, catalog, problems=problem_roots(catalog.roots),
-                                          shard_shapes=shard_shapes or DEFAULT_SHARD_SHAPES, on_op_done=done, stage=board.stage)
-            summary.retried = record.retried
+                                          shard_shapes=shard_shapes or DEFAULT_SHARD_SHAPES, on_op_done=done, stage=board.stage,
+                                          send_until=send_until)
+            summary.retried, summary.unsent = record.retried, record.unsent
     finally:
         board.close(summary.line())
     return summary

@@ -19,6 +19,7 @@ allowed-failures, the workers, and per shard its status, attempts and whether it
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -67,6 +68,7 @@ class ShardFile(BaseModel):
     result: EvalResult | None = None
     error: ErrorInfo | None = None
     attempts: list[Attempt] = Field(default_factory=list)
+    seconds: float | None = Field(default=None, description="Wall time of the judging attempt on its worker.")
     finished_at: str
 
 
@@ -89,6 +91,7 @@ class ClusterRecord(BaseModel):
     started_at: str
     finished_at: str | None = None
     shards: list[ShardRecord] = Field(default_factory=list)
+    unsent: list[str] = Field(default_factory=list, description="Shards not sent because the invocation's sending time ran out.")
 
     @property
     def retried(self) -> list[str]:
@@ -176,9 +179,11 @@ def gpu_slots(connection: Connection) -> int:
 
 def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLayout, catalog: Catalog, *,
                      problems: list[str] | None, shard_shapes: int = DEFAULT_SHARD_SHAPES,
-                     on_op_done: OpDone, stage: Stage) -> ClusterRecord:
+                     on_op_done: OpDone, stage: Stage, send_until: float | None = None) -> ClusterRecord:
     """Judge `jobs` on the cluster; `on_op_done(op, error)` once each operator's evaluations are
-    all written (error: why one could not be). Returns the invocation's record."""
+    all written (error: why one could not be). With `send_until` (a time.monotonic() value) no
+    shard is sent after it; those in flight finish, the rest are listed as unsent for the next
+    invocation. Returns the invocation's record."""
     from distributed import as_completed
     from distributed.scheduler import KilledWorker
 
@@ -232,6 +237,8 @@ def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLay
     def top_up() -> None:
         """Keep one shard per GPU slot in flight, no more: a worker that dies then takes only the
         shard it was running with it, and workers that join later get work at once."""
+        if send_until is not None and time.monotonic() >= send_until:
+            return
         slots = max(1, gpu_slots(connection))
         while waiting and running.count() < slots:
             spec, sha = waiting.popleft()
@@ -277,7 +284,7 @@ def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLay
                         attempts[-1].outcome = "error"
             stored = ShardFile(key=spec.key, op=spec.request.op, kind=spec.kind, shapes=list(spec.request.shapes or ()),
                                spec_sha256=sha, status=status, result=reply.result if reply else None, error=error,
-                               attempts=attempts, finished_at=now_iso())
+                               attempts=attempts, seconds=reply.seconds if reply else None, finished_at=now_iso())
             write_json_atomic(folder / f"{spec.key}.json", stored)
             record.shards.append(ShardRecord(key=spec.key, status=status, attempts=attempts, retried=len(attempts) > 1,
                                              reason=error.message if error else ""))
@@ -292,6 +299,7 @@ def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLay
     finally:
         for future in futures:
             future.cancel()
+    record.unsent = [spec.key for spec, _ in waiting]
     record.finished_at = now_iso()
     write_json_atomic(record_path, record)
     return record

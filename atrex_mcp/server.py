@@ -333,8 +333,9 @@ class ServerContext:
         times and a GPU exists (a GPU to itself), else a correctness job."""
         kind: JobKind = "timed" if request.timing and await self.has_gpu() else "correctness"
         if self.config.cluster is not None:
+            cluster = self.config.cluster
             return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
-                                      lambda device, progress, cancel: self.config.cluster.evaluate(request, progress, cancel))
+                                      lambda device, progress, cancel: cluster.evaluate(request, progress, cancel))
         evaluate = self.service("atrex_mcp.evaluate", "evaluate")
         return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
                                   lambda device, progress, cancel: evaluate(request, self.catalog, progress=progress, cancel=cancel))
@@ -362,7 +363,8 @@ class ServerContext:
             return await _run_cancellable(work, device, bridge)
 
 
-async def _run_cancellable(work: Callable[[str, ThreadProgress, threading.Event], T], device: str, bridge: _ProgressBridge) -> T:
+async def _run_cancellable(work: Callable[[str, ThreadProgress, threading.Event], T], device: str,
+                           bridge: _ProgressBridge) -> T:
     """`work` on a worker thread; when the call is cancelled, its cancel flag is set and the
     caller waits (up to CANCEL_GRACE_S) for the thread to end before giving the device back."""
     cancel = threading.Event()
@@ -550,9 +552,13 @@ def _register_tools(app: ServerContext) -> None:
         kind: JobKind = "timed" if await app.has_gpu() else "correctness"
         if config.cluster is not None:  # profiled on a cluster GPU, stored here with the server's other state
             save = app.service("atrex_mcp.profiling.service", "save_report")
-            report = await app.run_job(ctx, kind, f"profile {op}/{shape}", lambda device, progress, cancel: save(
-                config.cluster.profile(op, text, shape, hardware=config.hardware, reveal_roofline=not policy.benchmark,
-                                       progress=progress, cancel=cancel), store, op=op, shape=shape, source=text, run_id=run_id))
+
+            def on_cluster(device: str, progress: ThreadProgress, cancel: threading.Event) -> Any:
+                report = config.cluster.profile(op, text, shape, hardware=config.hardware,
+                                                reveal_roofline=not policy.benchmark, progress=progress, cancel=cancel)
+                return save(report, store, op=op, shape=shape, source=text, run_id=run_id)
+
+            report = await app.run_job(ctx, kind, f"profile {op}/{shape}", on_cluster)
         else:
             report = await app.run_job(ctx, kind, f"profile {op}/{shape}", lambda device, progress, cancel: profile(
                 op, text, shape, catalog, hardware=config.hardware, store=store, run_id=run_id,

@@ -49,7 +49,9 @@ def measure(out: Path, ops: list[str], shapes: str, seeds: int, shard_shapes: in
     with local_cluster([device]) as cluster:
         started = time.monotonic() - t0
         t1 = time.monotonic()
-        summary = evaluate_run(cluster_run, settings, live=False, cluster=cluster.scheduler_address, shard_shapes=shard_shapes)
+        summary = evaluate_run(
+            cluster_run, settings, live=False, cluster=cluster.scheduler_address, shard_shapes=shard_shapes
+        )
         cluster_eval = time.monotonic() - t1
     cluster_wall = time.monotonic() - t0
 
@@ -58,17 +60,29 @@ def measure(out: Path, ops: list[str], shapes: str, seeds: int, shard_shapes: in
     ratios = [cluster_t[k] / local_t[k] for k in local_t if k in cluster_t and local_t[k] > 0]
     shapes_judged = sum(len(v["shapes"]) for v in verdicts(cluster_run).values())
     return {
-        "ops": list(sources), "shapes": shapes, "seeds": seeds, "shard_shapes": shard_shapes, "device": device,
-        "shapes_judged": shapes_judged, "failed": summary.failed,
-        "local_wall_s": round(local_wall, 2), "cluster_wall_s": round(cluster_wall, 2),
-        "overhead": {"cluster_start_s": round(started, 2), "judging_s": round(cluster_eval - local_wall, 2),
-                     "total_s": round(cluster_wall - local_wall, 2),
-                     "total_fraction": round((cluster_wall - local_wall) / local_wall, 3) if local_wall else None},
-        "time_ratio_cluster_over_local": {"shapes": len(ratios),
-                                          "median": round(statistics.median(ratios), 4) if ratios else None,
-                                          "min": round(min(ratios), 4) if ratios else None,
-                                          "max": round(max(ratios), 4) if ratios else None},
-        "verdicts_identical": not diffs, "differences": diffs[:200],
+        "ops": list(sources),
+        "shapes": shapes,
+        "seeds": seeds,
+        "shard_shapes": shard_shapes,
+        "device": device,
+        "shapes_judged": shapes_judged,
+        "failed": summary.failed,
+        "local_wall_s": round(local_wall, 2),
+        "cluster_wall_s": round(cluster_wall, 2),
+        "overhead": {
+            "cluster_start_s": round(started, 2),
+            "judging_s": round(cluster_eval - local_wall, 2),
+            "total_s": round(cluster_wall - local_wall, 2),
+            "total_fraction": round((cluster_wall - local_wall) / local_wall, 3) if local_wall else None,
+        },
+        "time_ratio_cluster_over_local": {
+            "shapes": len(ratios),
+            "median": round(statistics.median(ratios), 4) if ratios else None,
+            "min": round(min(ratios), 4) if ratios else None,
+            "max": round(max(ratios), 4) if ratios else None,
+        },
+        "verdicts_identical": not diffs,
+        "differences": diffs[:200],
     }
 
 
@@ -81,14 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-shapes", type=int, default=None, help="shapes per shard (default: bench eval's)")
     parser.add_argument("--device", default="0", help="the GPU (CUDA_VISIBLE_DEVICES value) of the one worker")
     args = parser.parse_args(argv)
-    report = measure(args.out, [o for o in args.ops.split(",") if o], args.shapes, args.seeds, args.shard_shapes, args.device)
+    report = measure(
+        args.out, [o for o in args.ops.split(",") if o], args.shapes, args.seeds, args.shard_shapes, args.device
+    )
     report["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     (args.out / "result.json").write_text(json.dumps(report, indent=1))
     over = report["overhead"]
-    print(f"[cluster-overhead] {report['shapes_judged']} shapes of {', '.join(report['ops'])}: local {report['local_wall_s']} s, "
-          f"cluster {report['cluster_wall_s']} s (start {over['cluster_start_s']} s, judging {over['judging_s']:+} s); "
-          f"time ratio median {report['time_ratio_cluster_over_local']['median']}; "
-          f"verdicts {'identical' if report['verdicts_identical'] else 'DIFFER: ' + '; '.join(report['differences'][:5])}")
+    print(
+        f"[cluster-overhead] {report['shapes_judged']} shapes of {', '.join(report['ops'])}: "
+        f"local {report['local_wall_s']} s, "
+        f"cluster {report['cluster_wall_s']} s (start {over['cluster_start_s']} s, judging {over['judging_s']:+} s); "
+        f"time ratio median {report['time_ratio_cluster_over_local']['median']}; "
+        f"verdicts {'identical' if report['verdicts_identical'] else 'DIFFER: ' + '; '.join(report['differences'][:5])}"
+    )
     print(f"[cluster-overhead] {args.out / 'result.json'}")
     return 0 if report["verdicts_identical"] and not report["failed"] else 1
 

@@ -50,8 +50,15 @@ def make_run(out: Path, sources: dict[str, str]) -> Path:
     for op, source in sources.items():
         layout.submission_dir(op).mkdir(parents=True, exist_ok=True)
         (layout.submission_dir(op) / f"{op}.py").write_text(source)
-        store.save_state(OpState(op=op, status="done", attempts=1, elapsed_s=0.0,
-                                 submission=Submission(outcome="submitted", artifact=f"ops/{op}/submission/{op}.py")))
+        store.save_state(
+            OpState(
+                op=op,
+                status="done",
+                attempts=1,
+                elapsed_s=0.0,
+                submission=Submission(outcome="submitted", artifact=f"ops/{op}/submission/{op}.py"),
+            )
+        )
     return layout.root
 
 
@@ -62,8 +69,10 @@ def verdicts(run_dir: Path) -> dict[str, dict[str, Any]]:
         if path.name.endswith(".error.json") or path.name in ("settings.json", "cluster.json"):
             continue
         result = EvalResult.model_validate_json(path.read_text())
-        found[result.op] = {"compiled": result.compiled,
-                            "shapes": {s.id: (s.correct, s.stage, s.category) for s in result.shapes}}
+        found[result.op] = {
+            "compiled": result.compiled,
+            "shapes": {s.id: (s.correct, s.stage, s.category) for s in result.shapes},
+        }
     return found
 
 
@@ -103,4 +112,3 @@ def busy_seconds(run_dir: Path) -> dict[str, float]:
         if judged and shard.seconds is not None:
             busy[judged[-1].name or judged[-1].worker] += shard.seconds
     return dict(busy)
-

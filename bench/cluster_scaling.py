@@ -45,8 +45,15 @@ def phase_dir(out: Path, workers: int) -> Path:
     return out / f"workers-{workers}"
 
 
-def run_phase(out: Path, workers: int, ops: list[str] | None, shapes: str, seeds: int, shard_shapes: int | None,
-              send_for: float | None) -> dict:
+def run_phase(
+    out: Path,
+    workers: int,
+    ops: list[str] | None,
+    shapes: str,
+    seeds: int,
+    shard_shapes: int | None,
+    send_for: float | None,
+) -> dict:
     """One call of a phase: the run made on the first call, judged (or continued) on a local
     cluster of `workers` GPUs; the call appended to OUT/workers-W/phase.json."""
     folder = phase_dir(out, workers)
@@ -57,20 +64,36 @@ def run_phase(out: Path, workers: int, ops: list[str] | None, shapes: str, seeds
     if not run_dir.exists():
         make_run(run_dir, candidate_set(ops))
     phase_file = folder / PHASE_FILE
-    phase = json.loads(phase_file.read_text()) if phase_file.is_file() else {"workers": workers, "devices": devices, "calls": []}
+    phase = (
+        json.loads(phase_file.read_text())
+        if phase_file.is_file()
+        else {"workers": workers, "devices": devices, "calls": []}
+    )
     t0 = time.monotonic()
     with local_cluster(devices) as cluster:
         with distributed.Client(cluster) as client:  # the workers' imports belong to the start, not to the judging
             client.run(_import_judge)
         started = time.monotonic() - t0
         t1 = time.monotonic()
-        summary = evaluate_run(run_dir, EvalSettings(shapes=shapes, seeds=seeds, baselines="no"), live=False,
-                               cluster=cluster.scheduler_address, shard_shapes=shard_shapes,
-                               send_until=None if send_for is None else t1 + send_for)
+        summary = evaluate_run(
+            run_dir,
+            EvalSettings(shapes=shapes, seeds=seeds, baselines="no"),
+            live=False,
+            cluster=cluster.scheduler_address,
+            shard_shapes=shard_shapes,
+            send_until=None if send_for is None else t1 + send_for,
+        )
         judging = time.monotonic() - t1
-    phase["calls"].append({"cluster_start_s": round(started, 2), "judging_s": round(judging, 2), "evaluated": summary.evaluated,
-                           "failed": summary.failed, "unsent": len(summary.unsent),
-                           "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    phase["calls"].append(
+        {
+            "cluster_start_s": round(started, 2),
+            "judging_s": round(judging, 2),
+            "evaluated": summary.evaluated,
+            "failed": summary.failed,
+            "unsent": len(summary.unsent),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    )
     phase["complete"] = not summary.unsent
     phase_file.write_text(json.dumps(phase, indent=1))
     return phase
@@ -88,12 +111,18 @@ def phase_summary(out: Path, workers: int) -> dict | None:
     phase = json.loads((folder / PHASE_FILE).read_text())
     wall = sum(c["judging_s"] for c in phase["calls"])
     busy = busy_seconds(folder / "run")
-    return {"workers": workers, "devices": phase["devices"], "complete": phase["complete"], "calls": len(phase["calls"]),
-            "judging_wall_s": round(wall, 2), "cluster_start_s": [c["cluster_start_s"] for c in phase["calls"]],
-            "busy_s": {w: round(s, 2) for w, s in sorted(busy.items())},
-            "busy_share": {w: round(s / wall, 3) for w, s in sorted(busy.items())} if wall else {},
-            "shapes_judged": sum(len(v["shapes"]) for v in verdicts(folder / "run").values()),
-            "failed": sorted({op for c in phase["calls"] for op in c["failed"]})}
+    return {
+        "workers": workers,
+        "devices": phase["devices"],
+        "complete": phase["complete"],
+        "calls": len(phase["calls"]),
+        "judging_wall_s": round(wall, 2),
+        "cluster_start_s": [c["cluster_start_s"] for c in phase["calls"]],
+        "busy_s": {w: round(s, 2) for w, s in sorted(busy.items())},
+        "busy_share": {w: round(s / wall, 3) for w, s in sorted(busy.items())} if wall else {},
+        "shapes_judged": sum(len(v["shapes"]) for v in verdicts(folder / "run").values()),
+        "failed": sorted({op for c in phase["calls"] for op in c["failed"]}),
+    }
 
 
 def report(out: Path) -> dict:
@@ -101,8 +130,12 @@ def report(out: Path) -> dict:
     if 1 not in phases:
         raise SystemExit("cluster_scaling: run the one-worker phase first (--workers 1)")
     one = phase_summary(out, 1)
-    result: dict = {"phases": [phase_summary(out, w) for w in phases], "target_efficiency": TARGET_EFFICIENCY,
-                    "gpu": os.environ.get("ATREX_GPU_KIND", ""), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    result: dict = {
+        "phases": [phase_summary(out, w) for w in phases],
+        "target_efficiency": TARGET_EFFICIENCY,
+        "gpu": os.environ.get("ATREX_GPU_KIND", ""),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     many = max(phases)
     if many == 1:
         result["note"] = "one GPU only: no scaling measured"
@@ -110,10 +143,18 @@ def report(out: Path) -> dict:
     multi = phase_summary(out, many)
     diffs = differences(verdicts(phase_dir(out, 1) / "run"), verdicts(phase_dir(out, many) / "run"))
     speedup = one["judging_wall_s"] / multi["judging_wall_s"] if multi["judging_wall_s"] else None
-    result.update({"gpus": many, "speedup": round(speedup, 3) if speedup else None,
-                   "efficiency": round(speedup / many, 3) if speedup else None,
-                   "meets_target": bool(speedup and speedup >= TARGET_EFFICIENCY * many and one["complete"] and multi["complete"]),
-                   "verdicts_identical": not diffs, "differences": diffs[:200]})
+    result.update(
+        {
+            "gpus": many,
+            "speedup": round(speedup, 3) if speedup else None,
+            "efficiency": round(speedup / many, 3) if speedup else None,
+            "meets_target": bool(
+                speedup and speedup >= TARGET_EFFICIENCY * many and one["complete"] and multi["complete"]
+            ),
+            "verdicts_identical": not diffs,
+            "differences": diffs[:200],
+        }
+    )
     return result
 
 
@@ -126,17 +167,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="all", help="all, smoke, or shape ids (bench eval's --shapes)")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--shard-shapes", type=int, default=None, help="shapes per shard (default: bench eval's)")
-    parser.add_argument("--send-for", type=float, help="stop sending shards after this many seconds (continue with another call)")
+    parser.add_argument(
+        "--send-for", type=float, help="stop sending shards after this many seconds (continue with another call)"
+    )
     args = parser.parse_args(argv)
     if args.workers is None and not args.report:
         parser.error("give --workers W (a phase) or --report")
     if args.workers is not None:
-        phase = run_phase(args.out, args.workers, args.ops.split(",") if args.ops else None, args.shapes, args.seeds,
-                          args.shard_shapes, args.send_for)
+        phase = run_phase(
+            args.out,
+            args.workers,
+            args.ops.split(",") if args.ops else None,
+            args.shapes,
+            args.seeds,
+            args.shard_shapes,
+            args.send_for,
+        )
         done = phase_summary(args.out, args.workers)
-        print(f"[cluster-scaling] {args.workers} worker(s): {'complete' if phase['complete'] else 'NOT complete (run again)'}; "
-              f"{done['shapes_judged']} shapes judged, judging wall {done['judging_wall_s']} s over {done['calls']} call(s), "
-              f"busy share {done['busy_share']}")
+        print(
+            f"[cluster-scaling] {args.workers} worker(s): "
+            f"{'complete' if phase['complete'] else 'NOT complete (run again)'}; "
+            f"{done['shapes_judged']} shapes judged, "
+            f"judging wall {done['judging_wall_s']} s over {done['calls']} call(s), "
+            f"busy share {done['busy_share']}"
+        )
     if args.report:
         result = report(args.out)
         (args.out / "scaling.json").write_text(json.dumps(result, indent=1))

@@ -234,18 +234,22 @@ class ClusterWorker:
             except TimeoutError:
                 if not self._alive():
                     future.cancel()
-                    return {"status": "error", "fatal": True, "message": f"GPU worker {self.label} ({self.address}) exited"}
+                    return {"status": "error", "fatal": True,
+                            "message": f"GPU worker {self.label} ({self.address}) exited"}
             except Exception as exc:  # noqa: BLE001 — KilledWorker and the like end this worker's share
-                return {"status": "error", "fatal": True, "message": f"GPU worker {self.label}: {type(exc).__name__}: {exc}"}
+                return {"status": "error", "fatal": True,
+                        "message": f"GPU worker {self.label}: {type(exc).__name__}: {exc}"}
         answer: dict[str, Any] = {"visible_devices": reply.visible_devices}
         if reply.error is not None:
-            return {**answer, "status": "error", "message": f"[{reply.error.stage}/{reply.error.category}] {reply.error.message}"}
+            error = reply.error
+            return {**answer, "status": "error", "message": f"[{error.stage}/{error.category}] {error.message}"}
         result = reply.result
         part = self.parts_dir / f"{batch.op}.{self.label}.{self._count}.json"
         part.write_text(result.model_dump_json(indent=1))
         return {**answer, "status": "partial" if result.partial else "ok", "result_file": str(part),
                 "device_name": result.device.name,
-                "not_run": [{"shape": s.id, "reason": f"{s.category}: {s.message}"} for s in result.shapes if not s.judged]}
+                "not_run": [{"shape": s.id, "reason": f"{s.category}: {s.message}"}
+                            for s in result.shapes if not s.judged]}
 
     def close(self) -> None:
         """Nothing to stop: the cluster's workers end with the cluster."""
@@ -280,8 +284,8 @@ def run_spread(jobs: Sequence[Job], devices: Sequence[str], parts_dir: Path, req
     labels = [worker_name(d, lane, lanes_per_device) for d in devices for lane in range(1, lanes_per_device + 1)]
     with local_cluster(list(devices), lanes_per_device) as cluster, distributed.Client(cluster) as client:
         address = {str(w["name"]): a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
-        runners = [ClusterWorker(client, address[label], label, parts_dir, request, problem_roots(catalog.roots), digests)
-                   for label in labels]
+        roots = problem_roots(catalog.roots)
+        runners = [ClusterWorker(client, address[label], label, parts_dir, request, roots, digests) for label in labels]
         return run_jobs(jobs, runners, batch_fixed_s, deadline_s)
 
 

@@ -17,9 +17,6 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from atrex_mcp.bench.evaluation import EvalSettings, evaluate_run  # noqa: E402
-from atrex_mcp.bench.layout import RunLayout, RunStore  # noqa: E402
-from atrex_mcp.bench.models import OpState, Submission  # noqa: E402
-from atrex_mcp.bench.runner import RunRequest, open_run  # noqa: E402
 from atrex_mcp.cli import main  # noqa: E402
 from atrex_mcp.cluster import engine  # noqa: E402
 from atrex_mcp.cluster.dispatch import ClusterRecord, ShardFile  # noqa: E402
@@ -27,11 +24,12 @@ from atrex_mcp.cluster.merge import merge_results  # noqa: E402
 from atrex_mcp.cluster.shards import ATTEMPT_TOPIC  # noqa: E402
 from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
-from bench_results_support import result, shape  # noqa: E402
+from bench_results_support import result, shape  # noqa: E402  (also puts bench/ on the path)
+from cluster_runs import make_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every output NaN: the verdict and its figures (all elements mismatch) do not depend on the seeds.
-NAN_SILU = '''import torch
+NAN_SILU = """import torch
 import torch.nn as nn
 
 
@@ -39,37 +37,46 @@ class Model(nn.Module):
     def forward(self, x):
         d = x.shape[-1] // 2
         return torch.full_like(x[..., :d], float("nan"))
-'''
+"""
 SOURCES = {"rms_norm": (ROOT / "gpu_wiki" / "kernels" / "rms_norm.py").read_text(), "silu_and_mul": NAN_SILU}
 SETTINGS = EvalSettings(shapes="smoke,0", seeds=1, baselines="no")
-
-
-def make_run(out: Path, sources: dict[str, str]) -> Path:
-    _, layout = open_run(RunRequest(out=out, agent="/bin/true", ops=",".join(sources), agent_uid="same"))
-    store = RunStore(layout)
-    for op, source in sources.items():
-        layout.submission_dir(op).mkdir(parents=True, exist_ok=True)
-        (layout.submission_dir(op) / f"{op}.py").write_text(source)
-        store.save_state(OpState(op=op, status="done", attempts=1, elapsed_s=1.0,
-                                 submission=Submission(outcome="submitted", artifact=f"ops/{op}/submission/{op}.py")))
-    return layout.root
 
 
 def verdicts(run_dir: Path, op: str) -> tuple:
     """What must not depend on where a candidate was judged: per shape its verdict and the
     correctness figures (not times, not the seeds drawn)."""
     res = EvalResult.model_validate_json((run_dir / "eval" / f"{op}.json").read_text())
-    figures = [(s.id, s.correct, s.stage, s.category, len(s.seeds),
-                [(m.output, m.rule, m.mismatches, m.numel, m.mismatch_fraction, m.nonfinite_mismatches, m.first_bad_index)
-                 for m in s.mismatch]) for s in res.shapes]
+    figures = [
+        (
+            s.id,
+            s.correct,
+            s.stage,
+            s.category,
+            len(s.seeds),
+            [
+                (
+                    m.output,
+                    m.rule,
+                    m.mismatches,
+                    m.numel,
+                    m.mismatch_fraction,
+                    m.nonfinite_mismatches,
+                    m.first_bad_index,
+                )
+                for m in s.mismatch
+            ],
+        )
+        for s in res.shapes
+    ]
     return res.compiled, res.operator_score, figures
 
 
 def test_a_two_worker_cluster_judges_a_run_as_the_local_path_does(tmp_path):
     local_run, cluster_run = make_run(tmp_path / "local", SOURCES), make_run(tmp_path / "cluster", SOURCES)
     assert evaluate_run(local_run, SETTINGS, live=False).evaluated == ["rms_norm", "silu_and_mul"]
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, resources={"GPU": 1},
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, resources={"GPU": 1}, dashboard_address=None
+    ) as cluster:
         summary = evaluate_run(cluster_run, SETTINGS, live=False, cluster=cluster.scheduler_address, shard_shapes=1)
         assert sorted(summary.evaluated) == ["rms_norm", "silu_and_mul"] and summary.retried == []
         for op in SOURCES:
@@ -77,7 +84,9 @@ def test_a_two_worker_cluster_judges_a_run_as_the_local_path_does(tmp_path):
         assert [s for s in verdicts(cluster_run, "rms_norm")[2] if not s[1]] == []
         assert not any(s[1] for s in verdicts(cluster_run, "silu_and_mul")[2])
         record = ClusterRecord.model_validate_json((cluster_run / "eval" / "cluster.json").read_text())
-        assert sorted(s.key for s in record.shards) == [f"{op}.candidate.{i:03d}" for op in sorted(SOURCES) for i in (0, 1)]
+        assert sorted(s.key for s in record.shards) == [
+            f"{op}.candidate.{i:03d}" for op in sorted(SOURCES) for i in (0, 1)
+        ]
         assert len({a.worker for s in record.shards for a in s.attempts}) == 2  # both workers judged shards
 
         # resumable: a lost merged result is rebuilt from the stored shards, nothing is sent again
@@ -128,8 +137,12 @@ def faulted_run(tmp_path_factory):
     try:
         killer = Killer(cluster.scheduler_address, {"rms_norm": 1, "silu_and_mul": 2})
         try:
-            summary = evaluate_run(run_dir, EvalSettings(shapes="smoke", seeds=1, baselines="no"), live=False,
-                                   cluster=cluster.scheduler_address)
+            summary = evaluate_run(
+                run_dir,
+                EvalSettings(shapes="smoke", seeds=1, baselines="no"),
+                live=False,
+                cluster=cluster.scheduler_address,
+            )
         finally:
             killer.close()
     finally:
@@ -164,7 +177,9 @@ def test_a_shard_that_kills_two_workers_is_failed_with_the_reason_not_retried(fa
 
 def test_merge_takes_each_shape_once_first_complete_wins():
     first = result("rms_norm", [shape("0", 1.0, score=0.5)], started_at="2026-01-01T00:00:01+00:00")
-    again = result("rms_norm", [shape("0", 1.0, score=0.1), shape("1", 1.0, score=0.3)], started_at="2026-01-01T00:00:00+00:00")
+    again = result(
+        "rms_norm", [shape("0", 1.0, score=0.1), shape("1", 1.0, score=0.3)], started_at="2026-01-01T00:00:00+00:00"
+    )
     merged = merge_results([first, again], ["0", "1"])
     assert [(s.id, s.score) for s in merged.shapes] == [("0", 0.5), ("1", 0.3)]
     assert merged.started_at == again.started_at

@@ -5,6 +5,7 @@ the local path's verdicts, and a benchmark-mode server still hides the hidden fi
 from __future__ import annotations
 
 import shutil
+import time
 
 import anyio
 import pytest
@@ -15,7 +16,15 @@ from atrex_mcp.catalog import Catalog  # noqa: E402
 from atrex_mcp.cluster.engine import connect as connect_cluster  # noqa: E402
 from atrex_mcp.cluster.remote import ClusterPool  # noqa: E402
 from atrex_mcp.paths import REPO_ROOT  # noqa: E402
-from tests.server_fixtures import config, connect, hidden_figures, leaks, result_text  # noqa: E402
+from tests.server_fixtures import (  # noqa: E402
+    config,
+    connect,
+    hidden_figures,
+    leaks,
+    live_children,
+    result_text,
+    with_hanging_forward,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -30,8 +39,9 @@ def anyio_backend():
 
 @pytest.fixture(scope="module")
 def pool():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, resources={"GPU": 1},
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, resources={"GPU": 1}, dashboard_address=None
+    ) as cluster:
         with connect_cluster(cluster.scheduler_address) as connection:
             yield ClusterPool(connection, Catalog()), cluster
 
@@ -49,7 +59,10 @@ async def test_two_servers_share_the_pool_with_the_local_verdicts(tmp_path, pool
     local_cfg = config(tmp_path / "local")
     wrong = EXAMPLE.read_text().replace("y = x * inv_rms * w", "y = x * inv_rms * w * 1.5")
     async with connect(local_cfg) as client:
-        local = [(await client.call_tool("validate", {**SMOKE, "source": s})).structured_content for s in (EXAMPLE.read_text(), wrong)]
+        local = [
+            (await client.call_tool("validate", {**SMOKE, "source": s})).structured_content
+            for s in (EXAMPLE.read_text(), wrong)
+        ]
 
     messages: list[str] = []
     remote: list[dict] = [{}, {}]
@@ -58,6 +71,7 @@ async def test_two_servers_share_the_pool_with_the_local_verdicts(tmp_path, pool
     async def agent(i: int, source: str) -> None:
         async def progress(value, total, message):
             messages.append(message)
+
         mode = "benchmark" if i else "optimize"  # the second agent's server hides the hidden figures
         async with connect(_cluster_config(tmp_path / f"agent{i}", cluster_pool, mode)) as client:
             answer = await client.call_tool("validate", {**SMOKE, "source": source}, progress_callback=progress)
@@ -69,8 +83,9 @@ async def test_two_servers_share_the_pool_with_the_local_verdicts(tmp_path, pool
             tg.start_soon(agent, 0, EXAMPLE.read_text())
             tg.start_soon(agent, 1, wrong)
     for here, there in zip(local, remote):
-        assert [(s["id"], s["correct"], s["stage"], s["category"]) for s in there["shapes"]] == \
-               [(s["id"], s["correct"], s["stage"], s["category"]) for s in here["shapes"]]
+        assert [(s["id"], s["correct"], s["stage"], s["category"]) for s in there["shapes"]] == [
+            (s["id"], s["correct"], s["stage"], s["category"]) for s in here["shapes"]
+        ]
         assert there["compiled"] == here["compiled"] and there["candidate_sha256"] == here["candidate_sha256"]
     assert remote[0]["passed"] == 1 and remote[1]["failed"] == 1
     assert any("sent to the cluster" in m for m in messages) and any("shape smoke" in m for m in messages)
@@ -92,3 +107,27 @@ async def test_profile_and_run_checks_run_on_the_cluster_and_are_stored_by_the_s
     assert not baseline.is_error, baseline.content[0].text
     record = baseline.structured_content["record"]
     assert record["status"] == "accepted" and baseline.structured_content["accepted"] == 0
+
+
+async def test_cancelling_a_cluster_call_stops_its_evaluation_on_the_worker(tmp_path, pool):
+    cluster_pool, _ = pool
+    before = live_children()
+    hanging = with_hanging_forward(EXAMPLE.read_text(), 120)
+    async with connect(_cluster_config(tmp_path, cluster_pool)) as client:
+        started = anyio.Event()
+
+        async def progress(value, total, message):
+            if "shape smoke" in message:
+                started.set()
+
+        with anyio.move_on_after(90) as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: client.call_tool("validate", {**SMOKE, "source": hanging}, progress_callback=progress))
+                await started.wait()
+                assert live_children() - before, "the sandbox worker should be running on the cluster worker"
+                tg.cancel_scope.cancel()
+        assert not scope.cancelled_caught
+    deadline = time.monotonic() + 30
+    while live_children() - before and time.monotonic() < deadline:
+        await anyio.sleep(0.2)
+    assert not live_children() - before  # the worker's evaluation killed its sandbox worker

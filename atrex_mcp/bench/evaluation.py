@@ -184,7 +184,8 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
             board.finish(op, "no submission to evaluate" if state.status == "done" else f"not run yet ({state.status})")
             continue
         try:
-            planned = _op_jobs(layout, catalog, config, settings, op, (layout.root / submission.artifact).read_text(), baselines, force)
+            source = (layout.root / submission.artifact).read_text()
+            planned = _op_jobs(layout, catalog, config, settings, op, source, baselines, force)
         except AtrexError as exc:
             done(op, exc.info)
             continue
@@ -202,16 +203,16 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
 
             with connect(cluster) as connection:
                 record = judge_on_cluster(connection, jobs, layout, catalog, problems=problem_roots(catalog.roots),
-                                          shard_shapes=shard_shapes or DEFAULT_SHARD_SHAPES, on_op_done=done, stage=board.stage,
-                                          send_until=send_until)
+                                          shard_shapes=shard_shapes or DEFAULT_SHARD_SHAPES, on_op_done=done,
+                                          stage=board.stage, send_until=send_until)
             summary.retried, summary.unsent = record.retried, record.unsent
     finally:
         board.close(summary.line())
     return summary
 
 
-def _op_jobs(layout: RunLayout, catalog: Catalog, config: Any, settings: EvalSettings, op: str, source: str, baselines: bool,
-             force: bool) -> list[Job]:
+def _op_jobs(layout: RunLayout, catalog: Catalog, config: Any, settings: EvalSettings, op: str, source: str,
+             baselines: bool, force: bool) -> list[Job]:
     """The evaluations of one operator that have no current result (all of them with force)."""
     from atrex_mcp.evaluate import EvalRequest
 
@@ -225,14 +226,16 @@ def _op_jobs(layout: RunLayout, catalog: Catalog, config: Any, settings: EvalSet
         stored_sha, exists = _stored(path)
         if exists and not force and (expected_sha is None or stored_sha == expected_sha):
             continue
-        request = EvalRequest(op=op, source=source if kind == "candidate" else None, baseline=None if kind == "candidate" else kind,
-                              shapes=shapes, seeds=settings.seeds, hardware=config.hardware, dsl=config.dsl, timing=True,
-                              measure_dsl=kind == "candidate", timeout_s=settings.timeout_s)
+        candidate = kind == "candidate"
+        request = EvalRequest(op=op, source=source if candidate else None, baseline=None if candidate else kind,
+                              shapes=shapes, seeds=settings.seeds, hardware=config.hardware, dsl=config.dsl,
+                              timing=True, measure_dsl=candidate, timeout_s=settings.timeout_s)
         jobs.append(Job(op=op, kind=kind, path=path, request=request))
     return jobs
 
 
-def _judge_here(jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInfo | None], None], board: ProgressBoard) -> None:
+def _judge_here(jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInfo | None], None],
+                board: ProgressBoard) -> None:
     """The local path: one evaluation after another, each operator's worker spawned while the
     evaluation before it runs."""
     from atrex_mcp.evaluate import Standby, evaluate
@@ -246,7 +249,8 @@ def _judge_here(jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInf
                 for job in op_jobs:
                     board.stage(op, f"{job.kind}: starting")
                     result = evaluate(job.request, catalog, standby=standby,
-                                      progress=lambda message, fraction, kind=job.kind: board.stage(op, f"{kind}: {message} ({fraction:.0%})"))
+                                      progress=lambda message, fraction, kind=job.kind: board.stage(
+                                          op, f"{kind}: {message} ({fraction:.0%})"))
                     write_json_atomic(job.path, result)
             except AtrexError as exc:
                 done(op, exc.info)

@@ -33,14 +33,23 @@ from atrex_mcp.bench.layout import RunLayout, write_json_atomic
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.cluster.engine import GPU, Connection
 from atrex_mcp.cluster.merge import merge_results
-from atrex_mcp.cluster.shards import ATTEMPT_TOPIC, ShardReply, ShardSpec, judge_shard, killed_workers_error, problem_digest
+from atrex_mcp.cluster.shards import (
+    ATTEMPT_TOPIC,
+    ShardReply,
+    ShardSpec,
+    judge_shard,
+    killed_workers_error,
+    problem_digest,
+)
 from atrex_mcp.errors import ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.runs.store import now_iso
 
 DEFAULT_SHARD_SHAPES = 8
-MAX_BYSTANDER_RESUBMITS = 2  # sends of a shard failed by deaths it did not start under, beyond the scheduler's own retries
+MAX_BYSTANDER_RESUBMITS = (
+    2  # sends of a shard failed by deaths it did not start under, beyond the scheduler's own retries
+)
 RECORD_FILE = "cluster.json"
 
 
@@ -61,10 +70,15 @@ class ShardFile(BaseModel):
     op: str
     kind: str
     shapes: list[str]
-    spec_sha256: str = Field(description="Digest of the shard's spec: a resumed run reuses the file only when it matches.")
-    status: Literal["judged", "failed", "error"] = Field(description=(
-        "judged: the result is in; failed: it killed allowed-failures + 1 workers (or the cluster failed it); "
-        "error: the evaluator refused it (its structured error)."))
+    spec_sha256: str = Field(
+        description="Digest of the shard's spec: a resumed run reuses the file only when it matches."
+    )
+    status: Literal["judged", "failed", "error"] = Field(
+        description=(
+            "judged: the result is in; failed: it killed allowed-failures + 1 workers (or the cluster failed it); "
+            "error: the evaluator refused it (its structured error)."
+        )
+    )
     result: EvalResult | None = None
     error: ErrorInfo | None = None
     attempts: list[Attempt] = Field(default_factory=list)
@@ -91,7 +105,9 @@ class ClusterRecord(BaseModel):
     started_at: str
     finished_at: str | None = None
     shards: list[ShardRecord] = Field(default_factory=list)
-    unsent: list[str] = Field(default_factory=list, description="Shards not sent because the invocation's sending time ran out.")
+    unsent: list[str] = Field(
+        default_factory=list, description="Shards not sent because the invocation's sending time ran out."
+    )
 
     @property
     def retried(self) -> list[str]:
@@ -130,7 +146,9 @@ def shards_dir(layout: RunLayout) -> Path:
 
 
 def _spec_sha(spec: ShardSpec) -> str:
-    return hashlib.sha256(spec.model_dump_json(exclude={"deadline_epoch", "key", "tag", "max_attempts"}).encode()).hexdigest()
+    return hashlib.sha256(
+        spec.model_dump_json(exclude={"deadline_epoch", "key", "tag", "max_attempts"}).encode()
+    ).hexdigest()
 
 
 def _stored_shard(path: Path, spec_sha: str) -> ShardFile | None:
@@ -138,7 +156,9 @@ def _stored_shard(path: Path, spec_sha: str) -> ShardFile | None:
         stored = ShardFile.model_validate_json(path.read_text())
     except (OSError, ValueError, ValidationError):
         return None
-    return stored if stored.spec_sha256 == spec_sha and stored.status == "judged" and stored.result is not None else None
+    return (
+        stored if stored.spec_sha256 == spec_sha and stored.status == "judged" and stored.result is not None else None
+    )
 
 
 def problem_roots(roots: Sequence[Path]) -> list[str] | None:
@@ -148,17 +168,25 @@ def problem_roots(roots: Sequence[Path]) -> list[str] | None:
     return None if resolved == [problems_dir()] else [str(r) for r in resolved]
 
 
-def plan(jobs: Sequence[Job], catalog: Catalog, problems: list[str] | None, shard_shapes: int) -> list[tuple[_Evaluation, list[ShardSpec]]]:
+def plan(
+    jobs: Sequence[Job], catalog: Catalog, problems: list[str] | None, shard_shapes: int
+) -> list[tuple[_Evaluation, list[ShardSpec]]]:
     """Each job cut into shards of at most `shard_shapes` shapes, in its request's order."""
     planned = []
     digests: dict[str, str] = {}
     for job in jobs:
         ids = job.request.shapes or [s.id for s in catalog.visible(job.op).scored_shapes]
         digest = digests.setdefault(job.op, problem_digest(catalog, job.op))
-        specs = [ShardSpec(key=f"{job.op}.{job.kind}.{i // shard_shapes:03d}", kind=job.kind,
-                           request=job.request.model_copy(update={"shapes": ids[i:i + shard_shapes]}),
-                           problems=problems, problem_digest=digest)
-                 for i in range(0, len(ids), shard_shapes)]
+        specs = [
+            ShardSpec(
+                key=f"{job.op}.{job.kind}.{i // shard_shapes:03d}",
+                kind=job.kind,
+                request=job.request.model_copy(update={"shapes": ids[i : i + shard_shapes]}),
+                problems=problems,
+                problem_digest=digest,
+            )
+            for i in range(0, len(ids), shard_shapes)
+        ]
         planned.append((_Evaluation(job, list(ids), [s.key for s in specs]), specs))  # shapes in the local path's order
     return planned
 
@@ -166,7 +194,10 @@ def plan(jobs: Sequence[Job], catalog: Catalog, problems: list[str] | None, shar
 def _attempts(connection: Connection, task_key: str, judged: bool) -> list[Attempt]:
     events = [msg for _, msg in connection.client.get_events(ATTEMPT_TOPIC) if msg.get("task") == task_key]
     events.sort(key=lambda m: m["at"])
-    attempts = [Attempt(worker=m["worker"], name=m.get("name", ""), pid=m["pid"], at=m["at"], outcome="worker_lost") for m in events]
+    attempts = [
+        Attempt(worker=m["worker"], name=m.get("name", ""), pid=m["pid"], at=m["at"], outcome="worker_lost")
+        for m in events
+    ]
     if judged and attempts:
         attempts[-1].outcome = "judged"
     return attempts
@@ -177,9 +208,18 @@ def gpu_slots(connection: Connection) -> int:
     return int(sum(w["resources"].get(GPU, 0) for w in connection.workers().values()))
 
 
-def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLayout, catalog: Catalog, *,
-                     problems: list[str] | None, shard_shapes: int = DEFAULT_SHARD_SHAPES,
-                     on_op_done: OpDone, stage: Stage, send_until: float | None = None) -> ClusterRecord:
+def judge_on_cluster(
+    connection: Connection,
+    jobs: Sequence[Job],
+    layout: RunLayout,
+    catalog: Catalog,
+    *,
+    problems: list[str] | None,
+    shard_shapes: int = DEFAULT_SHARD_SHAPES,
+    on_op_done: OpDone,
+    stage: Stage,
+    send_until: float | None = None,
+) -> ClusterRecord:
     """Judge `jobs` on the cluster; `on_op_done(op, error)` once each operator's evaluations are
     all written (error: why one could not be). With `send_until` (a time.monotonic() value) no
     shard is sent after it; those in flight finish, the rest are listed as unsent for the next
@@ -188,9 +228,14 @@ def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLay
     from distributed.scheduler import KilledWorker
 
     allowed = connection.allowed_failures()
-    record = ClusterRecord(cluster=connection.target.address or "local", scheduler=connection.scheduler_address,
-                           allowed_failures=allowed, workers={a: w["name"] for a, w in connection.workers().items()},
-                           shard_shapes=shard_shapes, started_at=now_iso())
+    record = ClusterRecord(
+        cluster=connection.target.address or "local",
+        scheduler=connection.scheduler_address,
+        allowed_failures=allowed,
+        workers={a: w["name"] for a, w in connection.workers().items()},
+        shard_shapes=shard_shapes,
+        started_at=now_iso(),
+    )
     record_path = layout.eval_dir / RECORD_FILE
     folder = shards_dir(layout)
     planned = plan(jobs, catalog, problems, shard_shapes)
@@ -244,8 +289,13 @@ def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLay
             spec, sha = waiting.popleft()
             submissions[spec.key] = submissions.get(spec.key, 0) + 1
             spec = spec.model_copy(update={"tag": f"{token}-{spec.key}", "max_attempts": allowed + 1})
-            future = connection.client.submit(judge_shard, spec, key=f"atrex-{token}-{spec.key}-{submissions[spec.key]}",
-                                              resources={GPU: 1}, pure=False)
+            future = connection.client.submit(
+                judge_shard,
+                spec,
+                key=f"atrex-{token}-{spec.key}-{submissions[spec.key]}",
+                resources={GPU: 1},
+                pure=False,
+            )
             futures[future] = (spec, sha)
             running.add(future)
 
@@ -267,27 +317,56 @@ def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLay
                     waiting.appendleft((spec, sha))
                     top_up()
                     continue
-                status, error = "failed", killed_workers_error(spec.key, [f"{a.name or a.worker} (pid {a.pid})" for a in attempts],
-                                                               allowed, type(exc).__name__)
+                status, error = (
+                    "failed",
+                    killed_workers_error(
+                        spec.key, [f"{a.name or a.worker} (pid {a.pid})" for a in attempts], allowed, type(exc).__name__
+                    ),
+                )
             except Exception as exc:  # noqa: BLE001 — a shard the cluster could not run fails alone, with the reason
                 attempts += _attempts(connection, future.key, judged=False)
-                status, error = "failed", ErrorInfo(stage="internal", category="cluster_task_failed",
-                                                    message=f"{spec.key}: {type(exc).__name__}: {exc}",
-                                                    hint="See the worker's log; `bench eval` again re-sends only unjudged shards.")
+                status, error = (
+                    "failed",
+                    ErrorInfo(
+                        stage="internal",
+                        category="cluster_task_failed",
+                        message=f"{spec.key}: {type(exc).__name__}: {exc}",
+                        hint="See the worker's log; `bench eval` again re-sends only unjudged shards.",
+                    ),
+                )
             else:
                 attempts += _attempts(connection, future.key, judged=reply.error is None)
-                if reply.error is not None and reply.error.category == "killed_workers":  # refused: too many lost attempts
+                if (
+                    reply.error is not None and reply.error.category == "killed_workers"
+                ):  # refused: too many lost attempts
                     status, error = "failed", reply.error
                 else:
                     status, error = ("error", reply.error) if reply.error is not None else ("judged", None)
                     if reply.error is not None and attempts:
                         attempts[-1].outcome = "error"
-            stored = ShardFile(key=spec.key, op=spec.request.op, kind=spec.kind, shapes=list(spec.request.shapes or ()),
-                               spec_sha256=sha, status=status, result=reply.result if reply else None, error=error,
-                               attempts=attempts, seconds=reply.seconds if reply else None, finished_at=now_iso())
+            stored = ShardFile(
+                key=spec.key,
+                op=spec.request.op,
+                kind=spec.kind,
+                shapes=list(spec.request.shapes or ()),
+                spec_sha256=sha,
+                status=status,
+                result=reply.result if reply else None,
+                error=error,
+                attempts=attempts,
+                seconds=reply.seconds if reply else None,
+                finished_at=now_iso(),
+            )
             write_json_atomic(folder / f"{spec.key}.json", stored)
-            record.shards.append(ShardRecord(key=spec.key, status=status, attempts=attempts, retried=len(attempts) > 1,
-                                             reason=error.message if error else ""))
+            record.shards.append(
+                ShardRecord(
+                    key=spec.key,
+                    status=status,
+                    attempts=attempts,
+                    retried=len(attempts) > 1,
+                    reason=error.message if error else "",
+                )
+            )
             write_json_atomic(record_path, record)
             if error is not None:
                 evaluation.error = evaluation.error or error
@@ -303,12 +382,3 @@ def judge_on_cluster(connection: Connection, jobs: Sequence[Job], layout: RunLay
     record.finished_at = now_iso()
     write_json_atomic(record_path, record)
     return record
-
-
-def retried_shards(layout: RunLayout) -> list[str]:
-    """Keys of the shards the latest cluster invocation ran on more than one worker."""
-    try:
-        return ClusterRecord.model_validate_json((layout.eval_dir / RECORD_FILE).read_text()).retried
-    except (OSError, ValueError, ValidationError):
-        return []
-

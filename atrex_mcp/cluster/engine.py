@@ -29,8 +29,10 @@ GPU = "GPU"  # the worker resource one judging job takes
 ALLOWED_FAILURES = 1  # workers a task may kill before it is failed (KilledWorker): one retry
 CONNECT_TIMEOUT_S = 30.0
 INSTALL_HINT = "pip install 'atrex-mcp[cluster]' (Dask distributed) on this host and on every worker host."
-WORKER_HINT = ("Start workers with `dask worker tcp://HOST:8786 --nthreads 1 --resources GPU=1` "
-               "(or `dask cuda worker tcp://HOST:8786 --resources GPU=1`), one per GPU.")
+WORKER_HINT = (
+    "Start workers with `dask worker tcp://HOST:8786 --nthreads 1 --resources GPU=1 --memory-limit 0` "
+    "(or `dask cuda worker tcp://HOST:8786 --resources GPU=1`), one per GPU."
+)
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,21 @@ def parse_target(text: str) -> ClusterTarget:
         if not count:
             return ClusterTarget(None)
         if not count.isdigit() or int(count) < 1:
-            raise AtrexError("input", "bad_cluster", f"--cluster {text}: the worker count after local: must be a whole number >= 1.",
-                             "Write local, local:2, or a scheduler address such as tcp://HOST:8786.")
+            raise AtrexError(
+                "input",
+                "bad_cluster",
+                f"--cluster {text}: the worker count after local: must be a whole number >= 1.",
+                "Write local, local:2, or a scheduler address such as tcp://HOST:8786.",
+            )
         return ClusterTarget(None, int(count))
     if "://" in text:
         return ClusterTarget(text)
-    raise AtrexError("input", "bad_cluster", f"--cluster {text!r} is neither a scheduler address nor local[:N].",
-                     "Write a scheduler address such as tcp://HOST:8786, or local / local:N for workers on this host.")
+    raise AtrexError(
+        "input",
+        "bad_cluster",
+        f"--cluster {text!r} is neither a scheduler address nor local[:N].",
+        "Write a scheduler address such as tcp://HOST:8786, or local / local:N for workers on this host.",
+    )
 
 
 def require_distributed() -> Any:
@@ -67,8 +77,12 @@ def require_distributed() -> Any:
     try:
         import distributed
     except ImportError:
-        raise AtrexError("input", "cluster_unavailable", "Dask distributed is not installed, so --cluster cannot be used.",
-                         INSTALL_HINT) from None
+        raise AtrexError(
+            "input",
+            "cluster_unavailable",
+            "Dask distributed is not installed, so --cluster cannot be used.",
+            INSTALL_HINT,
+        ) from None
     return distributed
 
 
@@ -102,7 +116,9 @@ def local_cluster(devices: list[str], lanes: int = 1) -> Any:
     """A scheduler on the loopback and one single-threaded worker process per device (per lane
     of a device), each offering GPU=1 and seeing only its own device. dask-cuda's
     LocalCUDACluster is used instead when it is installed, a GPU is present and each device has
-    one worker: it also sets the workers' CPU affinity to their GPU's NUMA node."""
+    one worker: it also sets the workers' CPU affinity to their GPU's NUMA node. No worker has a
+    memory limit: the nanny would kill a judge holding large pinned buffers, and the candidate's
+    own process is bounded by the sandbox's rlimits."""
     distributed = require_distributed()
     import dask
 
@@ -113,15 +129,42 @@ def local_cluster(devices: list[str], lanes: int = 1) -> Any:
             except ImportError:
                 pass
             else:
-                return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(devices), threads_per_worker=1, resources={GPU: 1},
-                                        host="127.0.0.1", dashboard_address=None)
-        workers = {worker_name(d, lane, lanes): {"cls": distributed.Nanny, "options": {
-            "nthreads": 1, "resources": {GPU: 1}, "env": {"CUDA_VISIBLE_DEVICES": d}, "host": "127.0.0.1",
-            "name": worker_name(d, lane, lanes), "silence_logs": logging.ERROR}}
-            for d in devices for lane in range(1, lanes + 1)}
-        scheduler = {"cls": distributed.Scheduler, "options": {"host": "127.0.0.1", "dashboard": False, "dashboard_address": None,
-                                                                "allowed_failures": ALLOWED_FAILURES}}
-        return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR, name="atrex-local")
+                return LocalCUDACluster(
+                    CUDA_VISIBLE_DEVICES=",".join(devices),
+                    threads_per_worker=1,
+                    resources={GPU: 1},
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    memory_limit=0,
+                )
+        workers = {
+            worker_name(d, lane, lanes): {
+                "cls": distributed.Nanny,
+                "options": {
+                    "nthreads": 1,
+                    "resources": {GPU: 1},
+                    "env": {"CUDA_VISIBLE_DEVICES": d},
+                    "host": "127.0.0.1",
+                    "memory_limit": 0,
+                    "name": worker_name(d, lane, lanes),
+                    "silence_logs": logging.ERROR,
+                },
+            }
+            for d in devices
+            for lane in range(1, lanes + 1)
+        }
+        scheduler = {
+            "cls": distributed.Scheduler,
+            "options": {
+                "host": "127.0.0.1",
+                "dashboard": False,
+                "dashboard_address": None,
+                "allowed_failures": ALLOWED_FAILURES,
+            },
+        }
+        return distributed.SpecCluster(
+            workers=workers, scheduler=scheduler, silence_logs=logging.ERROR, name="atrex-local"
+        )
 
 
 @dataclass
@@ -143,8 +186,10 @@ class Connection:
     def workers(self) -> dict[str, dict[str, Any]]:
         """Worker address -> name, resources and threads, as the scheduler knows them."""
         info = self.client.scheduler_info(n_workers=-1)["workers"]
-        return {addr: {"name": str(w.get("name")), "resources": w.get("resources", {}), "nthreads": w.get("nthreads")}
-                for addr, w in info.items()}
+        return {
+            addr: {"name": str(w.get("name")), "resources": w.get("resources", {}), "nthreads": w.get("nthreads")}
+            for addr, w in info.items()
+        }
 
 
 def _scheduler_allowed_failures(dask_scheduler: Any) -> int:
@@ -160,18 +205,34 @@ def connect(text: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Conn
     cluster = None
     try:
         if target.local:
+            devices = visible_devices(target.workers)
+            if target.workers is not None and len(devices) < target.workers:
+                raise AtrexError(
+                    "input",
+                    "bad_cluster",
+                    f"--cluster {text}: this host has only {len(devices)} GPU(s) ({', '.join(devices)}).",
+                    f"Write local:{len(devices)} or less, or local for one worker per GPU.",
+                )
             try:
-                cluster = local_cluster(visible_devices(target.workers))
+                cluster = local_cluster(devices)
             except (OSError, RuntimeError, TimeoutError) as exc:
-                raise AtrexError("runtime", "cluster_start_failed", f"The local Dask cluster did not start: {exc}",
-                                 "Check that this host can start Python processes and bind loopback ports.") from None
+                raise AtrexError(
+                    "runtime",
+                    "cluster_start_failed",
+                    f"The local Dask cluster did not start: {exc}",
+                    "Check that this host can start Python processes and bind loopback ports.",
+                ) from None
             client = distributed.Client(cluster, timeout=timeout_s)
         else:
             try:
                 client = distributed.Client(target.address, timeout=timeout_s)
             except (OSError, TimeoutError) as exc:
-                raise AtrexError("input", "cluster_unreachable", f"No Dask scheduler answered at {target.address} ({exc}).",
-                                 f"Start one with `dask scheduler` on that host, then check the address and port. {WORKER_HINT}") from None
+                raise AtrexError(
+                    "input",
+                    "cluster_unreachable",
+                    f"No Dask scheduler answered at {target.address} ({exc}).",
+                    f"Start one with `dask scheduler` on that host, then check the address and port. {WORKER_HINT}",
+                ) from None
     except BaseException:
         if cluster is not None:
             cluster.close()
@@ -190,8 +251,16 @@ def _wait_for_gpu_workers(connection: Connection, timeout_s: float) -> None:
     try:
         connection.client.wait_for_workers(1, timeout=timeout_s)
     except TimeoutError:
-        raise AtrexError("input", "cluster_no_workers", f"The scheduler at {connection.scheduler_address} has no workers "
-                         f"(waited {timeout_s:.0f} s).", WORKER_HINT) from None
+        raise AtrexError(
+            "input",
+            "cluster_no_workers",
+            f"The scheduler at {connection.scheduler_address} has no workers (waited {timeout_s:.0f} s).",
+            WORKER_HINT,
+        ) from None
     if not any(w["resources"].get(GPU) for w in connection.workers().values()):
-        raise AtrexError("input", "cluster_no_gpu_resource", f"No worker of {connection.scheduler_address} offers the resource "
-                         f"{GPU}: jobs would wait forever.", WORKER_HINT)
+        raise AtrexError(
+            "input",
+            "cluster_no_gpu_resource",
+            f"No worker of {connection.scheduler_address} offers the resource {GPU}: jobs would wait forever.",
+            WORKER_HINT,
+        )

@@ -38,8 +38,9 @@ def merge_results(parts: Sequence[EvalResult], shape_order: Sequence[str]) -> Ev
     merged.shapes = sorted(shapes.values(), key=lambda s: (rank.get(s.id, len(rank)), s.id))
     merged.compiled = any(p.compiled for p in parts)
     merged.compile_error = None if merged.compiled else earliest.compile_error
-    merged.partial = next((p.partial for p in parts if p.partial and any(not s.judged for s in p.shapes
-                                                                         if shapes[s.id] is s)), None)
+    merged.partial = next(
+        (p.partial for p in parts if p.partial and any(not s.judged for s in p.shapes if shapes[s.id] is s)), None
+    )
     merged.operator_score, merged.operator_score_note = scoring.shapes_operator_score(merged.shapes)
     merged.integrity = sorted({i for p in parts for i in p.integrity})
     merged.seeds = [seed for p in sorted(parts, key=lambda p: p.started_at) for seed in p.seeds]

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.cluster.engine import GPU, Connection
-from atrex_mcp.cluster.shards import announce, current_worker, problem_digest, shard_catalog, worker_standby
+from atrex_mcp.cluster.shards import announce, current_worker, problem_digest, shard_catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
 
@@ -60,8 +60,16 @@ def call_on_worker(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], 
     watcher = threading.Thread(target=watch, name=f"{call_id}-cancel", daemon=True)
     watcher.start()
     try:
-        return Outcome(value=fn(*args, progress=lambda message, fraction: announce(
-            f"{call_id}-progress", {"message": message, "fraction": fraction}), cancel=cancel, **kwargs))
+        return Outcome(
+            value=fn(
+                *args,
+                progress=lambda message, fraction: announce(
+                    f"{call_id}-progress", {"message": message, "fraction": fraction}
+                ),
+                cancel=cancel,
+                **kwargs,
+            )
+        )
     except AtrexError as exc:
         return Outcome(error=exc.info)
     finally:
@@ -72,30 +80,63 @@ def _catalog(problems: list[str] | None, op: str, digest: str) -> Catalog:
     catalog = shard_catalog(problems)
     if problem_digest(catalog, op) != digest:
         worker = current_worker()
-        raise AtrexError("input", "worker_problems_differ", f"The problem files of {op} on a cluster worker "
-                         f"{'(' + worker.address + ') ' if worker else ''}differ from the server's.",
-                         "Install the same problem set on every worker host.")
+        raise AtrexError(
+            "input",
+            "worker_problems_differ",
+            f"The problem files of {op} on a cluster worker "
+            f"{'(' + worker.address + ') ' if worker else ''}differ from the server's.",
+            "Install the same problem set on every worker host.",
+        )
     return catalog
 
 
-def evaluate_on_worker(request: EvalRequest, problems: list[str] | None, digest: str, *, progress: Progress,
-                       cancel: threading.Event) -> EvalResult:
+def evaluate_on_worker(
+    request: EvalRequest, problems: list[str] | None, digest: str, *, progress: Progress, cancel: threading.Event
+) -> EvalResult:
     from atrex_mcp.evaluate import evaluate
 
-    return evaluate(request, _catalog(problems, request.op, digest), progress=progress, cancel=cancel, standby=worker_standby())
+    return evaluate(request, _catalog(problems, request.op, digest), progress=progress, cancel=cancel)
 
 
-def profile_on_worker(op: str, source: str, shape: str, problems: list[str] | None, digest: str, *, hardware: str,
-                      reveal_roofline: bool, progress: Progress, cancel: threading.Event) -> Any:
+def profile_on_worker(
+    op: str,
+    source: str,
+    shape: str,
+    problems: list[str] | None,
+    digest: str,
+    *,
+    hardware: str,
+    reveal_roofline: bool,
+    progress: Progress,
+    cancel: threading.Event,
+) -> Any:
     """The profile without storing it: the report is stored by the server, in its own state."""
     from atrex_mcp.profiling.service import profile_kernel
 
-    return profile_kernel(op, source, shape, _catalog(problems, op, digest), hardware=hardware, store=None,
-                          reveal_roofline=reveal_roofline, progress=progress, cancel=cancel)
+    return profile_kernel(
+        op,
+        source,
+        shape,
+        _catalog(problems, op, digest),
+        hardware=hardware,
+        store=None,
+        reveal_roofline=reveal_roofline,
+        progress=progress,
+        cancel=cancel,
+    )
 
 
-def judge_on_worker(method: str, op: str, problems: list[str] | None, digest: str, args: tuple, kwargs: dict[str, Any], *,
-                    progress: Progress, cancel: threading.Event) -> Any:
+def judge_on_worker(
+    method: str,
+    op: str,
+    problems: list[str] | None,
+    digest: str,
+    args: tuple,
+    kwargs: dict[str, Any],
+    *,
+    progress: Progress,
+    cancel: threading.Event,
+) -> Any:
     """A run judge's `check` or `time_pair`, by the evaluator judge on this worker."""
     from atrex_mcp.runs.evaluator_judge import EvaluatorJudge
 
@@ -165,10 +206,16 @@ class ClusterPool:
                     cancel_sent_at = time.monotonic()
                 if cancel_sent_at is not None and time.monotonic() - cancel_sent_at > CANCEL_GRACE_S:
                     future.cancel()
-                    raise AtrexError("runtime", "cancelled", "The call was cancelled; its cluster worker did not stop in time.")
+                    raise AtrexError(
+                        "runtime", "cancelled", "The call was cancelled; its cluster worker did not stop in time."
+                    )
         except KilledWorker:
-            raise AtrexError("runtime", "killed_workers", "The cluster workers running this call died twice while it ran.",
-                             "The kernel may take its judge host down (memory, a driver fault); try a smaller shape set.") from None
+            raise AtrexError(
+                "runtime",
+                "killed_workers",
+                "The cluster workers running this call died twice while it ran.",
+                "The kernel may take its judge host down (memory, a driver fault); try a smaller shape set.",
+            ) from None
         finally:
             if cancel_sent_at is not None:
                 Event(f"{call_id}-cancel", client=client).clear()
@@ -178,12 +225,33 @@ class ClusterPool:
         return outcome.value
 
     def evaluate(self, request: EvalRequest, progress: Progress, cancel: threading.Event) -> EvalResult:
-        return self.call(evaluate_on_worker, request, self.problems, self.digest(request.op), progress=progress, cancel=cancel)
+        return self.call(
+            evaluate_on_worker, request, self.problems, self.digest(request.op), progress=progress, cancel=cancel
+        )
 
-    def profile(self, op: str, source: str, shape: str, *, hardware: str, reveal_roofline: bool, progress: Progress,
-                cancel: threading.Event) -> Any:
-        return self.call(profile_on_worker, op, source, shape, self.problems, self.digest(op), hardware=hardware,
-                         reveal_roofline=reveal_roofline, progress=progress, cancel=cancel)
+    def profile(
+        self,
+        op: str,
+        source: str,
+        shape: str,
+        *,
+        hardware: str,
+        reveal_roofline: bool,
+        progress: Progress,
+        cancel: threading.Event,
+    ) -> Any:
+        return self.call(
+            profile_on_worker,
+            op,
+            source,
+            shape,
+            self.problems,
+            self.digest(op),
+            hardware=hardware,
+            reveal_roofline=reveal_roofline,
+            progress=progress,
+            cancel=cancel,
+        )
 
     def judge(self) -> ClusterJudge:
         return ClusterJudge(self)
@@ -198,8 +266,17 @@ class ClusterJudge:
     def _call(self, method: str, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         progress = kwargs.pop("progress", None) or (lambda message, fraction: None)
         cancel = kwargs.pop("cancel", None) or threading.Event()
-        return self.pool.call(judge_on_worker, method, op, self.pool.problems, self.pool.digest(op), args, kwargs,
-                              progress=progress, cancel=cancel)
+        return self.pool.call(
+            judge_on_worker,
+            method,
+            op,
+            self.pool.problems,
+            self.pool.digest(op),
+            args,
+            kwargs,
+            progress=progress,
+            cancel=cancel,
+        )
 
     def check(self, op: str, source: str, shapes: list[str], **kwargs: Any) -> Any:
         return self._call("check", op, (source, shapes), kwargs)

@@ -37,12 +37,22 @@ class ShardSpec(BaseModel):
     key: str = Field(description="Unique name of the shard within its run: OP.KIND.INDEX.")
     kind: str = Field(description="candidate, eager or torch-compile.")
     request: EvalRequest = Field(description="The evaluation, exactly as the local path would run it.")
-    problems: list[str] | None = Field(default=None, description="Problem roots on the worker host; None: the worker's default set.")
+    problems: list[str] | None = Field(
+        default=None, description="Problem roots on the worker host; None: the worker's default set."
+    )
     problem_digest: str = Field(description="SHA-256 over the operator's problem files on the sending host.")
-    deadline_epoch: float | None = Field(default=None, description="Unix time at which the evaluation is stopped (partial result).")
-    tag: str = Field(default="", description="Names the shard's attempts in this invocation (its key and the invocation's token).")
-    max_attempts: int | None = Field(default=None, description=(
-        "Attempts the shard may start; one more finds that many lost before it and refuses (killed_workers)."))
+    deadline_epoch: float | None = Field(
+        default=None, description="Unix time at which the evaluation is stopped (partial result)."
+    )
+    tag: str = Field(
+        default="", description="Names the shard's attempts in this invocation (its key and the invocation's token)."
+    )
+    max_attempts: int | None = Field(
+        default=None,
+        description=(
+            "Attempts the shard may start; one more finds that many lost before it and refuses (killed_workers)."
+        ),
+    )
 
 
 class ShardReply(BaseModel):
@@ -73,8 +83,12 @@ def shard_catalog(problems: list[str] | None) -> Catalog:
         return Catalog()
     missing = [p for p in problems if not Path(p).is_dir()]
     if missing:
-        raise AtrexError("input", "worker_lacks_problems", f"This worker host has no problem root {', '.join(missing)}.",
-                         "Install the same problem set at the same path on every worker host (or use the embedded set).")
+        raise AtrexError(
+            "input",
+            "worker_lacks_problems",
+            f"This worker host has no problem root {', '.join(missing)}.",
+            "Install the same problem set at the same path on every worker host (or use the embedded set).",
+        )
     return Catalog([Path(p) for p in problems])
 
 
@@ -112,11 +126,17 @@ def announce(topic: str, message: dict[str, Any]) -> None:
 
 def killed_workers_error(key: str, started: list[str], allowed_failures: int, why: str) -> ErrorInfo:
     """The error of a shard failed for killing allowed_failures + 1 workers."""
-    return ErrorInfo(stage="runtime", category="killed_workers", message=(
-        f"{key}: the shard killed {allowed_failures + 1} workers while it ran (attempts: {', '.join(started) or 'none recorded'}); "
-        f"the run allows {allowed_failures} such failure(s) per shard ({why})"),
+    return ErrorInfo(
+        stage="runtime",
+        category="killed_workers",
+        message=(
+            f"{key}: the shard killed {allowed_failures + 1} workers while it ran "
+            f"(attempts: {', '.join(started) or 'none recorded'}); "
+            f"the run allows {allowed_failures} such failure(s) per shard ({why})"
+        ),
         hint="The candidate takes its judge host down (memory, a driver fault); see the workers' logs. "
-             "It is not retried again in this invocation.")
+        "It is not retried again in this invocation.",
+    )
 
 
 def started_attempts(tag: str) -> list[dict[str, Any]]:
@@ -133,23 +153,37 @@ def judge_shard(spec: ShardSpec) -> ShardReply:
 
     worker = current_worker()
     address = worker.address if worker is not None else ""
-    reply = ShardReply(key=spec.key, worker=address, pid=os.getpid(), visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    reply = ShardReply(
+        key=spec.key, worker=address, pid=os.getpid(), visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES")
+    )
     if worker is not None and spec.max_attempts is not None:
         lost = started_attempts(spec.tag)
         if len(lost) >= spec.max_attempts:
             started = [f"{m.get('name') or m['worker']} (pid {m['pid']})" for m in lost]
             reply.error = killed_workers_error(spec.key, started, spec.max_attempts - 1, "not started again")
             return reply
-    announce(ATTEMPT_TOPIC, {"key": spec.key, "shard": spec.tag, "task": worker.get_current_task() if worker else None,
-                             "worker": address, "name": str(worker.name) if worker else "", "pid": os.getpid(),
-                             "at": time.time()})
+    announce(
+        ATTEMPT_TOPIC,
+        {
+            "key": spec.key,
+            "shard": spec.tag,
+            "task": worker.get_current_task() if worker else None,
+            "worker": address,
+            "name": str(worker.name) if worker else "",
+            "pid": os.getpid(),
+            "at": time.time(),
+        },
+    )
     started = time.monotonic()
     try:
         catalog = shard_catalog(spec.problems)
         if problem_digest(catalog, spec.request.op) != spec.problem_digest:
-            raise AtrexError("input", "worker_problems_differ",
-                             f"The problem files of {spec.request.op} on worker {address or 'here'} differ from the sender's.",
-                             "Install the same problem set on every worker host.")
+            raise AtrexError(
+                "input",
+                "worker_problems_differ",
+                f"The problem files of {spec.request.op} on worker {address or 'here'} differ from the sender's.",
+                "Install the same problem set on every worker host.",
+            )
         request = spec.request
         if spec.deadline_epoch is not None:
             request = request.model_copy(update={"deadline_s": max(spec.deadline_epoch - time.time(), 1e-3)})

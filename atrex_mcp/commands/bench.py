@@ -51,8 +51,8 @@ def register(subparsers) -> None:
     ev.add_argument("--timeout", type=float, default=120.0, help="seconds per shape and stage (default 120)")
     ev.add_argument("--force", action="store_true", help="evaluate again, also with settings other than the stored ones")
     ev.add_argument("--cluster", metavar="ADDRESS|local[:N]",
-                    help="judge on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] (one worker per GPU "
-                         "of this host); needs the cluster extra (docs/cluster.md)")
+                    help="judge on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] "
+                         "(one worker per GPU of this host); needs the cluster extra (docs/cluster.md)")
     ev.add_argument("--shard-shapes", type=_positive, metavar="N",
                     help="with --cluster: shapes per shard sent to one worker (default 8)")
     ev.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")

@@ -200,7 +200,8 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
     return report
 
 
-def save_report(report: ProfileReport, store: Any, *, op: str, shape: str, source: str, run_id: str | None) -> ProfileReport:
+def save_report(report: ProfileReport, store: Any, *, op: str, shape: str, source: str,
+                run_id: str | None) -> ProfileReport:
     """Store `report` (its profile_id is set) so that plans can cite it."""
     import hashlib
 

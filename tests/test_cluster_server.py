@@ -8,12 +8,14 @@ import shutil
 import time
 
 import anyio
+import psutil
 import pytest
 
 distributed = pytest.importorskip("distributed")
 
 from atrex_mcp.catalog import Catalog  # noqa: E402
 from atrex_mcp.cluster.engine import connect as connect_cluster  # noqa: E402
+from atrex_mcp.cluster.engine import local_cluster  # noqa: E402
 from atrex_mcp.cluster.remote import ClusterPool  # noqa: E402
 from atrex_mcp.paths import REPO_ROOT  # noqa: E402
 from tests.server_fixtures import (  # noqa: E402
@@ -21,7 +23,6 @@ from tests.server_fixtures import (  # noqa: E402
     connect,
     hidden_figures,
     leaks,
-    live_children,
     result_text,
     with_hanging_forward,
 )
@@ -39,11 +40,21 @@ def anyio_backend():
 
 @pytest.fixture(scope="module")
 def pool():
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, resources={"GPU": 1}, dashboard_address=None
-    ) as cluster:
+    with local_cluster(["0", "1"]) as cluster:  # worker processes: every job spec and result crosses by pickle
         with connect_cluster(cluster.scheduler_address) as connection:
             yield ClusterPool(connection, Catalog()), cluster
+
+
+def descendants() -> set[int]:
+    """Live processes below this one: the cluster's worker processes and the sandbox workers they started."""
+    alive = set()
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.add(process.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
 
 
 def _cluster_config(tmp_path, pool, mode="optimize"):
@@ -111,7 +122,7 @@ async def test_profile_and_run_checks_run_on_the_cluster_and_are_stored_by_the_s
 
 async def test_cancelling_a_cluster_call_stops_its_evaluation_on_the_worker(tmp_path, pool):
     cluster_pool, _ = pool
-    before = live_children()
+    before = descendants()
     hanging = with_hanging_forward(EXAMPLE.read_text(), 120)
     async with connect(_cluster_config(tmp_path, cluster_pool)) as client:
         started = anyio.Event()
@@ -122,12 +133,14 @@ async def test_cancelling_a_cluster_call_stops_its_evaluation_on_the_worker(tmp_
 
         with anyio.move_on_after(90) as scope:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: client.call_tool("validate", {**SMOKE, "source": hanging}, progress_callback=progress))
+                tg.start_soon(
+                    lambda: client.call_tool("validate", {**SMOKE, "source": hanging}, progress_callback=progress)
+                )
                 await started.wait()
-                assert live_children() - before, "the sandbox worker should be running on the cluster worker"
+                assert descendants() - before, "the sandbox worker should be running under the cluster worker"
                 tg.cancel_scope.cancel()
         assert not scope.cancelled_caught
     deadline = time.monotonic() + 30
-    while live_children() - before and time.monotonic() < deadline:
+    while descendants() - before and time.monotonic() < deadline:
         await anyio.sleep(0.2)
-    assert not live_children() - before  # the worker's evaluation killed its sandbox worker
+    assert not descendants() - before  # the worker's evaluation killed its sandbox worker

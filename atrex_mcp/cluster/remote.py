@@ -46,10 +46,10 @@ class Outcome(BaseModel):
 def call_on_worker(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], call_id: str) -> Outcome:
     """Run on a worker: `fn(*args, progress=..., cancel=..., **kwargs)` with progress sent as
     events and cancel following the call's Dask Event."""
-    from distributed import Event
+    from distributed import Event, get_client
 
     cancel, finished = threading.Event(), threading.Event()
-    requested = Event(f"{call_id}-cancel")
+    requested = Event(f"{call_id}-cancel", client=get_client())  # made here: the watcher thread has no worker context
 
     def watch() -> None:
         while not finished.is_set():

@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     errors = [c for c in report["calls"] if c["error"]]
     print(
         f"[cluster-pool] {report['clients']} clients on {args.workers} worker(s): wall {report['wall_s']} s, latency "
-        f"median {report['latency_s']['median']} s max {report['latency_s']['max']} s, occupancy {report['occupancy']}, "
+        f"median {report['latency_s']['median']} s max {report['latency_s']['max']} s, "
+        f"occupancy {report['occupancy']}, "
         f"{len(errors)} call error(s)"
     )
     print(f"[cluster-pool] {path}")

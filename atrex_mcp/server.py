@@ -96,6 +96,7 @@ class ServerConfig:
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     devices: list[str] | None = None  # None: detected on first use (see _detect_devices)
     tools: list[str] | None = None  # an allow-list: only these tools are registered (None: every tool)
+    cluster: Any = None  # an atrex_mcp.cluster.remote.ClusterPool: GPU work runs on the cluster, not the local queue
 
 
 OP_FAMILY_HELP = f"Only this operator family, one of: {', '.join(OP_FAMILIES)}."
@@ -323,24 +324,35 @@ class ServerContext:
         return self._queue
 
     async def has_gpu(self) -> bool:
+        if self.config.cluster is not None:
+            return await anyio.to_thread.run_sync(self.config.cluster.has_gpu)
         return any(d.startswith("cuda") for d in (await self.queue()).devices)
 
     async def evaluate(self, mcp_ctx: Context | None, request: Any) -> Any:
         """`atrex_mcp.evaluate.evaluate(request)` through the GPU queue: timed when the request
         times and a GPU exists (a GPU to itself), else a correctness job."""
-        evaluate = self.service("atrex_mcp.evaluate", "evaluate")
         kind: JobKind = "timed" if request.timing and await self.has_gpu() else "correctness"
+        if self.config.cluster is not None:
+            cluster = self.config.cluster
+            return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
+                                      lambda device, progress, cancel: cluster.evaluate(request, progress, cancel))
+        evaluate = self.service("atrex_mcp.evaluate", "evaluate")
         return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
                                   lambda device, progress, cancel: evaluate(request, self.catalog, progress=progress, cancel=cancel))
 
     async def run_job(self, mcp_ctx: Context | None, kind: JobKind, label: str,
                       work: Callable[[str, ThreadProgress, threading.Event], T]) -> T:
-        """Run `work(device, progress, cancel)` on a worker thread once the queue grants a device.
+        """Run `work(device, progress, cancel)` on a worker thread once the queue grants a device
+        (with a cluster, at once: the work itself waits for a cluster GPU, whose scheduler
+        queues the calls of every server sharing it).
 
         Progress (queue position, then the work's own) goes to the client. If the call is
         cancelled, `cancel` is set (the evaluator then kills its worker process group) and the
         device is held until the thread has ended, so no timing overlaps a dying job."""
         bridge = _ProgressBridge(mcp_ctx, label)
+        if self.config.cluster is not None:
+            await bridge.send(f"sent to the cluster at {self.config.cluster.label}")
+            return await _run_cancellable(work, "cluster", bridge)
 
         async def on_position(position: int, waiting: int) -> None:
             await bridge.send(f"queued, position {position} of {waiting} waiting ({'a GPU to itself' if kind == 'timed' else 'a worker slot'})")
@@ -348,22 +360,29 @@ class ServerContext:
         queue = await self.queue()
         async with queue.slot(kind, on_position) as device:
             await bridge.send(f"started on {device}")
-            cancel = threading.Event()
-            ended = threading.Event()
+            return await _run_cancellable(work, device, bridge)
 
-            def call() -> T:
-                try:
-                    return work(device, bridge.from_thread, cancel)
-                finally:
-                    ended.set()
 
-            try:
-                return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-            except anyio.get_cancelled_exc_class():
-                cancel.set()
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(ended.wait, CANCEL_GRACE_S)
-                raise
+async def _run_cancellable(work: Callable[[str, ThreadProgress, threading.Event], T], device: str,
+                           bridge: _ProgressBridge) -> T:
+    """`work` on a worker thread; when the call is cancelled, its cancel flag is set and the
+    caller waits (up to CANCEL_GRACE_S) for the thread to end before giving the device back."""
+    cancel = threading.Event()
+    ended = threading.Event()
+
+    def call() -> T:
+        try:
+            return work(device, bridge.from_thread, cancel)
+        finally:
+            ended.set()
+
+    try:
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        cancel.set()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(ended.wait, CANCEL_GRACE_S)
+        raise
 
 
 def _register_tools(app: ServerContext) -> None:
@@ -538,9 +557,19 @@ def _register_tools(app: ServerContext) -> None:
         profile = app.service("atrex_mcp.profiling.service", "profile_kernel")
         store = app.service("atrex_mcp.runs.store", "RunStore")(app.state_dir)
         kind: JobKind = "timed" if await app.has_gpu() else "correctness"
-        report = await app.run_job(ctx, kind, f"profile {op}/{shape}", lambda device, progress, cancel: profile(
-            op, text, shape, catalog, hardware=config.hardware, store=store, run_id=run_id,
-            reveal_roofline=not policy.benchmark, progress=progress, cancel=cancel))
+        if config.cluster is not None:  # profiled on a cluster GPU, stored here with the server's other state
+            save = app.service("atrex_mcp.profiling.service", "save_report")
+
+            def on_cluster(device: str, progress: ThreadProgress, cancel: threading.Event) -> Any:
+                report = config.cluster.profile(op, text, shape, hardware=config.hardware,
+                                                reveal_roofline=not policy.benchmark, progress=progress, cancel=cancel)
+                return save(report, store, op=op, shape=shape, source=text, run_id=run_id)
+
+            report = await app.run_job(ctx, kind, f"profile {op}/{shape}", on_cluster)
+        else:
+            report = await app.run_job(ctx, kind, f"profile {op}/{shape}", lambda device, progress, cancel: profile(
+                op, text, shape, catalog, hardware=config.hardware, store=store, run_id=run_id,
+                reveal_roofline=not policy.benchmark, progress=progress, cancel=cancel))
         return ProfileResult(**report.model_dump(), mode=config.mode)
 
     app.add_tool(validate, title="Validate a kernel", read_only=False)

@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
-"""One evaluation spread over several GPUs: one process per GPU (CUDA_VISIBLE_DEVICES set
-before it starts), all pulling from one queue of (operator, shape) jobs, largest first.
+"""One evaluation spread over several GPUs of this host, on the local Dask cluster that
+`bench eval --cluster local` uses (atrex_mcp.cluster.engine.local_cluster: one worker process
+per GPU, CUDA_VISIBLE_DEVICES set before it starts, each judging with the same
+atrex_mcp.cluster.shards.judge_shard), all pulling from one queue of (operator, shape) jobs,
+largest first.
 
-Why this shape: the evaluator starts a sandbox worker per evaluate() call, so a GPU process
+Why a queue of its own on top of the cluster: the measurement scripts (baselines.py) fit a time
+budget with a cost model, which Dask's scheduler knows nothing of. So one thread per worker
+takes batches from this queue and sends each to its own worker. Why this shape: the evaluator
+starts a sandbox worker per evaluate() call, so a GPU worker
 takes the largest job left *and* further jobs of the same operator up to a batch cap, which
 keeps worker starts few while the largest-first order keeps the GPUs' finishing times close
 (longest-processing-time scheduling). An idle process simply takes the next batch, so a GPU
@@ -17,19 +23,18 @@ time left, and a batch still running at the deadline is stopped by the evaluatio
 returned with the reason, never dropped.
 
     python3 bench/multi_gpu.py speedup ONE_GPU_DIR MULTI_GPU_DIR   # compare two baselines.py runs
-(the per-GPU process itself is `python3 bench/multi_gpu.py serve`, started by `run_jobs`.)
+
+Needs the cluster extra (Dask distributed; docs/cluster.md says which wheels travel to a GPU
+machine without a registry).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,8 +45,11 @@ sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path
 
 from eval_cost import Job  # noqa: E402
 
+from atrex_mcp.cluster.engine import visible_devices as gpu_devices  # noqa: E402,F401  (baselines.py's name)
+from atrex_mcp.cluster.merge import merge_results  # noqa: E402,F401  (baselines.py's name)
+
 BUDGET_REASON = "budget:"  # starts the not_run reason of a job the time left could not fit (never started)
-MIN_DEADLINE_S = 1e-3  # a batch that reaches its process after the deadline still answers (all not run)
+WORKER_CHECK_S = 1.0  # how often a runner waiting for its batch checks that its worker still lives
 
 
 @dataclass
@@ -197,59 +205,54 @@ def run_jobs(jobs: Sequence[Job], runners: Sequence[Runner], batch_fixed_s: floa
     return schedule
 
 
-class GpuProcess:
-    """One long-lived process pinned to one GPU through CUDA_VISIBLE_DEVICES; it evaluates
-    batches sent as JSON lines and answers on a pipe of its own."""
+class ClusterWorker:
+    """One worker of the local cluster (one GPU, or one lane of it): each batch is one shard
+    judged there; its result is written to a part file here."""
 
-    def __init__(self, device: str, parts_dir: Path, request: dict[str, Any], problems: Path | None = None,
-                 label: str | None = None):
-        self.label, self.parts_dir, self.request = label or device, parts_dir, request
+    def __init__(self, client: Any, address: str, label: str, parts_dir: Path, request: dict[str, Any],
+                 problems: list[str] | None, digests: dict[str, str]):
+        self.client, self.address, self.label = client, address, label
+        self.parts_dir, self.request, self.problems, self.digests = parts_dir, request, problems, digests
         self._count = 0
-        read_fd, write_fd = os.pipe()
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": device, "PYTHONUNBUFFERED": "1"}
-        argv = [sys.executable, str(Path(__file__).resolve()), "serve", "--reply-fd", str(write_fd)]
-        if problems is not None:
-            argv += ["--problems", str(problems)]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, pass_fds=(write_fd,), text=True)
-        os.close(write_fd)
-        self._replies = os.fdopen(read_fd, "r")
+
+    def _alive(self) -> bool:
+        return self.address in self.client.scheduler_info(n_workers=-1)["workers"]
 
     def run(self, batch: Batch, deadline_epoch: float | None) -> dict[str, Any]:
+        from atrex_mcp.cluster.shards import ShardSpec, judge_shard
+        from atrex_mcp.evaluate.models import EvalRequest
+
         self._count += 1
-        part = self.parts_dir / f"{batch.op}.{self.label.replace(',', '_')}.{self._count}.json"
-        message = {"request": {**self.request, "op": batch.op, "shapes": batch.shapes}, "deadline_epoch": deadline_epoch,
-                   "part_file": str(part)}
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(message) + "\n")
-        self.proc.stdin.flush()
-        line = self._replies.readline()
-        if not line:
-            return {"status": "error", "fatal": True, "message": f"GPU process {self.label} exited ({self.proc.wait()})"}
-        return json.loads(line)
+        spec = ShardSpec(key=f"{batch.op}.{self.label}.{self._count}", kind=self.request.get("baseline") or "candidate",
+                         request=EvalRequest(**{**self.request, "op": batch.op, "shapes": batch.shapes}),
+                         problems=self.problems, problem_digest=self.digests[batch.op], deadline_epoch=deadline_epoch)
+        future = self.client.submit(judge_shard, spec, workers=[self.address], allow_other_workers=False, pure=False)
+        while True:  # a worker that died is not waited for: its batch is lost, the other workers go on
+            try:
+                reply = future.result(timeout=WORKER_CHECK_S)
+                break
+            except TimeoutError:
+                if not self._alive():
+                    future.cancel()
+                    return {"status": "error", "fatal": True,
+                            "message": f"GPU worker {self.label} ({self.address}) exited"}
+            except Exception as exc:  # noqa: BLE001 — KilledWorker and the like end this worker's share
+                return {"status": "error", "fatal": True,
+                        "message": f"GPU worker {self.label}: {type(exc).__name__}: {exc}"}
+        answer: dict[str, Any] = {"visible_devices": reply.visible_devices}
+        if reply.error is not None:
+            error = reply.error
+            return {**answer, "status": "error", "message": f"[{error.stage}/{error.category}] {error.message}"}
+        result = reply.result
+        part = self.parts_dir / f"{batch.op}.{self.label}.{self._count}.json"
+        part.write_text(result.model_dump_json(indent=1))
+        return {**answer, "status": "partial" if result.partial else "ok", "result_file": str(part),
+                "device_name": result.device.name,
+                "not_run": [{"shape": s.id, "reason": f"{s.category}: {s.message}"}
+                            for s in result.shapes if not s.judged]}
 
     def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._replies.close()
-
-
-def gpu_devices(count: int | None) -> list[str]:
-    """CUDA_VISIBLE_DEVICES values, one per process: the first `count` GPUs this process may use
-    (its own CUDA_VISIBLE_DEVICES when set); without a GPU, `count` (default 1) CPU slots."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        ids = [v.strip() for v in visible.split(",") if v.strip()]
-    else:
-        import torch
-
-        ids = [str(i) for i in range(torch.cuda.device_count())]
-    if not ids:  # CPU: the value is only a label; torch sees no GPU either way
-        ids = [str(i) for i in range(count or 1)]
-    return ids[: count or len(ids)]
+        """Nothing to stop: the cluster's workers end with the cluster."""
 
 
 def check_lanes(lanes_per_device: int, timed: bool) -> None:
@@ -263,75 +266,27 @@ def check_lanes(lanes_per_device: int, timed: bool) -> None:
 
 def run_spread(jobs: Sequence[Job], devices: Sequence[str], parts_dir: Path, request: dict[str, Any], batch_fixed_s: float,
                deadline_s: float | None, problems: Path | None = None, lanes_per_device: int = 1) -> Schedule:
-    """`run_jobs` over one GpuProcess per device (labelled by the device), or several per device
-    (labelled DEVICE-LANE) for untimed work only: timed work never shares a GPU, since another
-    process's kernels or host load would land in its times. Part results land in `parts_dir`."""
+    """`run_jobs` over the workers of a local cluster: one per device (labelled by the device),
+    or several per device (labelled DEVICE-LANE) for untimed work only: timed work never shares
+    a GPU, since another process's kernels or host load would land in its times. Part results
+    land in `parts_dir`."""
+    import distributed
+
+    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.cluster.dispatch import problem_roots
+    from atrex_mcp.cluster.engine import local_cluster, worker_name
+    from atrex_mcp.cluster.shards import problem_digest
+
     check_lanes(lanes_per_device, timed=request.get("timing", True))
     parts_dir.mkdir(parents=True, exist_ok=True)
-    runners = [GpuProcess(d, parts_dir, request, problems, label=d if lanes_per_device == 1 else f"{d}-{lane}")
-               for d in devices for lane in range(1, lanes_per_device + 1)]
-    try:
-        return run_jobs(jobs, runners, batch_fixed_s, deadline_s)
-    finally:
-        for r in runners:
-            r.close()
-
-
-def merge_results(parts: Sequence[Any], shape_order: Sequence[str]) -> Any:
-    """One EvalResult per operator from the results of its batches: shapes in catalog order,
-    S_i recomputed over all of them (partial when a batch was stopped at the deadline),
-    overhead and seeds summed up."""
-    from atrex_mcp.evaluate import scoring
-
-    parts = sorted(parts, key=lambda p: p.started_at)
-    merged = parts[0].model_copy(deep=True)
-    rank = {sid: i for i, sid in enumerate(shape_order)}
-    merged.shapes = sorted((s for p in parts for s in p.shapes), key=lambda s: rank.get(s.id, len(rank)))
-    merged.compiled = any(p.compiled for p in parts)
-    merged.compile_error = None if merged.compiled else parts[0].compile_error
-    merged.partial = next((p.partial for p in parts if p.partial), None)
-    merged.operator_score, merged.operator_score_note = scoring.shapes_operator_score(merged.shapes)
-    merged.integrity = sorted({i for p in parts for i in p.integrity})
-    merged.seeds = [seed for p in parts for seed in p.seeds]
-    merged.isolation.warnings = sorted({w for p in parts for w in p.isolation.warnings})
-    for name in type(merged.overhead).model_fields:
-        setattr(merged.overhead, name, sum(getattr(p.overhead, name) for p in parts))
-    return merged
-
-
-def serve(reply_fd: int, problems: Path | None) -> int:
-    """The per-GPU process: evaluate each batch read from stdin, write its EvalResult to the
-    part file, answer one JSON line. A batch's evaluation gets the time left to the schedule's
-    deadline as its deadline_s; stopped there, its result is partial and the reply lists the
-    shapes it did not judge, with why."""
-    from atrex_mcp.catalog import Catalog
-    from atrex_mcp.errors import AtrexError
-    from atrex_mcp.evaluate import EvalRequest, Standby, evaluate
-
-    replies = os.fdopen(reply_fd, "w")
-    os.dup2(2, 1)  # whatever a library prints goes to stderr, never into the reply channel
     catalog = Catalog(problems) if problems else Catalog()
-    standby = Standby()  # each batch's worker is spawned while the batch before it runs
-    for line in sys.stdin:
-        job = json.loads(line)
-        request = dict(job["request"])
-        if job.get("deadline_epoch") is not None:
-            request["deadline_s"] = max(job["deadline_epoch"] - time.time(), MIN_DEADLINE_S)
-        reply: dict[str, Any] = {"visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-        try:
-            result = evaluate(EvalRequest(**request), catalog, standby=standby)
-            Path(job["part_file"]).write_text(result.model_dump_json(indent=1))
-            reply.update(status="partial" if result.partial else "ok", result_file=job["part_file"],
-                         device_name=result.device.name,
-                         not_run=[{"shape": s.id, "reason": f"{s.category}: {s.message}"} for s in result.shapes if not s.judged])
-        except AtrexError as exc:
-            reply.update(status="error", message=str(exc))
-        except Exception as exc:  # noqa: BLE001 — reported with the batch; the next batch still runs
-            reply.update(status="error", message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}")
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
-    standby.close()
-    return 0
+    digests = {op: problem_digest(catalog, op) for op in sorted({j.op for j in jobs})}
+    labels = [worker_name(d, lane, lanes_per_device) for d in devices for lane in range(1, lanes_per_device + 1)]
+    with local_cluster(list(devices), lanes_per_device) as cluster, distributed.Client(cluster) as client:
+        address = {str(w["name"]): a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+        roots = problem_roots(catalog.roots)
+        runners = [ClusterWorker(client, address[label], label, parts_dir, request, roots, digests) for label in labels]
+        return run_jobs(jobs, runners, batch_fixed_s, deadline_s)
 
 
 def speedup(one_gpu: Path, multi_gpu: Path) -> dict[str, Any]:
@@ -347,16 +302,11 @@ def speedup(one_gpu: Path, multi_gpu: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    serve_p = sub.add_parser("serve", help="the per-GPU process (started by run_jobs)")
-    serve_p.add_argument("--reply-fd", type=int, required=True)
-    serve_p.add_argument("--problems", type=Path)
     speed_p = sub.add_parser("speedup", help="compare a one-GPU and a multi-GPU baselines.py run")
     speed_p.add_argument("one_gpu", type=Path)
     speed_p.add_argument("multi_gpu", type=Path)
     speed_p.add_argument("--out", type=Path, help="also write the comparison as JSON here")
     args = parser.parse_args(argv)
-    if args.cmd == "serve":
-        return serve(args.reply_fd, args.problems)
     report = speedup(args.one_gpu, args.multi_gpu)
     text = json.dumps(report, indent=1)
     if args.out:

@@ -1,6 +1,7 @@
 """Multi-GPU scheduling of an evaluation (bench/multi_gpu.py), tested with CPU workers: the
 largest-first queue, batching by operator, idle workers taking the remaining work, the
-deadline, merging partial results, and real per-device processes running the evaluator."""
+deadline, merging partial results, and real per-device workers of the local Dask cluster running
+the evaluator."""
 
 from __future__ import annotations
 

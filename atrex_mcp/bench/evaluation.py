@@ -16,13 +16,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TextIO
+from collections.abc import Callable
+from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel, Field, ValidationError
 
 from atrex_mcp.bench.layout import RunLayout, RunStore, write_json_atomic
 from atrex_mcp.bench.progress import ProgressBoard
 from atrex_mcp.catalog import Catalog
+from atrex_mcp.cluster.dispatch import Job
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate import footprint
 
@@ -62,18 +64,40 @@ class EvalSummary:
     not_submitted: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)  # a stage rejected the submission on some shape
+    retried: list[str] = field(default_factory=list)  # cluster shards that ran again after their worker died
+    unsent: list[str] = field(default_factory=list)  # cluster shards left for the next call (its sending time ran out)
 
     def line(self) -> str:
         parts = [f"{len(self.evaluated)} evaluated", f"{len(self.skipped)} already evaluated",
                  f"{len(self.not_submitted)} without a submission", f"{len(self.failed)} failed to evaluate",
                  f"{len(self.rejected)} with a failing shape"]
+        if self.retried:
+            parts.append(f"{len(self.retried)} shard(s) re-run after a lost worker")
+        if self.unsent:
+            parts.append(f"{len(self.unsent)} shard(s) not sent yet (run again to continue)")
         return ", ".join(parts)
 
 
-def _has_gpu() -> bool:
+def _has_gpu(cluster: str | None) -> bool:
+    """Whether the judging hosts have a GPU: this one, or with a cluster, its workers (whose
+    GPU resource says they time on one)."""
+    if cluster is not None:
+        return not _cpu_only(cluster)
     import torch
 
     return torch.cuda.is_available()
+
+
+def _cpu_only(cluster: str) -> bool:
+    """A local cluster on a host without a GPU judges on CPU; a remote cluster's workers are
+    taken to have the GPUs their resource names (say --baselines no for CPU workers)."""
+    from atrex_mcp.cluster.engine import parse_target
+
+    if not parse_target(cluster).local:
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
 
 
 def result_path(layout: RunLayout, op: str) -> Path:
@@ -143,15 +167,17 @@ def _settings(layout: RunLayout, wanted: StoredSettings, force: bool) -> None:
 
 
 def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, stream: TextIO | None = None,
-                 live: bool | None = None) -> EvalSummary:
-    """Evaluate every submission of the run in `run_dir` that has no current result."""
-    from atrex_mcp.evaluate import EvalRequest, Standby, evaluate
-
+                 live: bool | None = None, cluster: str | None = None, shard_shapes: int | None = None,
+                 send_until: float | None = None) -> EvalSummary:
+    """Evaluate every submission of the run in `run_dir` that has no current result: here, one
+    evaluation after another, or with `cluster` (a Dask scheduler address or local[:N]) as
+    shards on the cluster's GPU workers (atrex_mcp.cluster.dispatch), into the same files; with
+    `send_until` (time.monotonic()), no shard is sent after it (the next call continues)."""
     layout = RunLayout(run_dir)
     store = RunStore(layout)
     config = store.load_config()
     catalog = Catalog([Path(p) for p in config.problems])
-    baselines = settings.baselines == "yes" or (settings.baselines == "auto" and _has_gpu())
+    baselines = settings.baselines == "yes" or (settings.baselines == "auto" and _has_gpu(cluster))
     wanted = StoredSettings(shapes=settings.shapes, seeds=settings.seeds, timeout_s=settings.timeout_s, hardware=config.hardware,
                             dsl=config.dsl, baselines=baselines)
     _settings(layout, wanted, force)
@@ -162,51 +188,54 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
     estimate = sum(footprint.estimate_s(s, settings.seeds, where.kind, True) * runs_per_op for s in sized.values())
     board = ProgressBoard(f"bench eval {config.name}", len(config.ops), stream=stream, live=live, estimate_s=estimate)
     board.begin()
+
+    def done(op: str, error: ErrorInfo | None) -> None:
+        if error is not None:
+            write_json_atomic(error_path(layout, op), EvalError(op=op, error=error))
+            summary.failed.append(op)
+            board.finish(op, f"evaluation failed: {error.category}: {error.message}")
+            return
+        error_path(layout, op).unlink(missing_ok=True)
+        summary.evaluated.append(op)
+        if _rejected(result_path(layout, op)):
+            summary.rejected.append(op)
+        board.finish(op, _verdict(result_path(layout, op)))
+
+    jobs: list[Job] = []
+    for op in config.ops:
+        state = store.load_state(op)
+        submission = state.submission
+        if state.status != "done" or submission is None or submission.outcome != "submitted" or submission.artifact is None:
+            summary.not_submitted.append(op)
+            board.finish(op, "no submission to evaluate" if state.status == "done" else f"not run yet ({state.status})")
+            continue
+        try:
+            source = (layout.root / submission.artifact).read_text()
+            if cluster is None:  # a cluster's workers have their own devices; this host's memory says nothing of them
+                footprint.check_fit(op, sized.get(op) or {}, where)
+            planned = _op_jobs(layout, catalog, config, settings, op, source, baselines, force)
+        except AtrexError as exc:
+            done(op, exc.info)
+            continue
+        if not planned:
+            error_path(layout, op).unlink(missing_ok=True)
+            summary.skipped.append(op)
+            if _rejected(result_path(layout, op)):
+                summary.rejected.append(op)
+            board.finish(op, "already evaluated")
+        jobs += planned
     try:
-        with Standby() as standby:  # each operator's worker is spawned while the one before it is evaluated
-            for op in config.ops:
-                state = store.load_state(op)
-                submission = state.submission
-                if (state.status != "done" or submission is None or submission.outcome != "submitted"
-                        or submission.artifact is None):
-                    summary.not_submitted.append(op)
-                    board.finish(op, "no submission to evaluate" if state.status == "done"
-                                 else f"not run yet ({state.status})")
-                    continue
-                source = (layout.root / submission.artifact).read_text()
-                sha = hashlib.sha256(source.encode()).hexdigest()
-                try:
-                    shapes = _shape_ids(settings.shapes, catalog, op)
-                    footprint.check_fit(op, sized.get(op) or {}, where)
-                    jobs = [("candidate", result_path(layout, op), sha)]
-                    if baselines:
-                        jobs += [(kind, baseline_path(layout, op, kind), None) for kind in BASELINES]
-                    ran = False
-                    for kind, path, expected_sha in jobs:
-                        stored_sha, exists = _stored(path)
-                        if exists and not force and (expected_sha is None or stored_sha == expected_sha):
-                            continue
-                        board.stage(op, f"{kind}: starting")
-                        own = kind == "candidate"
-                        request = EvalRequest(op=op, source=source if own else None, baseline=None if own else kind,
-                                              shapes=shapes, seeds=settings.seeds, hardware=config.hardware,
-                                              dsl=config.dsl, timing=True, measure_dsl=own, timeout_s=settings.timeout_s)
-                        result = evaluate(request, catalog, standby=standby,
-                                          progress=lambda message, fraction, kind=kind:
-                                          board.stage(op, f"{kind}: {message} ({fraction:.0%})"))
-                        path.parent.mkdir(parents=True, exist_ok=True)
-                        path.write_text(result.model_dump_json(indent=1))
-                        ran = True
-                    error_path(layout, op).unlink(missing_ok=True)
-                except AtrexError as exc:
-                    write_json_atomic(error_path(layout, op), EvalError(op=op, error=exc.info))
-                    summary.failed.append(op)
-                    board.finish(op, f"evaluation failed: {exc}")
-                    continue
-                (summary.evaluated if ran else summary.skipped).append(op)
-                if _rejected(result_path(layout, op)):
-                    summary.rejected.append(op)
-                board.finish(op, _verdict(result_path(layout, op)) if ran else "already evaluated")
+        if cluster is None:
+            _judge_here(jobs, catalog, done, board)
+        else:
+            from atrex_mcp.cluster.dispatch import DEFAULT_SHARD_SHAPES, judge_on_cluster, problem_roots
+            from atrex_mcp.cluster.engine import connect
+
+            with connect(cluster) as connection:
+                record = judge_on_cluster(connection, jobs, layout, catalog, problems=problem_roots(catalog.roots),
+                                          shard_shapes=shard_shapes or DEFAULT_SHARD_SHAPES, on_op_done=done,
+                                          stage=board.stage, send_until=send_until)
+            summary.retried, summary.unsent = record.retried, record.unsent
     finally:
         board.close(summary.line())
     return summary
@@ -228,6 +257,53 @@ def _rejected(path: Path) -> bool:
 
     result = EvalResult.model_validate_json(path.read_text())
     return result.compile_error is not None or any(s.failed for s in result.shapes)
+
+
+def _op_jobs(layout: RunLayout, catalog: Catalog, config: Any, settings: EvalSettings, op: str, source: str,
+             baselines: bool, force: bool) -> list[Job]:
+    """The evaluations of one operator that have no current result (all of them with force)."""
+    from atrex_mcp.evaluate import EvalRequest
+
+    sha = hashlib.sha256(source.encode()).hexdigest()
+    shapes = _shape_ids(settings.shapes, catalog, op)
+    targets = [("candidate", result_path(layout, op), sha)]
+    if baselines:
+        targets += [(kind, baseline_path(layout, op, kind), None) for kind in BASELINES]
+    jobs = []
+    for kind, path, expected_sha in targets:
+        stored_sha, exists = _stored(path)
+        if exists and not force and (expected_sha is None or stored_sha == expected_sha):
+            continue
+        candidate = kind == "candidate"
+        request = EvalRequest(op=op, source=source if candidate else None, baseline=None if candidate else kind,
+                              shapes=shapes, seeds=settings.seeds, hardware=config.hardware, dsl=config.dsl,
+                              timing=True, measure_dsl=candidate, timeout_s=settings.timeout_s)
+        jobs.append(Job(op=op, kind=kind, path=path, request=request))
+    return jobs
+
+
+def _judge_here(jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInfo | None], None],
+                board: ProgressBoard) -> None:
+    """The local path: one evaluation after another, each operator's worker spawned while the
+    evaluation before it runs."""
+    from atrex_mcp.evaluate import Standby, evaluate
+
+    by_op: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_op.setdefault(job.op, []).append(job)
+    with Standby() as standby:
+        for op, op_jobs in by_op.items():
+            try:
+                for job in op_jobs:
+                    board.stage(op, f"{job.kind}: starting")
+                    result = evaluate(job.request, catalog, standby=standby,
+                                      progress=lambda message, fraction, kind=job.kind: board.stage(
+                                          op, f"{kind}: {message} ({fraction:.0%})"))
+                    write_json_atomic(job.path, result)
+            except AtrexError as exc:
+                done(op, exc.info)
+                continue
+            done(op, None)
 
 
 def _verdict(path: Path) -> str:

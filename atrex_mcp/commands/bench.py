@@ -56,6 +56,11 @@ def register(subparsers) -> None:
                     help="also time the eager and torch.compile references (auto: when a GPU is present)")
     ev.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds per shape and stage (default 120)")
     ev.add_argument("--force", action="store_true", help="evaluate again, also with settings other than the stored ones")
+    ev.add_argument("--cluster", metavar="ADDRESS|local[:N]",
+                    help="judge on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] "
+                         "(one worker per GPU of this host); needs the cluster extra (docs/cluster.md)")
+    ev.add_argument("--shard-shapes", type=count(1), metavar="N",
+                    help="with --cluster: shapes per shard sent to one worker (default 8)")
     ev.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     ev.set_defaults(func=eval_command)
 
@@ -86,6 +91,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def eval_command(args: argparse.Namespace) -> int:
     from atrex_mcp.bench.evaluation import EvalSettings, evaluate_run
+    from atrex_mcp.errors import AtrexError
     from atrex_mcp.evaluate.device import has_gpu
 
     shapes = args.shapes
@@ -94,8 +100,12 @@ def eval_command(args: argparse.Namespace) -> int:
         if shapes == "smoke":
             print("note: no GPU: judging only each operator's smoke shape, for correctness (nothing is timed); "
                   "pass --shapes all or shape ids for more", file=sys.stderr)
+    if args.shard_shapes is not None and args.cluster is None:
+        raise AtrexError("input", "shard_shapes_without_cluster", "--shard-shapes only applies with --cluster.",
+                         "Add --cluster ADDRESS|local[:N], or drop --shard-shapes.")
     settings = EvalSettings(shapes=shapes, seeds=args.seeds, timeout_s=args.timeout, baselines=args.baselines)
-    summary = evaluate_run(args.run_dir, settings, force=args.force, live=False if args.plain else None)
+    summary = evaluate_run(args.run_dir, settings, force=args.force, live=False if args.plain else None,
+                           cluster=args.cluster, shard_shapes=args.shard_shapes)
     return 1 if summary.failed or summary.rejected else 0
 
 

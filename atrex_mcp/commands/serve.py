@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from atrex_mcp.commands.grammar import add_problems_option, count
 
 if TYPE_CHECKING:
+    from atrex_mcp.server import ServerConfig
     from atrex_mcp.transport import HttpSettings
 
 
@@ -33,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="folder tools may read candidate files from and write packages into (repeatable; default: the current folder)")
     p.add_argument("--correctness-jobs", type=count(1), default=2, metavar="N",
                    help="correctness-only evaluations that may run at once (timed work always has a GPU to itself)")
+    p.add_argument("--cluster", metavar="ADDRESS|local[:N]",
+                   help="run validate, profile_kernel and run iterations on a Dask cluster's GPUs (a scheduler address "
+                        "such as tcp://HOST:8786, or local[:N]) instead of this server's own queue; docs/cluster.md")
     p.add_argument("--tools", type=_tool_list, metavar="A,B,C",
                    help="register only these tools (comma-separated allow-list; unknown names are refused at start "
                         "with the valid choices); default: every tool")
@@ -80,7 +84,7 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
     from atrex_mcp.catalog import Catalog
     from atrex_mcp.paths import default_state_dir, problems_dir
     from atrex_mcp.policy import Redactor
-    from atrex_mcp.server import ServerConfig, build_server
+    from atrex_mcp.server import ServerConfig
 
     config = ServerConfig(
         mode="benchmark" if args.benchmark_mode else "optimize",
@@ -92,6 +96,20 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
         tools=args.tools,
     )
     _configure_logging(args.log_level, Redactor(Catalog(config.problems)) if args.benchmark_mode else None)
+    if args.cluster is None:
+        _run(config, http)
+        return
+    from atrex_mcp.cluster.engine import connect
+    from atrex_mcp.cluster.remote import ClusterPool
+
+    with connect(args.cluster) as connection:
+        config.cluster = ClusterPool(connection, Catalog(config.problems))
+        _run(config, http)
+
+
+def _run(config: ServerConfig, http: HttpSettings | None) -> None:
+    from atrex_mcp.server import build_server
+
     if http is None:
         build_server(config).run()
     else:

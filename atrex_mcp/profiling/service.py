@@ -197,10 +197,17 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
         report = counters_from_eval(op, shape_result, result.device.kind, roofline=roofline, note=note)
         report.device = result.device.name or report.device
     if store is not None:
-        import hashlib
-
-        digest = hashlib.sha256(source.encode()).hexdigest()
-        report.profile_id = store.save_profile(op=op, shape=shape, source_sha256=digest, tool=report.tool,
-                                               report=report.model_dump(mode="json"), run_id=run_id)
+        save_report(report, store, op=op, shape=shape, source=source, run_id=run_id)
     report_progress("done", 1.0)
+    return report
+
+
+def save_report(report: ProfileReport, store: Any, *, op: str, shape: str, source: str,
+                run_id: str | None) -> ProfileReport:
+    """Store `report` (its profile_id is set) so that plans can cite it."""
+    import hashlib
+
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    report.profile_id = store.save_profile(op=op, shape=shape, source_sha256=digest, tool=report.tool,
+                                           report=report.model_dump(mode="json"), run_id=run_id)
     return report

@@ -61,7 +61,11 @@ def _visible(record: IterationRecord, benchmark: bool) -> IterationRecord:
 
 def default_judge_factory(ctx: ServerContext) -> JudgeFactory:
     """The evaluator as judge. The granted device only orders the queue: like evaluate(), the
-    judge runs on the process's current CUDA device."""
+    judge runs on the process's current CUDA device. With a cluster, the evaluator judges on a
+    cluster worker's GPU."""
+    if ctx.config.cluster is not None:
+        return lambda device: ctx.config.cluster.judge()
+
     def make(device: str) -> Judge:
         return ctx.service("atrex_mcp.runs.evaluator_judge").EvaluatorJudge(ctx.catalog)
 

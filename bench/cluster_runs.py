@@ -1,0 +1,114 @@
+"""What the cluster measurements share: a bench run made from a candidate set without an agent,
+the verdicts of its evaluation shape by shape, and each worker's busy time.
+
+A run directory is what `atrex-mcp bench eval` judges; here its submissions are written
+directly (the wiki kernels, or any {op: source}), so the local path and the cluster path can be
+given identical copies of one candidate set.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from atrex_mcp.bench.layout import RunLayout, RunStore  # noqa: E402
+from atrex_mcp.bench.models import OpState, Submission  # noqa: E402
+from atrex_mcp.bench.runner import RunRequest, open_run  # noqa: E402
+from atrex_mcp.catalog import Catalog  # noqa: E402
+from atrex_mcp.cluster.dispatch import ShardFile, shards_dir  # noqa: E402
+from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
+
+KERNELS = ROOT / "gpu_wiki" / "kernels"
+
+
+def candidate_set(ops: list[str] | None = None, fill_with_reference: bool = True) -> dict[str, str]:
+    """{op: source}: the wiki's kernel of each operator; an operator without one gets its own
+    reference.py (the eager reference as candidate) when `fill_with_reference`, so every shape
+    of the problem set is judged."""
+    catalog = Catalog()
+    chosen = ops or catalog.names()
+    sources = {}
+    for op in chosen:
+        kernel = KERNELS / f"{op}.py"
+        if kernel.is_file():
+            sources[op] = kernel.read_text()
+        elif fill_with_reference:
+            sources[op] = catalog.visible(op).reference_source
+    return sources
+
+
+def make_run(out: Path, sources: dict[str, str]) -> Path:
+    """A finished bench run whose submissions are `sources` (one per operator)."""
+    _, layout = open_run(RunRequest(out=out, agent="/bin/true", ops=",".join(sources), agent_uid="same"))
+    store = RunStore(layout)
+    for op, source in sources.items():
+        layout.submission_dir(op).mkdir(parents=True, exist_ok=True)
+        (layout.submission_dir(op) / f"{op}.py").write_text(source)
+        store.save_state(
+            OpState(
+                op=op,
+                status="done",
+                attempts=1,
+                elapsed_s=0.0,
+                submission=Submission(outcome="submitted", artifact=f"ops/{op}/submission/{op}.py"),
+            )
+        )
+    return layout.root
+
+
+def verdicts(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Per evaluated operator: compiled, and per shape (correct, stage, category); no times."""
+    found = {}
+    for path in sorted((run_dir / "eval").glob("*.json")):
+        if path.name.endswith(".error.json") or path.name in ("settings.json", "cluster.json"):
+            continue
+        result = EvalResult.model_validate_json(path.read_text())
+        found[result.op] = {
+            "compiled": result.compiled,
+            "shapes": {s.id: (s.correct, s.stage, s.category) for s in result.shapes},
+        }
+    return found
+
+
+def differences(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> list[str]:
+    """Every operator or shape whose verdict differs between two evaluations (empty: identical)."""
+    diffs = []
+    for op in sorted(set(a) | set(b)):
+        if op not in a or op not in b:
+            diffs.append(f"{op}: evaluated in only one of the two")
+            continue
+        if a[op]["compiled"] != b[op]["compiled"]:
+            diffs.append(f"{op}: compiled {a[op]['compiled']} vs {b[op]['compiled']}")
+        for shape in sorted(set(a[op]["shapes"]) | set(b[op]["shapes"])):
+            left, right = a[op]["shapes"].get(shape), b[op]["shapes"].get(shape)
+            if left != right:
+                diffs.append(f"{op}/{shape}: {left} vs {right}")
+    return diffs
+
+
+def times(run_dir: Path) -> dict[tuple[str, str], float]:
+    """(op, shape) -> median time in ms, for the shapes that were timed."""
+    found = {}
+    for path in sorted((run_dir / "eval").glob("*.json")):
+        if path.name.endswith(".error.json") or path.name in ("settings.json", "cluster.json"):
+            continue
+        result = EvalResult.model_validate_json(path.read_text())
+        found.update({(result.op, s.id): s.time_ms for s in result.shapes if s.time_ms is not None})
+    return found
+
+
+def busy_seconds(run_dir: Path) -> dict[str, float]:
+    """Worker name -> seconds spent judging the shards it finished (from the shard files)."""
+    busy: dict[str, float] = defaultdict(float)
+    for path in sorted(shards_dir(RunLayout(run_dir)).glob("*.json")):
+        shard = ShardFile.model_validate_json(path.read_text())
+        judged = [a for a in shard.attempts if a.outcome == "judged"]
+        if judged and shard.seconds is not None:
+            busy[judged[-1].name or judged[-1].worker] += shard.seconds
+    return dict(busy)

@@ -74,7 +74,8 @@ def _read_exactly(fd: int, count: int, deadline: float | None, poll: Callable[[]
 
 def receive(fd: int, timeout_s: float | None = None, poll: Callable[[], None] | None = None, *,
             _clock: Callable[[], float] = time.monotonic, _read_exactly: Callable[..., bytes] = _read_exactly,
-            _unpack: Callable[[bytes], tuple[int]] = _HEADER.unpack, _loads: Callable[..., Any] = json.loads) -> dict[str, Any]:
+            _unpack: Callable[[bytes], tuple[int]] = _HEADER.unpack,
+            _loads: Callable[..., Any] = json.loads) -> dict[str, Any]:
     """One message; `poll()` is called while waiting (e.g. to honour a cancel request)."""
     deadline = None if timeout_s is None else _clock() + timeout_s
     (size,) = _unpack(_read_exactly(fd, _HEADER.size, deadline, poll))

@@ -34,8 +34,8 @@ import torch
 
 from sandbox import isolation, protocol
 from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaWriter, output_items
-from sandbox.timing import (Primitives, _poison, digest, fit_calls_to_sets, host_primitives, input_checksums, plan_calls,
-                            storages, time_calls)
+from sandbox.timing import (Primitives, _poison, digest, fit_calls_to_sets, host_primitives, input_checksums,
+                            plan_calls, storages, time_calls)
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
 HOST_PRIMS = host_primitives()  # the loop's clock on CPU (host-stamped events)
@@ -238,7 +238,8 @@ class Worker:
         def fn(inputs: dict[str, Any]) -> Any:
             return model(**inputs)
 
-        Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
+        Event, record = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"]
+        elapsed = prims["torch.cuda.Event.elapsed_time"]
         start, end = Event(enable_timing=True), Event(enable_timing=True)
         with _no_grad():  # around the whole run, so no context manager is entered inside a timed call
             _poison(fn(warm), _storages(warm))
@@ -350,9 +351,8 @@ class Worker:
         """Nothing: the judge times a round trip to calibrate its witness."""
         return {}
 
-    def serve(self, *, _receive: Any = protocol.receive, _send: Any = protocol.send, _closed: type = protocol.ChannelClosed,
-              _error: Any = None) -> None:
-        _error = _error or _error_payload
+    def serve(self, *, _receive: Any = protocol.receive, _send: Any = protocol.send,
+              _closed: type = protocol.ChannelClosed, _error: Any = _error_payload) -> None:
         handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
                     "keep": self.keep, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity,
                     "burst": self.burst, "ping": self.ping}

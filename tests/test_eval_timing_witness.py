@@ -51,7 +51,7 @@ def test_a_gpu_bound_kernel_reporting_a_third_of_its_time_is_flagged():
 def test_the_claimed_host_window_is_capped_by_the_judges_wall():
     """A forgery that also claims a huge host window gets no more than the timing request's wall per call."""
     assert host_allowance_ms([5000.0] * 20, cuda=True, request_wall_s=0.02, calls=20) == pytest.approx(1.0)
-    assert host_allowance_ms([5000.0] * 20, cuda=False, request_wall_s=0.02, calls=20) == 0.0  # CPU: the window is the call
+    assert host_allowance_ms([5000.0] * 20, cuda=False, request_wall_s=0.02, calls=20) == 0.0  # CPU: the call itself
 
 
 def test_what_a_forgery_can_hide_is_bounded_by_its_claimed_host_window():

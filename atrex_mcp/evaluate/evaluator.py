@@ -134,8 +134,8 @@ def forged_reply(result: ShapeResult) -> None:
         result.integrity.append(tx.REPLY_FORGED)
     if result.correct:
         result.correct, result.stage, result.category = False, tx.PERFORMANCE, tx.TIMING_TAMPERED
-        result.message = ("The candidate wrote frames on the worker's reply channel (a forged answer); its results are void. "
-                          + result.message).strip()
+        result.message = ("The candidate wrote frames on the worker's reply channel (a forged answer); "
+                          "its results are void. " + result.message).strip()
         result.time_ms = result.iqr_ms = None
         result.timing_note = "time voided by an integrity failure"
 
@@ -371,8 +371,6 @@ class _Evaluation:
             finally:
                 _release_cached_gpu_memory()
                 result.seconds["timed_output_checks"] = time.perf_counter() - t0
-        if result.stage is not None:  # a failed hand-over or check above already decided the shape
-            return
         failing = [i for i in result.integrity if i in tx.INTEGRITY_FAILS]
         if failing:
             stage = tx.CORRECTNESS if tx.TIMED_OUTPUT_MISMATCH in failing else tx.PERFORMANCE
@@ -382,7 +380,8 @@ class _Evaluation:
             result.message = result.message or f"integrity: {', '.join(failing)}"
             result.timing_note = "time voided by an integrity failure"
             return
-        result.time_ms, result.iqr_ms = med, q3 - q1
+        if result.stage is None:  # not when a hand-over or a check above failed the shape
+            result.time_ms, result.iqr_ms = med, q3 - q1
 
     def witness(self, session: Session, shape: Shape, result: ShapeResult, calls: int, median_ms: float,
                 host_ms: float) -> None:
@@ -395,7 +394,8 @@ class _Evaluation:
             for _ in range(timing_witness.WITNESS_BURSTS):
                 seeds = [self.seed() for _ in range(calls)]
                 t0 = time.perf_counter()
-                reply = session.call("burst", {"shape": self.payload_shape(shape), "seeds": seeds}, self.request.timeout_s)
+                reply = session.call("burst", {"shape": self.payload_shape(shape), "seeds": seeds},
+                                     self.request.timeout_s)
                 walls.append(time.perf_counter() - t0)
                 if isinstance(reply, Failure):
                     _fail(result, reply)
@@ -413,11 +413,12 @@ class _Evaluation:
             result.timing.witness_ms, result.timing.witness_floor_ms = verdict.per_call_ms, verdict.floor_ms
         if verdict.forged:
             result.integrity.append(tx.TIMING_FORGED)
-            result.message = (f"The reported median ({median_ms:.4g} ms) lies below what the judge's own clock witnessed: "
-                              f"{calls} back-to-back calls left {verdict.per_call_ms:.4g} ms per call, which allows "
+            result.message = (f"The reported median ({median_ms:.4g} ms) lies below what the judge's own clock "
+                              f"witnessed: {calls} back-to-back calls left {verdict.per_call_ms:.4g} ms per call, which allows "
                               f"no median under {verdict.floor_ms:.4g} ms.")
 
-    def check_burst_output(self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int], digests: Any) -> bool:
+    def check_burst_output(self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int],
+                           digests: Any) -> bool:
         """One output of a witness burst, chosen after it ran, against the reference and the digest
         the worker reported for it: the burst's calls did the work (False: the shape failed)."""
         if not isinstance(digests, list) or len(digests) != len(seeds):
@@ -426,8 +427,8 @@ class _Evaluation:
         chosen = secrets.randbelow(len(seeds))
         with _harness_memory("generating a witness input set and its reference output"):
             reference = self.reference_output(shape, self.inputs(shape, seeds[chosen]))
-        fetched = session.call("fetch", {"set": chosen, "burst": True, "arena_bytes": session.arena.reserve(arena_bytes(reference))},
-                               self.request.timeout_s)
+        arena = session.arena.reserve(arena_bytes(reference))
+        fetched = session.call("fetch", {"set": chosen, "burst": True, "arena_bytes": arena}, self.request.timeout_s)
         if isinstance(fetched, Failure):
             _fail(result, fetched)
             return False
@@ -581,7 +582,8 @@ class _Evaluation:
                               origin=self.adapter.origin(k["name"], self.own_kernels)) for k in reply["kernels"]]
         result.kernels = sorted(kernels, key=lambda k: -k.time_us)
         result.dsl_share = dsl.dsl_share([(k.name, k.time_us, k.origin) for k in kernels])
-        if result.time_ms is not None and not timing_witness.profile_agrees(result.time_ms, [k.time_us for k in kernels]):
+        device_us = [k.time_us for k in kernels]
+        if result.time_ms is not None and not timing_witness.profile_agrees(result.time_ms, device_us):
             result.integrity.append(tx.PROFILE_DISAGREES)
 
     def score(self, result: ShapeResult) -> None:
@@ -629,8 +631,8 @@ class _Evaluation:
         return Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
                        load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],
                              "forward_params": self.forward_params},
-                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.stop, spare=spare,
-                       defines_model=source_defines_model(self.source))
+                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.stop,
+                       spare=spare, defines_model=source_defines_model(self.source))
 
     def run(self) -> EvalResult:
         t_start = time.perf_counter()
@@ -675,7 +677,8 @@ class _Evaluation:
                            and any(s.judged and s.stage != tx.COMPILE for s in result.shapes))
         result.operator_score, result.operator_score_note = scoring.shapes_operator_score(result.shapes)
         result.seeds = self.seeds
-        result.integrity = sorted({i for s in result.shapes for i in s.integrity} | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set())
+        result.integrity = sorted({i for s in result.shapes for i in s.integrity}
+                                  | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set())
                                   | ({tx.REPLY_FORGED} if session.forged else set()))
         if result.partial is None:
             self.progress("done", 1.0)

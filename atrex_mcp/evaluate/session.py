@@ -151,8 +151,8 @@ class Session:
         if not isinstance(outcome, Failure):
             if self.defines_model:
                 return None
-            outcome = Failure(tx.COMPILE, tx.NO_MODEL, "The worker reported the candidate loaded, but its source defines no "
-                                                       "`Model` (a top-level class, assignment or import of that name).")
+            outcome = Failure(tx.COMPILE, tx.NO_MODEL, "The worker reported the candidate loaded, but its source "
+                              "defines no `Model` (a class, assignment or import of that name).")
             self.worker.kill()  # whatever loaded there is not the file the judge was given
             return outcome
         if outcome.category == tx.OOM:

@@ -23,12 +23,14 @@ is the host window itself, zero), capped by the judge's wall of the timing reque
 calibration. An honest GPU-bound kernel has witness ≈ T_warm ≤ t; an honest host-bound one has
 witness ≈ host, so the floor is ~0. Written as witness = T_warm + e, with e whatever the model
 leaves out, an honest run is flagged only when e > (TOLERANCE − 1)·t + host + jitter: the noise
-would have to exceed the kernel's own time, its host window and the slack together. What it bounds (docs/threat-model.md): a candidate can report no less than
+would have to exceed the kernel's own time, its host window and the slack together.
+
+What it bounds (docs/threat-model.md): a candidate can report no less than
 (T_warm − host_claimed − jitter) / TOLERANCE, so a forgery that hides its work must also claim
 a host window as large as what it hides, and no host window larger than the judge's wall
-allows; for a kernel launched in a few µs whose device time is also a few µs (rms_norm's
-small shapes) the floor is ~0 and only the worker's bound timing loop stands between the
-candidate and its reported time.
+allows. For a kernel whose launch outlasts its device time (rms_norm's small shapes: ~25 µs to
+launch, ~4 µs on the device) the floor is ~0, and only the worker's bound timing loop stands
+between the candidate and its reported time.
 """
 
 from __future__ import annotations

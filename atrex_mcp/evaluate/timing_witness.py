@@ -98,8 +98,8 @@ def upper_bound_ok(times_ms: list[float], request_wall_s: float) -> bool:
     return sum(times_ms) / 1e3 <= request_wall_s
 
 
-PROFILE_TOLERANCE = 1.5  # the profiled forward (warm L2, one call) against the timed median (cold L2)
-PROFILE_SLACK_MS = 0.005
+PROFILE_TOLERANCE = 2.0  # the profiled forward (one call, warm L2, its clock as found) against the timed median
+PROFILE_SLACK_MS = 0.01
 
 
 def profile_agrees(median_ms: float, kernel_us: list[float]) -> bool:

@@ -295,7 +295,7 @@ class Worker:
         _check_output(kept, self.device)
         return {"output": self.writer.write(kept, msg["arena_bytes"])}
 
-    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def profile(self, msg: dict[str, Any], *, _replaced: Any = PRIMS.replaced) -> dict[str, Any]:
         """One forward under the profiler: device time per kernel name. A shape this process has
         not run yet gets an untimed forward first, so no JIT compilation or autotuning is profiled."""
         shape = msg["shape"]
@@ -321,9 +321,9 @@ class Worker:
                 entry[1] += 1
         trace.unlink(missing_ok=True)
         return {"kernels": [{"name": k, "time_us": v[0], "count": v[1], "kind": v[2]} for k, v in kernels.items()],
-                "replaced": PRIMS.replaced()}
+                "replaced": _replaced()}
 
-    def forwards(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def forwards(self, msg: dict[str, Any], *, _replaced: Any = PRIMS.replaced) -> dict[str, Any]:
         """`calls` forwards on one input set for an outside profiler, each in the NVTX range
         `nvtx` when one is named; nothing is saved or compared."""
         shape = msg["shape"]
@@ -341,10 +341,10 @@ class Worker:
                 _poison(out, storages(inputs))  # outside the range: the harness's fill is not the forward's
                 del out
         self._sync()
-        return {"calls": int(msg["calls"]), "seconds": time.perf_counter() - t0, "replaced": PRIMS.replaced()}
+        return {"calls": int(msg["calls"]), "seconds": time.perf_counter() - t0, "replaced": _replaced()}
 
-    def integrity(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"replaced": PRIMS.replaced()}
+    def integrity(self, msg: dict[str, Any], *, _replaced: Any = PRIMS.replaced) -> dict[str, Any]:
+        return {"replaced": _replaced()}
 
     # -- loop -------------------------------------------------------------------------------
     def ping(self, msg: dict[str, Any]) -> dict[str, Any]:

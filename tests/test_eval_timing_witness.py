@@ -111,3 +111,16 @@ def test_a_forgery_the_witness_caught_shows_alike_in_both_modes():
 ])
 def test_the_judge_reads_model_from_the_source_itself(source, defines):
     assert source_defines_model(source) is defines
+
+
+@pytest.mark.parametrize("claimed", [
+    {"stage": "performance", "category": "faster_than_sol", "type": "builtins.RuntimeError", "message": "S > 1"},
+    {"stage": "correctness", "category": "numeric_mismatch", "type": "builtins.RuntimeError", "message": "wrong"},
+    {"stage": "not_run", "category": "not_run_deadline", "type": "builtins.RuntimeError", "message": "stopped"},
+])
+def test_a_worker_cannot_name_a_verdict_of_the_judges_stages(claimed):
+    """A failure the worker reports stays a failure, and only compile or runtime categories are
+    taken from it: it cannot select a T_SOL-dependent or a not-run verdict."""
+    from atrex_mcp.evaluate.session import classify
+
+    assert classify(claimed) == (tx.RUNTIME, tx.EXCEPTION)

@@ -9,7 +9,7 @@ run through `evaluate()` on rms_norm shapes 0 and 5 of the served catalog:
   honest            the example kernel as it is (the figures the others are read against)
   time_calls        the issue's attack; perf_counter, elapsed_time, median, send, json_dumps: the
                     same rewrite of the clock, the event read-out, the statistics, the reply
-                    writer, the JSON encoder (tests/exploits/forge_timing.py)
+                    writer, the JSON encoder, the primitives' lookup (tests/exploits/forge_timing.py)
   handler_third     the request loop's `time` handler wrapped through the stack to divide by 3
                     (past the bound loop: only the judge's witness can see it); handler_tenth: by 10
   time_reply        a whole `time` reply forged with the live nonce (tests/exploits/forge_time_reply.py)
@@ -46,7 +46,7 @@ from bench_env import write_report  # noqa: E402
 OP = "rms_norm"
 EXPLOITS = ROOT / "tests" / "exploits"
 KERNEL = ROOT / "examples" / "rms_norm_triton.py"
-REWRITES = ("time_calls", "perf_counter", "elapsed_time", "median", "send", "json_dumps")
+REWRITES = ("time_calls", "perf_counter", "elapsed_time", "median", "send", "json_dumps", "primitives_lookup")
 
 
 def _preamble(exploit: str) -> str:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,8 +304,8 @@ def _reserve_cached_blocks(blocks: list[tuple[int, torch.device]], copies: int) 
     del held
 
 
-def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_inputs: dict[str, Any],
-               input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
+def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, Any]], Any],
+               warmup_inputs: dict[str, Any], input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
                spin_us: float | None = None, flush_by_writing: bool = False, *,
                _median: Callable[[list[float]], float] = statistics.median, _digest: Callable[[Any], Any] = digest,
                _poison: Callable[[Any, set[int]], None] = _poison, _storages: Callable[[Any], set[int]] = storages,

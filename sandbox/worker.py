@@ -38,7 +38,14 @@ from sandbox.timing import (Primitives, _poison, digest, fit_calls_to_sets, host
                             plan_calls, storages, time_calls)
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
-HOST_PRIMS = host_primitives()  # the loop's clock on CPU (host-stamped events)
+LOOP_NAMES = ("torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.synchronize",
+              "time.perf_counter", "torch.cuda._sleep")
+
+
+def _loop_primitives(prims: Primitives) -> dict[str, Any]:
+    """What the timing loop calls, as a plain dict held only by the handlers' defaults: read
+    through dict's own lookup, not through a method or a module name the candidate could reassign."""
+    return {name: prims[name] for name in LOOP_NAMES if name in prims.bound or name in prims.snapshot}
 
 
 class Failure(Exception):
@@ -228,8 +235,10 @@ class Worker:
 
     def time(self, msg: dict[str, Any], *, _time_calls: Any = time_calls, _plan: Any = plan_calls,
              _fit: Any = fit_calls_to_sets, _poison: Any = _poison, _storages: Any = storages,
-             _replaced: Any = PRIMS.replaced, _no_grad: Any = torch.no_grad) -> dict[str, Any]:
-        prims = PRIMS if self.device == "cuda" else HOST_PRIMS
+             _replaced: Any = PRIMS.replaced, _no_grad: Any = torch.no_grad,
+             _cuda: dict[str, Any] = _loop_primitives(PRIMS),
+             _host: dict[str, Any] = _loop_primitives(host_primitives())) -> dict[str, Any]:
+        prims = _cuda if self.device == "cuda" else _host
         shape = msg["shape"]
         model = self._model(shape)
         warm = self._inputs(shape, msg["warmup_seed"])
@@ -257,12 +266,14 @@ class Worker:
                 "calls": calls, "warmup": run.warmup_calls, "kept": sorted(run.kept), "digests": run.digests,
                 "spin_us": run.spin_us, "host_us": run.host_us, "replaced": _replaced()}
 
-    def burst(self, msg: dict[str, Any], *, _digest: Any = digest, _no_grad: Any = torch.no_grad) -> dict[str, Any]:
+    def burst(self, msg: dict[str, Any], *, _digest: Any = digest, _no_grad: Any = torch.no_grad,
+              _cuda: dict[str, Any] = _loop_primitives(PRIMS),
+              _host: dict[str, Any] = _loop_primitives(host_primitives())) -> dict[str, Any]:
         """The judge's witness: input sets made from fresh `seeds`, then one forward on each back
         to back, nothing between them, one synchronisation at the end, and each output's digest.
         The judge times this whole request with its own clock (atrex_mcp.evaluate.timing_witness);
         the outputs stay here for `fetch` with `burst: true`."""
-        sync = (PRIMS if self.device == "cuda" else HOST_PRIMS)["torch.cuda.synchronize"]
+        sync = (_cuda if self.device == "cuda" else _host)["torch.cuda.synchronize"]
         shape = msg["shape"]
         model = self._model(shape)
         sets = [self._inputs(shape, s) for s in msg["seeds"]]

@@ -85,12 +85,13 @@ def _shape_row(shape: Any, shown: Any) -> dict[str, Any]:
                                "time_ms": shown.time_ms}}
 
 
-def run_case(catalog: Any, name: str, source: str, shapes: list[str]) -> dict[str, Any]:
+def run_case(catalog: Any, name: str, source: str, shapes: list[str], standby: Any) -> dict[str, Any]:
     from atrex_mcp.evaluate import EvalRequest, evaluate
     from atrex_mcp.policy import Policy
 
     t0 = time.perf_counter()
-    result = evaluate(EvalRequest(op=OP, source=source, shapes=shapes, seeds=2, hardware="h200"), catalog)
+    result = evaluate(EvalRequest(op=OP, source=source, shapes=shapes, seeds=2, hardware="h200"), catalog,
+                      standby=standby)
     benchmark = Policy("benchmark", catalog)
     return {"case": name, "compiled": result.compiled, "integrity": result.integrity, "device": result.device.name,
             "compile_error": result.compile_error.model_dump() if result.compile_error else None,
@@ -124,6 +125,7 @@ def main() -> None:
 
     from atrex_mcp.catalog import Catalog
     from atrex_mcp.evaluate.device import has_gpu
+    from atrex_mcp.evaluate.standby import Standby
 
     if not has_gpu():
         sys.exit("forged_timing_gpu: needs a GPU (on CPU the evaluator does not time); run tests/test_exploits.py here instead.")
@@ -135,13 +137,17 @@ def main() -> None:
     catalog = Catalog()
     report: dict[str, Any] = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "op": OP,
                               "shapes": args.shapes.split(","), "cases": []}
-    for name in wanted:
-        print(f"[forged_timing_gpu] {name}", flush=True)
-        report["cases"].append(run_case(catalog, name, sources[name], report["shapes"]))
-        report["device"] = report["cases"][-1]["device"]
-        out = Path(args.out)
-        write_report(out.with_suffix(".json"), report)  # after every case: a run cut short keeps what it measured
-        out.with_suffix(".md").write_text(markdown(report))
+    standby = Standby()  # the next case's worker starts while this one runs
+    try:
+        for name in wanted:
+            print(f"[forged_timing_gpu] {name}", flush=True)
+            report["cases"].append(run_case(catalog, name, sources[name], report["shapes"], standby))
+            report["device"] = report["cases"][-1]["device"]
+            out = Path(args.out)
+            write_report(out.with_suffix(".json"), report)  # after every case: a run cut short keeps what it measured
+            out.with_suffix(".md").write_text(markdown(report))
+    finally:
+        standby.close()
 
 
 if __name__ == "__main__":

@@ -332,7 +332,6 @@ class _Evaluation:
                 or not timing_witness.upper_bound_ok(times, request_wall)):
             result.integrity.append(tx.WALL_CLOCK_INCONSISTENT)
         q1, med, q3 = statistics.quantiles(per_call, n=4, method="inclusive")
-        voided = any(i in tx.INTEGRITY_FAILS for i in result.integrity)  # no witness needed for a time already voided
         sm, mem, below, throttle = clocks.summary()
         late = _late_calls(reply.get("host_us"), reply.get("spin_us"))
         result.timing = TimingStats(median_ms=med, q1_ms=q1, q3_ms=q3, iqr_ms=q3 - q1, min_ms=min(per_call),
@@ -343,20 +342,6 @@ class _Evaluation:
                                     throttle_reasons=throttle, spin_us=reply.get("spin_us"), reuse_compared=reuse.decided,
                                     host_bound=timing_checks.host_bound(late, calls),
                                     host_late_calls=late, request_wall_s=request_wall)
-        if not voided:  # right after the timing request, while the clocks are up
-            t0 = time.perf_counter()
-            host_ms = timing_witness.host_allowance_ms(reply.get("host_us"), self.cuda, request_wall, calls)
-            try:
-                self.witness(session, shape, result, min(timing_witness.WITNESS_CALLS, sets), med, host_ms)
-            except _HarnessOutOfMemory as exc:
-                _fail(result, Failure(tx.CORRECTNESS, tx.HARNESS_OOM, f"checking the witness bursts: {exc}"))
-            finally:
-                _release_cached_gpu_memory()
-                result.seconds["witness"] = time.perf_counter() - t0
-            if result.stage is not None:  # the bursts failed: the timed calls' outputs are not needed any more
-                if session.alive:
-                    session.call("keep", {"sets": []}, self.request.timeout_s)
-                return
         order = call_order(sets, calls)
         digests = reply.get("digests") or []
         if len(digests) != calls:
@@ -371,6 +356,17 @@ class _Evaluation:
             finally:
                 _release_cached_gpu_memory()
                 result.seconds["timed_output_checks"] = time.perf_counter() - t0
+        if result.stage is None and not any(i in tx.INTEGRITY_FAILS for i in result.integrity):  # else already void
+            # after the checks, which leave the worker holding nothing: the bursts have the memory the timing had
+            t0 = time.perf_counter()
+            host_ms = timing_witness.host_allowance_ms(reply.get("host_us"), self.cuda, request_wall, calls)
+            try:
+                self.witness(session, shape, result, min(timing_witness.WITNESS_CALLS, sets), med, host_ms)
+            except _HarnessOutOfMemory as exc:
+                _fail(result, Failure(tx.CORRECTNESS, tx.HARNESS_OOM, f"checking the witness bursts: {exc}"))
+            finally:
+                _release_cached_gpu_memory()
+                result.seconds["witness"] = time.perf_counter() - t0
         failing = [i for i in result.integrity if i in tx.INTEGRITY_FAILS]
         if failing:
             stage = tx.CORRECTNESS if tx.TIMED_OUTPUT_MISMATCH in failing else tx.PERFORMANCE

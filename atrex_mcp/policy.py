@@ -145,21 +145,24 @@ class Policy:
         ]
 
     def incidents(self, names: list[str]) -> list[str]:
-        """Integrity incidents; in benchmark mode one comparing with T_SOL shows only as a failed check."""
-        if not self.benchmark or not set(names) & SOL_INCIDENTS:
+        """Integrity incidents; in benchmark mode without one that compares the time with T_SOL.
+        Any trace of it (even a generic 'check failed') would tell the agent on which side of the
+        hidden T_SOL its time lies, and a kernel that controls its time could binary-search it; the
+        incident stays in the evaluation's own result on the server. The forgery that would make
+        such a time is caught by the judge's witness (evaluate.timing_witness), which does not
+        depend on T_SOL."""
+        if not self.benchmark:
             return list(names)
-        return sorted((set(names) - SOL_INCIDENTS) | {"integrity_check_failed"})
+        return [name for name in names if name not in SOL_INCIDENTS]
 
     def verdict(self, shape: ShapeResult) -> ShapeVerdict:
         """One shape's evaluator result as this mode may show it: in benchmark mode without
-        T_SOL, S, or an incident that compares the time with T_SOL."""
+        T_SOL, S, or an incident that compares the time with T_SOL, and identical whichever side
+        of T_SOL the time lies on."""
         fields = {name: getattr(shape, name) for name in ShapeVerdict.model_fields if name not in ("t_sol_ms", "score")}
         if not self.benchmark:
             return ShapeVerdict(**fields, t_sol_ms=shape.t_sol_ms, score=shape.score)
         fields["integrity"] = self.incidents(shape.integrity)
-        if shape.category in SOL_INCIDENTS:
-            fields["category"] = "integrity_check_failed"
-            fields["message"] = f"The timing failed an integrity check; the details are {HIDDEN}."
         return ShapeVerdict(**fields)
 
     def validate_result(self, result: EvalResult) -> ValidateResult:

@@ -372,6 +372,7 @@ class Worker:
         self._req_w = self._resp_r = -1
         self._sys_path: list[str] = []
         self.spawned_at = 0.0
+        self.stray_frames = 0  # reply frames that answered no pending request: only a candidate writes those
 
     # -- life cycle -------------------------------------------------------------------------
     def spawn(self) -> None:
@@ -504,6 +505,7 @@ class Worker:
                 reply = protocol.receive(self._resp_r, timeout_s=timeout_s, poll=poll)
                 if reply.get("nonce") == nonce:
                     return reply
+                self.stray_frames += 1
         except protocol.ChannelTimeout:
             self.kill()
             raise WorkerTimeout(f"{cmd} did not finish within {timeout_s:.0f} s") from None

@@ -3,6 +3,17 @@
 `Primitives.capture()` runs at worker start. The timing loop calls only the captured
 objects, so a candidate that replaces torch.cuda.Event, synchronize or time.perf_counter
 does not change what is measured, and `replaced()` reports the replacement afterwards.
+Where torch is built with CUDA, the loop records and reads events through the methods of
+torch's C event type and synchronises through its C function (`Primitives.bound`), which
+Python code cannot reassign. Everything else the loop calls (statistics, the digest, the
+poison, the call order, the allocator's reserve) it holds as default arguments bound when this
+module is imported: patching `sandbox.timing`, `sandbox.worker`, `statistics` or `sys.modules`
+afterwards changes nothing it does. On CPU the same loop runs on host-clock events
+(`host_primitives`), so the whole path can be exercised without a GPU.
+
+Binding stops attribute rewriting, not a candidate that rewrites objects it finds through
+`gc` or writes memory through ctypes: what the worker reports stays the candidate's word, and
+the judge checks it against its own clock (atrex_mcp.evaluate.timing_witness).
 
 Per timed call: L2 is flushed by reading a buffer of 2× L2 size and a GPU spin keeps the
 stream busy while the host launches (both outside the timed region), then
@@ -20,9 +31,11 @@ itself adds, so side-stream work is detected, not guessed.
 
 from __future__ import annotations
 
+import importlib
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,27 +48,52 @@ WATCHED = (
     "time.perf_counter", "time.monotonic", "time.time", "torch.allclose", "torch.equal", "torch.testing.assert_close",
     "torch.Tensor.__eq__", "torch.Tensor.cpu", "torch.Tensor.to", "torch.Tensor.clone", "torch.Tensor.fill_",
     "torch.Tensor.zero_", "torch.save", "torch.load", "torch.profiler.profile", "torch.cuda._sleep",
+    # the harness itself: none of these is ever reassigned by honest code
+    "sandbox.worker.time_calls", "sandbox.timing.time_calls", "sandbox.timing.digest",
+    "sandbox.timing._poison", "sandbox.timing.Primitives", "sandbox.protocol.send", "sandbox.protocol.receive",
+    "statistics.median", "statistics.quantiles", "json.dumps", "json.loads", "os.write", "gc.collect",
 )
 
 
-def _resolve(dotted: str) -> Any:
-    import importlib
-
+def _resolve(dotted: str, *, _import: Callable[[str], Any] = importlib.import_module,
+             _getattr: Callable[[Any, str], Any] = getattr) -> Any:
     parts = dotted.split(".")
-    obj: Any = importlib.import_module(parts[0])
+    obj: Any = _import(parts[0])
     for i, part in enumerate(parts[1:], start=1):
         try:
-            obj = getattr(obj, part)
+            obj = _getattr(obj, part)
         except AttributeError:
-            obj = importlib.import_module(".".join(parts[: i + 1]))
+            obj = _import(".".join(parts[: i + 1]))
     return obj
+
+
+def _bound_cuda(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """Event record/elapsed and device synchronisation through torch's C event type and C
+    function, where torch is built with CUDA (their methods cannot be reassigned from Python)."""
+    base, sync = getattr(torch._C, "_CudaEventBase", None), getattr(torch._C, "_cuda_synchronize", None)
+    stream = snapshot.get("torch.cuda.current_stream")
+    if base is None or sync is None or stream is None or not isinstance(base, type) or base.__module__ != "torch._C":
+        return {}
+    record_c, elapsed_c = base.record, base.elapsed_time
+
+    def record(event: Any, *, _record: Callable[..., Any] = record_c, _stream: Callable[[], Any] = stream) -> None:
+        _record(event, _stream())
+
+    def synchronize(*, _sync: Callable[[], Any] = sync) -> None:
+        _sync()
+
+    return {"torch.cuda.Event.record": record, "torch.cuda.Event.elapsed_time": elapsed_c,
+            "torch.cuda.synchronize": synchronize}
 
 
 @dataclass
 class Primitives:
-    """The functions the harness trusts, as they were before any candidate code ran."""
+    """The functions the harness trusts, as they were before any candidate code ran:
+    `snapshot` (what each watched name held) and `bound` (what the timing loop calls instead
+    where a safer binding exists)."""
 
     snapshot: dict[str, Any]
+    bound: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def capture(cls) -> "Primitives":
@@ -65,12 +103,12 @@ class Primitives:
                 snapshot[name] = _resolve(name)
             except (AttributeError, ImportError):
                 continue
-        return cls(snapshot)
+        return cls(snapshot, _bound_cuda(snapshot))
 
     def __getitem__(self, name: str) -> Any:
-        return self.snapshot[name]
+        return self.bound[name] if name in self.bound else self.snapshot[name]
 
-    def replaced(self) -> list[str]:
+    def replaced(self, *, _resolve: Callable[[str], Any] = _resolve) -> list[str]:
         """Names whose current object is not the captured one."""
         changed = []
         for name, original in self.snapshot.items():
@@ -81,6 +119,32 @@ class Primitives:
             if current is not original:
                 changed.append(name)
         return changed
+
+
+class HostEvent:
+    """A torch.cuda.Event stand-in stamped with the host clock, for timing on CPU, where every
+    call runs synchronously: `end − start` is then the call's host time."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, enable_timing: bool = False):
+        self.t = 0.0
+
+    def record(self, *, _clock: Callable[[], float] = time.perf_counter) -> None:
+        self.t = _clock()
+
+    def elapsed_time(self, end: "HostEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+def host_primitives(*, _clock: Callable[[], float] = time.perf_counter) -> Primitives:
+    """The timing loop's primitives on CPU: host-clock events, no device to synchronise or spin."""
+    def nothing(*args: Any) -> None:
+        return None
+
+    return Primitives({"torch.cuda.Event": HostEvent, "torch.cuda.Event.record": HostEvent.record,
+                       "torch.cuda.Event.elapsed_time": HostEvent.elapsed_time, "torch.cuda.synchronize": nothing,
+                       "time.perf_counter": _clock, "torch.cuda._sleep": nothing})
 
 
 def _poison(value: Any, keep: set[int]) -> None:
@@ -240,9 +304,15 @@ def _reserve_cached_blocks(blocks: list[tuple[int, torch.device]], copies: int) 
     del held
 
 
-def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_inputs: dict[str, Any],
-               input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
-               spin_us: float | None = None, flush_by_writing: bool = False) -> TimedRun:
+def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, Any]], Any],
+               warmup_inputs: dict[str, Any], input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
+               spin_us: float | None = None, flush_by_writing: bool = False, *,
+               _median: Callable[[list[float]], float] = statistics.median, _digest: Callable[[Any], Any] = digest,
+               _poison: Callable[[Any, set[int]], None] = _poison, _storages: Callable[[Any], set[int]] = storages,
+               _call_order: Callable[[int, int], list[int]] = call_order, _empty: Callable[..., Any] = torch.empty,
+               _no_grad: Callable[[], Any] = torch.no_grad, _reserve: Callable[..., None] = _reserve_cached_blocks,
+               _blocks: Callable[..., Any] = _output_blocks, _device_of: Callable[..., Any] = _device_of,
+               _run: type = TimedRun) -> TimedRun:
     """Warm up on a separate input set, then `calls` timed calls over `input_sets` in `call_order`.
 
     Between `start` and `end` the host does nothing but the call: the input dict is looked up
@@ -257,8 +327,8 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
     (bench/results/issue8_2026-11-30/timing_accuracy_c4.json)."""
     Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
     sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
-    flush = torch.empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))
-    protected = storages(warmup_inputs).union(*(storages(s) for s in input_sets))
+    flush = _empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))
+    protected = _storages(warmup_inputs).union(*(_storages(s) for s in input_sets))
 
     host_s = []
     output_bytes: list[tuple[int, torch.device]] = []
@@ -266,12 +336,12 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
         t0 = perf()
         out = fn(warmup_inputs)
         host_s.append(perf() - t0)  # the host's time to launch one call (GPU work is asynchronous)
-        output_bytes = _output_blocks(out, protected)
+        output_bytes = _blocks(out, protected)
         _poison(out, protected)
         sync()
-    _reserve_cached_blocks(output_bytes, copies=len(input_sets) + 2)
+    _reserve(output_bytes, copies=len(input_sets) + 2)
     if spin_us is None:
-        spin_us = min(SPIN_MAX_US, max(SPIN_MIN_US, 3.0 * statistics.median(host_s) * 1e6 + 100.0))
+        spin_us = min(SPIN_MAX_US, max(SPIN_MIN_US, 3.0 * _median(host_s) * 1e6 + 100.0))
     cycles = int(spin_us * SPIN_CYCLES_PER_US)
 
     def loop(call: Callable[[dict[str, Any] | None], Any], plan: list[dict[str, Any] | None],
@@ -297,7 +367,7 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
             record(after)
             outs[i] = out
             if check:
-                sums.append(digest(out))
+                sums.append(_digest(out))
             if i >= window and outs[i - window] is not None:
                 _poison(outs[i - window], protected)
                 outs[i - window] = None
@@ -305,8 +375,8 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
         return ([elapsed(starts[i], ends[i]) for i in range(n)], [elapsed(starts[i], afters[i]) for i in range(n)], outs, sums,
                 host)
 
-    order = call_order(len(input_sets), calls)
-    with torch.no_grad():
+    order = _call_order(len(input_sets), calls)
+    with _no_grad():
         noop_t, noop_s, _, _, _ = loop(lambda inputs: None, [None] * NOOP_CALIBRATION_CALLS, False)
         wall0 = perf()
         times, synced, outs, sums, host_us = loop(fn, [input_sets[k] for k in order], True)
@@ -314,7 +384,7 @@ def time_calls(prims: Primitives, fn: Callable[[dict[str, Any]], Any], warmup_in
     kept: dict[int, Any] = {}
     for k, out in zip(order, outs):
         kept[k] = out  # the last call on each set wins; None when it was poisoned since
-    return TimedRun(times_ms=times, synced_ms=synced, noop_gap_ms=[s - t for t, s in zip(noop_t, noop_s)],
+    return _run(times_ms=times, synced_ms=synced, noop_gap_ms=[s - t for t, s in zip(noop_t, noop_s)],
                     wall_s=wall, kept={k: v for k, v in kept.items() if v is not None}, warmup_calls=warmup,
                     digests=[[int(v) for v in d.tolist()] for d in sums], spin_us=spin_us, host_us=host_us)
 

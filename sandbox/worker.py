@@ -7,6 +7,15 @@ then imports the candidate. It answers requests on a pipe; outputs go out as raw
 output arena the trusted side shares with it (sandbox.handoff). It never sees a reference
 output, a roofline or a score: every verdict is made by the trusted side from what this process
 hands over.
+
+The request handlers, the timing loop and the reply writer are bound before the candidate is
+imported: `serve` builds its handler table and holds `protocol.send`/`receive` as defaults,
+and the handlers that time (`time`, `burst`) hold the loop and what it calls as default
+arguments, so rewriting `sandbox.worker.time_calls`, `sys.modules[...]`, `time.perf_counter`,
+`statistics.median` or `protocol.send` after the import changes nothing that is measured or
+sent (and `replaced()` reports it). The candidate still shares this process: what it could do
+beyond attribute rewriting, and why the judge does not have to trust it, is in
+docs/threat-model.md.
 """
 
 from __future__ import annotations
@@ -25,9 +34,18 @@ import torch
 
 from sandbox import isolation, protocol
 from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaWriter, output_items
-from sandbox.timing import Primitives, _poison, fit_calls_to_sets, input_checksums, plan_calls, storages, time_calls
+from sandbox.timing import (Primitives, _poison, digest, fit_calls_to_sets, host_primitives, input_checksums,
+                            plan_calls, storages, time_calls)
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
+LOOP_NAMES = ("torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.synchronize",
+              "time.perf_counter", "torch.cuda._sleep")
+
+
+def _loop_primitives(prims: Primitives) -> dict[str, Any]:
+    """What the timing loop calls, as a plain dict held only by the handlers' defaults: read
+    through dict's own lookup, not through a method or a module name the candidate could reassign."""
+    return {name: prims[name] for name in LOOP_NAMES if name in prims.bound or name in prims.snapshot}
 
 
 class Failure(Exception):
@@ -97,6 +115,7 @@ class Worker:
         self.model_cls = None
         self.models: dict[str, Any] = {}
         self.kept: dict[int, Any] = {}
+        self.burst_kept: dict[int, Any] = {}
         self.ran: set[str] = set()  # shapes whose forward has run in this process (run, time)
         self.versions = _import_toolchain()
 
@@ -214,7 +233,12 @@ class Worker:
         self._release_cache()
         return {"output": manifest, "checksums": checksums, "call_s": seconds, "input_bytes": input_bytes}
 
-    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def time(self, msg: dict[str, Any], *, _time_calls: Any = time_calls, _plan: Any = plan_calls,
+             _fit: Any = fit_calls_to_sets, _poison: Any = _poison, _storages: Any = storages,
+             _replaced: Any = PRIMS.replaced, _no_grad: Any = torch.no_grad,
+             _cuda: dict[str, Any] = _loop_primitives(PRIMS),
+             _host: dict[str, Any] = _loop_primitives(host_primitives())) -> dict[str, Any]:
+        prims = _cuda if self.device == "cuda" else _host
         shape = msg["shape"]
         model = self._model(shape)
         warm = self._inputs(shape, msg["warmup_seed"])
@@ -223,27 +247,51 @@ class Worker:
         def fn(inputs: dict[str, Any]) -> Any:
             return model(**inputs)
 
-        Event, record, elapsed = PRIMS["torch.cuda.Event"], PRIMS["torch.cuda.Event.record"], PRIMS["torch.cuda.Event.elapsed_time"]
+        Event, record = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"]
+        elapsed = prims["torch.cuda.Event.elapsed_time"]
         start, end = Event(enable_timing=True), Event(enable_timing=True)
-        with torch.no_grad():  # around the whole run, so no context manager is entered inside a timed call
-            _poison(fn(warm), storages(warm))
+        with _no_grad():  # around the whole run, so no context manager is entered inside a timed call
+            _poison(fn(warm), _storages(warm))
             record(start)
-            _poison(fn(warm), storages(warm))
+            _poison(fn(warm), _storages(warm))
             record(end)
-            self._sync()
-            warmup, calls = plan_calls(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
+            prims["torch.cuda.synchronize"]()
+            warmup, calls = _plan(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
             if msg.get("fit_to_sets"):
-                calls = fit_calls_to_sets(calls, len(sets))
-            run = time_calls(PRIMS, fn, warm, sets, calls, warmup, msg["flush_bytes"])
+                calls = _fit(calls, len(sets))
+            run = _time_calls(prims, fn, warm, sets, calls, warmup, msg["flush_bytes"])
         self.kept = run.kept
         self.ran.add(shape["id"])
         return {"times_ms": run.times_ms, "synced_ms": run.synced_ms, "noop_gap_ms": run.noop_gap_ms, "wall_s": run.wall_s,
                 "calls": calls, "warmup": run.warmup_calls, "kept": sorted(run.kept), "digests": run.digests,
-                "spin_us": run.spin_us, "host_us": run.host_us, "replaced": PRIMS.replaced()}
+                "spin_us": run.spin_us, "host_us": run.host_us, "replaced": _replaced()}
+
+    def burst(self, msg: dict[str, Any], *, _digest: Any = digest, _no_grad: Any = torch.no_grad,
+              _cuda: dict[str, Any] = _loop_primitives(PRIMS),
+              _host: dict[str, Any] = _loop_primitives(host_primitives())) -> dict[str, Any]:
+        """The judge's witness: input sets made from fresh `seeds`, then one forward on each back
+        to back, nothing between them, one synchronisation at the end, and each output's digest.
+        The judge times this whole request with its own clock (atrex_mcp.evaluate.timing_witness);
+        the outputs stay here for `fetch` with `burst: true`."""
+        sync = (_cuda if self.device == "cuda" else _host)["torch.cuda.synchronize"]
+        shape = msg["shape"]
+        model = self._model(shape)
+        sets = [self._inputs(shape, s) for s in msg["seeds"]]
+        with _no_grad():
+            outs = [model(**inputs) for inputs in sets]
+        sync()
+        digests = [[int(v) for v in _digest(out).tolist()] for out in outs]
+        self.burst_kept = dict(enumerate(outs))
+        return {"digests": digests}
 
     def keep(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Drop every kept timed output but those of `sets` (all of them for an empty list):
-        the trusted side says which it will fetch before it makes their reference outputs."""
+        the trusted side says which it will fetch before it makes their reference outputs.
+        With `burst_done`, drop the witness bursts' outputs instead."""
+        if msg.get("burst_done"):  # the witness bursts' outputs only
+            self.burst_kept = {}
+            self._release_cache()
+            return {}
         dropped = [index for index in self.kept if index not in msg["sets"]]
         for index in dropped:
             _poison(self.kept.pop(index), set())
@@ -252,13 +300,13 @@ class Worker:
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Hand over the kept output of one timed input set (none if it was not kept)."""
-        kept = self.kept.get(msg["set"])
+        kept = (self.burst_kept if msg.get("burst") else self.kept).get(msg["set"])
         if kept is None:
             return {"output": None}
         _check_output(kept, self.device)
         return {"output": self.writer.write(kept, msg["arena_bytes"])}
 
-    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def profile(self, msg: dict[str, Any], *, _replaced: Any = PRIMS.replaced) -> dict[str, Any]:
         """One forward under the profiler: device time per kernel name. A shape this process has
         not run yet gets an untimed forward first, so no JIT compilation or autotuning is profiled."""
         shape = msg["shape"]
@@ -274,7 +322,7 @@ class Worker:
             with torch.no_grad():
                 model(**inputs)
             self._sync()
-        trace = self.scratch / "tmp" / f"trace_{msg['nonce']}.json"
+        trace = self.scratch / "tmp" / f"trace_{os.urandom(8).hex()}.json"
         prof.export_chrome_trace(str(trace))
         kernels: dict[str, list[float]] = {}
         for event in json.loads(trace.read_text()).get("traceEvents", []):
@@ -284,9 +332,9 @@ class Worker:
                 entry[1] += 1
         trace.unlink(missing_ok=True)
         return {"kernels": [{"name": k, "time_us": v[0], "count": v[1], "kind": v[2]} for k, v in kernels.items()],
-                "replaced": PRIMS.replaced()}
+                "replaced": _replaced()}
 
-    def forwards(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def forwards(self, msg: dict[str, Any], *, _replaced: Any = PRIMS.replaced) -> dict[str, Any]:
         """`calls` forwards on one input set for an outside profiler, each in the NVTX range
         `nvtx` when one is named; nothing is saved or compared."""
         shape = msg["shape"]
@@ -304,28 +352,35 @@ class Worker:
                 _poison(out, storages(inputs))  # outside the range: the harness's fill is not the forward's
                 del out
         self._sync()
-        return {"calls": int(msg["calls"]), "seconds": time.perf_counter() - t0, "replaced": PRIMS.replaced()}
+        return {"calls": int(msg["calls"]), "seconds": time.perf_counter() - t0, "replaced": _replaced()}
 
-    def integrity(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"replaced": PRIMS.replaced()}
+    def integrity(self, msg: dict[str, Any], *, _replaced: Any = PRIMS.replaced) -> dict[str, Any]:
+        return {"replaced": _replaced()}
 
     # -- loop -------------------------------------------------------------------------------
-    def serve(self) -> None:
+    def ping(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Nothing: the judge times a round trip to calibrate its witness."""
+        return {}
+
+    def serve(self, *, _receive: Any = protocol.receive, _send: Any = protocol.send,
+              _closed: type = protocol.ChannelClosed, _error: Any = _error_payload) -> None:
         handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
-                    "keep": self.keep, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity}
+                    "keep": self.keep, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity,
+                    "burst": self.burst, "ping": self.ping}
+        req_fd, resp_fd = self.req_fd, self.resp_fd
         while True:
             try:
-                msg = protocol.receive(self.req_fd)
-            except protocol.ChannelClosed:
+                msg = _receive(req_fd)
+            except _closed:
                 return
             if msg.get("cmd") == "exit":
                 return
-            reply: dict[str, Any] = {"nonce": msg.get("nonce")}
+            reply: dict[str, Any] = {"nonce": msg.pop("nonce", None)}
             try:
                 reply.update(ok=True, **handlers[msg["cmd"]](msg))
             except BaseException as exc:  # noqa: BLE001 — every failure, SystemExit included, goes back as data
-                reply.update(ok=False, error=_error_payload(exc))
-            protocol.send(self.resp_fd, reply)
+                reply.update(ok=False, error=_error(exc))
+            _send(resp_fd, reply)
 
 
 def main(config: dict[str, Any]) -> None:

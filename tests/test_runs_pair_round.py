@@ -4,6 +4,7 @@ rounds (`check_side_streams`) with figures of the size seen on the H200. The GPU
 exercised by bench/opt_loop_gpu.py."""
 
 import random
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -32,13 +33,17 @@ class _Evaluation:
 
 
 class _Session:
+    """Answers after as long as the reply's calls claim to have taken (the judge times the request)."""
+
     worker_device = {"l2_bytes": 50 << 20}
 
-    def __init__(self, reply):
-        self.reply, self.sent = reply, []
+    def __init__(self, reply, forged=False, claimed_s=None):
+        self.reply, self.sent, self.forged, self.claimed_s = reply, [], forged, claimed_s
 
     def call(self, cmd, payload, timeout_s):
         self.sent.append((cmd, payload))
+        claimed = sum(self.reply["times_ms"]) / 1e3 if isinstance(self.reply, dict) else 0.0
+        time.sleep(claimed if self.claimed_s is None else self.claimed_s)
         return self.reply
 
 
@@ -73,6 +78,17 @@ def test_a_round_of_a_large_shape_makes_one_call_per_set_the_gpu_holds():
 def test_a_round_refuses_what_the_full_timing_stage_would_refuse(reply, says):
     with pytest.raises(MeasurementFailed, match=says):
         timing_round(_Evaluation(), _Session(reply), _shape(), "candidate", 24, 1 << 20)
+
+
+def test_a_round_from_a_worker_that_forged_a_reply_frame_is_refused():
+    with pytest.raises(MeasurementFailed, match=tx.REPLY_FORGED):
+        timing_round(_Evaluation(), _Session(_reply([0.1] * 5), forged=True), _shape(), "candidate", 24, 1 << 20)
+
+
+def test_a_round_whose_calls_outlast_the_judges_wall_is_refused():
+    session = _Session(_reply([40.0] * 5), claimed_s=0.0)  # 200 ms of calls answered at once
+    with pytest.raises(MeasurementFailed, match="outlast the judge's wall"):
+        timing_round(_Evaluation(), session, _shape(), "candidate", 24, 1 << 20)
 
 
 def _rounds(rng: random.Random, hidden_ms: float = 0.0, shifted: int | None = None) -> list[Round]:

@@ -29,13 +29,13 @@ import torch
 
 from atrex_mcp.catalog import Catalog, Shape, VisibleProblem
 from atrex_mcp.errors import AtrexError, ErrorInfo
-from atrex_mcp.evaluate import device, dsl, scoring, timing_checks
+from atrex_mcp.evaluate import device, dsl, scoring, timing_checks, timing_witness
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.baselines import baseline_source
 from atrex_mcp.evaluate.compare import CompareResult, check_structure, compare_outputs
 from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import NOT_TIMED_BY_REQUEST, EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
-from atrex_mcp.evaluate.session import Failure, Session, protected_roots
+from atrex_mcp.evaluate.session import Failure, Session, protected_roots, source_defines_model
 from atrex_mcp.evaluate.standby import Spare, Standby
 from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
 from atrex_mcp.evaluate.transfer import OutputRejected, arena_bytes, manifest_bytes, output_bytes
@@ -51,6 +51,7 @@ TIMING_MEMORY_SHARE = 0.2  # ... for which the budget grows, up to this share of
 MIN_TIMED_CALLS, MAX_TIMED_CALLS = 20, 200
 CHECKED_TIMED_SETS = 3
 PINNED_SLACK_BYTES = 4 << 30  # cached GPU memory this process may keep beside a held reference output (_cache_pins_memory)
+CPU_FLUSH_BYTES = 1 << 20  # the host-clock loop on CPU (workers.CandidateWorker.time): no device L2 to sweep
 CPU_HOST_MEMORY_BYTES = 8 << 30
 GPU_HOST_MEMORY_BYTES = 32 << 30
 
@@ -124,6 +125,19 @@ def _fail(result: ShapeResult, failure: Failure | OutputRejected) -> ShapeResult
     result.correct = False
     result.stage, result.category, result.message = failure.stage, failure.category, failure.message
     return result
+
+
+def forged_reply(result: ShapeResult) -> None:
+    """A worker of this evaluation wrote a reply frame that answered no request: nothing it
+    reported is believed, so a shape it passed fails (one it failed keeps its first failure)."""
+    if tx.REPLY_FORGED not in result.integrity:
+        result.integrity.append(tx.REPLY_FORGED)
+    if result.correct:
+        result.correct, result.stage, result.category = False, tx.PERFORMANCE, tx.TIMING_TAMPERED
+        result.message = ("The candidate wrote frames on the worker's reply channel (a forged answer); "
+                          "its results are void. " + result.message).strip()
+        result.time_ms = result.iqr_ms = None
+        result.timing_note = "time voided by an integrity failure"
 
 
 def _late_calls(host_us: list[float] | None, spin_us: float | None) -> int | None:
@@ -280,7 +294,7 @@ class _Evaluation:
         # One fresh set per timed call where memory allows, so no call sees inputs seen before.
         sets = timing_sets(set_bytes, self.device_info.memory_bytes)
         result.timing_seeds = [self.seed() for _ in range(sets + 1)]
-        flush_bytes = flush_bytes_for(session.worker_device.get("l2_bytes"))
+        flush_bytes = flush_bytes_for(session.worker_device.get("l2_bytes")) if self.cuda else CPU_FLUSH_BYTES
         t0 = time.perf_counter()
         with device.ClockSampler() as clocks:
             reply = session.call("time", {"shape": self.payload_shape(shape), "warmup_seed": result.timing_seeds[0],
@@ -312,7 +326,10 @@ class _Evaluation:
             result.integrity.append(tx.REUSE_UNCHECKED)
         if reply.get("replaced"):
             result.integrity.append(tx.PRIMITIVES_REPLACED)
-        if sum(times) / 1e3 > reply["wall_s"] * 1.05 + 1e-3 or reply["wall_s"] > request_wall:
+            names = [str(name)[:100] for name in reply["replaced"]][:40] if isinstance(reply["replaced"], list) else []
+            result.message = f"The candidate replaced harness primitives: {', '.join(names)}."
+        if (sum(times) / 1e3 > reply["wall_s"] * 1.05 + 1e-3 or reply["wall_s"] > request_wall
+                or not timing_witness.upper_bound_ok(times, request_wall)):
             result.integrity.append(tx.WALL_CLOCK_INCONSISTENT)
         q1, med, q3 = statistics.quantiles(per_call, n=4, method="inclusive")
         sm, mem, below, throttle = clocks.summary()
@@ -324,7 +341,7 @@ class _Evaluation:
                                     sm_clock_mhz=sm, mem_clock_mhz=mem, sm_below_max_fraction=below,
                                     throttle_reasons=throttle, spin_us=reply.get("spin_us"), reuse_compared=reuse.decided,
                                     host_bound=timing_checks.host_bound(late, calls),
-                                    host_late_calls=late)
+                                    host_late_calls=late, request_wall_s=request_wall)
         order = call_order(sets, calls)
         digests = reply.get("digests") or []
         if len(digests) != calls:
@@ -339,6 +356,17 @@ class _Evaluation:
             finally:
                 _release_cached_gpu_memory()
                 result.seconds["timed_output_checks"] = time.perf_counter() - t0
+        if result.stage is None and not any(i in tx.INTEGRITY_FAILS for i in result.integrity):  # else already void
+            # after the checks, which leave the worker holding nothing: the bursts have the memory the timing had
+            t0 = time.perf_counter()
+            host_ms = timing_witness.host_allowance_ms(reply.get("host_us"), self.cuda, request_wall, calls)
+            try:
+                self.witness(session, shape, result, min(timing_witness.WITNESS_CALLS, sets), med, host_ms)
+            except _HarnessOutOfMemory as exc:
+                _fail(result, Failure(tx.CORRECTNESS, tx.HARNESS_OOM, f"checking the witness bursts: {exc}"))
+            finally:
+                _release_cached_gpu_memory()
+                result.seconds["witness"] = time.perf_counter() - t0
         failing = [i for i in result.integrity if i in tx.INTEGRITY_FAILS]
         if failing:
             stage = tx.CORRECTNESS if tx.TIMED_OUTPUT_MISMATCH in failing else tx.PERFORMANCE
@@ -348,7 +376,105 @@ class _Evaluation:
             result.message = result.message or f"integrity: {', '.join(failing)}"
             result.timing_note = "time voided by an integrity failure"
             return
-        result.time_ms, result.iqr_ms = med, q3 - q1
+        if result.stage is None:  # not when a hand-over or a check above failed the shape
+            result.time_ms, result.iqr_ms = med, q3 - q1
+
+    def witness(self, session: Session, shape: Shape, result: ShapeResult, calls: int, median_ms: float,
+                host_ms: float) -> None:
+        """The judge's witness of `median_ms` (timing_witness): WITNESS_BURSTS bursts of `calls`
+        forwards on fresh input sets, each timed by this process's clock; the fastest, less what
+        this process calibrates (a round trip, making the input sets, digesting the outputs),
+        judges the median. Each burst that is the fastest so far has one output, chosen after it
+        ran, compared with the reference, so the burst that judges did the work."""
+        walls, seeds = [], []
+        try:
+            for _ in range(timing_witness.WITNESS_BURSTS):
+                seeds = [self.seed() for _ in range(calls)]
+                t0 = time.perf_counter()
+                reply = session.call("burst", {"shape": self.payload_shape(shape), "seeds": seeds},
+                                     self.request.timeout_s)
+                wall = time.perf_counter() - t0
+                if isinstance(reply, Failure):
+                    _fail(result, reply)
+                    return
+                fastest = not walls or wall < min(walls)  # only the fastest burst witnesses: only it needs checking
+                walls.append(wall)
+                if fastest and not self.check_burst_output(session, shape, result, seeds, reply.get("digests")):
+                    return
+            calibration = self.calibrate_witness(session, shape, result, seeds)
+        finally:
+            if session.alive:
+                session.call("keep", {"burst_done": True}, self.request.timeout_s)
+        if calibration is None:
+            return
+        verdict = timing_witness.judge(median_ms, min(walls), calls, calibration, host_ms)
+        if result.timing is not None:
+            result.timing.witness_ms, result.timing.witness_floor_ms = verdict.per_call_ms, verdict.floor_ms
+        if verdict.forged:
+            result.integrity.append(tx.TIMING_FORGED)
+            result.message = (f"The reported median ({median_ms:.4g} ms) lies below what the judge's own clock "
+                              f"witnessed: {calls} back-to-back calls left {verdict.per_call_ms:.4g} ms per call, which allows "
+                              f"no median under {verdict.floor_ms:.4g} ms.")
+
+    def check_burst_output(self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int],
+                           digests: Any) -> bool:
+        """One output of a witness burst, chosen after it ran, against the reference and the digest
+        the worker reported for it: the burst's calls did the work (False: the shape failed)."""
+        if not isinstance(digests, list) or len(digests) != len(seeds):
+            self._timed_mismatch(result, "The worker did not return a digest for every call of the witness burst.", [])
+            return False
+        chosen = secrets.randbelow(len(seeds))
+        with _harness_memory("generating a witness input set and its reference output"):
+            reference = self.reference_output(shape, self.inputs(shape, seeds[chosen]))
+        arena = session.arena.reserve(arena_bytes(reference))
+        fetched = session.call("fetch", {"set": chosen, "burst": True, "arena_bytes": arena}, self.request.timeout_s)
+        if isinstance(fetched, Failure):
+            _fail(result, fetched)
+            return False
+        with _harness_memory(f"comparing outputs of {output_bytes(reference)} bytes"):
+            verdict, message = None, "the worker did not return it"
+            if fetched.get("output") is not None:
+                try:
+                    verdict, candidate = self.receive(session, reference, fetched["output"])
+                    if verdict.ok and digest(candidate).tolist() != digests[chosen]:
+                        verdict, message = None, "its digest is not the one the worker reported"
+                    del candidate
+                except OutputRejected as exc:
+                    message = exc.message
+            del reference
+        if verdict is None or not verdict.ok:
+            self._timed_mismatch(result, f"Output of a witness call (burst set {chosen}) is wrong: "
+                                         f"{verdict.message if verdict is not None else message}",
+                                 list(verdict.details) if verdict is not None else [])
+            return False
+        return True
+
+    def calibrate_witness(self, session: Session, shape: Shape, result: ShapeResult,
+                          seeds: list[int]) -> timing_witness.Calibration | None:
+        """What a burst over `seeds` costs besides its forwards, measured in this process."""
+        round_trip = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            pong = session.call("ping", {}, self.request.timeout_s)
+            round_trip.append(time.perf_counter() - t0)
+            if isinstance(pong, Failure):
+                _fail(result, pong)
+                return None
+        sync = torch.cuda.synchronize if self.cuda else (lambda: None)
+        with _harness_memory("calibrating the witness burst"):
+            sync()
+            t0 = time.perf_counter()
+            for seed in seeds:
+                self.inputs(shape, seed)
+            sync()
+            inputs_s = time.perf_counter() - t0
+            reference = self.reference_output(shape, self.inputs(shape, seeds[-1]))
+            sync()
+            t0 = time.perf_counter()
+            for _ in seeds:
+                digest(reference).tolist()
+            digests_s = time.perf_counter() - t0
+        return timing_witness.Calibration(round_trip_s=min(round_trip), inputs_s=inputs_s, digests_s=digests_s)
 
     def check_timed_outputs(self, session: Session, shape: Shape, result: ShapeResult, kept: list[int],
                             order: list[int], digests: list[list[int]]) -> None:
@@ -455,6 +581,9 @@ class _Evaluation:
                               origin=self.adapter.origin(k["name"], self.own_kernels)) for k in reply["kernels"]]
         result.kernels = sorted(kernels, key=lambda k: -k.time_us)
         result.dsl_share = dsl.dsl_share([(k.name, k.time_us, k.origin) for k in kernels])
+        device_us = [k.time_us for k in kernels]
+        if result.time_ms is not None and not timing_witness.profile_agrees(result.time_ms, device_us):
+            result.integrity.append(tx.PROFILE_DISAGREES)
 
     def score(self, result: ShapeResult) -> None:
         t_sol, reason = self.roofline.t_sol_ms(result.id)
@@ -501,7 +630,8 @@ class _Evaluation:
         return Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
                        load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],
                              "forward_params": self.forward_params},
-                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.stop, spare=spare)
+                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.stop,
+                       spare=spare, defines_model=source_defines_model(self.source))
 
     def run(self) -> EvalResult:
         t_start = time.perf_counter()
@@ -542,10 +672,13 @@ class _Evaluation:
         result.device.versions = session.versions
         result.overhead = session.overhead
         result.overhead.total_s = time.perf_counter() - t_start
-        result.compiled = result.compile_error is None and any(s.judged and s.stage != tx.COMPILE for s in result.shapes)
+        result.compiled = (result.compile_error is None and not session.forged
+                           and any(s.judged and s.stage != tx.COMPILE for s in result.shapes))
         result.operator_score, result.operator_score_note = scoring.shapes_operator_score(result.shapes)
         result.seeds = self.seeds
-        result.integrity = sorted({i for s in result.shapes for i in s.integrity} | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set()))
+        result.integrity = sorted({i for s in result.shapes for i in s.integrity}
+                                  | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set())
+                                  | ({tx.REPLY_FORGED} if session.forged else set()))
         if result.partial is None:
             self.progress("done", 1.0)
             return result
@@ -600,6 +733,8 @@ class _Evaluation:
             if self.cuda and self.request.measure_dsl and result.correct and session.ensure() is None:
                 self.begin(index, "the profile")
                 self.profile(session, shape, result)
+        if session.forged:
+            forged_reply(result)
         self.score(result)
         return result
 

@@ -91,6 +91,13 @@ class TimingStats(BaseModel):
     host_late_calls: int | None = Field(default=None, description="Timed calls whose host side (start event, launch, end event) took longer than the spin: the GPU may have idled inside their timed region.")
     host_bound: bool | None = Field(default=None, description="The host outran the spin on most timed calls: the time includes host launch work (Python, many small launches) and moves with host load; fewer launches per call (fusion, CUDA graphs) make it GPU-bound.")
     reuse_compared: bool = Field(default=False, description="Fresh and reused input-set calls were numerous enough to test for an input-reuse speed-up.")
+    request_wall_s: float | None = Field(default=None, description=(
+        "The judge's own clock around the timing request: every reported call must fit inside it."))
+    witness_ms: float | None = Field(default=None, description=(
+        "The judge's witness: wall per call of a burst of back-to-back forwards on fresh inputs, timed by the judge, "
+        "its calibrated overheads taken off (evaluate.timing_witness)."))
+    witness_floor_ms: float | None = Field(default=None, description=(
+        "The least median the witness allows; a median below it is the integrity failure timing_forged."))
 
 
 class ShapeResult(BaseModel):

@@ -7,6 +7,7 @@ pass through the leak guard before they reach a result.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import signal
@@ -72,9 +73,12 @@ class Session:
     arena (evaluate.transfer) they all inherit; `stop` ends both."""
 
     def __init__(self, spec: LaunchSpec, init: dict[str, Any], load: dict[str, Any], guard: LeakGuard,
-                 compile_timeout_s: float, cancel: threading.Event | None, spare: Spare | None = None):
+                 compile_timeout_s: float, cancel: threading.Event | None, spare: Spare | None = None,
+                 defines_model: bool = True):
         """`spare`: a worker spawned ahead in `spec.scratch` (evaluate.standby), with its arena;
-        the first start uses it instead of spawning one."""
+        the first start uses it instead of spawning one. `defines_model`: what the judge found in
+        the candidate's source itself (`source_defines_model`); a load the worker reports as ok
+        without it is not believed."""
         self.arena = spare.arena if spare is not None else OutputArena(cuda=spec.device == "cuda")
         self.spec = dataclasses.replace(spec, output_fd=self.arena.fd)
         self._spawned = spare.worker if spare is not None else None
@@ -87,6 +91,8 @@ class Session:
         self.versions: dict[str, Any] = {}
         self.worker_device: dict[str, Any] = {}
         self.leaked = False
+        self.defines_model = defines_model
+        self._strays = 0  # reply frames of workers already replaced
 
     def _poll(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -109,6 +115,8 @@ class Session:
         A worker that cannot even start (before any candidate code ran) is the evaluator's
         failure, not the candidate's: the first time it raises an internal AtrexError."""
         t0 = time.perf_counter()
+        if self.worker is not None:
+            self._strays += self.worker.stray_frames
         self.worker, self._spawned = self._spawned or Worker(self.spec), None
         problem = ""
         try:
@@ -141,7 +149,12 @@ class Session:
         """Import the candidate; every failure here is a compile-stage failure."""
         outcome = self.call("load", self.load, self.compile_timeout_s, timeout_category=tx.COMPILE_TIMEOUT)
         if not isinstance(outcome, Failure):
-            return None
+            if self.defines_model:
+                return None
+            outcome = Failure(tx.COMPILE, tx.NO_MODEL, "The worker reported the candidate loaded, but its source "
+                              "defines no `Model` (a class, assignment or import of that name).")
+            self.worker.kill()  # whatever loaded there is not the file the judge was given
+            return outcome
         if outcome.category == tx.OOM:
             outcome.category = tx.COMPILE_OOM
         elif outcome.category not in tx.CATEGORIES[tx.COMPILE]:
@@ -165,6 +178,12 @@ class Session:
             warnings=[*plan.get("notes", []), *report.get("warnings", [])])
         self.versions = reply.get("versions", {})
         self.worker_device = reply.get("device", {})
+
+    @property
+    def forged(self) -> bool:
+        """Whether any worker of this session wrote a reply frame that answered no request (a
+        forgery: the honest worker answers each request once, with its nonce)."""
+        return self._strays + (self.worker.stray_frames if self.worker is not None else 0) > 0
 
     @property
     def alive(self) -> bool:
@@ -215,3 +234,20 @@ def protected_roots(catalog_roots: list[Path], extra: list[Path]) -> list[Path]:
     roots = [*catalog_roots, Path(paths.__file__).resolve().parent, paths.default_state_dir(), *extra]
     return [Path(os.path.realpath(r)) for r in roots]
 
+
+def source_defines_model(source: str) -> bool:
+    """Whether the candidate's source itself binds the name `Model` (a class, an assignment or an
+    import, at any depth): the judge's own check behind the worker's `load ok`. A file that
+    does not parse is left to the worker, which reports the syntax error."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return True  # the worker reports the syntax error itself; nothing to second-guess here
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            return True
+        if isinstance(node, ast.Name) and node.id == "Model" and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == "Model" for a in node.names):
+            return True
+    return False

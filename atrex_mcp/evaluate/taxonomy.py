@@ -77,9 +77,14 @@ INPUT_MISMATCH: Final = "input_mismatch"  # the worker's generated inputs differ
 INPUT_REUSE_SPEEDUP: Final = "input_reuse_speedup"  # calls on an input set seen before ran much faster (a cache?)
 REUSE_UNCHECKED: Final = "reuse_unchecked"  # input sets were timed again with too few calls for the reuse check
 HIDDEN_DATA_LEAK: Final = "hidden_data_leak"  # evaluator-only data appeared in text from the worker (redacted)
+TIMING_FORGED: Final = "timing_forged"  # the reported time lies below the judge's own clock's witness (timing_witness)
+REPLY_FORGED: Final = "reply_forged"  # a frame on the reply channel answered no request, or answered one twice
+PROFILE_DISAGREES: Final = "profile_disagrees"  # the profiled forward's kernels took far longer than the reported time
 INTEGRITY_INCIDENTS: Final = (FASTER_THAN_SOL, SIDE_STREAM_WORK, PRIMITIVES_REPLACED, WALL_CLOCK_INCONSISTENT,
-                              TIMED_OUTPUT_MISMATCH, INPUT_MISMATCH, INPUT_REUSE_SPEEDUP, REUSE_UNCHECKED, HIDDEN_DATA_LEAK)
-INTEGRITY_FAILS: Final = frozenset({PRIMITIVES_REPLACED, WALL_CLOCK_INCONSISTENT, TIMED_OUTPUT_MISMATCH, REUSE_UNCHECKED})
+                              TIMED_OUTPUT_MISMATCH, INPUT_MISMATCH, INPUT_REUSE_SPEEDUP, REUSE_UNCHECKED,
+                              HIDDEN_DATA_LEAK, TIMING_FORGED, REPLY_FORGED, PROFILE_DISAGREES)
+INTEGRITY_FAILS: Final = frozenset({PRIMITIVES_REPLACED, WALL_CLOCK_INCONSISTENT, TIMED_OUTPUT_MISMATCH,
+                                    REUSE_UNCHECKED, TIMING_FORGED, REPLY_FORGED})
 
 
 def stage_of(category: str) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import device
-from atrex_mcp.evaluate.evaluator import LaunchOptions, _Evaluation
+from atrex_mcp.evaluate.evaluator import LaunchOptions, _Evaluation, forged_reply
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
 from sandbox.launcher import Cancelled
@@ -60,10 +60,14 @@ class CandidateWorker:
         size = self.evaluation.correctness(self.session, self._shape(shape_id), result)
         if size is not None:
             self._set_bytes[shape_id] = size
+        if self.session.forged:
+            forged_reply(result)
         return result
 
     def time(self, shape_id: str) -> ShapeResult:
-        """The timing stage (GPU only), after a passed `check` of the same shape."""
+        """The timing stage, after a passed `check` of the same shape: on a GPU with CUDA events;
+        on CPU with host-clock events (its times describe the Triton interpreter, not a kernel,
+        and serve to exercise the stage and its integrity checks)."""
         if shape_id not in self._set_bytes:
             raise ValueError(f"shape {shape_id} has no passed check in this session; call check() first")
         failure = self.session.ensure()
@@ -71,6 +75,8 @@ class CandidateWorker:
             raise CandidateFailed("the worker could not be restarted", failure)
         result = ShapeResult(id=shape_id, correct=True)
         self.evaluation.timing(self.session, self._shape(shape_id), result, self._set_bytes[shape_id])
+        if self.session.forged:
+            forged_reply(result)
         return result
 
     def forwards(self, shape_id: str, calls: int, nvtx: str | None = NVTX_FORWARD) -> dict:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import time
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -39,6 +40,7 @@ from atrex_mcp.evaluate.evaluator import _Evaluation, evaluate, timing_sets
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
 from atrex_mcp.evaluate.timing_checks import side_stream_pooled
+from atrex_mcp.evaluate.timing_witness import upper_bound_ok
 from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.measure import CheckResult, MeasurementFailed, Progress
 from atrex_mcp.runs.models import KernelTimes, ShapeCheck
@@ -71,12 +73,19 @@ def timing_round(evaluation: _Evaluation, session: Session, shape: Shape, name: 
     sets = min(calls, timing_sets(set_bytes, evaluation.device_info.memory_bytes))
     seeds = [evaluation.seed() for _ in range(sets + 1)]
     flush = flush_bytes_for(session.worker_device.get("l2_bytes"))
+    t0 = time.perf_counter()
     reply = session.call("time", {"shape": evaluation.payload_shape(shape), "warmup_seed": seeds[0], "seeds": seeds[1:],
                                   "min_calls": sets, "max_calls": sets, "flush_bytes": flush}, evaluation.request.timeout_s)
+    wall = time.perf_counter() - t0
     if isinstance(reply, Failure):
         raise MeasurementFailed(f"the {name} on shape {shape.id}: {reply.category}: {reply.message[:500]}")
     if reply.get("replaced"):
         raise MeasurementFailed(f"the {name} replaced timing primitives: {', '.join(reply['replaced'])}")
+    if session.forged:
+        raise MeasurementFailed(f"the {name} wrote frames on its worker's reply channel: {tx.REPLY_FORGED}")
+    if not upper_bound_ok(reply["times_ms"], wall):
+        raise MeasurementFailed(f"the {name}'s reported calls on shape {shape.id} outlast the judge's wall "
+                                "of the request")
     return Round(statistics.median(reply["times_ms"]), reply["times_ms"], reply["synced_ms"], reply["noop_gap_ms"])
 
 
@@ -153,12 +162,17 @@ class EvaluatorJudge:
         if tx.INPUT_REUSE_SPEEDUP in gate.integrity:
             raise MeasurementFailed(f"the candidate's timing stage on shape {shape.id}: {gate.timing_note}; "
                                     "a kernel that is faster on inputs it has seen is not compared")
+        floor = gate.timing.witness_floor_ms if gate.timing is not None else None
         rounds: tuple[list[Round], list[Round]] = ([], [])
         for r in range(self.rounds):
             for k in ((0, 1) if r % 2 == 0 else (1, 0)):
                 if sessions[k].ensure() is not None:
                     raise MeasurementFailed(f"the {NAMES[k]}'s worker could not be restarted on shape {shape.id}")
                 rounds[k].append(timing_round(evaluations[k], sessions[k], shape, NAMES[k], self.calls, set_bytes[k]))
+            if floor is not None and rounds[1][-1].median_ms < floor:  # the gate's witness holds for every round
+                raise MeasurementFailed(f"the candidate's round {r + 1} on shape {shape.id} reported "
+                                        f"{rounds[1][-1].median_ms:.4g} ms, below what the judge's clock "
+                                        f"witnessed in its timing stage ({floor:.4g} ms at least): {tx.TIMING_FORGED}")
             tick(r + 1)
         for name, kernel_rounds in zip(NAMES, rounds):
             check_side_streams(name, shape.id, kernel_rounds)

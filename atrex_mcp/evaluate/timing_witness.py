@@ -1,0 +1,110 @@
+"""The judge's own witness of a candidate's time (trusted side, pure functions).
+
+The worker's times are the candidate's word: it shares the worker's process and can rewrite
+anything there. The judge holds two figures of its own clock:
+
+* the wall of the timing request, from sending it to reading the reply: every reported call
+  lies inside it, so Σ call times above it is an inconsistency (`upper_bound_ok`);
+* a burst (`sandbox.worker.Worker.burst`): K forwards on input sets made from fresh seeds,
+  back to back, one synchronisation, then their digests. The judge times that request and
+  subtracts what it calibrates in its own process (a round trip of an empty request, making
+  the same K input sets, digesting K outputs of the reference's size); what is left over, per
+  call, is the witness: `max(T_warm, host)` for an honest kernel, where T_warm is its device
+  time with its inputs in L2 and `host` the host's time to launch one call. One output of the
+  burst is compared with the reference, so the calls did the work.
+
+A reported median `t` is forged when it lies below the witness's floor:
+
+    floor = (witness − host_allowance − jitter) / TOLERANCE
+
+`host_allowance` is the median host window the worker reported (on CPU, where the event time
+is the host window itself, zero), capped by the judge's wall of the timing request per call;
+`jitter` (`slack_ms`) covers the request's scheduling noise and the error of the judge's
+calibration. An honest GPU-bound kernel has witness ≈ T_warm ≤ t; an honest host-bound one has
+witness ≈ host, so the floor is ~0. Written as witness = T_warm + e, with e whatever the model
+leaves out, an honest run is flagged only when e > (TOLERANCE − 1)·t + host + jitter: the noise
+would have to exceed the kernel's own time, its host window and the slack together.
+
+What it bounds (docs/threat-model.md): a candidate can report no less than
+(T_warm − host_claimed − jitter) / TOLERANCE, so a forgery that hides its work must also claim
+a host window as large as what it hides, and no host window larger than the judge's wall
+allows. For a kernel whose launch outlasts its device time (rms_norm's small shapes: ~25 µs to
+launch, ~4 µs on the device) the floor is ~0, and only the worker's bound timing loop stands
+between the candidate and its reported time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+TOLERANCE = 2.0  # reported times may lie this far below the floor's raw figure (clock ramps, warm vs cold L2)
+JITTER_S = 0.5e-3  # the fastest burst's wall spread an honest run may still show (scheduler, pipe)
+CALIBRATION_SLACK = 0.25  # share of the judge's own input-generation and digest time allowed as calibration error
+WITNESS_CALLS = 16  # forwards in a burst (fewer where the timing stage held fewer input sets)
+WITNESS_BURSTS = 3  # the fastest of these judges: scheduling noise only ever adds time
+
+
+@dataclass
+class Calibration:
+    """What the judge measured in its own process for one burst."""
+
+    round_trip_s: float  # an empty request to the worker and back (minimum of a few)
+    inputs_s: float  # making the burst's input sets here
+    digests_s: float  # digesting that many outputs of the reference's size here
+
+
+@dataclass
+class Witness:
+    """The burst's figures and the verdict on one reported median."""
+
+    calls: int
+    wall_s: float  # the judge's clock around the burst request
+    per_call_ms: float  # what is left of it per call once the calibration is taken off
+    floor_ms: float  # the least median the witness allows
+    forged: bool
+
+
+def per_call_ms(wall_s: float, calls: int, calibration: Calibration) -> float:
+    """The burst's wall per call once the judge's calibrated overheads are taken off (≥ 0)."""
+    rest = wall_s - calibration.round_trip_s - calibration.inputs_s - calibration.digests_s
+    return max(0.0, rest) / max(1, calls) * 1e3
+
+
+def host_allowance_ms(host_us: list[float] | None, cuda: bool, request_wall_s: float, calls: int) -> float:
+    """The host window per call the floor allows: the worker's median, never more than the
+    judge's wall of the timing request per call; zero on CPU (the host window is the call)."""
+    if not cuda or not host_us:
+        return 0.0
+    return min(statistics.median(host_us) / 1e3, request_wall_s * 1e3 / max(1, calls))
+
+
+def slack_ms(calls: int, calibration: Calibration) -> float:
+    """The floor's allowance per call for noise and calibration error. An honest run trips the
+    floor only when what the model leaves out exceeds its own time, its host window and this."""
+    return (JITTER_S + CALIBRATION_SLACK * (calibration.inputs_s + calibration.digests_s)) / max(1, calls) * 1e3
+
+
+def judge(median_ms: float, wall_s: float, calls: int, calibration: Calibration, host_ms: float) -> Witness:
+    """The witness of a burst of `calls` forwards timed at `wall_s` by the judge, and whether
+    `median_ms` lies below its floor."""
+    witness = per_call_ms(wall_s, calls, calibration)
+    floor = max(0.0, witness - host_ms - slack_ms(calls, calibration)) / TOLERANCE
+    return Witness(calls=calls, wall_s=wall_s, per_call_ms=witness, floor_ms=floor, forged=median_ms < floor)
+
+
+def upper_bound_ok(times_ms: list[float], request_wall_s: float) -> bool:
+    """Every reported call ran inside the judge's wall of the timing request."""
+    return sum(times_ms) / 1e3 <= request_wall_s
+
+
+PROFILE_TOLERANCE = 2.0  # the profiled forward (one call, warm L2, its clock as found) against the timed median
+PROFILE_SLACK_MS = 0.01
+
+
+def profile_agrees(median_ms: float, kernel_us: list[float]) -> bool:
+    """Whether a profiled forward's device time (Σ of its kernels, from torch.profiler in the
+    worker or from Nsight) is consistent with the reported median: the kernels of one forward
+    cannot take much longer than the call they make up."""
+    device_ms = sum(kernel_us) / 1e3
+    return device_ms <= PROFILE_TOLERANCE * median_ms + PROFILE_SLACK_MS

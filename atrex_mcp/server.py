@@ -487,7 +487,7 @@ def _register_tools(app: ServerContext) -> None:
         text = app.candidate_source(source, path)
         catalog.visible(op)
         target = app.workspace.output_path(out_dir or f"atrex-package/{op}")
-        result = package_mod.package_source(text, op, catalog, target)
+        result = package_mod.package_source(text, op, catalog, target, denied=app.workspace.denied)
         return PackageOutput(**result.model_dump())
 
     async def validate(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from atrex_mcp.catalog import Catalog
@@ -245,8 +245,9 @@ class RunService:
         return self.store.revert_masks(run_id, mask_id)
 
     # -- package --------------------------------------------------------------------
-    def package(self, run_id: str, out_dir: Path, *, reveal_figures: bool = True) -> PackageResult:
-        """The accepted kernel as a deliverable, with the run's provenance in the manifest."""
+    def package(self, run_id: str, out_dir: Path, *, reveal_figures: bool = True, denied: Sequence[Path] = ()) -> PackageResult:
+        """The accepted kernel as a deliverable, with the run's provenance in the manifest; never
+        written inside a `denied` root (package_source refuses the problem roots itself)."""
         run = self.store.get_run(run_id)
         if run.accepted is None:
             raise AtrexError("input", "no_baseline", f"Run {run_id} has no accepted kernel yet.", "Submit a baseline first.")
@@ -265,6 +266,6 @@ class RunService:
             "final": figures,
         }
         result = package_source(self.store.source(run_id, final.number), run.op, self.catalog, out_dir, dsl=run.dsl,
-                                provenance=provenance)
+                                provenance=provenance, denied=denied)
         self.store.log_event(run_id, "packaged", {"artifact": result.artifact, "sha256": result.sha256, "accepted": final.number})
         return result

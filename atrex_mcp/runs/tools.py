@@ -154,7 +154,7 @@ def register_run_tools(server: Any, ctx: ServerContext, judge_factory: JudgeFact
         manifest.json (hashes, the accepted-iteration chain, the final measured figures) in a new
         or empty workspace folder. Cheap."""
         target = ctx.workspace.output_path(out_dir or f"atrex-package/{run_id}")
-        result = service().package(run_id, target, reveal_figures=not policy.benchmark)
+        result = service().package(run_id, target, reveal_figures=not policy.benchmark, denied=ctx.workspace.denied)
         return PackageOutput(**result.model_dump())
 
     for fn, title, read_only, idempotent in (

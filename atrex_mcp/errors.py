@@ -31,6 +31,8 @@ class AtrexError(Exception):
 
 
 def unknown_choice(kind: str, value: str, choices: list[str]) -> AtrexError:
-    """An unknown operator, shape, profile… answered with the valid choices."""
+    """An unknown operator, shape, profile… answered with the valid choices. The caller's value
+    is not echoed: an answer that repeats a caller's text is one step from an oracle."""
+    del value
     shown = ", ".join(choices[:60]) + (" …" if len(choices) > 60 else "")
-    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind} {value!r}.", f"Valid choices: {shown}")
+    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind.replace('_', ' ')}.", f"Valid choices: {shown}")

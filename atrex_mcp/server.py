@@ -120,15 +120,30 @@ _SDK_ARGUMENT_ERROR = re.compile(r"^Error executing tool (?P<tool>[\w.-]+): (?P<
 _SDK_UNKNOWN_TOOL = re.compile(r"^Unknown tool: (?P<tool>.*)$", re.S)
 
 
+_PYDANTIC_DETAIL = re.compile(r"^(?P<message>.*?) \[type=(?P<type>[\w.-]+),.*\]$")
+_LOCATION = re.compile(r"^[A-Za-z_][\w]*(?:\.(?:[A-Za-z_]\w*|\d+))*$")
+
+
+def _without_input(line: str) -> str:
+    """One line of a pydantic error without the caller's input: the message keeps its type and
+    drops `input_value=…`; a location line that is not plain field names and indices (a caller's
+    dict key) is replaced by a placeholder."""
+    if m := _PYDANTIC_DETAIL.match(line):
+        return f"{m['message']} [type={m['type']}]"
+    if line.startswith(" ") or line.endswith(("validation error for", "validation errors for")) or "validation error" in line:
+        return line
+    return line if _LOCATION.match(line) and len(line) <= 128 else "<argument>"
+
+
 def _sdk_error_info(text: str, tools: list[str]) -> ErrorInfo | None:
     """The SDK's own tool errors (arguments that fail the schema, an unknown tool name) in the
     four-field form every other error has; None for errors that already have it."""
     if m := _SDK_ARGUMENT_ERROR.match(text):
-        detail = "\n".join(line for line in m["detail"].splitlines() if "errors.pydantic.dev" not in line)
+        detail = "\n".join(_without_input(line) for line in m["detail"].splitlines() if "errors.pydantic.dev" not in line)
         return ErrorInfo(stage="input", category="invalid_arguments", message=detail,
                          hint=f"Fix the named argument; {m['tool']}'s input schema gives every argument's type, range and default.")
     if m := _SDK_UNKNOWN_TOOL.match(text):
-        return ErrorInfo(stage="input", category="unknown_tool", message=f"Unknown tool {m['tool']!r}.",
+        return ErrorInfo(stage="input", category="unknown_tool", message="Unknown tool.",
                          hint=f"Valid choices: {', '.join(sorted(tools))}")
     return None
 
@@ -219,7 +234,9 @@ class ServerContext:
 
     # ------------------------------------------------------------ tool registration
     def _error_text(self, info: ErrorInfo) -> str:
-        text = self.policy.redact(format_error(info))
+        """Errors carry no hidden data and no caller text, so they need no filter (one that
+        compared them with hidden values would be an oracle: atrex_mcp.policy)."""
+        text = format_error(info)
         return _cut(text, MAX_ERROR_CHARS) if len(text) > MAX_ERROR_CHARS else text
 
     def _tool_error(self, info: ErrorInfo) -> ToolError:
@@ -238,14 +255,14 @@ class ServerContext:
 
     def _finish(self, result: Any) -> Any:
         if isinstance(result, BaseModel):
-            return fit_output(self.policy.redact_model(result), self.config.max_output_chars)
+            return fit_output(result, self.config.max_output_chars)
         return result
 
     def add_tool(self, fn: Callable[..., Any], *, title: str, read_only: bool, idempotent: bool = False,
                  destructive: bool = False) -> None:
         """Register `fn` (sync or async; its docstring is the description an agent reads) so that
         AtrexError becomes a tool error with stage/category/message/hint, unexpected errors are
-        logged and answered without detail, and results are redacted and size-capped. A tool
+        logged and answered without detail, and results are size-capped. A tool
         outside the configured allow-list is not registered at all (so a client cannot call it)."""
         name = fn.__name__
         self.offered.append(name)
@@ -284,7 +301,8 @@ class ServerContext:
             info = _sdk_error_info(texts[0], [t.name for t in await self.server.list_tools()]) if texts else None
             if info is not None:
                 tool = (ctx.params or {}).get("name", "?")
-                return {**result, "content": [{"type": "text", "text": f"Error executing tool {tool}: {self._error_text(info)}"}]}
+                shown = tool if tool in {t.name for t in await self.server.list_tools()} else "(unknown)"
+                return {**result, "content": [{"type": "text", "text": f"Error executing tool {shown}: {self._error_text(info)}"}]}
         return result
 
     # ------------------------------------------------------------ services

@@ -80,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
-    from atrex_mcp.catalog import Catalog
     from atrex_mcp.paths import default_state_dir, problems_dir
     from atrex_mcp.policy import Redactor
     from atrex_mcp.server import ServerConfig, build_server
@@ -94,7 +93,7 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
         correctness_limit=args.correctness_jobs,
         tools=args.tools,
     )
-    _configure_logging(args.log_level, Redactor(Catalog(config.problems)) if args.benchmark_mode else None)
+    _configure_logging(args.log_level, Redactor() if args.benchmark_mode else None)
     if http is None:
         build_server(config).run()
     else:

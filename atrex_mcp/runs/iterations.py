@@ -139,7 +139,8 @@ class RunService:
         found = self.store.profile_ops(plan.evidence)
         missing = [p for p in plan.evidence if p not in found]
         if missing:
-            raise AtrexError("input", "unknown_evidence", f"Plan cites profiles that were never stored: {', '.join(missing)}.",
+            raise AtrexError("input", "unknown_evidence", f"Plan cites {len(missing)} profile id(s) that were never stored "
+                             f"(evidence items {', '.join(str(plan.evidence.index(p) + 1) for p in missing)}).",
                              "Cite profile ids returned by profile_kernel.")
         foreign = [p for p, profiled_op in found.items() if profiled_op != op]
         if foreign:
@@ -147,7 +148,8 @@ class RunService:
         if self.doc_exists is not None:
             unknown = [d for d in plan.knowledge if not self.doc_exists(d)]
             if unknown:
-                raise AtrexError("input", "unknown_knowledge", f"Plan cites wiki documents that do not exist: {', '.join(unknown)}.",
+                raise AtrexError("input", "unknown_knowledge", f"Plan cites {len(unknown)} wiki id(s) that name no document "
+                                 f"(knowledge items {', '.join(str(plan.knowledge.index(d) + 1) for d in unknown)}).",
                                  "Cite ids returned by wiki_search.")
 
     def record_iteration(self, run_id: str, plan: Plan, source: str, *, progress: Progress | None = None,

@@ -60,6 +60,12 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+def unknown_run() -> AtrexError:
+    """The one answer for a run id that does not exist or is not the caller's: it names no path
+    and no other run, so it tells nothing about the server's other runs."""
+    return AtrexError("input", "unknown_run", "Unknown run.", "Pass a run id that start_run returned to you; start one with start_run.")
+
+
 class StaleAccepted(Exception):
     """The accepted kernel changed between measuring a candidate and committing its verdict."""
 
@@ -136,9 +142,7 @@ class RunStore:
         with self._connect() as con:
             row = con.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if row is None:
-                known = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 20")]
-                raise AtrexError("input", "unknown_run", f"No run {run_id!r} in {self.path}.",
-                                 f"Recent runs: {', '.join(known) or 'none'}. Start one with start_run.")
+                raise unknown_run()
             return self._run_from_row(row)
 
     def list_runs(self) -> list[RunRecord]:
@@ -154,7 +158,7 @@ class RunStore:
         with self._write() as con:
             row = con.execute("SELECT baseline, accepted FROM runs WHERE run_id=?", (record.run_id,)).fetchone()
             if row is None:
-                raise AtrexError("input", "unknown_run", f"No run {record.run_id!r}.")
+                raise unknown_run()
             if record.kind == "baseline":
                 if row["baseline"] is not None:
                     raise AtrexError("input", "baseline_exists", f"Run {record.run_id} already has a baseline (iteration 0).",
@@ -227,7 +231,7 @@ class RunStore:
         with self._write() as con:
             run = con.execute("SELECT baseline, accepted FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if run is None:
-                raise AtrexError("input", "unknown_run", f"No run {run_id!r}.")
+                raise unknown_run()
             hidden = self._masked_numbers(con, run_id)
             protected = {run["baseline"], run["accepted"]}
             eligible = [r[0] for r in con.execute("SELECT number FROM iterations WHERE run_id=? ORDER BY number", (run_id,))
@@ -250,7 +254,7 @@ class RunStore:
                 query, args = query + " AND mask_id=?", (run_id, mask_id)
             rows = con.execute(query, args).fetchall()
             if mask_id is not None and not rows:
-                raise AtrexError("input", "unknown_mask", f"Run {run_id} has no live mask {mask_id!r}.",
+                raise AtrexError("input", "unknown_mask", "The run has no live mask with that id.",
                                  "run_state lists the live mask ids.")
             at = now_iso()
             reverted = []
@@ -292,7 +296,7 @@ class RunStore:
         with self._connect() as con:
             row = con.execute("SELECT * FROM profiles WHERE profile_id=?", (profile_id,)).fetchone()
         if row is None:
-            raise AtrexError("input", "unknown_profile", f"No stored profile {profile_id!r}.",
+            raise AtrexError("input", "unknown_profile", "No stored profile has that id.",
                              "Cite ids returned by profile_kernel.")
         return {"profile_id": row["profile_id"], "run_id": row["run_id"], "op": row["op"], "shape": row["shape"],
                 "source_sha256": row["source_sha256"], "tool": row["tool"], "created_at": row["created_at"],

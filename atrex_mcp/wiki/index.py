@@ -234,7 +234,7 @@ class WikiIndex:
         record = docs.get(doc_id.strip().removesuffix(".md"))
         if record is None:
             close = difflib.get_close_matches(doc_id, list(docs), n=5, cutoff=0.4)
-            raise AtrexError("input", "unknown_wiki_doc", f"No wiki document {doc_id!r}.",
+            raise AtrexError("input", "unknown_wiki_doc", "No wiki document has that id.",
                              f"Did you mean: {', '.join(close)}?" if close else "Search first (wiki_search) and pass a hit's doc_id.")
         f = WikiFile(doc_id.strip().removesuffix(".md"), Path(record["path"]), Path(record["root"]), record["kind"])
         try:

@@ -26,6 +26,7 @@ from typing import Annotated, Any, TypeVar
 import anyio
 import anyio.lowlevel
 from mcp.server import MCPServer
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
@@ -39,6 +40,7 @@ from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.gpu_queue import GpuQueue, JobKind
 from atrex_mcp.paths import default_state_dir, problems_dir
 from atrex_mcp.policy import Policy
+from atrex_mcp.transport import LOCAL_CLIENT
 from atrex_mcp.tool_models import (
     DtypePathArg,
     HardwareArg,
@@ -324,6 +326,14 @@ class ServerContext:
                 self._wiki = self.service("atrex_mcp.wiki").WikiIndex(state_dir=self.state_dir)
             return self._wiki
 
+    @staticmethod
+    def client_id() -> str:
+        """Who is calling: over HTTP the identity of the bearer token the request carried (each
+        token is one client), otherwise the one client of a stdio server. Runs and profiles
+        belong to it (atrex_mcp.runs.store)."""
+        token = get_access_token()
+        return token.client_id if token is not None and token.client_id else LOCAL_CLIENT
+
     def candidate_source(self, source: str | None, path: str | None) -> str:
         """The candidate's text from exactly one of `source` or a workspace `path`."""
         if (source is None) == (path is None):
@@ -547,7 +557,9 @@ def _register_tools(app: ServerContext) -> None:
         text = app.candidate_source(source, path)
         catalog.visible(op).shape(shape)
         profile = app.service("atrex_mcp.profiling.service", "profile_kernel")
-        store = app.service("atrex_mcp.runs.store", "RunStore")(app.state_dir)
+        store = app.service("atrex_mcp.runs.store", "RunStore")(app.state_dir, owner=app.client_id())
+        if run_id is not None:
+            store.get_run(run_id)  # another client's run is as unknown as a missing one
         kind: JobKind = "timed" if await app.has_gpu() else "correctness"
         report = await app.run_job(ctx, kind, f"profile {op}/{shape}", lambda device, progress, cancel: profile(
             op, text, shape, catalog, hardware=config.hardware, store=store, run_id=run_id,

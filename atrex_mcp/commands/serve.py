@@ -21,7 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
     p.add_argument("--port", type=int, default=8765, help="HTTP port")
-    p.add_argument("--token-env", metavar="VAR", help="environment variable holding the HTTP bearer token (required for HTTP)")
+    p.add_argument("--token-env", metavar="VAR", action="append", default=[],
+                   help="environment variable holding an HTTP bearer token (required for HTTP; repeatable: each token "
+                        "is one client, and a client sees only its own runs)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a Host name clients use to reach a non-loopback HTTP server (repeatable)")
     p.add_argument("--problems", action="append", type=Path, metavar="DIR",
@@ -66,11 +68,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
         from atrex_mcp.transport import HttpSettings, check_settings
 
-        token = os.environ.get(args.token_env, "") if args.token_env else ""
-        if args.token_env and not token:
-            raise AtrexError("input", "token_env_empty", f"The environment variable {args.token_env} is empty or unset.",
-                             f"export {args.token_env}=<long random secret> before starting the server.")
-        http = HttpSettings(host=args.host, port=args.port, token=token, allowed_hosts=args.allowed_host)
+        tokens = []
+        for var in args.token_env:
+            tokens.append(os.environ.get(var, ""))
+            if not tokens[-1]:
+                raise AtrexError("input", "token_env_empty", f"The environment variable {var} is empty or unset.",
+                                 f"export {var}=<long random secret> before starting the server.")
+        http = HttpSettings(host=args.host, port=args.port, token=tokens[0] if tokens else "", more_tokens=tokens[1:],
+                            allowed_hosts=args.allowed_host)
         check_settings(http)  # refuse an unsafe setup before loading anything heavy
         _serve(args, http)
         return 0

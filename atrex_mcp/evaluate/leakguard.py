@@ -3,7 +3,7 @@ of whether it quoted evaluator-only data.
 
 The sandbox keeps the hidden files unreadable; this is the line behind it, built so that it is
 no oracle. What goes out never depends on a hidden value: `mask_figures` replaces EVERY decimal
-figure (any rounding, notation or unit, also inside a name) by `<num>`, whatever its value, so a
+figure standing as a number (any rounding, notation or unit) by `<num>`, whatever its value, so a
 candidate that prints a guess learns nothing from the answer, and a candidate that somehow read a
 figure cannot print it in plain notation. Whether the text quoted hidden data is decided
 separately (`LeakGuard.leaks`, matching hidden figures in any rounding to 3+ significant digits,
@@ -28,8 +28,9 @@ _MIN_STRING_CHARS = 16
 _MIN_SIGNIFICANT = 3
 _MIN_ANY_POWER_SIGNIFICANT = 5
 _MIN_INTEGER_SIGNIFICANT = 6
-# Any number with a fraction or an exponent, wherever it stands (also inside a name).
-DECIMAL = re.compile(r"\d*\.\d+(?:[eE][-+]?\d+)?|\d+\.?(?:[eE][-+]?\d+)|\d+\.(?!\d)")
+# Any number with a fraction or an exponent that is not part of a word: inside one, digits are a
+# name, a hex digest or an escape ('\\u00a73.2'), and masking them would garble the text.
+DECIMAL = re.compile(r"(?<![\w\\.])(?:\d*\.\d+(?:[eE][-+]?\d+)?|\d+\.?[eE][-+]?\d+)(?!\w|\.\d)")
 _DIGITS = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _UNIT_EXPONENTS = range(-12, 13, 3)
 

@@ -26,6 +26,7 @@ from atrex_mcp.catalog import Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.leakguard import mask_figures
 from atrex_mcp.evaluate.models import EvalResult, ShapeResult
+from atrex_mcp.knowledge import Knowledge, default_knowledge
 from atrex_mcp.tool_models import Mode, ShapeInfo, ShapeRoofline, ShapeVerdict, ValidateResult
 
 HIDDEN = "hidden in benchmark mode"
@@ -67,9 +68,10 @@ class RedactingFilter(logging.Filter):
 class Policy:
     """The views of hidden-derived data a mode may show."""
 
-    def __init__(self, mode: Mode, catalog: Catalog):
+    def __init__(self, mode: Mode, catalog: Catalog, *, knowledge: Knowledge | None = None):
         self.mode: Mode = mode
         self.catalog = catalog
+        self.knowledge: Knowledge = knowledge or default_knowledge(mode == "benchmark")
         self.redactor = Redactor()
 
     @property
@@ -146,6 +148,7 @@ class Policy:
         return ValidateResult(
             op=result.op,
             mode=self.mode,
+            knowledge=self.knowledge,
             candidate_sha256=result.candidate_sha256,
             compiled=result.compiled,
             compile_error=result.compile_error,

@@ -61,6 +61,7 @@ from atrex_mcp.tool_models import (
     WikiSearchResult,
 )
 from atrex_mcp.wiki.corpus import OP_FAMILIES
+from atrex_mcp.knowledge import Knowledge, default_knowledge, withheld_operators
 from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
 
 logger = logging.getLogger(__name__)
@@ -79,9 +80,10 @@ atrex-mcp serves GPU-kernel problems from LLM serving traces and judges candidat
 Typical loop: list_problems -> get_problem(op) -> write a Triton kernel file (class Model, same
 signature as the reference) -> validate(op, source or path, shapes=['smoke']) until correct ->
 validate on all shapes -> profile_kernel for where the time goes -> package(op, ...) for the
-deliverable. wiki_search/wiki_read hold GPU optimisation knowledge and validated kernels;
+deliverable. wiki_search/wiki_read hold GPU optimisation knowledge and validated kernels.
 roofline_lookup is a speed-of-light calculator. Every error names its stage, category and a hint.
 """
+WIKI_SENTENCE = "wiki_search/wiki_read hold GPU optimisation knowledge and validated kernels.\n"
 
 
 @dataclass
@@ -98,6 +100,7 @@ class ServerConfig:
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     devices: list[str] | None = None  # None: detected on first use (see _detect_devices)
     tools: list[str] | None = None  # an allow-list: only these tools are registered (None: every tool)
+    knowledge: Knowledge | None = None  # None: general in benchmark mode, full in optimize mode
 
 
 OP_FAMILY_HELP = f"Only this operator family, one of: {', '.join(OP_FAMILIES)}."
@@ -222,7 +225,10 @@ class ServerContext:
         self.config = config
         self.server = server
         self.catalog = Catalog(config.problems)
-        self.policy = Policy(config.mode, self.catalog)
+        self.knowledge: Knowledge = config.knowledge or default_knowledge(config.mode == "benchmark")
+        self.policy = Policy(config.mode, self.catalog, knowledge=self.knowledge)
+        # Wiki documents that solve a served operator, withheld under the general condition.
+        self.withheld = withheld_operators(self.knowledge, self.catalog.names())
         self.state_dir = config.state_dir
         # Sandbox workers treat the state directory as protected (evaluate.session.protected_roots
         # reads it from here): a --state-dir elsewhere must be as unreachable as the default.
@@ -409,7 +415,7 @@ def _register_tools(app: ServerContext) -> None:
                 smoke_shape=next((s.id for s in visible.shapes if s.smoke), None),
                 forward_inputs=_forward_inputs(visible.reference_source),
             ))
-        return ProblemList(mode=config.mode, hardware=config.hardware, problems=problems)
+        return ProblemList(mode=config.mode, knowledge=app.knowledge, hardware=config.hardware, problems=problems)
 
     def get_problem(op: OpArg) -> ProblemDetail:
         """Everything needed to write a kernel for one problem: reference.py (the PyTorch Model to
@@ -483,7 +489,8 @@ def _register_tools(app: ServerContext) -> None:
         """Search the GPU optimisation wiki (articles on hardware, patterns, recipes, pitfalls,
         profiling, plus validated Triton reference kernels) by relevance. Returns ids, titles and
         matching snippets; read a whole document with wiki_read. Cheap."""
-        hits = app.wiki().search(query, category=category, dsl=dsl, hardware=hardware, op_family=op_family, limit=limit)
+        hits = app.wiki().search(query, category=category, dsl=dsl, hardware=hardware, op_family=op_family, limit=limit,
+                                 withheld=app.withheld)
         return WikiSearchResult(query=query, hits=hits)
 
     def wiki_read(
@@ -493,7 +500,7 @@ def _register_tools(app: ServerContext) -> None:
     ) -> WikiReadResult:
         """Read one wiki document in full (front matter, text, sources), or a window of a long one.
         Cheap."""
-        doc = app.wiki().read(doc_id)
+        doc = app.wiki().read(doc_id, withheld=app.withheld)
         total = len(doc.text)
         window = doc.text[offset: offset + max_chars]
         notes = []
@@ -573,6 +580,9 @@ def _register_tools(app: ServerContext) -> None:
     for fn, title in ((list_problems, "List problems"), (get_problem, "Get a problem"),
                       (roofline_lookup, "Roofline calculator"), (wiki_search, "Search the GPU wiki"),
                       (wiki_read, "Read a wiki document")):
+        if fn in (wiki_search, wiki_read) and app.knowledge == "none":
+            app.offered.append(fn.__name__)  # known, but not offered: the condition has no wiki
+            continue
         app.add_tool(fn, title=title, read_only=True, idempotent=True)
 
 
@@ -599,6 +609,7 @@ def _contract_rules(package: Any) -> list[str]:
     ]
 
 
+WIKI_TOOLS = ("wiki_search", "wiki_read")
 RUN_TOOLS_MODULE = "atrex_mcp.runs.tools"  # provides register_run_tools(server, ctx); see docs/DESIGN.md "Server hooks"
 
 
@@ -607,7 +618,8 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
     """A server with every tool registered (the run-memory tools too, when that part is
     installed). `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.transport)."""
     config = config or ServerConfig()
-    server = MCPServer("atrex-mcp", version=__version__, instructions=INSTRUCTIONS, token_verifier=token_verifier,
+    instructions = INSTRUCTIONS if config.knowledge != "none" else INSTRUCTIONS.replace(WIKI_SENTENCE, "")
+    server = MCPServer("atrex-mcp", version=__version__, instructions=instructions, token_verifier=token_verifier,
                        auth=auth, log_level=os.environ.get("ATREX_LOG_LEVEL", "INFO"))  # type: ignore[arg-type]
     app = ServerContext(config, server)
     server.middleware.append(app.uniform_errors)
@@ -615,6 +627,9 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
     if importlib.util.find_spec(RUN_TOOLS_MODULE) is not None:
         importlib.import_module(RUN_TOOLS_MODULE).register_run_tools(server, app)
     unknown = sorted(set(config.tools or ()) - set(app.offered))
+    if app.knowledge == "none" and set(config.tools or ()) & set(WIKI_TOOLS):
+        raise AtrexError("input", "wiki_disabled", "The allow-list names wiki tools, but the knowledge condition 'none' has no wiki.",
+                         "Drop wiki_search/wiki_read from --tools, or choose --knowledge general or full.")
     if unknown:
         raise AtrexError("input", "unknown_tool", f"Unknown tool(s) in the allow-list: {', '.join(unknown)}.",
                          f"Valid choices: {', '.join(sorted(app.offered))}")

@@ -165,6 +165,7 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
                                           timeout_s=settings.timeout_s)
                     result = evaluate(request, catalog, standby=standby,
                                       progress=lambda message, fraction, kind=kind: board.stage(op, f"{kind}: {message} ({fraction:.0%})"))
+                    result.knowledge = config.knowledge if kind == "candidate" else None
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(result.model_dump_json(indent=1))
                     ran = True

@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="drive an agent over the operators, evaluate its kernels, report",
@@ -21,6 +23,9 @@ def register(subparsers) -> None:
     run.add_argument("--ops", help="all, or a comma-separated list of operators")
     run.add_argument("--dsl", help="target DSL (default triton)")
     run.add_argument("--condition", choices=("vanilla", "optimizer"), help="vanilla: one pass; optimizer: measure-revise loop (default vanilla)")
+    run.add_argument("--knowledge", choices=KNOWLEDGE_CONDITIONS,
+                     help="what the wiki gives the agent: none (no wiki tools), general (default: no document that solves "
+                          "a served operator) or full (the whole wiki); recorded with every result and report")
     run.add_argument("--model", help="model name passed to the agent's CLI")
     run.add_argument("--budget-minutes", type=float, help="wall-clock budget per operator (default 30)")
     run.add_argument("--parallel", type=int, default=1, metavar="N", help="operators run at once (default 1)")
@@ -72,7 +77,8 @@ def run_command(args: argparse.Namespace) -> int:
     from atrex_mcp.bench.runner import BenchRunner, RunRequest, open_run
     from atrex_mcp.errors import AtrexError
 
-    request = RunRequest(out=args.out, agent=args.agent, ops=args.ops, dsl=args.dsl, condition=args.condition, model=args.model,
+    request = RunRequest(out=args.out, agent=args.agent, ops=args.ops, dsl=args.dsl, condition=args.condition,
+                         knowledge=args.knowledge, model=args.model,
                          budget_minutes=args.budget_minutes, problems=args.problems, hardware=args.hardware, server=args.server,
                          agent_uid=args.agent_uid, agent_bin=args.agent_bin, agent_args=args.agent_arg, agent_env=args.agent_env,
                          name=args.name)

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a candidate kernel file (or the reference as a baseline)")
@@ -25,12 +27,14 @@ def register(subparsers) -> None:
     parser.add_argument("--problems", type=Path, help="problem set root (default: the embedded set or ATREX_PROBLEMS)")
     parser.add_argument("--out", type=Path, help="write the result JSON into this directory (<op>.json, <op>.<baseline>.json)")
     parser.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
+    parser.add_argument("--knowledge", choices=KNOWLEDGE_CONDITIONS,
+                        help="knowledge condition the candidate was written under, recorded with the result (default: not stated)")
     parser.set_defaults(func=run)
 
 
 def _summary(result) -> str:
     lines = [f"{result.op} [{result.candidate}] compiled={result.compiled} device={result.device.name} "
-             f"S_i={result.operator_score if result.operator_score is not None else '—'}"]
+             f"S_i={result.operator_score if result.operator_score is not None else '—'} knowledge={result.knowledge or 'not stated'}"]
     if result.compile_error:
         lines.append(f"compile error: {result.compile_error.category}: {result.compile_error.message}")
     if result.partial:
@@ -78,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
                               timeout_s=args.timeout, deadline_s=args.deadline_s)
         progress = None if args.json else (lambda message, fraction: print(f"[{fraction:4.0%}] {message}", file=sys.stderr))
         result = evaluate(request, catalog, progress=progress)
+        if result.candidate == "candidate":
+            result.knowledge = args.knowledge
     except AtrexError as exc:
         if args.json:
             print(json.dumps({"error": exc.info.model_dump()}))

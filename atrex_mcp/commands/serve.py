@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS, KNOWLEDGE_HELP
+
 if TYPE_CHECKING:
     from atrex_mcp.transport import HttpSettings
 
@@ -18,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Run the MCP tool server. With no options: stdio, optimize mode, the embedded problems and wiki.")
     p.add_argument("--benchmark-mode", action="store_true",
                    help="hide roofline figures, scores, production timings, provenance and weights from every tool")
+    p.add_argument("--knowledge", choices=KNOWLEDGE_CONDITIONS, help=KNOWLEDGE_HELP)
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
     p.add_argument("--port", type=int, default=8765, help="HTTP port")
@@ -97,6 +100,7 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
         workspaces=[w.resolve() for w in args.workspace] if args.workspace else [Path.cwd()],
         correctness_limit=args.correctness_jobs,
         tools=args.tools,
+        knowledge=args.knowledge,
     )
     _configure_logging(args.log_level, Redactor() if args.benchmark_mode else None)
     if http is None:

@@ -80,7 +80,7 @@ def register_run_tools(server: Any, ctx: ServerContext, judge_factory: JudgeFact
 
     def doc_exists(doc_id: str) -> bool:
         try:
-            ctx.wiki().read(doc_id)
+            ctx.wiki().read(doc_id, withheld=ctx.withheld)
         except AtrexError:
             return False
         return True

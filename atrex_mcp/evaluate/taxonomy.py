@@ -76,7 +76,7 @@ WALL_CLOCK_INCONSISTENT: Final = "wall_clock_inconsistent"  # reported call time
 INPUT_MISMATCH: Final = "input_mismatch"  # the worker's generated inputs differ from the trusted side's
 INPUT_REUSE_SPEEDUP: Final = "input_reuse_speedup"  # calls on an input set seen before ran much faster (a cache?)
 REUSE_UNCHECKED: Final = "reuse_unchecked"  # input sets were timed again with too few calls for the reuse check
-HIDDEN_DATA_LEAK: Final = "hidden_data_leak"  # evaluator-only data appeared in text from the worker (redacted)
+HIDDEN_DATA_LEAK: Final = "hidden_data_leak"  # evaluator-only data appeared in text from the worker (trusted record only)
 INTEGRITY_INCIDENTS: Final = (FASTER_THAN_SOL, SIDE_STREAM_WORK, PRIMITIVES_REPLACED, WALL_CLOCK_INCONSISTENT,
                               TIMED_OUTPUT_MISMATCH, INPUT_MISMATCH, INPUT_REUSE_SPEEDUP, REUSE_UNCHECKED, HIDDEN_DATA_LEAK)
 INTEGRITY_FAILS: Final = frozenset({PRIMITIVES_REPLACED, WALL_CLOCK_INCONSISTENT, TIMED_OUTPUT_MISMATCH, REUSE_UNCHECKED})

@@ -28,6 +28,7 @@ _MIN_STRING_CHARS = 16
 _MIN_SIGNIFICANT = 3
 _MIN_ANY_POWER_SIGNIFICANT = 5
 _MIN_INTEGER_SIGNIFICANT = 6
+_MAX_SCANNED_CHARS = 1 << 20  # a worker's message is capped far below this; the record needs no more
 # Any number with a fraction or an exponent that is not part of a word: inside one, digits are a
 # name, a hex digest or an escape ('\\u00a73.2'), and masking them would garble the text.
 DECIMAL = re.compile(r"(?<![\w\\.])(?:\d*\.\d+(?:[eE][-+]?\d+)?|\d+\.?[eE][-+]?\d+)(?!\w|\.\d)")
@@ -65,7 +66,7 @@ def _candidates(text: str) -> set[tuple[float, int, bool]]:
     """Every number in the text, read as written and with its digits reversed: its value, the
     significant digits it was written with, and whether it was written as a bare integer."""
     found: set[tuple[float, int, bool]] = set()
-    for token in _DIGITS.findall(text):
+    for token in _DIGITS.findall(text[:_MAX_SCANNED_CHARS]):
         for form in (token, token[::-1]):
             digits = len(re.split(r"[eE]", form)[0].replace(".", "").lstrip("0").rstrip("0"))
             try:
@@ -103,6 +104,12 @@ class LeakGuard:
     def __init__(self, figures: set[float], strings: set[str] = frozenset()):
         self.figures = frozenset(figures)
         self.strings = tuple(strings)
+        # By leading digits (truncated and rounded), which no unit or power of ten changes: a
+        # number is compared only with the few figures it could be, so a long text costs little.
+        self._by_prefix: dict[str, list[float]] = {}
+        for figure in self.figures:
+            for key in {_mantissa(figure)[:_MIN_SIGNIFICANT], _mantissa(float(f"{figure:.{_MIN_SIGNIFICANT - 1}e}"))[:_MIN_SIGNIFICANT]}:
+                self._by_prefix.setdefault(key, []).append(figure)
 
     @classmethod
     def for_problem(cls, catalog: Catalog, op: str) -> "LeakGuard":
@@ -125,7 +132,8 @@ class LeakGuard:
         to 3+ significant digits, any power-of-1000 unit, reversed, or inside a name?"""
         if any(secret in text for secret in self.strings):
             return True
-        return any(_same_figure(n, d, i, f) for n, d, i in _candidates(text) for f in self.figures)
+        return any(_same_figure(n, d, i, f) for n, d, i in _candidates(text)
+                   for f in self._by_prefix.get(_mantissa(n)[:_MIN_SIGNIFICANT], ()))
 
     def scrub(self, text: str) -> tuple[str, bool]:
         """(the text with every decimal figure masked, whether it quoted hidden data). The text

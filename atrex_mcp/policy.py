@@ -38,6 +38,7 @@ HIDDEN_MATCH_INCIDENTS = frozenset({"hidden_data_leak"})
 # Keys of the hidden files: a text quoting one as a mapping key ('"t_sol_ms": …') is a dump of them.
 _HIDDEN_KEY = re.compile(r"""["'](?:production_us|t_sol_ms|production_note|weight_raw|raw_sum|deviations)["']\s*:""")
 
+
 class Redactor:
     """Value-independent masking for text bound where an agent may read it (benchmark-mode server
     logs): every decimal figure becomes `<num>`, and a text quoting the hidden files' keys as a

@@ -38,9 +38,9 @@ from atrex_mcp import __version__
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.gpu_queue import GpuQueue, JobKind
+from atrex_mcp.knowledge import Knowledge, default_knowledge, withheld_operators
 from atrex_mcp.paths import default_state_dir, problems_dir
 from atrex_mcp.policy import Policy
-from atrex_mcp.transport import LOCAL_CLIENT
 from atrex_mcp.tool_models import (
     DtypePathArg,
     HardwareArg,
@@ -60,8 +60,8 @@ from atrex_mcp.tool_models import (
     WikiReadResult,
     WikiSearchResult,
 )
+from atrex_mcp.transport import LOCAL_CLIENT
 from atrex_mcp.wiki.corpus import OP_FAMILIES
-from atrex_mcp.knowledge import Knowledge, default_knowledge, withheld_operators
 from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
 
 logger = logging.getLogger(__name__)

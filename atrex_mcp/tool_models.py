@@ -13,9 +13,9 @@ from pydantic import BaseModel, Field
 
 from atrex_mcp.errors import ErrorInfo
 from atrex_mcp.evaluate.models import KernelTime, MismatchDetail
+from atrex_mcp.knowledge import Knowledge
 from atrex_mcp.profiling.models import ProfileReport
 from atrex_mcp.package import PackageResult
-from atrex_mcp.knowledge import Knowledge
 from atrex_mcp.wiki.models import WikiDoc, WikiHit
 
 Mode = Literal["benchmark", "optimize"]

@@ -45,5 +45,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r.run_id}  {r.op:<28} {r.dsl:<8} {r.hardware:<14} {r.created_at}  {state}")
         return 0
     except AtrexError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        where = f" (state: {store.path}; `atrex-mcp runs list` shows every client's runs)" if exc.info.category == "unknown_run" else ""
+        print(f"error: {exc}{where}", file=sys.stderr)
         return 2

@@ -38,7 +38,9 @@ def did_you_mean(value: str, choices: list[str]) -> str:
 
 
 def unknown_choice(kind: str, value: str, choices: list[str]) -> AtrexError:
-    """An unknown operator, shape, profile… answered with the closest and the valid choices."""
+    """An unknown operator, shape, profile… answered with the closest and the valid choices. The
+    caller's value is not echoed: an answer that repeats a caller's text is one step from an
+    oracle. The closest choice depends only on the value and the public names."""
     shown = ", ".join(choices[:60]) + (" …" if len(choices) > 60 else "")
-    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind} {value!r}{did_you_mean(value, choices)}.",
+    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind.replace('_', ' ')}{did_you_mean(value, choices)}.",
                       f"Valid choices: {shown}")

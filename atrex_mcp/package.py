@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,8 @@ from pydantic import BaseModel, Field
 
 from atrex_mcp import __version__
 from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract, strip_main_block
+from atrex_mcp.artifact_dir import write_fresh
 from atrex_mcp.catalog import Catalog
-from atrex_mcp.errors import AtrexError
 
 ARTIFACT_MANIFEST = "manifest.json"
 REFUSALS_DIR = "package-refusals"
@@ -44,8 +45,10 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def package_source(source: str, op: str, catalog: Catalog, out_dir: Path, *, dsl: str = "triton",
-                   provenance: dict[str, Any] | None = None, created_at: str | None = None) -> PackageResult:
-    """Check the contract and write `<op>.py` + manifest.json into an empty (or own) directory."""
+                   provenance: dict[str, Any] | None = None, created_at: str | None = None,
+                   denied: Sequence[Path] = ()) -> PackageResult:
+    """Check the contract and write `<op>.py` + manifest.json into an empty (or own) directory,
+    never inside a problem root of `catalog` or a `denied` root (atrex_mcp.artifact_dir)."""
     from atrex_mcp.runs.store import now_iso
 
     reference = catalog.visible(op).reference_source
@@ -53,16 +56,9 @@ def package_source(source: str, op: str, catalog: Catalog, out_dir: Path, *, dsl
     report = check_contract(source, reference, dsl=dsl)  # lines as submitted; the main block is not judged
     if not report.passed:
         raise ContractRefused(report)
-    out_dir = Path(out_dir)
+    out_dir = Path(os.path.abspath(out_dir))
     artifact = out_dir / f"{op}.py"
     manifest_path = out_dir / ARTIFACT_MANIFEST
-    if out_dir.exists():
-        strangers = sorted(p.name for p in out_dir.iterdir() if p not in (artifact, manifest_path))
-        if strangers:
-            raise AtrexError("input", "output_dir_not_empty",
-                             f"{out_dir} holds other files ({', '.join(strangers[:5])}); an artifact is written only into an empty directory.",
-                             "Pass a new or empty directory, so no test, log or scratch file travels with the kernel.")
-    out_dir.mkdir(parents=True, exist_ok=True)
     data = artifact_text.encode()
     manifest: dict[str, Any] = {
         "format": "atrex-mcp package 1",
@@ -76,8 +72,8 @@ def package_source(source: str, op: str, catalog: Catalog, out_dir: Path, *, dsl
         "atrex_mcp_version": __version__,
         "run": provenance,
     }
-    artifact.write_bytes(data)
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_fresh(out_dir, {artifact.name: data, manifest_path.name: (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()},
+                denied=[*catalog.roots, *denied])
     return PackageResult(artifact=str(artifact), manifest=str(manifest_path), sha256=manifest["artifact"]["sha256"],
                          contract=report, manifest_data=manifest)
 

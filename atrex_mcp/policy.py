@@ -7,66 +7,46 @@ reaches it: no per-problem roofline/SOL figure, no S or operator score, no produ
 provenance or weight. A request for one is refused with an error saying it is hidden in
 benchmark mode. In both modes production timings, provenance and weights stay on the server.
 
-Tools build their results only through this module's views. As a second line of defence,
-benchmark mode also passes every outgoing text (results, error messages, server logs)
-through `Redactor`, which withholds any text quoting the hidden files, so a candidate kernel
-that manages to print a hidden file gets nothing back.
+No oracle: what a tool returns is built from an allow-list of typed fields (the views below),
+never from free text derived from the hidden files, and nothing outgoing is ever filtered by
+comparing it with a hidden value. Such a filter answers differently when a caller's guess is a
+hidden figure, which turns it into a yes/no oracle; so errors never echo a caller's argument, and
+the only text filter left (`Redactor`, for benchmark-mode logs) is value-independent: it masks every
+decimal figure and any dump of the hidden files' keys, whatever the values. Text a candidate's
+worker sends back is masked the same way (atrex_mcp.evaluate.leakguard); whether it quoted hidden
+data is recorded on the trusted side only and shown by no tool.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from functools import cached_property
-from typing import Any, TypeVar
-
-from pydantic import BaseModel
 
 from atrex_mcp.catalog import Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.evaluate.leakguard import FIGURE, LeakGuard
+from atrex_mcp.evaluate.leakguard import mask_figures
 from atrex_mcp.evaluate.models import EvalResult, ShapeResult
+from atrex_mcp.knowledge import Knowledge, default_knowledge
 from atrex_mcp.tool_models import Mode, ShapeInfo, ShapeRoofline, ShapeVerdict, ValidateResult
 
 HIDDEN = "hidden in benchmark mode"
 WITHHELD = f"[withheld: this text quoted evaluator-only data, {HIDDEN}]"
 # Integrity incidents whose mere presence compares the agent's time with the hidden T_SOL.
 SOL_INCIDENTS = frozenset({"faster_than_sol"})
+# Incidents decided by comparing text with hidden values: shown in no mode (an oracle otherwise).
+HIDDEN_MATCH_INCIDENTS = frozenset({"hidden_data_leak"})
 # Keys of the hidden files: a text quoting one as a mapping key ('"t_sol_ms": …') is a dump of them.
 _HIDDEN_KEY = re.compile(r"""["'](?:production_us|t_sol_ms|production_note|weight_raw|raw_sum|deviations)["']\s*:""")
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
 
 class Redactor:
-    """Withholds any text that quotes evaluator-only data of any problem of the catalog: the
-    hidden figures and provenance strings the evaluator's per-problem leak guards know, plus any
-    dump of the hidden files' keys. Figures match as whole numbers, and integers are left out:
-    byte and FLOP counts follow from the visible shapes, and numbers like 2147483648 are common
-    in honest kernel code."""
-
-    def __init__(self, catalog: Catalog):
-        self._catalog = catalog
-
-    @cached_property
-    def _secrets(self) -> tuple[frozenset[str], tuple[str, ...]]:
-        figures: set[str] = set()
-        strings: set[str] = set()
-        for op in self._catalog.names():
-            for secret in LeakGuard.for_problem(self._catalog, op).secrets:
-                if FIGURE.fullmatch(secret.lstrip("-")):
-                    if not secret.lstrip("-").isdigit():
-                        figures.add(secret.lstrip("-"))
-                else:
-                    strings.add(secret)
-        return frozenset(figures), tuple(strings)
+    """Value-independent masking for text bound where an agent may read it (benchmark-mode server
+    logs): every decimal figure becomes `<num>`, and a text quoting the hidden files' keys as a
+    mapping is withheld. It never looks at a hidden value, so its answer to a text that quotes a
+    hidden figure and to one that quotes any other number is the same."""
 
     def __call__(self, text: str) -> str:
-        figures, strings = self._secrets
-        if (_HIDDEN_KEY.search(text) or any(secret in text for secret in strings)
-                or any(token in figures for token in FIGURE.findall(text))):
-            return WITHHELD
-        return text
+        return WITHHELD if _HIDDEN_KEY.search(text) else mask_figures(text)
 
 
 class RedactingFilter(logging.Filter):
@@ -89,10 +69,11 @@ class RedactingFilter(logging.Filter):
 class Policy:
     """The views of hidden-derived data a mode may show."""
 
-    def __init__(self, mode: Mode, catalog: Catalog):
+    def __init__(self, mode: Mode, catalog: Catalog, *, knowledge: Knowledge | None = None):
         self.mode: Mode = mode
         self.catalog = catalog
-        self.redactor = Redactor(catalog)
+        self.knowledge: Knowledge = knowledge or default_knowledge(mode == "benchmark")
+        self.redactor = Redactor()
 
     @property
     def benchmark(self) -> bool:
@@ -145,15 +126,11 @@ class Policy:
         ]
 
     def incidents(self, names: list[str]) -> list[str]:
-        """Integrity incidents; in benchmark mode without one that compares the time with T_SOL.
-        Any trace of it (even a generic 'check failed') would tell the agent on which side of the
-        hidden T_SOL its time lies, and a kernel that controls its time could binary-search it; the
-        incident stays in the evaluation's own result on the server. The forgery that would make
-        such a time is caught by the judge's witness (evaluate.timing_witness), which does not
-        depend on T_SOL."""
-        if not self.benchmark:
-            return list(names)
-        return [name for name in names if name not in SOL_INCIDENTS]
+        """Integrity incidents as this mode may show them: never one found by matching text with
+        hidden values, and in benchmark mode none that compares the time with T_SOL (its mere
+        presence would tell a kernel that controls its own time where T_SOL lies)."""
+        dropped = HIDDEN_MATCH_INCIDENTS | (SOL_INCIDENTS if self.benchmark else frozenset())
+        return [name for name in names if name not in dropped]
 
     def verdict(self, shape: ShapeResult) -> ShapeVerdict:
         """One shape's evaluator result as this mode may show it: in benchmark mode without
@@ -161,7 +138,8 @@ class Policy:
         of T_SOL the time lies on."""
         fields = {name: getattr(shape, name) for name in ShapeVerdict.model_fields if name not in ("t_sol_ms", "score")}
         if not self.benchmark:
-            return ShapeVerdict(**fields, t_sol_ms=shape.t_sol_ms, score=shape.score)
+            return ShapeVerdict(**{**fields, "integrity": self.incidents(shape.integrity)}, t_sol_ms=shape.t_sol_ms,
+                                score=shape.score)
         fields["integrity"] = self.incidents(shape.integrity)
         return ShapeVerdict(**fields)
 
@@ -172,6 +150,7 @@ class Policy:
         return ValidateResult(
             op=result.op,
             mode=self.mode,
+            knowledge=self.knowledge,
             candidate_sha256=result.candidate_sha256,
             compiled=result.compiled,
             compile_error=result.compile_error,
@@ -188,20 +167,5 @@ class Policy:
 
     # ------------------------------------------------------------ outgoing text
     def redact(self, text: str) -> str:
+        """Benchmark-mode log text through the value-independent `Redactor`."""
         return self.redactor(text) if self.benchmark else text
-
-    def redact_model(self, model: ModelT) -> ModelT:
-        """Every string inside a result model, redacted (benchmark mode)."""
-        if not self.benchmark:
-            return model
-
-        def walk(node: Any) -> Any:
-            if isinstance(node, str):
-                return self.redactor(node)
-            if isinstance(node, dict):
-                return {k: walk(v) for k, v in node.items()}
-            if isinstance(node, list):
-                return [walk(v) for v in node]
-            return node
-
-        return type(model).model_validate(walk(model.model_dump()))

@@ -26,6 +26,7 @@ from typing import Annotated, Any, TypeVar
 import anyio
 import anyio.lowlevel
 from mcp.server import MCPServer
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
@@ -37,6 +38,7 @@ from atrex_mcp import __version__, candidate_contract
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.gpu_queue import GpuQueue, JobKind
+from atrex_mcp.knowledge import Knowledge, default_knowledge, withheld_operators
 from atrex_mcp.paths import default_state_dir, problems_dir
 from atrex_mcp.policy import Policy
 from atrex_mcp.tool_models import (
@@ -58,6 +60,7 @@ from atrex_mcp.tool_models import (
     WikiReadResult,
     WikiSearchResult,
 )
+from atrex_mcp.transport import LOCAL_CLIENT
 from atrex_mcp.wiki.corpus import OP_FAMILIES
 from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
 
@@ -77,9 +80,10 @@ atrex-mcp serves GPU-kernel problems from LLM serving traces and judges candidat
 Typical loop: list_problems -> get_problem(op) -> write a Triton kernel file (class Model, same
 signature as the reference) -> validate(op, source or path, shapes=['smoke']) until correct ->
 validate on all shapes -> profile_kernel for where the time goes -> package(op, ...) for the
-deliverable. wiki_search/wiki_read hold GPU optimisation knowledge and validated kernels;
+deliverable. wiki_search/wiki_read hold GPU optimisation knowledge and validated kernels.
 roofline_lookup is a speed-of-light calculator. Every error names its stage, category and a hint.
 """
+WIKI_SENTENCE = "wiki_search/wiki_read hold GPU optimisation knowledge and validated kernels.\n"
 
 
 @dataclass
@@ -97,6 +101,7 @@ class ServerConfig:
     devices: list[str] | None = None  # None: detected on first use (see _detect_devices)
     tools: list[str] | None = None  # an allow-list: only these tools are registered (None: every tool)
     cluster: Any = None  # an atrex_mcp.cluster.remote.ClusterPool: GPU work runs on the cluster, not the local queue
+    knowledge: Knowledge | None = None  # None: general in benchmark mode, full in optimize mode
 
 
 OP_FAMILY_HELP = f"Only this operator family, one of: {', '.join(OP_FAMILIES)}."
@@ -121,15 +126,30 @@ _SDK_ARGUMENT_ERROR = re.compile(r"^Error executing tool (?P<tool>[\w.-]+): (?P<
 _SDK_UNKNOWN_TOOL = re.compile(r"^Unknown tool: (?P<tool>.*)$", re.S)
 
 
+_PYDANTIC_DETAIL = re.compile(r"^(?P<message>.*?) \[type=(?P<type>[\w.-]+),.*\]$")
+_LOCATION = re.compile(r"^[A-Za-z_][\w]*(?:\.(?:[A-Za-z_]\w*|\d+))*$")
+
+
+def _without_input(line: str) -> str:
+    """One line of a pydantic error without the caller's input: the message keeps its type and
+    drops `input_value=…`; a location line that is not plain field names and indices (a caller's
+    dict key) is replaced by a placeholder."""
+    if m := _PYDANTIC_DETAIL.match(line):
+        return f"{m['message']} [type={m['type']}]"
+    if line.startswith(" ") or line.endswith(("validation error for", "validation errors for")) or "validation error" in line:
+        return line
+    return line if _LOCATION.match(line) and len(line) <= 128 else "<argument>"
+
+
 def _sdk_error_info(text: str, tools: list[str]) -> ErrorInfo | None:
     """The SDK's own tool errors (arguments that fail the schema, an unknown tool name) in the
     four-field form every other error has; None for errors that already have it."""
     if m := _SDK_ARGUMENT_ERROR.match(text):
-        detail = "\n".join(line for line in m["detail"].splitlines() if "errors.pydantic.dev" not in line)
+        detail = "\n".join(_without_input(line) for line in m["detail"].splitlines() if "errors.pydantic.dev" not in line)
         return ErrorInfo(stage="input", category="invalid_arguments", message=detail,
                          hint=f"Fix the named argument; {m['tool']}'s input schema gives every argument's type, range and default.")
     if m := _SDK_UNKNOWN_TOOL.match(text):
-        return ErrorInfo(stage="input", category="unknown_tool", message=f"Unknown tool {m['tool']!r}.",
+        return ErrorInfo(stage="input", category="unknown_tool", message="Unknown tool.",
                          hint=f"Valid choices: {', '.join(sorted(tools))}")
     return None
 
@@ -206,7 +226,10 @@ class ServerContext:
         self.config = config
         self.server = server
         self.catalog = Catalog(config.problems)
-        self.policy = Policy(config.mode, self.catalog)
+        self.knowledge: Knowledge = config.knowledge or default_knowledge(config.mode == "benchmark")
+        self.policy = Policy(config.mode, self.catalog, knowledge=self.knowledge)
+        # Wiki documents that solve a served operator, withheld under the general condition.
+        self.withheld = withheld_operators(self.knowledge, self.catalog.names())
         self.state_dir = config.state_dir
         # Sandbox workers treat the state directory as protected (evaluate.session.protected_roots
         # reads it from here): a --state-dir elsewhere must be as unreachable as the default.
@@ -220,7 +243,9 @@ class ServerContext:
 
     # ------------------------------------------------------------ tool registration
     def _error_text(self, info: ErrorInfo) -> str:
-        text = self.policy.redact(format_error(info))
+        """Errors carry no hidden data and no caller text, so they need no filter (one that
+        compared them with hidden values would be an oracle: atrex_mcp.policy)."""
+        text = format_error(info)
         return _cut(text, MAX_ERROR_CHARS) if len(text) > MAX_ERROR_CHARS else text
 
     def _tool_error(self, info: ErrorInfo) -> ToolError:
@@ -239,14 +264,14 @@ class ServerContext:
 
     def _finish(self, result: Any) -> Any:
         if isinstance(result, BaseModel):
-            return fit_output(self.policy.redact_model(result), self.config.max_output_chars)
+            return fit_output(result, self.config.max_output_chars)
         return result
 
     def add_tool(self, fn: Callable[..., Any], *, title: str, read_only: bool, idempotent: bool = False,
                  destructive: bool = False) -> None:
         """Register `fn` (sync or async; its docstring is the description an agent reads) so that
         AtrexError becomes a tool error with stage/category/message/hint, unexpected errors are
-        logged and answered without detail, and results are redacted and size-capped. A tool
+        logged and answered without detail, and results are size-capped. A tool
         outside the configured allow-list is not registered at all (so a client cannot call it)."""
         name = fn.__name__
         self.offered.append(name)
@@ -285,7 +310,8 @@ class ServerContext:
             info = _sdk_error_info(texts[0], [t.name for t in await self.server.list_tools()]) if texts else None
             if info is not None:
                 tool = (ctx.params or {}).get("name", "?")
-                return {**result, "content": [{"type": "text", "text": f"Error executing tool {tool}: {self._error_text(info)}"}]}
+                shown = tool if tool in {t.name for t in await self.server.list_tools()} else "(unknown)"
+                return {**result, "content": [{"type": "text", "text": f"Error executing tool {shown}: {self._error_text(info)}"}]}
         return result
 
     # ------------------------------------------------------------ services
@@ -306,6 +332,14 @@ class ServerContext:
             if self._wiki is None:
                 self._wiki = self.service("atrex_mcp.wiki").WikiIndex(state_dir=self.state_dir)
             return self._wiki
+
+    @staticmethod
+    def client_id() -> str:
+        """Who is calling: over HTTP the identity of the bearer token the request carried (each
+        token is one client), otherwise the one client of a stdio server. Runs and profiles
+        belong to it (atrex_mcp.runs.store)."""
+        token = get_access_token()
+        return token.client_id if token is not None and token.client_id else LOCAL_CLIENT
 
     def candidate_source(self, source: str | None, path: str | None) -> str:
         """The candidate's text from exactly one of `source` or a workspace `path`."""
@@ -400,7 +434,7 @@ def _register_tools(app: ServerContext) -> None:
                 smoke_shape=next((s.id for s in visible.shapes if s.smoke), None),
                 forward_inputs=_forward_inputs(visible.reference_source),
             ))
-        return ProblemList(mode=config.mode, hardware=config.hardware, problems=problems)
+        return ProblemList(mode=config.mode, knowledge=app.knowledge, hardware=config.hardware, problems=problems)
 
     def get_problem(op: OpArg) -> ProblemDetail:
         """Everything needed to write a kernel for one problem: reference.py (the PyTorch Model to
@@ -473,7 +507,8 @@ def _register_tools(app: ServerContext) -> None:
         """Search the GPU optimisation wiki (articles on hardware, patterns, recipes, pitfalls,
         profiling, plus validated Triton reference kernels) by relevance. Returns ids, titles and
         matching snippets; read a whole document with wiki_read. Cheap."""
-        hits = app.wiki().search(query, category=category, dsl=dsl, hardware=hardware, op_family=op_family, limit=limit)
+        hits = app.wiki().search(query, category=category, dsl=dsl, hardware=hardware, op_family=op_family, limit=limit,
+                                 withheld=app.withheld)
         return WikiSearchResult(query=query, hits=hits)
 
     def wiki_read(
@@ -483,7 +518,7 @@ def _register_tools(app: ServerContext) -> None:
     ) -> WikiReadResult:
         """Read one wiki document in full (front matter, text, sources), or a window of a long one.
         Cheap."""
-        doc = app.wiki().read(doc_id)
+        doc = app.wiki().read(doc_id, withheld=app.withheld)
         total = len(doc.text)
         window = doc.text[offset: offset + max_chars]
         notes = []
@@ -506,7 +541,7 @@ def _register_tools(app: ServerContext) -> None:
         catalog.visible(op)
         target = app.workspace.output_path(out_dir or f"atrex-package/{op}")
         try:
-            result = package_mod.package_source(text, op, catalog, target)
+            result = package_mod.package_source(text, op, catalog, target, denied=app.workspace.denied)
         except candidate_contract.ContractRefused as refused:
             package_mod.record_refusal(app.state_dir, op, refused.report)
             raise
@@ -555,7 +590,9 @@ def _register_tools(app: ServerContext) -> None:
         text = app.candidate_source(source, path)
         catalog.visible(op).shape(shape)
         profile = app.service("atrex_mcp.profiling.service", "profile_kernel")
-        store = app.service("atrex_mcp.runs.store", "RunStore")(app.state_dir)
+        store = app.service("atrex_mcp.runs.store", "RunStore")(app.state_dir, owner=app.client_id())
+        if run_id is not None:
+            store.get_run(run_id)  # another client's run is as unknown as a missing one
         kind: JobKind = "timed" if await app.has_gpu() else "correctness"
         if config.cluster is not None:  # profiled on a cluster GPU, stored here with the server's other state
             save = app.service("atrex_mcp.profiling.service", "save_report")
@@ -579,6 +616,9 @@ def _register_tools(app: ServerContext) -> None:
     for fn, title in ((list_problems, "List problems"), (get_problem, "Get a problem"),
                       (roofline_lookup, "Roofline calculator"), (wiki_search, "Search the GPU wiki"),
                       (wiki_read, "Read a wiki document")):
+        if fn in (wiki_search, wiki_read) and app.knowledge == "none":
+            app.offered.append(fn.__name__)  # known, but not offered: the condition has no wiki
+            continue
         app.add_tool(fn, title=title, read_only=True, idempotent=True)
 
 
@@ -608,6 +648,7 @@ def _contract_rules() -> list[str]:
     ]
 
 
+WIKI_TOOLS = ("wiki_search", "wiki_read")
 RUN_TOOLS_MODULE = "atrex_mcp.runs.tools"  # provides register_run_tools(server, ctx); see docs/DESIGN.md "Server hooks"
 
 
@@ -616,7 +657,8 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
     """A server with every tool registered (the run-memory tools too, when that part is
     installed). `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.transport)."""
     config = config or ServerConfig()
-    server = MCPServer("atrex-mcp", version=__version__, instructions=INSTRUCTIONS, token_verifier=token_verifier,
+    instructions = INSTRUCTIONS if config.knowledge != "none" else INSTRUCTIONS.replace(WIKI_SENTENCE, "")
+    server = MCPServer("atrex-mcp", version=__version__, instructions=instructions, token_verifier=token_verifier,
                        auth=auth, log_level=os.environ.get("ATREX_LOG_LEVEL", "INFO"))  # type: ignore[arg-type]
     app = ServerContext(config, server)
     server.middleware.append(app.uniform_errors)
@@ -624,6 +666,9 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
     if importlib.util.find_spec(RUN_TOOLS_MODULE) is not None:
         importlib.import_module(RUN_TOOLS_MODULE).register_run_tools(server, app)
     unknown = sorted(set(config.tools or ()) - set(app.offered))
+    if app.knowledge == "none" and set(config.tools or ()) & set(WIKI_TOOLS):
+        raise AtrexError("input", "wiki_disabled", "The allow-list names wiki tools, but the knowledge condition 'none' has no wiki.",
+                         "Drop wiki_search/wiki_read from --tools, or choose --knowledge general or full.")
     if unknown:
         raise AtrexError("input", "unknown_tool", f"Unknown tool(s) in the allow-list: {', '.join(unknown)}.",
                          f"Valid choices: {', '.join(sorted(app.offered))}")

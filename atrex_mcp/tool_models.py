@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from atrex_mcp.candidate_contract import ContractReport
 from atrex_mcp.errors import ErrorInfo
 from atrex_mcp.evaluate.models import KernelTime, MismatchDetail
+from atrex_mcp.knowledge import Knowledge
 from atrex_mcp.profiling.models import ProfileReport
 from atrex_mcp.package import PackageResult
 from atrex_mcp.wiki.models import WikiDoc, WikiHit
@@ -47,8 +48,13 @@ class ProblemSummary(BaseModel):
     forward_inputs: list[str] = Field(description="Names of Model.forward's tensor arguments, as make_inputs returns them.")
 
 
+KNOWLEDGE_FIELD = ("Knowledge condition of this server: none (no wiki), general (wiki without documents that solve a "
+                   "served operator) or full (the whole wiki). Every score is stated with the knowledge that produced it.")
+
+
 class ProblemList(ToolOutput):
     mode: Mode = Field(description="benchmark: roofline figures and scores are hidden; optimize: they are shown for your own kernels.")
+    knowledge: Knowledge = Field(description=KNOWLEDGE_FIELD)
     hardware: str = Field(description="The server's hardware profile (roofline basis in optimize mode).")
     problems: list[ProblemSummary] = Field(description="Every problem the server serves, by name.")
 
@@ -104,6 +110,7 @@ class ShapeVerdict(BaseModel):
 class ValidateResult(ToolOutput):
     op: str = Field(description="Operator validated.")
     mode: Mode = Field(description="Server mode.")
+    knowledge: Knowledge = Field(description=KNOWLEDGE_FIELD)
     candidate_sha256: str = Field(description="SHA-256 of the source text evaluated.")
     compiled: bool = Field(description="False when the file did not become a callable Model (see compile_error).")
     compile_error: ErrorInfo | None = Field(default=None, description="Why the file did not compile, with a hint.")

@@ -38,7 +38,7 @@ class Workspace:
         return AtrexError(
             "input",
             "path_outside_workspace",
-            f"Path {path!r} is refused: {why}.",
+            f"The path is refused: {why}.",  # never the caller's text: an error echoes nothing back
             f"Pass a path to a file inside a workspace root ({shown}), or pass the source text itself.",
         )
 
@@ -58,7 +58,7 @@ class Workspace:
         try:
             real = candidate.resolve(strict=must_exist)
         except FileNotFoundError:
-            raise AtrexError("input", "file_not_found", f"No file at {path!r}.", "Check the path; relative paths start at the first workspace root.") from None
+            raise AtrexError("input", "file_not_found", "No file at the given path.", "Check the path; relative paths start at the first workspace root.") from None
         except (OSError, RuntimeError) as exc:
             raise self._refuse(path, f"it cannot be resolved ({exc.__class__.__name__})") from None
         self._check(path, real)
@@ -99,15 +99,15 @@ class Workspace:
                                  "and a hard link can name a file outside the workspace.",
                                  "Pass a copy (cp FILE NEW.py) or the source text itself.")
             if info.st_size > self.max_source_bytes:
-                raise self._too_large(info.st_size, f"file {path!r}")
+                raise self._too_large(info.st_size, "file")
             with os.fdopen(os.dup(fd), "rb") as handle:
                 data = handle.read(self.max_source_bytes + 1)
         finally:
             os.close(fd)
         try:
-            return self.check_source(data.decode("utf-8"), f"file {path!r}")
+            return self.check_source(data.decode("utf-8"), "file")
         except UnicodeDecodeError:
-            raise AtrexError("input", "not_utf8", f"File {path!r} is not UTF-8 text.", "Pass a Python source file.") from None
+            raise AtrexError("input", "not_utf8", "The file is not UTF-8 text.", "Pass a Python source file.") from None
 
     def output_path(self, path: str) -> Path:
         """Where a tool may write: the deepest existing folder of `path` is resolved and confined;

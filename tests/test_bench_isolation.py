@@ -22,10 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_scripted_agent_over_http_with_a_token_in_the_optimizer_condition(tmp_path):
     """Without --kernels the scripted agent takes the kernel from the wiki, a tool only the
-    optimizer condition allows."""
+    optimizer condition allows, and only the full knowledge condition hands a served operator's
+    kernel out (general, the default, withholds it)."""
     agent = f"{sys.executable} {ROOT / 'examples' / 'bench_scripted_agent.py'}"
     config, layout = open_run(RunRequest(out=tmp_path / "run", agent=agent, ops="rms_norm", server="http", agent_uid="same",
-                                         condition="optimizer", budget_minutes=4))
+                                         condition="optimizer", knowledge="full", budget_minutes=4))
     summary = BenchRunner(config, layout, live=False).run()
     state = summary.states["rms_norm"]
     assert config.server == "http" and state.submission.outcome == "submitted", state

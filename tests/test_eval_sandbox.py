@@ -12,7 +12,7 @@ import pytest
 
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.evaluate.dsl import CANDIDATE_DSL, FRAMEWORK, GENERATED, LIBRARY, TritonAdapter, dsl_share
-from atrex_mcp.evaluate.leakguard import REDACTED, LeakGuard
+from atrex_mcp.evaluate.leakguard import MASK, LeakGuard
 from eval_support import CANARY, EXAMPLES, ROOT, make_problem_root
 from sandbox import landlock, protocol
 from sandbox.launcher import LaunchSpec, import_paths, landlock_rules
@@ -81,19 +81,23 @@ def test_protocol_round_trip_and_limits():
         os.close(r), os.close(w)
 
 
-def test_leak_guard_redacts_hidden_values_only(tmp_path):
+def test_leak_guard_output_never_depends_on_hidden_values(tmp_path):
+    """The text going out is the same whether it quoted hidden data or not; only the trusted-side
+    flag tells them apart."""
     catalog = Catalog(make_problem_root(tmp_path / "problems"))
     guard = LeakGuard.for_problem(catalog, "rms_norm")
-    assert guard.scrub(f"ValueError: {CANARY}") == (REDACTED, True)
+    assert guard.scrub(f"ValueError: {CANARY}") == (f"ValueError: {CANARY}", True)
     assert guard.scrub("ValueError: rms_norm failed at shape (4, 64)") == ("ValueError: rms_norm failed at shape (4, 64)", False)
 
 
-def test_leak_guard_matches_hidden_figures_as_whole_numbers_only():
-    guard = LeakGuard({"0.0123456", "483648", "ATREX-HIDDEN-PROVENANCE-TEXT"})
-    assert guard.leaks("t = 0.0123456.") and guard.leaks("delta -0.0123456 ms")
-    assert not guard.leaks("got 10.0123456") and not guard.leaks("got 0.01234567")
-    assert not guard.leaks("size 2147483648 overflows int32; 12582912 bytes")
-    assert guard.leaks("from ATREX-HIDDEN-PROVENANCE-TEXT/x")
+def test_leak_guard_finds_hidden_figures_in_any_rounding_unit_or_notation():
+    guard = LeakGuard({0.0043521, 17.25391}, {"ATREX-HIDDEN-PROVENANCE-TEXT"})
+    for quoted in ("t = 0.0043521.", "0.00435 ms", "4.352 us", "4352.1 ns", "4.35e-3", "4.3521E-03", "t_0.00435x",
+                   "1253400.0", "17.254", "0.0172539 s", "from ATREX-HIDDEN-PROVENANCE-TEXT/x"):
+        assert guard.leaks(quoted), quoted
+    for honest in ("max abs error 0.5", "size 2147483648 overflows int32; 12582912 bytes", "line 435", "0.004", "x 3.6.0"):
+        assert not guard.leaks(honest), honest
+    assert guard.scrub("t = 0.0043521 ms")[0] == guard.scrub("t = 0.0099999 ms")[0] == f"t = {MASK} ms"
 
 
 def test_triton_adapter_reads_own_kernels_from_the_source():

@@ -98,7 +98,7 @@ def test_plans_must_cite_stored_profiles_of_the_same_operator(tmp_path):
         service.record_iteration(run.run_id, plan(other), source(1.2, "a"))
     service.doc_exists = lambda doc_id: doc_id.startswith("patterns/")
     bad_doc = plan(store_profile(service)).model_copy(update={"knowledge": ["nope/doc"]})
-    with pytest.raises(AtrexError, match="wiki documents"):
+    with pytest.raises(AtrexError, match="name no document"):
         service.record_iteration(run.run_id, bad_doc, source(1.2, "a"))
     with pytest.raises(ValueError):
         Plan(change="x y z", bottleneck="memory", evidence=[], expected_effect=1.1, category="tiling")

@@ -39,4 +39,4 @@ def test_runs_list_and_unknown_run(tmp_path, capsys):
     assert main(["runs", "--state-dir", state_dir, "list", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["run_id"] == run_id
     assert main(["runs", "--state-dir", state_dir, "show", "run-nope"]) == 2
-    assert "No run 'run-nope'" in capsys.readouterr().err
+    assert "Unknown run" in capsys.readouterr().err

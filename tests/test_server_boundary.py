@@ -135,29 +135,21 @@ async def test_no_hidden_figure_leaves_a_benchmark_mode_server(tmp_path):
     assert '"passed": 1' in received[11][1]
 
 
-def test_redactor_withholds_hidden_data_in_results_errors_and_logs():
+def test_the_log_redactor_answers_the_same_for_hidden_and_other_figures():
+    """Benchmark-mode logs are masked without looking at any hidden value: a hidden figure and
+    any other number come out the same, and dumps of the hidden files' keys are withheld."""
     policy = Policy("benchmark", Catalog())
     roofline_text = (problems_dir() / OP / "roofline.json").read_text()
     metadata = Catalog().hidden(OP).metadata
-    for leaked in (roofline_text, f"t = {T_SOL} ms", f"T_SOL was {T_SOL}.", metadata["production_note"], "{'production_us': 1}", str(metadata)):
+    for leaked in (roofline_text, "{'production_us': 1}", str(metadata)):
         assert policy.redact(leaked) == WITHHELD
-    honest_texts = ("max abs error 0.5 at index [3, 7]", "hidden 1024, tokens 2500", "SyntaxError: invalid syntax (candidate.py, line 2)",
-                    "offsets overflow int32 at 2147483648", (REPO_ROOT / "gpu_wiki" / "kernels" / "fused_rmsnorm_quant.py").read_text(),
-                    f"t = {T_SOL}1 ms")  # a longer number that merely starts with a hidden figure
-    for honest in honest_texts:
+    numbers, _ = hidden_figures(OP)
+    for hidden in sorted(numbers)[:50]:
+        other = hidden * 1.37
+        assert policy.redact(f"t = {hidden!r} ms") == policy.redact(f"t = {other!r} ms") == "t = <num> ms"
+    for honest in ("hidden 1024, tokens 2500", "offsets overflow int32 at 2147483648"):
         assert policy.redact(honest) == honest
-    detail = Policy("benchmark", Catalog())
-    model = ProblemDetail(name=OP, mode="benchmark", reference_py=f"# {T_SOL}", input_py="", shapes_json="", shapes=[], rules=[], allowed_imports=[])
-    assert detail.redact_model(model).reference_py == WITHHELD
     assert Policy("optimize", Catalog()).redact(roofline_text) == roofline_text
-
-
-def test_no_wiki_document_is_withheld_in_benchmark_mode():
-    """The wiki is public knowledge: a figure in it that merely looks like a hidden one must not blank it."""
-    policy = Policy("benchmark", Catalog())
-    withheld = [str(p) for p in (REPO_ROOT / "gpu_wiki").rglob("*")
-                if p.suffix in (".md", ".py") and policy.redact(text := p.read_text(errors="replace")) != text]
-    assert withheld == []
 
 
 # What the agent's account runs: read the hidden files directly, then use the server over HTTP.

@@ -68,7 +68,8 @@ def _import_root() -> str:
 
 
 def server_command(config: RunConfig, workspace: Path, state_dir: Path, *, log_level: str) -> list[str]:
-    argv = [sys.executable, "-m", "atrex_mcp.cli", "serve", "--benchmark-mode", "--hardware", config.hardware,
+    argv = [sys.executable, "-m", "atrex_mcp.cli", "serve", "--benchmark-mode", "--knowledge", config.knowledge,
+            "--hardware", config.hardware,
             "--workspace", str(workspace), "--state-dir", str(state_dir), "--log-level", log_level]
     for root in config.problems:
         argv += ["--problems", root]

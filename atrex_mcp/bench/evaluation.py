@@ -278,7 +278,8 @@ def _op_jobs(layout: RunLayout, catalog: Catalog, config: Any, settings: EvalSet
         request = EvalRequest(op=op, source=source if candidate else None, baseline=None if candidate else kind,
                               shapes=shapes, seeds=settings.seeds, hardware=config.hardware, dsl=config.dsl,
                               timing=True, measure_dsl=candidate, timeout_s=settings.timeout_s)
-        jobs.append(Job(op=op, kind=kind, path=path, request=request))
+        jobs.append(Job(op=op, kind=kind, path=path, request=request,
+                        knowledge=config.knowledge if candidate else None))
     return jobs
 
 
@@ -299,6 +300,7 @@ def _judge_here(jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInf
                     result = evaluate(job.request, catalog, standby=standby,
                                       progress=lambda message, fraction, kind=job.kind: board.stage(
                                           op, f"{kind}: {message} ({fraction:.0%})"))
+                    result.knowledge = job.knowledge
                     write_json_atomic(job.path, result)
             except AtrexError as exc:
                 done(op, exc.info)

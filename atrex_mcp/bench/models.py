@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from atrex_mcp.errors import ErrorInfo
+from atrex_mcp.knowledge import Knowledge
 
 AgentKind = Literal["claude", "codex", "command"]
 Condition = Literal["vanilla", "optimizer"]
@@ -46,6 +47,9 @@ class RunConfig(BaseModel):
     ops: list[str] = Field(description="Operators of the run, in order.")
     dsl: str = Field(description="Target DSL.")
     condition: Condition = Field(description="vanilla: one pass; optimizer: the measure-revise loop with wiki, profile and run memory.")
+    knowledge: Knowledge = Field(default="full", description=(
+        "Knowledge condition of the server (atrex_mcp.knowledge): none, general (no document that solves a served operator) "
+        "or full. Runs made before the condition existed had the full wiki."))
     budget_s: float = Field(description="Wall-clock budget per operator, seconds.")
     problems: list[str] = Field(description="Problem roots the server serves (absolute paths).")
     hardware: str = Field(description="Hardware profile of the server and of the scores.")

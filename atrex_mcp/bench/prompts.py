@@ -15,6 +15,7 @@ import string
 from importlib import resources
 
 from atrex_mcp.bench.models import Condition
+from atrex_mcp.knowledge import Knowledge
 
 SERVER_NAME = "atrex"  # the MCP server's name in every agent config: Claude sees mcp__atrex__<tool>
 
@@ -26,16 +27,23 @@ CONDITION_TOOLS: dict[str, tuple[str, ...]] = {"vanilla": VANILLA_TOOLS, "optimi
 DSL_NAMES = {"triton": "Triton"}
 
 
-def allowed_tools(condition: Condition) -> tuple[str, ...]:
-    return CONDITION_TOOLS[condition]
+WIKI_TOOLS = ("wiki_search", "wiki_read")
+NO_WIKI_NOTE = "\n\nThis run has no wiki (knowledge condition `none`): skip every step that uses it.\n"
+
+
+def allowed_tools(condition: Condition, knowledge: Knowledge = "full") -> tuple[str, ...]:
+    """The condition's tools; without the wiki tools when the knowledge condition has no wiki."""
+    return tuple(t for t in CONDITION_TOOLS[condition] if knowledge != "none" or t not in WIKI_TOOLS)
 
 
 def template(condition: Condition) -> str:
     return resources.files("atrex_mcp.bench").joinpath("prompts", f"{condition}.md").read_text()
 
 
-def render_prompt(condition: Condition, op: str, dsl: str, budget_s: float) -> str:
+def render_prompt(condition: Condition, op: str, dsl: str, budget_s: float, knowledge: Knowledge = "full") -> str:
     """The prompt for one operator; every placeholder must be filled (a typo fails loudly)."""
-    tools = ", ".join(f"`{t}`" for t in allowed_tools(condition))
-    return string.Template(template(condition)).substitute(
+    tools = ", ".join(f"`{t}`" for t in allowed_tools(condition, knowledge))
+    prompt = string.Template(template(condition)).substitute(
         op=op, dsl_name=DSL_NAMES.get(dsl, dsl), tools=tools, budget_minutes=f"{budget_s / 60:g}")
+    uses_wiki = any(t in CONDITION_TOOLS[condition] for t in WIKI_TOOLS)
+    return prompt.rstrip("\n") + NO_WIKI_NOTE if knowledge == "none" and uses_wiki else prompt

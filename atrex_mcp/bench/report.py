@@ -65,6 +65,7 @@ class MainRow(BaseModel):
     run: str
     agent: str
     condition: str | None
+    knowledge: str | None = Field(default=None, description="Knowledge condition of the run (none, general, full); null for a reference baseline.")
     model: str | None
     operators: int = Field(description="Operators the run was given.")
     submitted: int = Field(description="Operators with a collected submission.")
@@ -251,7 +252,7 @@ def run_report(run: LoadedRun, name: str, profile: str, baselines: dict[tuple[st
                      "datasheet profile an evaluation error, against a measured profile a ceiling the kernel beat.")
 
     main = MainRow(run=name, agent=config.agent.kind if config.agent.kind != "command" else " ".join(Path(a).name for a in config.agent.command[:2]),
-                   condition=config.condition, model=config.agent.model, operators=n, submitted=submitted, evaluated=k,
+                   condition=config.condition, knowledge=config.knowledge, model=config.agent.model, operators=n, submitted=submitted, evaluated=k,
                    compile_rate=row.compile_rate * share, correctness=row.correctness * share, fully_correct=row.fully_correct * share,
                    dsl_adoption=row.dsl_adoption * share if dsl_measured else None, s=s, s_agg=s_agg,
                    vs_torch_compile=row.vs_torch_compile if timed else None, vs_eager=row.vs_eager if timed else None,

@@ -69,7 +69,7 @@ def _count(value: int | None) -> str:
 
 
 def _main_row(row: MainRow) -> list[str]:
-    return [row.run, row.agent, row.condition or "—", row.model or "default", str(row.operators), str(row.submitted),
+    return [row.run, row.agent, row.condition or "—", row.knowledge or "—", row.model or "default", str(row.operators), str(row.submitted),
             _pct(row.compile_rate), _pct(row.correctness), _pct(row.fully_correct), _pct(row.dsl_adoption),
             _num(row.s, 4), _num(row.s_agg, 4), _ratio(row.vs_torch_compile), _ratio(row.vs_eager)]
 
@@ -95,7 +95,7 @@ def blocks(report: BenchReport) -> list[Block]:
                         Paragraph(f"Generated {report.generated_at}. Every S is computed against the `{report.hardware}` hardware profile."),
                         Heading("Main table")]
     rows = [_main_row(r.row) for r in report.runs] + [_main_row(b) for b in report.baselines]
-    out.append(Table(["run", "agent", "condition", "model", "operators", "submitted", "compile rate", "correctness", "fully correct",
+    out.append(Table(["run", "agent", "condition", "knowledge", "model", "operators", "submitted", "compile rate", "correctness", "fully correct",
                       "DSL adoption", "S", "S_agg", "vs torch.compile", "vs eager"], rows))
     notes = [f"{r.row.run}: {note}" for r in report.runs for note in r.row.notes]
     if notes:

@@ -33,9 +33,11 @@ from atrex_mcp.bench.prompts import allowed_tools, render_prompt
 from atrex_mcp.candidate_contract import DSL_DECORATORS
 from atrex_mcp.catalog import Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
+from atrex_mcp.knowledge import default_knowledge
 from atrex_mcp.paths import problems_dir
 
-DEFAULTS = {"dsl": "triton", "condition": "vanilla", "budget_minutes": 30.0, "hardware": "h200", "server": "auto"}
+DEFAULTS = {"dsl": "triton", "condition": "vanilla", "budget_minutes": 30.0, "hardware": "h200", "server": "auto",
+            "knowledge": default_knowledge(benchmark=True)}
 VISIBLE = {"reference.py": "reference_source", "input.py": "input_source", "shapes.json": "shapes_json"}
 
 
@@ -48,6 +50,7 @@ class RunRequest:
     ops: str | None = None
     dsl: str | None = None
     condition: str | None = None
+    knowledge: str | None = None
     model: str | None = None
     budget_minutes: float | None = None
     problems: list[Path] | None = None
@@ -95,6 +98,7 @@ def _check_resume(config: RunConfig, request: RunRequest) -> None:
             differs.append("--agent")
     budget_s = request.budget_minutes * 60 if request.budget_minutes is not None else None
     for flag, given, stored in (("--dsl", request.dsl, config.dsl), ("--condition", request.condition, config.condition),
+                                ("--knowledge", request.knowledge, config.knowledge),
                                 ("--model", request.model, config.agent.model), ("--hardware", request.hardware, config.hardware),
                                 ("--budget-minutes", budget_s, config.budget_s)):
         if given is not None and given != stored:
@@ -142,6 +146,7 @@ def open_run(request: RunRequest) -> tuple[RunConfig, RunLayout]:
     readable = isolation.accessible_to(identity, isolation.hidden_files(checked_roots, ops))
     config = RunConfig(name=request.name or layout.root.name, agent=spec, ops=ops, dsl=dsl,
                        condition=request.condition or DEFAULTS["condition"],
+                       knowledge=request.knowledge or DEFAULTS["knowledge"],
                        budget_s=60.0 * (request.budget_minutes if request.budget_minutes is not None else DEFAULTS["budget_minutes"]),
                        problems=[str(r) for r in catalog.roots], hardware=request.hardware or DEFAULTS["hardware"], server=transport,
                        isolation=isolation.describe(identity, transport, readable, warnings), created_at=now_iso(),
@@ -228,7 +233,7 @@ class BenchRunner:
             workspace, home, prompt = self._prepare(op)
             with self._endpoint(op, workspace) as endpoint:
                 task = AgentTask(op=op, prompt=prompt, workspace=workspace, home=home, endpoint=endpoint,
-                                 tools=allowed_tools(self.config.condition), budget_s=self.config.budget_s,
+                                 tools=allowed_tools(self.config.condition, self.config.knowledge), budget_s=self.config.budget_s,
                                  condition=self.config.condition, dsl=self.config.dsl)
                 executable = self.driver.executable()
                 if executable is None:
@@ -279,7 +284,7 @@ class BenchRunner:
         visible = self.catalog.visible(op)
         for name, attribute in VISIBLE.items():
             (workspace / name).write_text(getattr(visible, attribute))
-        prompt = render_prompt(config.condition, op, config.dsl, config.budget_s)
+        prompt = render_prompt(config.condition, op, config.dsl, config.budget_s, config.knowledge)
         (workspace / PROMPT_FILE).write_text(prompt)
         layout.prompt_file(op).write_text(prompt)
         isolation.hand_over(workspace, self.identity)

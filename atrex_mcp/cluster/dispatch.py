@@ -42,6 +42,7 @@ from atrex_mcp.cluster.shards import (
     problem_digest,
 )
 from atrex_mcp.errors import ErrorInfo
+from atrex_mcp.knowledge import Knowledge
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.runs.store import now_iso
@@ -122,6 +123,7 @@ class Job:
     kind: str
     path: Path
     request: EvalRequest
+    knowledge: Knowledge | None = None  # the condition the candidate was written under, stamped on its result
 
 
 @dataclass
@@ -260,7 +262,9 @@ def judge_on_cluster(
             return
         if evaluation.error is None:
             parts = [evaluation.parts[k] for k in evaluation.parts]
-            write_json_atomic(evaluation.job.path, merge_results(parts, evaluation.shape_order))
+            merged = merge_results(parts, evaluation.shape_order)
+            merged.knowledge = evaluation.job.knowledge
+            write_json_atomic(evaluation.job.path, merged)
         op = evaluation.job.op
         if op not in finished_ops and all(e.done for e in by_op[op]):
             finished_ops.add(op)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from atrex_mcp.commands.grammar import add_problems_option, count, positive_seconds
+from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS
 
 
 def register(subparsers) -> None:
@@ -23,6 +24,9 @@ def register(subparsers) -> None:
     run.add_argument("--ops", help="all, or a comma-separated list of operators")
     run.add_argument("--dsl", help="target DSL (default triton)")
     run.add_argument("--condition", choices=("vanilla", "optimizer"), help="vanilla: one pass; optimizer: measure-revise loop (default vanilla)")
+    run.add_argument("--knowledge", choices=KNOWLEDGE_CONDITIONS,
+                     help="what the wiki gives the agent: none (no wiki tools), general (default: no document that solves "
+                          "a served operator) or full (the whole wiki); recorded with every result and report")
     run.add_argument("--model", help="model name passed to the agent's CLI")
     run.add_argument("--budget-minutes", type=positive_seconds, help="wall-clock budget per operator (default 30)")
     run.add_argument("--parallel", type=count(1), default=1, metavar="N", help="operators run at once (default 1)")
@@ -77,7 +81,8 @@ def register(subparsers) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from atrex_mcp.bench.runner import BenchRunner, RunRequest, open_run
 
-    request = RunRequest(out=args.out, agent=args.agent, ops=args.ops, dsl=args.dsl, condition=args.condition, model=args.model,
+    request = RunRequest(out=args.out, agent=args.agent, ops=args.ops, dsl=args.dsl, condition=args.condition,
+                         knowledge=args.knowledge, model=args.model,
                          budget_minutes=args.budget_minutes, problems=args.problems, hardware=args.hardware, server=args.server,
                          agent_uid=args.agent_uid, agent_bin=args.agent_bin, agent_args=args.agent_arg, agent_env=args.agent_env,
                          name=args.name)

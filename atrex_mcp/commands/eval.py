@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from atrex_mcp.commands.grammar import add_problems_option, count, positive_seconds, read_source
+from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS
 
 EXIT_PASSED, EXIT_FAILED = 0, 1
 NO_GPU_NOTE = ("no GPU: judging only the smoke shape ({id}), for correctness (nothing is timed); "
@@ -41,6 +42,8 @@ def register(subparsers) -> None:
     parser.add_argument("--out", type=Path, help="write the result JSON into this directory (<op>.json, <op>.<baseline>.json)")
     parser.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
     parser.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    parser.add_argument("--knowledge", choices=KNOWLEDGE_CONDITIONS,
+                        help="knowledge condition the candidate was written under, recorded with the result (default: not stated)")
     parser.set_defaults(func=run)
 
 
@@ -65,7 +68,7 @@ def _summary(result, candidate: Path | None, source: str | None) -> str:
     from atrex_mcp.commands.failure_text import failure_report
 
     lines = [f"{result.op} [{result.candidate}] compiled={result.compiled} device={result.device.name} "
-             f"S_i={result.operator_score if result.operator_score is not None else '—'}"]
+             f"S_i={result.operator_score if result.operator_score is not None else '—'} knowledge={result.knowledge or 'not stated'}"]
     if result.partial:
         judged = sum(s.judged for s in result.shapes)
         lines.append(f"PARTIAL ({result.partial}): {judged} of {len(result.shapes)} shapes judged; "
@@ -133,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         with ShapeProgress(len(chosen), estimate, live=False if args.plain else None) as progress:
             result = evaluate(request, catalog, progress=progress)
+    if result.candidate == "candidate":
+        result.knowledge = args.knowledge
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         name = f"{result.op}.json" if result.candidate == "candidate" else f"{result.op}.{result.candidate}.json"

@@ -24,13 +24,20 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from atrex_mcp.commands.tables import plain_table, print_table
+    from atrex_mcp.errors import AtrexError
     from atrex_mcp.paths import default_state_dir
     from atrex_mcp.runs.audit import render_timeline, timeline
     from atrex_mcp.runs.store import RunStore
 
     store = RunStore(args.state_dir or default_state_dir())
     if args.runs_command == "show":
-        t = timeline(store, args.run_id)
+        try:
+            t = timeline(store, args.run_id)
+        except AtrexError as exc:
+            if exc.info.category != "unknown_run":
+                raise
+            raise AtrexError("input", "unknown_run", exc.info.message,
+                             f"State: {store.path}; `atrex-mcp runs list` shows every client's runs.") from None
         print(t.model_dump_json(indent=2) if args.json else render_timeline(t))
         return 0
     runs = store.list_runs()

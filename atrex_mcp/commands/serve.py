@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atrex_mcp.commands.grammar import add_problems_option, count
+from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS, KNOWLEDGE_HELP
 
 if TYPE_CHECKING:
     from atrex_mcp.server import ServerConfig
@@ -21,10 +22,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Run the MCP tool server. With no options: stdio, optimize mode, the embedded problems and wiki.")
     p.add_argument("--benchmark-mode", action="store_true",
                    help="hide roofline figures, scores, production timings, provenance and weights from every tool")
+    p.add_argument("--knowledge", choices=KNOWLEDGE_CONDITIONS, help=KNOWLEDGE_HELP)
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
     p.add_argument("--port", type=int, default=8765, help="HTTP port")
-    p.add_argument("--token-env", metavar="VAR", help="environment variable holding the HTTP bearer token (required for HTTP)")
+    p.add_argument("--token-env", metavar="VAR", action="append", default=[],
+                   help="environment variable holding an HTTP bearer token (required for HTTP; repeatable: each token "
+                        "is one client, and a client sees only its own runs)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a Host name clients use to reach a non-loopback HTTP server (repeatable)")
     add_problems_option(p)
@@ -70,18 +74,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from atrex_mcp.transport import HttpSettings, check_settings
 
-    token = os.environ.get(args.token_env, "") if args.token_env else ""
-    if args.token_env and not token:
-        raise AtrexError("input", "token_env_empty", f"The environment variable {args.token_env} is empty or unset.",
-                         f"export {args.token_env}=<long random secret> before starting the server.")
-    http = HttpSettings(host=args.host, port=args.port, token=token, allowed_hosts=args.allowed_host)
+    tokens = []
+    for var in args.token_env:
+        tokens.append(os.environ.get(var, ""))
+        if not tokens[-1]:
+            raise AtrexError("input", "token_env_empty", f"The environment variable {var} is empty or unset.",
+                             f"export {var}=<long random secret> before starting the server.")
+    http = HttpSettings(host=args.host, port=args.port, token=tokens[0] if tokens else "", more_tokens=tokens[1:],
+                        allowed_hosts=args.allowed_host)
     check_settings(http)  # refuse an unsafe setup before loading anything heavy
     _serve(args, http)
     return 0
 
 
 def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
-    from atrex_mcp.catalog import Catalog
     from atrex_mcp.paths import default_state_dir, problems_dir
     from atrex_mcp.policy import Redactor
     from atrex_mcp.server import ServerConfig
@@ -94,11 +100,13 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
         workspaces=[w.resolve() for w in args.workspace] if args.workspace else [Path.cwd()],
         correctness_limit=args.correctness_jobs,
         tools=args.tools,
+        knowledge=args.knowledge,
     )
-    _configure_logging(args.log_level, Redactor(Catalog(config.problems)) if args.benchmark_mode else None)
+    _configure_logging(args.log_level, Redactor() if args.benchmark_mode else None)
     if args.cluster is None:
         _run(config, http)
         return
+    from atrex_mcp.catalog import Catalog
     from atrex_mcp.cluster.engine import connect
     from atrex_mcp.cluster.remote import ClusterPool
 

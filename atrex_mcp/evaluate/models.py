@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from atrex_mcp.errors import ErrorInfo
 from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.knowledge import Knowledge
 
 NOT_TIMED_BY_REQUEST = "not timed: timing was not requested"
 
@@ -212,6 +213,7 @@ class EvalResult(BaseModel):
     device: DeviceInfo = Field(description="Device and versions.")
     isolation: Isolation = Field(description="Isolation actually in force.")
     integrity: list[str] = Field(default_factory=list, description="Evaluation-level incidents (e.g. a shape incident, evaluator-only data found in candidate text).")
+    knowledge: Knowledge | None = Field(default=None, description="Knowledge condition the candidate was written under (atrex_mcp.knowledge); null when not stated, and for a baseline.")
     seeds: list[int] = Field(default_factory=list, description="Every seed drawn, in order (correctness and timing).")
     overhead: Overhead = Field(default_factory=Overhead, description="Evaluator overhead split.")
     started_at: str = Field(description="UTC start time, ISO 8601.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from atrex_mcp.candidate_contract import check_contract
@@ -140,7 +140,8 @@ class RunService:
         found = self.store.profile_ops(plan.evidence)
         missing = [p for p in plan.evidence if p not in found]
         if missing:
-            raise AtrexError("input", "unknown_evidence", f"Plan cites profiles that were never stored: {', '.join(missing)}.",
+            raise AtrexError("input", "unknown_evidence", f"Plan cites {len(missing)} profile id(s) that were never stored "
+                             f"(evidence items {', '.join(str(plan.evidence.index(p) + 1) for p in missing)}).",
                              "Cite profile ids returned by profile_kernel.")
         foreign = [p for p, profiled_op in found.items() if profiled_op != op]
         if foreign:
@@ -148,7 +149,8 @@ class RunService:
         if self.doc_exists is not None:
             unknown = [d for d in plan.knowledge if not self.doc_exists(d)]
             if unknown:
-                raise AtrexError("input", "unknown_knowledge", f"Plan cites wiki documents that do not exist: {', '.join(unknown)}.",
+                raise AtrexError("input", "unknown_knowledge", f"Plan cites {len(unknown)} wiki id(s) that name no document "
+                                 f"(knowledge items {', '.join(str(plan.knowledge.index(d) + 1) for d in unknown)}).",
                                  "Cite ids returned by wiki_search.")
 
     def record_iteration(self, run_id: str, plan: Plan, source: str, *, progress: Progress | None = None,
@@ -246,8 +248,9 @@ class RunService:
         return self.store.revert_masks(run_id, mask_id)
 
     # -- package --------------------------------------------------------------------
-    def package(self, run_id: str, out_dir: Path, *, reveal_figures: bool = True) -> PackageResult:
-        """The accepted kernel as a deliverable, with the run's provenance in the manifest."""
+    def package(self, run_id: str, out_dir: Path, *, reveal_figures: bool = True, denied: Sequence[Path] = ()) -> PackageResult:
+        """The accepted kernel as a deliverable, with the run's provenance in the manifest; never
+        written inside a `denied` root (package_source refuses the problem roots itself)."""
         run = self.store.get_run(run_id)
         if run.accepted is None:
             raise AtrexError("input", "no_baseline", f"Run {run_id} has no accepted kernel yet.", "Submit a baseline first.")
@@ -266,6 +269,6 @@ class RunService:
             "final": figures,
         }
         result = package_source(self.store.source(run_id, final.number), run.op, self.catalog, out_dir, dsl=run.dsl,
-                                provenance=provenance)
+                                provenance=provenance, denied=denied)
         self.store.log_event(run_id, "packaged", {"artifact": result.artifact, "sha256": result.sha256, "accepted": final.number})
         return result

@@ -8,10 +8,15 @@ so two writers serialise instead of interleaving. See docs/runs.md for the full 
 
 Each call opens its own short-lived connection: safe from any thread or process, and nothing
 is held open across the long evaluations that happen between reads and the final commit.
+
+Runs and profiles belong to the client that made them (`owner`: an HTTP client's token identity,
+or LOCAL_CLIENT for the one client of a stdio server). A store scoped to an owner sees only that
+owner's runs and profiles; any other id is answered exactly like an id that does not exist.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 import uuid
@@ -23,15 +28,16 @@ from typing import Any
 
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.runs.models import AuditEvent, IterationRecord, MaskRecord, RunRecord
+from atrex_mcp.transport import LOCAL_CLIENT
 
 DB_NAME = "runs.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, op TEXT NOT NULL, shapes TEXT NOT NULL, dsl TEXT NOT NULL,
     hardware TEXT NOT NULL, workspace TEXT NOT NULL, roofline TEXT NOT NULL,
-    baseline INTEGER, accepted INTEGER, created_at TEXT NOT NULL);
+    baseline INTEGER, accepted INTEGER, created_at TEXT NOT NULL, owner TEXT NOT NULL DEFAULT 'local');
 CREATE TABLE IF NOT EXISTS iterations (
     run_id TEXT NOT NULL REFERENCES runs(run_id), number INTEGER NOT NULL, kind TEXT NOT NULL,
     status TEXT NOT NULL, reason TEXT NOT NULL, plan TEXT, source TEXT NOT NULL,
@@ -46,7 +52,8 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS profiles (
     profile_id TEXT PRIMARY KEY, run_id TEXT, op TEXT NOT NULL, shape TEXT NOT NULL,
-    source_sha256 TEXT NOT NULL, tool TEXT NOT NULL, report TEXT NOT NULL, created_at TEXT NOT NULL);
+    source_sha256 TEXT NOT NULL, tool TEXT NOT NULL, report TEXT NOT NULL, created_at TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT 'local');
 CREATE INDEX IF NOT EXISTS events_by_run ON events(run_id, seq);
 CREATE INDEX IF NOT EXISTS profiles_by_run ON profiles(run_id);
 """
@@ -60,6 +67,12 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+def unknown_run() -> AtrexError:
+    """The one answer for a run id that does not exist or is not the caller's: it names no path
+    and no other run, so it tells nothing about the server's other runs."""
+    return AtrexError("input", "unknown_run", "Unknown run.", "Pass a run id that start_run returned to you; start one with start_run.")
+
+
 class StaleAccepted(Exception):
     """The accepted kernel changed between measuring a candidate and committing its verdict."""
 
@@ -71,7 +84,10 @@ class StaleAccepted(Exception):
 class RunStore:
     """All persistent run state. Methods are atomic; none holds a lock between calls."""
 
-    def __init__(self, state_dir: Path | str):
+    def __init__(self, state_dir: Path | str, owner: str | None = None):
+        """`owner`: the client whose runs this store sees and creates; None (the operator's own
+        tools) sees every run and creates LOCAL_CLIENT's."""
+        self.owner = owner
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.state_dir / DB_NAME
@@ -82,7 +98,21 @@ class RunStore:
                 raise AtrexError("internal", "state_too_new", f"{self.path} was written by a newer atrex-mcp (schema {version}).",
                                  "Upgrade atrex-mcp or point --state-dir elsewhere.")
             con.executescript(_SCHEMA)
+            if version == 1:  # runs and profiles of a single-client server become the local client's
+                for table in ("runs", "profiles"):
+                    if "owner" not in [r[1] for r in con.execute(f"PRAGMA table_info({table})")]:
+                        con.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT NOT NULL DEFAULT '{LOCAL_CLIENT}'")
             con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def scoped(self, owner: str) -> RunStore:
+        """The same database as `owner` sees it."""
+        clone = copy.copy(self)
+        clone.owner = owner
+        return clone
+
+    def _mine(self, alias: str = "") -> tuple[str, tuple[str, ...]]:
+        """The SQL condition (and its argument) that keeps only this store's owner's rows."""
+        return ("", ()) if self.owner is None else (f" AND {alias}owner=?", (self.owner,))
 
     # -- connections and transactions -------------------------------------------------
     @contextmanager
@@ -118,9 +148,10 @@ class RunStore:
     def create_run(self, run: RunRecord) -> RunRecord:
         with self._write() as con:
             con.execute(
-                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO runs(run_id, op, shapes, dsl, hardware, workspace, roofline, baseline, accepted, created_at, owner)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (run.run_id, run.op, json.dumps(run.shapes), run.dsl, run.hardware, json.dumps(run.workspace),
-                 json.dumps(run.roofline), None, None, run.created_at))
+                 json.dumps(run.roofline), None, None, run.created_at, self.owner or LOCAL_CLIENT))
             self._event(con, run.run_id, "run_started",
                         {"op": run.op, "shapes": run.shapes, "dsl": run.dsl, "hardware": run.hardware})
         return run
@@ -134,16 +165,16 @@ class RunStore:
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._connect() as con:
-            row = con.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            mine, args = self._mine()
+            row = con.execute(f"SELECT * FROM runs WHERE run_id=?{mine}", (run_id, *args)).fetchone()
             if row is None:
-                known = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 20")]
-                raise AtrexError("input", "unknown_run", f"No run {run_id!r} in {self.path}.",
-                                 f"Recent runs: {', '.join(known) or 'none'}. Start one with start_run.")
+                raise unknown_run()
             return self._run_from_row(row)
 
     def list_runs(self) -> list[RunRecord]:
         with self._connect() as con:
-            return [self._run_from_row(r) for r in con.execute("SELECT * FROM runs ORDER BY created_at")]
+            mine, args = self._mine()
+            return [self._run_from_row(r) for r in con.execute(f"SELECT * FROM runs WHERE 1{mine} ORDER BY created_at", args)]
 
     # -- iterations -----------------------------------------------------------------
     def commit_iteration(self, record: IterationRecord, source: str, *, expected_accepted: int | None,
@@ -152,9 +183,10 @@ class RunStore:
         one the candidate was timed against (another client won the race): the caller re-measures.
         check_accepted=False for verdicts that do not depend on the accepted kernel (a failure)."""
         with self._write() as con:
-            row = con.execute("SELECT baseline, accepted FROM runs WHERE run_id=?", (record.run_id,)).fetchone()
+            mine, args = self._mine()
+            row = con.execute(f"SELECT baseline, accepted FROM runs WHERE run_id=?{mine}", (record.run_id, *args)).fetchone()
             if row is None:
-                raise AtrexError("input", "unknown_run", f"No run {record.run_id!r}.")
+                raise unknown_run()
             if record.kind == "baseline":
                 if row["baseline"] is not None:
                     raise AtrexError("input", "baseline_exists", f"Run {record.run_id} already has a baseline (iteration 0).",
@@ -225,9 +257,10 @@ class RunStore:
         """Hide a seeded subset of the currently visible iteration memories. The eligible set is
         read under the write lock, so a concurrent commit cannot slip between choosing and storing."""
         with self._write() as con:
-            run = con.execute("SELECT baseline, accepted FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            mine, args = self._mine()
+            run = con.execute(f"SELECT baseline, accepted FROM runs WHERE run_id=?{mine}", (run_id, *args)).fetchone()
             if run is None:
-                raise AtrexError("input", "unknown_run", f"No run {run_id!r}.")
+                raise unknown_run()
             hidden = self._masked_numbers(con, run_id)
             protected = {run["baseline"], run["accepted"]}
             eligible = [r[0] for r in con.execute("SELECT number FROM iterations WHERE run_id=? ORDER BY number", (run_id,))
@@ -250,7 +283,7 @@ class RunStore:
                 query, args = query + " AND mask_id=?", (run_id, mask_id)
             rows = con.execute(query, args).fetchall()
             if mask_id is not None and not rows:
-                raise AtrexError("input", "unknown_mask", f"Run {run_id} has no live mask {mask_id!r}.",
+                raise AtrexError("input", "unknown_mask", "The run has no live mask with that id.",
                                  "run_state lists the live mask ids.")
             at = now_iso()
             reverted = []
@@ -280,9 +313,13 @@ class RunStore:
     def save_profile(self, *, op: str, shape: str, source_sha256: str, tool: str, report: dict[str, Any],
                      run_id: str | None = None) -> str:
         profile_id = new_id("prof")
+        if run_id is not None:
+            self.get_run(run_id)  # another client's run is unknown here
         with self._write() as con:
-            con.execute("INSERT INTO profiles VALUES (?,?,?,?,?,?,?,?)",
-                        (profile_id, run_id, op, shape, source_sha256, tool, json.dumps(report), now_iso()))
+            con.execute("INSERT INTO profiles(profile_id, run_id, op, shape, source_sha256, tool, report, created_at, owner)"
+                        " VALUES (?,?,?,?,?,?,?,?,?)",
+                        (profile_id, run_id, op, shape, source_sha256, tool, json.dumps(report), now_iso(),
+                         self.owner or LOCAL_CLIENT))
             if run_id is not None:
                 self._event(con, run_id, "profile_stored", {"profile_id": profile_id, "shape": shape, "tool": tool,
                                                             "source_sha256": source_sha256})
@@ -290,9 +327,10 @@ class RunStore:
 
     def get_profile(self, profile_id: str) -> dict[str, Any]:
         with self._connect() as con:
-            row = con.execute("SELECT * FROM profiles WHERE profile_id=?", (profile_id,)).fetchone()
+            mine, args = self._mine()
+            row = con.execute(f"SELECT * FROM profiles WHERE profile_id=?{mine}", (profile_id, *args)).fetchone()
         if row is None:
-            raise AtrexError("input", "unknown_profile", f"No stored profile {profile_id!r}.",
+            raise AtrexError("input", "unknown_profile", "No stored profile has that id.",
                              "Cite ids returned by profile_kernel.")
         return {"profile_id": row["profile_id"], "run_id": row["run_id"], "op": row["op"], "shape": row["shape"],
                 "source_sha256": row["source_sha256"], "tool": row["tool"], "created_at": row["created_at"],
@@ -304,4 +342,6 @@ class RunStore:
             return {}
         with self._connect() as con:
             marks = ",".join("?" * len(profile_ids))
-            return {r[0]: r[1] for r in con.execute(f"SELECT profile_id, op FROM profiles WHERE profile_id IN ({marks})", profile_ids)}
+            mine, args = self._mine()
+            return {r[0]: r[1] for r in con.execute(f"SELECT profile_id, op FROM profiles WHERE profile_id IN ({marks}){mine}",
+                                                    (*profile_ids, *args))}

@@ -2,6 +2,10 @@
 its hook (docs/DESIGN.md "Server hooks"): start_run, submit_baseline, record_iteration,
 run_state, partial_restart, unmask, package_run.
 
+A run belongs to the client that started it (ServerContext.client_id): every tool sees the
+caller's runs and profiles only, and answers another client's run id exactly like one that does
+not exist.
+
 Measuring tools go through the server's GPU queue (`ctx.run_job`): timed work gets a GPU to
 itself, so an interleaved comparison never shares the device with another job. What a mode may
 show is the policy's decision: in benchmark mode roofline figures and S are left out.
@@ -74,23 +78,29 @@ def default_judge_factory(ctx: ServerContext) -> JudgeFactory:
 
 def register_run_tools(server: Any, ctx: ServerContext, judge_factory: JudgeFactory | None = None) -> None:
     """Add the run tools to `server` through `ctx.add_tool` (same errors, redaction, output cap)."""
-    store = RunStore(ctx.state_dir)
+    database = RunStore(ctx.state_dir)
     make_judge = judge_factory or default_judge_factory(ctx)
     policy = ctx.policy
 
     def doc_exists(doc_id: str) -> bool:
         try:
-            ctx.wiki().read(doc_id)
+            ctx.wiki().read(doc_id, withheld=ctx.withheld)
         except AtrexError:
             return False
         return True
 
+    def store() -> RunStore:
+        """The run memory as the calling client sees it."""
+        return database.scoped(ctx.client_id())
+
     def service(judge: Judge | None = None) -> RunService:
-        return RunService(store, ctx.catalog, judge, doc_exists=doc_exists)
+        return RunService(store(), ctx.catalog, judge, doc_exists=doc_exists)
 
     async def measured(mcp_ctx: Context | None, label: str, call: Callable[[RunService, Any, Any], IterationRecord]) -> IterationRecord:
         kind = "timed" if await ctx.has_gpu() else "correctness"
-        return await ctx.run_job(mcp_ctx, kind, label, lambda device, progress, cancel: call(service(make_judge(device)), progress, cancel))
+        caller = service()  # bound to the caller here: the job runs on another thread
+        return await ctx.run_job(mcp_ctx, kind, label, lambda device, progress, cancel: call(
+            RunService(caller.store, ctx.catalog, make_judge(device), doc_exists=doc_exists), progress, cancel))
 
     def start_run(
         op: OpArg,
@@ -113,7 +123,7 @@ def register_run_tools(server: Any, ctx: ServerContext, judge_factory: JudgeFact
         text = ctx.candidate_source(source, path)
         record = await measured(mcp_ctx, "submit_baseline",
                                 lambda svc, progress, cancel: svc.submit_baseline(run_id, text, progress=progress, cancel=cancel))
-        return IterationOutput(record=_visible(record, policy.benchmark), accepted=store.get_run(run_id).accepted)
+        return IterationOutput(record=_visible(record, policy.benchmark), accepted=store().get_run(run_id).accepted)
 
     async def record_iteration(run_id: RunIdArg, plan: Plan, mcp_ctx: Context, source: SourceArg = None,
                                path: PathArg = None) -> IterationOutput:
@@ -125,7 +135,7 @@ def register_run_tools(server: Any, ctx: ServerContext, judge_factory: JudgeFact
         text = ctx.candidate_source(source, path)
         record = await measured(mcp_ctx, "record_iteration",
                                 lambda svc, progress, cancel: svc.record_iteration(run_id, plan, text, progress=progress, cancel=cancel))
-        return IterationOutput(record=_visible(record, policy.benchmark), accepted=store.get_run(run_id).accepted)
+        return IterationOutput(record=_visible(record, policy.benchmark), accepted=store().get_run(run_id).accepted)
 
     def run_state(run_id: RunIdArg) -> RunStateOutput:
         """The run's memory as you may see it: baseline and accepted kernel (full source), a running
@@ -158,7 +168,7 @@ def register_run_tools(server: Any, ctx: ServerContext, judge_factory: JudgeFact
         manifest.json (hashes, the accepted-iteration chain, the final measured figures) in a new
         or empty workspace folder. Cheap."""
         target = ctx.workspace.output_path(out_dir or f"atrex-package/{run_id}")
-        result = service().package(run_id, target, reveal_figures=not policy.benchmark)
+        result = service().package(run_id, target, reveal_figures=not policy.benchmark, denied=ctx.workspace.denied)
         return PackageOutput(**result.model_dump())
 
     for fn, title, read_only, idempotent in (

@@ -49,6 +49,7 @@ class WikiEntry:
     dsl: list[str] = field(default_factory=list)
     hardware: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    operators: list[str] = field(default_factory=list)  # front matter: a kernel's `operator`, an article's `operators`
 
 
 def split_front_matter(text: str, where: str) -> tuple[dict, str]:
@@ -67,7 +68,7 @@ def _check_keys(meta: dict, where: str, required: tuple[str, ...]) -> None:
     missing = [k for k in required if k not in meta]
     if missing:
         raise AtrexError("input", "bad_wiki_doc", f"Front matter of {where} lacks {', '.join(missing)}.")
-    for key in ("tags", "op_family", "dsl", "hardware", "sources"):
+    for key in ("tags", "op_family", "dsl", "hardware", "sources", "operators"):
         if key in meta and not (isinstance(meta[key], list) and all(isinstance(v, str) for v in meta[key])):
             raise AtrexError("input", "bad_wiki_doc", f"Front matter key {key!r} of {where} must be a list of strings.")
     unknown = [f for f in meta.get("op_family", []) if f.lower() not in OP_FAMILIES]
@@ -90,6 +91,7 @@ def read_article(file: WikiFile) -> WikiEntry:
         doc_id=file.doc_id, kind="doc", category=meta["category"], title=meta["title"], body=body,
         code="\n".join(_FENCED_CODE.findall(body)), rel_path=rel, tags=_lower(meta["tags"]),
         op_family=_lower(meta["op_family"]), dsl=_lower(meta["dsl"]), hardware=_lower(meta["hardware"]), sources=list(meta["sources"]),
+        operators=_lower(meta.get("operators", [])),
     )
 
 
@@ -113,6 +115,7 @@ def read_kernel(file: WikiFile) -> WikiEntry:
         doc_id=file.doc_id, kind="kernel", category="kernels", title=meta["title"], body=prose, code=source,
         rel_path=rel, tags=_lower(meta["tags"]) + [meta["operator"].lower()], op_family=_lower(meta["op_family"]),
         dsl=_lower(meta["dsl"]), hardware=_lower(meta["hardware"]), sources=list(meta["sources"]),
+        operators=[meta["operator"].lower()],
     )
 
 

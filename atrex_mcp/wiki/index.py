@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 from whoosh import highlight, index, scoring
@@ -22,10 +23,11 @@ from atrex_mcp.errors import AtrexError, unknown_choice
 from atrex_mcp.paths import default_state_dir, wiki_dir
 from atrex_mcp.wiki.corpus import CATEGORIES, OP_FAMILIES, READERS, WikiEntry, WikiFile, source_files, wiki_files
 from atrex_mcp.wiki.models import RefreshReport, WikiDoc, WikiHit
+from atrex_mcp.wiki.solutions import solved_names, withheld_error
 from atrex_mcp.wiki.roots import load_roots
 
 # Bump when the schema, the analyzer or what a reader extracts changes: the index is rebuilt.
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 MANIFEST = "manifest.json"
 LOCK_FILE = "refresh.lock"
 FILTER_CATEGORIES = (*CATEGORIES, "kernels", "source")
@@ -71,6 +73,7 @@ def _schema() -> Schema:
         dsl=KEYWORD(stored=True, commas=True, lowercase=True),
         hardware=KEYWORD(stored=True, commas=True, lowercase=True),
         tag_list=STORED(),
+        solves=KEYWORD(commas=True, lowercase=True),  # atrex_mcp.wiki.solutions.solved_names
     )
 
 
@@ -87,6 +90,11 @@ def _opening(body: str, limit: int = 240) -> str:
     match = _FIRST_PARAGRAPH.search(body)
     text = " ".join((match.group(1) if match else body).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _withholds(record: dict, withheld: Collection[str]) -> bool:
+    """Does this manifest record's document solve a withheld operator?"""
+    return bool(set(record.get("solves", ())) & {op.lower() for op in withheld})
 
 
 def _split(stored: str) -> list[str]:
@@ -157,11 +165,14 @@ class WikiIndex:
             if not prev or prev["sha256"] != record["sha256"] or prev["path"] != record["path"]:
                 changed.append(f)
         removed = [doc_id for doc_id in old if doc_id not in new]
+        entries = [READERS[f.kind](f) for f in changed]
+        for entry in entries:
+            new[entry.doc_id]["solves"] = sorted(solved_names(entry))
         if changed or removed:
             writer = ix.writer(timeout=60.0, limitmb=256)
             try:
-                for f in changed:
-                    self._add(writer, READERS[f.kind](f))
+                for entry in entries:
+                    self._add(writer, entry)
                 for doc_id in removed:
                     writer.delete_by_term("doc_id", doc_id)
             except BaseException:
@@ -180,7 +191,7 @@ class WikiIndex:
             doc_id=e.doc_id, kind=e.kind, category=e.category, title=e.title,
             tags=" ".join(e.tags + e.op_family), body=_LINK_TARGET.sub("]", e.body), code=e.code,
             op_family=",".join(e.op_family), dsl=",".join(e.dsl), hardware=",".join(e.hardware),
-            tag_list=e.tags,
+            tag_list=e.tags, solves=",".join(sorted(solved_names(e))),
         )
 
     # ------------------------------------------------------------------ searching
@@ -202,10 +213,12 @@ class WikiIndex:
         return And(terms) if terms else None
 
     def search(self, query: str, *, category: str | None = None, dsl: str | None = None,
-               hardware: str | None = None, op_family: str | None = None, limit: int = 5) -> list[WikiHit]:
+               hardware: str | None = None, op_family: str | None = None, limit: int = 5,
+               withheld: Collection[str] = ()) -> list[WikiHit]:
         """Best matches for a free-text query, most relevant first. `dsl` and `hardware` filters also
         admit documents written for any DSL / any GPU (and `h200`, `h100`, `h20` those for Hopper in
-        general); `category` and `op_family` are strict."""
+        general); `category` and `op_family` are strict. Documents that solve an operator named in
+        `withheld` (atrex_mcp.wiki.solutions) are left out before ranking."""
         if not query.strip():
             raise AtrexError("input", "empty_query", "The wiki query is empty.", "Describe what you need, e.g. 'split-k for skinny fp8 GEMM'.")
         if limit < 1:
@@ -215,7 +228,8 @@ class WikiIndex:
         parsed = parser.parse(query)
         weighting = scoring.BM25F(B=0.75, K1=1.2, title_B=0.3, tags_B=0.3)
         with self._ix.searcher(weighting=weighting) as searcher:
-            results = searcher.search(parsed, filter=self._filter(category, dsl, hardware, op_family), limit=limit)
+            mask = Or([Term("solves", op.lower()) for op in withheld]) if withheld else None
+            results = searcher.search(parsed, filter=self._filter(category, dsl, hardware, op_family), mask=mask, limit=limit)
             results.fragmenter = highlight.ContextFragmenter(maxchars=300, surround=80)
             results.formatter = _MarkFormatter()
             return [
@@ -228,13 +242,15 @@ class WikiIndex:
                 for hit in results
             ]
 
-    def read(self, doc_id: str) -> WikiDoc:
-        """The whole document; an unknown id is answered with the closest known ones."""
+    def read(self, doc_id: str, *, withheld: Collection[str] = ()) -> WikiDoc:
+        """The whole document; an unknown id is answered with the closest known ones. A document
+        that solves an operator named in `withheld` is refused (atrex_mcp.wiki.solutions)."""
         docs = self._manifest()
         record = docs.get(doc_id.strip().removesuffix(".md"))
         if record is None:
-            close = difflib.get_close_matches(doc_id, list(docs), n=5, cutoff=0.4)
-            raise AtrexError("input", "unknown_wiki_doc", f"No wiki document {doc_id!r}.",
+            readable = [d for d, r in docs.items() if not _withholds(r, withheld)]
+            close = difflib.get_close_matches(doc_id, readable, n=5, cutoff=0.4)
+            raise AtrexError("input", "unknown_wiki_doc", "No wiki document has that id.",
                              f"Did you mean: {', '.join(close)}?" if close else "Search first (wiki_search) and pass a hit's doc_id.")
         f = WikiFile(doc_id.strip().removesuffix(".md"), Path(record["path"]), Path(record["root"]), record["kind"])
         try:
@@ -242,6 +258,8 @@ class WikiIndex:
             text = f.path.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise AtrexError("input", "wiki_doc_gone", f"The file of {f.doc_id} cannot be read: {exc}", "Run `atrex-mcp wiki index` to refresh.") from exc
+        if _withholds(record, withheld):
+            raise withheld_error()
         return WikiDoc(doc_id=entry.doc_id, title=entry.title, kind=entry.kind, category=entry.category, tags=entry.tags,
                        op_family=entry.op_family, dsl=entry.dsl, hardware=entry.hardware, sources=entry.sources,
                        path=entry.rel_path, text=text)

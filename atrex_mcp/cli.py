@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(exc), as_json)
         return EXIT_USAGE
     except AtrexError as exc:
-        _error(str(exc), as_json, exc.info.model_dump())
+        _error(exc.shell_text(), as_json, exc.info.model_dump())
         return EXIT_INTERNAL if exc.info.stage == "internal" else EXIT_USAGE
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())

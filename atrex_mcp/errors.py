@@ -22,12 +22,22 @@ class ErrorInfo(BaseModel):
 class AtrexError(Exception):
     """An error meant for the caller: carries an ErrorInfo and never hidden data."""
 
-    def __init__(self, stage: Stage, category: str, message: str, hint: str = ""):
+    def __init__(self, stage: Stage, category: str, message: str, hint: str = "", *, shell_message: str = ""):
         super().__init__(message)
         self.info = ErrorInfo(stage=stage, category=category, message=message, hint=hint)
+        # For a person at this machine's shell only (the CLI): may quote the caller's own input, which
+        # a tool answer never does (an answer that repeats a caller's text is one step from an oracle).
+        self.shell_message = shell_message
 
     def __str__(self) -> str:
-        text = f"[{self.info.stage}/{self.info.category}] {self.info.message}"
+        return self._render(self.info.message)
+
+    def shell_text(self) -> str:
+        """The one line the command line prints."""
+        return self._render(self.shell_message or self.info.message)
+
+    def _render(self, message: str) -> str:
+        text = f"[{self.info.stage}/{self.info.category}] {message}"
         return f"{text} Hint: {self.info.hint}" if self.info.hint else text
 
 
@@ -38,9 +48,9 @@ def did_you_mean(value: str, choices: list[str]) -> str:
 
 
 def unknown_choice(kind: str, value: str, choices: list[str]) -> AtrexError:
-    """An unknown operator, shape, profile… answered with the closest and the valid choices. The
-    caller's value is not echoed: an answer that repeats a caller's text is one step from an
-    oracle. The closest choice depends only on the value and the public names."""
+    """An unknown operator, shape, profile… answered with the valid choices. A tool answer does not
+    echo the caller's value (one step from an oracle) and is the same for every unknown value; the
+    command line's line names the value and the closest choice."""
     shown = ", ".join(choices[:60]) + (" …" if len(choices) > 60 else "")
-    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind.replace('_', ' ')}{did_you_mean(value, choices)}.",
-                      f"Valid choices: {shown}")
+    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind.replace('_', ' ')}.", f"Valid choices: {shown}",
+                      shell_message=f"Unknown {kind.replace('_', ' ')} {value!r}{did_you_mean(value, choices)}.")

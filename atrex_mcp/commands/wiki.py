@@ -38,7 +38,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from atrex_mcp.errors import AtrexError
     from atrex_mcp.paths import default_state_dir
-    from atrex_mcp.wiki import WikiIndex, add_root
+    from atrex_mcp.wiki.index import WikiIndex
+    from atrex_mcp.wiki.roots import add_root
 
     state_dir = args.state_dir or default_state_dir()
     try:

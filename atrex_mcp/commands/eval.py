@@ -29,6 +29,8 @@ def register(subparsers) -> None:
 
 
 def _summary(result) -> str:
+    from atrex_mcp.doctor import isolation_summary
+
     lines = [f"{result.op} [{result.candidate}] compiled={result.compiled} device={result.device.name} "
              f"S_i={result.operator_score if result.operator_score is not None else '—'}"]
     if result.compile_error:
@@ -45,8 +47,9 @@ def _summary(result) -> str:
         lines.append(f"  {s.id:>6}  {verdict:<32} time {time:<22} dsl {share:<5} S {score}"
                      + (f"  integrity: {','.join(s.integrity)}" if s.integrity else "")
                      + ("" if s.judged else f"  {s.message}"))
-    for warning in result.isolation.warnings:
-        lines.append(f"isolation: {warning}")
+    isolation = isolation_summary(result.isolation.warnings)
+    if isolation:
+        lines.append(isolation)
     return "\n".join(lines)
 
 

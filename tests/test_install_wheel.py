@@ -5,12 +5,14 @@ editable install sees it. Each evaluates the shipped example kernel at its smoke
 Run as root (CI is) the worker gets its mount namespace, which must cope with the wheel's nested
 protected folders.
 
-The wheel is built once per session (`pip wheel --no-deps`) and installed without its
-dependencies into a venv that sees the system's packages; the test checks that `import atrex_mcp`
-there resolves to the wheel, not to the checkout."""
+The wheel is built once per session (`pip wheel --no-deps`; ATREX_TEST_WHEEL names a wheel built
+elsewhere, for a machine without a package index) and installed without its dependencies into a
+venv that sees the system's packages; the test checks that `import atrex_mcp` there resolves to
+the wheel, not to the checkout."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -49,13 +51,21 @@ def _package_dir(python: str, env: dict[str, str], cwd: Path) -> Path:
     return package
 
 
+def build_wheel(dist: Path) -> Path:
+    """`pip wheel` of this tree; without build isolation where the build backend is installed
+    (no download, and a machine without a package index can build it too)."""
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, str(ROOT), "-w", str(dist)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = dist.glob("atrex_mcp-*.whl")
+    return wheel
+
+
 @pytest.fixture(scope="session")
 def wheel_install(tmp_path_factory) -> Install:
     base = tmp_path_factory.mktemp("wheel-install")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(base / "dist")],
-                           capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr[-2000:]
-    (wheel,) = (base / "dist").glob("atrex_mcp-*.whl")
+    wheel = Path(os.environ["ATREX_TEST_WHEEL"]).resolve() if os.environ.get("ATREX_TEST_WHEEL") else build_wheel(base / "dist")
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],

@@ -233,7 +233,7 @@ def wiki_check(state_dir: Path) -> Check:
 
 def state_check(state_dir: Path) -> Check:
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new one is private from the start
         probe = state_dir / f".doctor-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
@@ -304,7 +304,7 @@ def run_checks(state_dir: Path, *, probe: bool = True, home: Path | None = None,
     from atrex_mcp.evaluate.device import has_gpu
 
     checks += [gpu_check(), ncu_check(plan, has_gpu()),
-               problems_check(), wiki_check(state_dir), state_check(state_dir)]
+               problems_check(), state_check(state_dir), wiki_check(state_dir)]
     checks += client_checks(home or Path.home(), project or Path.cwd(), run_claude=run_claude)
     return DoctorReport(version=__version__, checks=checks)
 

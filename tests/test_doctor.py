@@ -81,6 +81,7 @@ def test_state_dir_readable_by_others_is_a_warning(tmp_path):
     assert state_check(state).status == "warn" and "chmod 700" in state_check(state).action
     state.chmod(0o700)
     assert state_check(state).status == "ok"
+    assert state_check(tmp_path / "new").status == "ok"  # created private
 
 
 def test_the_printed_blocks_register_this_install(tmp_path):

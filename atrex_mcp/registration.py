@@ -67,12 +67,14 @@ def claude_block(launch: Launch, name: str = SERVER_NAME) -> str:
     """A shell command that registers the server with Claude Code (comments aside, ready to run)."""
     env = "".join(f" -e {k}={_sh(v)}" for k, v in launch.env.items())
     entry = {"type": "stdio", "command": launch.command, "args": launch.args, "env": launch.env}
-    return "\n".join([
-        "# Claude Code, this project (add --scope user for every project); `claude mcp list` then connects to it:",
-        f"claude mcp add{env} {name} -- {_sh(launch.command)} {' '.join(_sh(a) for a in launch.args)}",
-        "# or, as a project's .mcp.json:",
-        "# " + json.dumps({"mcpServers": {name: entry}}),
-    ])
+    return "\n".join(
+        [
+            "# Claude Code, this project (add --scope user for every project); `claude mcp list` then connects to it:",
+            f"claude mcp add{env} {name} -- {_sh(launch.command)} {' '.join(_sh(a) for a in launch.args)}",
+            "# or, as a project's .mcp.json:",
+            "# " + json.dumps({"mcpServers": {name: entry}}),
+        ]
+    )
 
 
 def codex_block(launch: Launch, name: str = SERVER_NAME) -> str:
@@ -130,7 +132,9 @@ def judge(entry: ClientEntry, launch: Launch) -> ClientEntry:
         return entry
     found = entry.command if os.path.isabs(entry.command) else shutil.which(entry.command)
     if not os.path.isabs(entry.command):
-        entry.problems.append(f"relative command {entry.command!r}: found only while its folder is on the client's PATH")
+        entry.problems.append(
+            f"relative command {entry.command!r}: found only while its folder is on the client's PATH"
+        )
     if found is None or not os.path.exists(found):
         entry.problems.append(f"{entry.command!r} does not exist here")
         entry.verdict = "fail"
@@ -149,7 +153,9 @@ def judge(entry: ClientEntry, launch: Launch) -> ClientEntry:
         if int(entry.settings.get("startup_timeout_sec") or 10) < 20:
             entry.problems.append(f"startup_timeout_sec below 20 s (default 10): set {CODEX_STARTUP_TIMEOUT_S}")
         if int(entry.settings.get("tool_timeout_sec") or 60) < 300:
-            entry.problems.append(f"tool_timeout_sec below 300 s (default 60): validate on every shape takes longer; set {TOOL_TIMEOUT_S}")
+            entry.problems.append(
+                f"tool_timeout_sec below 300 s (default 60): validate on every shape takes longer; set {TOOL_TIMEOUT_S}"
+            )
     entry.verdict = "ok" if not entry.problems else "warn"
     return entry
 

@@ -39,7 +39,9 @@ server.run()
 async def _once(command: list[str]) -> dict[str, float]:
     from mcp import Client, StdioServerParameters
 
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ), cwd=tempfile.gettempdir())
+    params = StdioServerParameters(
+        command=command[0], args=command[1:], env=dict(os.environ), cwd=tempfile.gettempdir()
+    )
     t0 = time.perf_counter()
     async with Client(params, mode="legacy") as client:
         initialized = time.perf_counter() - t0
@@ -49,9 +51,13 @@ async def _once(command: list[str]) -> dict[str, float]:
 
 
 def _summary(command: list[str], runs: list[dict[str, float]]) -> dict:
-    return {"command": command, "repeats": len(runs), "runs": runs,
-            "initialize_median_s": statistics.median(r["initialize_s"] for r in runs),
-            "tools_list_median_s": statistics.median(r["tools_list_s"] for r in runs)}
+    return {
+        "command": command,
+        "repeats": len(runs),
+        "runs": runs,
+        "initialize_median_s": statistics.median(r["initialize_s"] for r in runs),
+        "tools_list_median_s": statistics.median(r["tools_list_s"] for r in runs),
+    }
 
 
 def measure(commands: list[list[str]], repeats: int) -> list[dict]:
@@ -84,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         print("SDK floor (a one-tool MCPServer):" if floor else f"$ {' '.join(result['command'])}")
         for r in result["runs"]:
             print(f"  initialize {r['initialize_s']:.3f} s   tools/list {r['tools_list_s']:.3f} s")
-        print(f"  median: initialize {result['initialize_median_s']:.3f} s, tools/list {result['tools_list_median_s']:.3f} s "
-              f"over {result['repeats']} fresh servers")
+        print(
+            f"  median: initialize {result['initialize_median_s']:.3f} s, "
+            f"tools/list {result['tools_list_median_s']:.3f} s over {result['repeats']} fresh servers"
+        )
     return 0
 
 

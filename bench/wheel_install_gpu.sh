@@ -18,10 +18,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=$(mktemp -d /tmp/atrex-wheel-venv.XXXXXX)
 mkdir -p "$out"
 echo "uid $(id -u), python $(python3 --version 2>&1), wheel $wheel"
-python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --no-deps --no-index "$wheel" || exit 1
+python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --no-deps --no-index "$wheel" \
+    || exit 1
 cd /tmp
-env -u PYTHONPATH "$venv/bin/python" -c 'import atrex_mcp, sandbox; print("atrex_mcp from", atrex_mcp.__file__); print("sandbox from", sandbox.__file__)'
-env -u PYTHONPATH "$venv/bin/atrex-mcp" eval "$repo/examples/rms_norm_triton.py" --op rms_norm --shapes smoke --seeds 1 --json \
+env -u PYTHONPATH "$venv/bin/python" -c 'import atrex_mcp, sandbox; print("from", atrex_mcp.__file__, sandbox.__file__)'
+env -u PYTHONPATH "$venv/bin/atrex-mcp" eval "$repo/examples/rms_norm_triton.py" --op rms_norm --shapes smoke \
+    --seeds 1 --json \
     > "$out/wheel_eval.json" 2> "$out/wheel_eval.stderr"
 echo "eval exit $?"
 python3 - "$out/wheel_eval.json" <<'EOF'
@@ -30,7 +32,8 @@ r = json.load(open(sys.argv[1]))
 if "error" in r:
     sys.exit(f"eval error: {r['error']}")
 iso = r["isolation"]
-print("compiled", r["compiled"], "shapes", [(s["id"], s["correct"], s.get("time_ms")) for s in r["shapes"]], "device", r["device"]["name"])
+shapes = [(s["id"], s["correct"], s.get("time_ms")) for s in r["shapes"]]
+print("compiled", r["compiled"], "shapes", shapes, "device", r["device"]["name"])
 print("isolation: uid", iso["uid"], "pid_ns", iso["pid_namespace"], "mount_ns", iso["mount_namespace"],
       "landlock", iso["landlock_abi"], iso["landlock_enforced"], "warnings", iso["warnings"])
 EOF

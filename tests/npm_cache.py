@@ -36,6 +36,8 @@ def npm_prefix(name: str, override: str) -> Path:
     """The npm --prefix for one set of pinned packages; refuses a folder inside the checkout."""
     path = Path(os.environ.get(override) or user_cache_root() / name).resolve()
     if path == CHECKOUT or CHECKOUT in path.parents:
-        raise ValueError(f"{override}={path} lies inside the checkout {CHECKOUT}; npm packages are cached outside it "
-                         "(unset it to use the user cache folder)")
+        raise ValueError(
+            f"{override}={path} lies inside the checkout {CHECKOUT}; npm packages are cached outside it "
+            "(unset it to use the user cache folder)"
+        )
     return path

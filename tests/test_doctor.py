@@ -17,7 +17,14 @@ from atrex_mcp.paths import REPO_ROOT
 from atrex_mcp.registration import Launch, claude_block, codex_block, judge, this_install
 
 EXAMPLE = REPO_ROOT / "examples" / "rms_norm_triton.py"
-PLAN = {"drop_uid": True, "pid_namespace": True, "mount_namespace": True, "prefix": ["unshare"], "setpriv": "/usr/bin/setpriv", "notes": []}
+PLAN = {
+    "drop_uid": True,
+    "pid_namespace": True,
+    "mount_namespace": True,
+    "prefix": ["unshare"],
+    "setpriv": "/usr/bin/setpriv",
+    "notes": [],
+}
 
 
 def _cli(*args: str, home: Path, cwd: Path, extra_path: Path | None = None) -> subprocess.CompletedProcess:
@@ -25,7 +32,9 @@ def _cli(*args: str, home: Path, cwd: Path, extra_path: Path | None = None) -> s
     env.pop("CODEX_HOME", None)
     if extra_path is not None:
         env["PATH"] = f"{extra_path}{os.pathsep}{env['PATH']}"
-    return subprocess.run([sys.executable, "-m", "atrex_mcp.cli", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "atrex_mcp.cli", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +72,20 @@ def test_isolation_plan_turns_into_actions(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     good = isolation_checks(PLAN, landlock_abi=6)
     assert all(c.status == "ok" for c in good), good
-    blocked = {**PLAN, "drop_uid": False, "notes": ["uid 65534 cannot reach /root/venv/bin/python3 (…): the worker stays uid 0"]}
+    blocked = {
+        **PLAN,
+        "drop_uid": False,
+        "notes": ["uid 65534 cannot reach /root/venv/bin/python3 (…): the worker stays uid 0"],
+    }
     uid = _by(isolation_checks(blocked, 6), "isolation", "uid switch")
     assert uid.status == "warn" and "/root/venv/bin/python3" in uid.detail and "/opt" in uid.action
-    bare = {**PLAN, "pid_namespace": False, "mount_namespace": False, "prefix": [], "notes": ["no PID namespace (needs root …)"]}
+    bare = {
+        **PLAN,
+        "pid_namespace": False,
+        "mount_namespace": False,
+        "prefix": [],
+        "notes": ["no PID namespace (needs root …)"],
+    }
     checks = isolation_checks(bare, landlock_abi=0)
     assert _by(checks, "isolation", "mount namespace").status == "fail"
     assert _by(checks, "isolation", "Landlock").status == "fail"
@@ -110,9 +129,14 @@ def test_client_configs_are_judged_against_this_install(tmp_path, monkeypatch):
     (tmp_path / ".codex" / "config.toml").write_text(codex_block(launch) + '\n\n[mcp_servers.other]\ncommand = "x"\n')
     project = tmp_path / "proj"
     project.mkdir()
-    (tmp_path / ".claude.json").write_text(json.dumps({
-        "mcpServers": {"atrex": {"type": "stdio", "command": "atrex-mcp-missing", "args": ["serve"]}},
-        "projects": {str(project): {"mcpServers": {"atrex": {"command": launch.command, "args": launch.args}}}}}))
+    (tmp_path / ".claude.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {"atrex": {"type": "stdio", "command": "atrex-mcp-missing", "args": ["serve"]}},
+                "projects": {str(project): {"mcpServers": {"atrex": {"command": launch.command, "args": launch.args}}}},
+            }
+        )
+    )
     (project / ".mcp.json").write_text("{not json")
     checks = client_checks(tmp_path, project, run_claude=False)
     codex = [c for c in checks if c.area == "codex"]
@@ -129,17 +153,24 @@ def test_a_codex_entry_without_the_start_up_settings_is_a_warning():
 
     entry = judge(ClientEntry("codex", "config.toml", "atrex", launch.command, launch.args, {}), launch)
     assert entry.verdict == "warn"
-    assert any("required = true" in p for p in entry.problems) and any("startup_timeout_sec" in p for p in entry.problems)
+    assert any("required = true" in p for p in entry.problems) and any(
+        "startup_timeout_sec" in p for p in entry.problems
+    )
 
 
-@pytest.mark.parametrize("line, status", [("atrex: /x/atrex-mcp serve - ✔ Connected", "ok"),
-                                          ("atrex: /x/atrex-mcp serve - ✘ Failed to connect", "fail")])
+@pytest.mark.parametrize(
+    "line, status",
+    [("atrex: /x/atrex-mcp serve - ✔ Connected", "ok"),
+     ("atrex: /x/atrex-mcp serve - ✘ Failed to connect", "fail")],
+)
 def test_claude_mcp_list_is_the_clients_own_verdict(tmp_path, state, line, status):
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "claude").write_text(f"#!/bin/sh\necho 'Checking MCP server health…'\necho '{line}'\n")
     (fake / "claude").chmod(0o755)
-    done = _cli("doctor", "--json", "--no-probe", "--state-dir", str(state), home=tmp_path, cwd=tmp_path, extra_path=fake)
+    done = _cli(
+        "doctor", "--json", "--no-probe", "--state-dir", str(state), home=tmp_path, cwd=tmp_path, extra_path=fake
+    )
     listed = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "claude mcp list")
     assert listed["status"] == status and "atrex" in listed["detail"]
 
@@ -147,7 +178,9 @@ def test_claude_mcp_list_is_the_clients_own_verdict(tmp_path, state, line, statu
 def test_eval_points_to_doctor_instead_of_printing_isolation_notes(tmp_path):
     assert isolation_summary([]) is None
     assert "atrex-mcp doctor" in isolation_summary(["uid 65534 cannot reach /root/x"])
-    done = _cli("eval", str(EXAMPLE), "--op", "rms_norm", "--shapes", "smoke", "--seeds", "1", home=tmp_path, cwd=tmp_path)
+    done = _cli(
+        "eval", str(EXAMPLE), "--op", "rms_norm", "--shapes", "smoke", "--seeds", "1", home=tmp_path, cwd=tmp_path
+    )
     assert "cannot reach" not in done.stdout + done.stderr
     notes = [line for line in done.stdout.splitlines() if line.startswith("isolation:")]
     assert len(notes) <= 1 and all("atrex-mcp doctor" in line for line in notes)

@@ -36,7 +36,11 @@ class Install:
 
 
 def _env(home: Path, pythonpath: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATREX_PROBLEMS", "ATREX_STATE_DIR", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "ATREX_PROBLEMS", "ATREX_STATE_DIR", "VIRTUAL_ENV")
+    }
     env["HOME"] = str(home)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -44,8 +48,15 @@ def _env(home: Path, pythonpath: str | None) -> dict[str, str]:
 
 
 def _package_dir(python: str, env: dict[str, str], cwd: Path) -> Path:
-    done = subprocess.run([python, "-c", "import atrex_mcp, sandbox; print(atrex_mcp.__file__); print(sandbox.__file__)"],
-                          env=env, cwd=cwd, capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [python, "-c", "import atrex_mcp, sandbox; print(atrex_mcp.__file__); print(sandbox.__file__)"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     package, sandbox = (Path(line).parent for line in done.stdout.split())
     assert package.parent == sandbox.parent, "atrex_mcp and sandbox must come from the same install"
     return package
@@ -55,8 +66,12 @@ def build_wheel(dist: Path) -> Path:
     """`pip wheel` of this tree; without build isolation where the build backend is installed
     (no download, and a machine without a package index can build it too)."""
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, str(ROOT), "-w", str(dist)],
-                           capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, str(ROOT), "-w", str(dist)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = dist.glob("atrex_mcp-*.whl")
     return wheel
@@ -65,15 +80,25 @@ def build_wheel(dist: Path) -> Path:
 @pytest.fixture(scope="session")
 def wheel_install(tmp_path_factory) -> Install:
     base = tmp_path_factory.mktemp("wheel-install")
-    wheel = Path(os.environ["ATREX_TEST_WHEEL"]).resolve() if os.environ.get("ATREX_TEST_WHEEL") else build_wheel(base / "dist")
+    wheel = (
+        Path(os.environ["ATREX_TEST_WHEEL"]).resolve()
+        if os.environ.get("ATREX_TEST_WHEEL")
+        else build_wheel(base / "dist")
+    )
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
-    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
-                               capture_output=True, text=True, timeout=300)
+    installed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stderr[-2000:]
     env = _env(base / "home", None)
     (base / "home").mkdir()
-    return Install("wheel", [str(venv / "bin" / "atrex-mcp")], env, _package_dir(str(venv / "bin" / "python"), env, base))
+    return Install(
+        "wheel", [str(venv / "bin" / "atrex-mcp")], env, _package_dir(str(venv / "bin" / "python"), env, base)
+    )
 
 
 @pytest.fixture(scope="session")
@@ -95,8 +120,14 @@ def test_the_wheel_is_what_the_venv_imports(wheel_install):
 
 
 def test_eval_judges_the_example_at_its_smoke_shape(install, tmp_path):
-    done = subprocess.run([*install.command, "eval", str(EXAMPLE), "--op", "rms_norm", "--shapes", "smoke", "--seeds", "1",
-                           "--json"], env=install.env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*install.command, "eval", str(EXAMPLE), "--op", "rms_norm", "--shapes", "smoke", "--seeds", "1", "--json"],
+        env=install.env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["compiled"] and [s["correct"] for s in result["shapes"]] == [True], done.stdout[-3000:]
@@ -117,7 +148,9 @@ async def test_serve_validates_the_example_for_a_real_stdio_client(install, tmp_
     args = [*install.command[1:], "serve", "--workspace", str(EXAMPLE.parent), "--state-dir", str(tmp_path / "state")]
     params = StdioServerParameters(command=install.command[0], args=args, env=install.env, cwd=str(tmp_path))
     async with Client(params) as client:
-        result = await client.call_tool("validate", {"op": "rms_norm", "path": EXAMPLE.name, "shapes": ["smoke"], "seeds": 1})
+        result = await client.call_tool(
+            "validate", {"op": "rms_norm", "path": EXAMPLE.name, "shapes": ["smoke"], "seeds": 1}
+        )
     assert not result.is_error, result.content
     v = result.structured_content
     assert v["compiled"] and v["passed"] == 1 and v["failed"] == 0, v

@@ -27,12 +27,22 @@ def tree(tmp_path: Path) -> dict[str, Path]:
 def test_nested_roots_keep_only_the_outer_one(tmp_path):
     t = tree(tmp_path)
     assert outermost([t["problems"], t["package"]]) == [t["package"].resolve()]
-    assert outermost([t["package"], t["problems"], t["state"]]) == sorted([t["package"].resolve(), t["state"].resolve()])
+    assert outermost([t["package"], t["problems"], t["state"]]) == sorted(
+        [t["package"].resolve(), t["state"].resolve()]
+    )
 
 
 def test_duplicates_and_symlinks_are_one_root(tmp_path):
     t = tree(tmp_path)
-    got = outermost([t["state"], tmp_path / "link-to-state", t["state"] / ".." / "state", tmp_path / "link-to-problems", t["package"]])
+    got = outermost(
+        [
+            t["state"],
+            tmp_path / "link-to-state",
+            t["state"] / ".." / "state",
+            tmp_path / "link-to-problems",
+            t["package"],
+        ]
+    )
     assert got == sorted([t["state"].resolve(), t["package"].resolve()])
 
 
@@ -56,13 +66,19 @@ def test_hidden_dirs_of_a_wheel_layout(tmp_path):
     assert all(not Path(a).is_relative_to(b) for a in hidden for b in hidden if a != b)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not _namespace_prefix()[1], reason="covering folders needs root and a mount namespace")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not _namespace_prefix()[1], reason="covering folders needs root and a mount namespace"
+)
 def test_the_mount_script_covers_nested_roots(tmp_path):
     t = tree(tmp_path)
     (t["problems"] / "metadata.json").write_text("{}")
     spec = LaunchSpec(scratch=tmp_path / "scratch", device="cpu", protected=[t["problems"], t["package"]])
     prefix, _ = _namespace_prefix()
     probe = f"test ! -e {t['problems'] / 'metadata.json'} && test ! -e {t['problems']}"
-    done = subprocess.run([*prefix, "sh", "-c", _HIDE_SCRIPT, "sh", *hidden_dirs(spec), "--", "sh", "-c", probe],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [*prefix, "sh", "-c", _HIDE_SCRIPT, "sh", *hidden_dirs(spec), "--", "sh", "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr

@@ -27,7 +27,13 @@ print(json.dumps(sorted(m for m in sys.argv[2:] if m in sys.modules)))
 
 def test_starting_the_server_imports_no_heavy_library(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-c", _STARTUP, str(tmp_path), *HEAVY], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _STARTUP, str(tmp_path), *HEAVY],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == [], "imported while the server starts; defer it to the tool that needs it"

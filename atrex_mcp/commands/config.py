@@ -7,9 +7,14 @@ import argparse
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("config", help="print the block that registers this install with Claude Code or Codex",
-                                   description=__doc__.split("\n")[0])
-    parser.add_argument("client", choices=("claude", "codex"), help="claude: a `claude mcp add` command; codex: a config.toml table")
+    parser = subparsers.add_parser(
+        "config",
+        help="print the block that registers this install with Claude Code or Codex",
+        description=__doc__.split("\n")[0],
+    )
+    parser.add_argument(
+        "client", choices=("claude", "codex"), help="claude: a `claude mcp add` command; codex: a config.toml table"
+    )
     parser.add_argument("--benchmark-mode", action="store_true", help="register the server in benchmark mode")
     parser.add_argument("--name", default="atrex", help="the server's name in the client (default atrex)")
     parser.set_defaults(func=run)

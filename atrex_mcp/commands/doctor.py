@@ -9,11 +9,21 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("doctor", help="check this machine and install: isolation, GPU, ncu, wiki, state, client configs",
-                                   description=__doc__.split("\n\n")[0])
-    parser.add_argument("--state-dir", type=Path, help="the server's state directory (default: ATREX_STATE_DIR or ~/.local/state/atrex-mcp)")
-    parser.add_argument("--no-probe", action="store_true",
-                        help="skip starting a real worker on the example kernel (the plan is still reported)")
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check this machine and install: isolation, GPU, ncu, wiki, state, client configs",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="the server's state directory (default: ATREX_STATE_DIR or ~/.local/state/atrex-mcp)",
+    )
+    parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="skip starting a real worker on the example kernel (the plan is still reported)",
+    )
     parser.add_argument("--json", action="store_true", help="print the checks as one JSON object")
     parser.set_defaults(func=run)
 

@@ -39,6 +39,7 @@ def run_dir(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_each_operator_ran_in_its_own_workspace_and_was_collected(run_dir):
     layout = RunLayout(run_dir)
     states = RunStore(layout).states([*KNOWN, UNKNOWN])
@@ -75,6 +76,7 @@ def test_a_rerun_skips_finished_operators_and_redoes_an_interrupted_one(run_dir,
     assert "other settings (--condition)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_judges_each_submission_once_and_the_report_says_what_was_not_measured(run_dir, capsys):
     assert main(["bench", "eval", str(run_dir), "--shapes", "smoke", "--seeds", "1", "--plain"]) == 0
     err = capsys.readouterr().err

@@ -163,18 +163,18 @@ def test_a_codex_entry_without_the_start_up_settings_is_a_warning():
     [("atrex: /x/atrex-mcp serve - ✔ Connected", "ok"),
      ("atrex: /x/atrex-mcp serve - ✘ Failed to connect", "fail")],
 )
-def test_claude_mcp_list_is_the_clients_own_verdict(tmp_path, state, line, status):
+def test_claude_mcp_list_is_the_clients_own_verdict(tmp_path, monkeypatch, line, status):
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "claude").write_text(f"#!/bin/sh\necho 'Checking MCP server health…'\necho '{line}'\n")
     (fake / "claude").chmod(0o755)
-    done = _cli(
-        "doctor", "--json", "--no-probe", "--state-dir", str(state), home=tmp_path, cwd=tmp_path, extra_path=fake
-    )
-    listed = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "claude mcp list")
-    assert listed["status"] == status and "atrex" in listed["detail"]
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CODEX_HOME", raising=False)
+    listed = _by(client_checks(tmp_path, tmp_path), "claude", "claude mcp list")
+    assert listed.status == status and "atrex" in listed.detail
 
 
+@pytest.mark.slow
 def test_eval_points_to_doctor_instead_of_printing_isolation_notes(tmp_path):
     assert isolation_summary([]) is None
     assert "atrex-mcp doctor" in isolation_summary(["uid 65534 cannot reach /root/x"])

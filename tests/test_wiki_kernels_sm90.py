@@ -90,6 +90,7 @@ def sm90_report(tmp_path_factory):
     return report
 
 
+@pytest.mark.slow
 def test_every_kernel_file_was_compiled(sm90_report):
     assert {r["file"] for r in sm90_report} == {p.stem for p in KERNELS}
 

@@ -59,6 +59,7 @@ def test_each_operator_ran_in_its_own_workspace_and_was_collected(run_dir):
     assert layout.transcript(UNKNOWN).read_text().startswith("stopped: no known kernel")
 
 
+@pytest.mark.slow
 def test_a_rerun_skips_finished_operators_and_redoes_an_interrupted_one(run_dir, capsys):
     store = RunStore(RunLayout(run_dir))
     crashed = store.load_state(UNKNOWN).model_copy(update={"status": "running"})  # as if the machine died mid-run

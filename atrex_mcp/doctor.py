@@ -186,16 +186,42 @@ def isolation_checks(plan: dict, landlock_abi: int) -> list[Check]:
                 action="Linux 5.13+ with landlock in the lsm= boot list",
             )
         )
-    checks.append(
-        Check(
+    checks.append(_seccomp_check(plan.get("seccomp")))
+    covered = (
+        "uid 65534 cannot reach",
+        "not running as root",
+        "no PID namespace",
+        "setpriv",
+        "no mount namespace",
+        "no seccomp filter",
+    )
+    for note in plan["notes"]:  # whatever else the launcher says it cannot do here
+        if not note.startswith(covered):
+            checks.append(Check(area="isolation", name="limit", status="warn", detail=note, action=f"see {DEPLOY_DOC}"))
+    return checks
+
+
+def _seccomp_check(launcher_says: dict | None) -> Check:
+    """The launcher's own answer where it installs a seccomp filter, else whether the kernel could."""
+    if launcher_says is not None:
+        if launcher_says.get("available"):
+            return Check(area="isolation", name="seccomp", status="ok", detail="workers get a seccomp filter")
+        return Check(
             area="isolation",
             name="seccomp",
-            status="ok" if _seccomp_supported() else "warn",
-            detail="the kernel supports seccomp filters" if _seccomp_supported() else "no seccomp in this kernel",
-            action="" if _seccomp_supported() else "a kernel built with CONFIG_SECCOMP_FILTER",
+            status="warn",
+            detail=f"no seccomp filter: {launcher_says.get('error')}",
+            action="install the seccomp binding the launcher names, on a kernel with CONFIG_SECCOMP_FILTER",
         )
+    if _seccomp_supported():
+        return Check(area="isolation", name="seccomp", status="ok", detail="the kernel supports seccomp filters")
+    return Check(
+        area="isolation",
+        name="seccomp",
+        status="warn",
+        detail="no seccomp in this kernel",
+        action="a kernel built with CONFIG_SECCOMP_FILTER",
     )
-    return checks
 
 
 def worker_probe() -> Check:
@@ -241,14 +267,16 @@ def worker_probe() -> Check:
             detail=f"the example kernel failed in a worker: {message[-1] if message else first.category}",
             action="run `atrex-mcp eval` on the example with --json for the whole report",
         )
+    # Every yes/no the evaluation records about its worker, so a layer added to the record shows here too.
+    layers = [
+        f"{name.replace('_', ' ')} {'yes' if held else 'no'}"
+        for name, held in iso.model_dump().items()
+        if isinstance(held, bool)
+    ]
     held = [
         f"uid {iso.uid}",
-        "PID namespace" if iso.pid_namespace else "no PID namespace",
-        "mount namespace" if iso.mount_namespace else "no mount namespace",
-        f"Landlock ABI {iso.landlock_abi} ({', '.join(iso.landlock_handles)})"
-        if iso.landlock_enforced
-        else "Landlock not enforced",
-        "capabilities dropped" if iso.capabilities_dropped else "capabilities kept",
+        f"Landlock ABI {iso.landlock_abi} ({', '.join(iso.landlock_handles) or 'nothing'})",
+        *layers,
     ]
     return Check(
         area="isolation",
@@ -436,8 +464,7 @@ def client_checks(home: Path, project: Path, run_claude: bool = True) -> list[Ch
                     area=client,
                     name=f"server {e.name!r}",
                     status=e.verdict,
-                    detail=f"{e.where}: {shown}"
-                    + (f" — {'; '.join(e.problems)}" if e.problems else ", this install"),
+                    detail=f"{e.where}: {shown}" + (f" — {'; '.join(e.problems)}" if e.problems else ", this install"),
                     action="" if e.verdict == "ok" else f"replace it with what `{fix}` prints",
                 )
             )

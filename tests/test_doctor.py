@@ -93,6 +93,23 @@ def test_isolation_plan_turns_into_actions(monkeypatch):
     assert _by(isolation_checks(PLAN, landlock_abi=3), "isolation", "Landlock").status == "warn"
 
 
+def test_the_launchers_own_notes_and_seccomp_answer_are_shown(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    filtered = {**PLAN, "seccomp": {"available": True, "error": ""}}
+    assert _by(isolation_checks(filtered, 6), "isolation", "seccomp").detail == "workers get a seccomp filter"
+    missing = {
+        **PLAN,
+        "seccomp": {"available": False, "error": "no libseccomp binding"},
+        "notes": ["no seccomp filter: no libseccomp binding", "no network namespace: the filter alone keeps it off"],
+    }
+    checks = isolation_checks(missing, 6)
+    assert (
+        _by(checks, "isolation", "seccomp").status == "warn"
+        and "libseccomp" in _by(checks, "isolation", "seccomp").detail
+    )
+    assert [c.detail for c in checks if c.name == "limit"] == ["no network namespace: the filter alone keeps it off"]
+
+
 def test_state_dir_readable_by_others_is_a_warning(tmp_path):
     state = tmp_path / "state"
     state.mkdir(mode=0o755)
@@ -160,8 +177,7 @@ def test_a_codex_entry_without_the_start_up_settings_is_a_warning():
 
 @pytest.mark.parametrize(
     "line, status",
-    [("atrex: /x/atrex-mcp serve - ✔ Connected", "ok"),
-     ("atrex: /x/atrex-mcp serve - ✘ Failed to connect", "fail")],
+    [("atrex: /x/atrex-mcp serve - ✔ Connected", "ok"), ("atrex: /x/atrex-mcp serve - ✘ Failed to connect", "fail")],
 )
 def test_claude_mcp_list_is_the_clients_own_verdict(tmp_path, monkeypatch, line, status):
     fake = tmp_path / "bin"

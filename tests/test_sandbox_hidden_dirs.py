@@ -4,13 +4,12 @@ package's own data folder, both protected)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from sandbox.launcher import _HIDE_SCRIPT, LaunchSpec, _namespace_prefix, hidden_dirs, outermost
+from sandbox.launcher import _HIDE_SCRIPT, LaunchSpec, hidden_dirs, import_paths, isolation_plan, outermost
 
 
 def tree(tmp_path: Path) -> dict[str, Path]:
@@ -67,13 +66,13 @@ def test_hidden_dirs_of_a_wheel_layout(tmp_path):
 
 
 @pytest.mark.skipif(
-    os.geteuid() != 0 or not _namespace_prefix()[1], reason="covering folders needs root and a mount namespace"
+    not isolation_plan(import_paths())["mount_namespace"], reason="covering folders needs root and a mount namespace"
 )
 def test_the_mount_script_covers_nested_roots(tmp_path):
     t = tree(tmp_path)
     (t["problems"] / "metadata.json").write_text("{}")
     spec = LaunchSpec(scratch=tmp_path / "scratch", device="cpu", protected=[t["problems"], t["package"]])
-    prefix, _ = _namespace_prefix()
+    prefix = isolation_plan(import_paths())["prefix"]
     probe = f"test ! -e {t['problems'] / 'metadata.json'} && test ! -e {t['problems']}"
     done = subprocess.run(
         [*prefix, "sh", "-c", _HIDE_SCRIPT, "sh", *hidden_dirs(spec), "--", "sh", "-c", probe],

@@ -18,8 +18,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=$(mktemp -d /tmp/atrex-wheel-venv.XXXXXX)
 mkdir -p "$out"
 echo "uid $(id -u), python $(python3 --version 2>&1), wheel $wheel"
-python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --no-deps --no-index "$wheel" \
-    || exit 1
+python3 -m venv --without-pip --system-site-packages "$venv" \
+    && python3 -m pip --python "$venv/bin/python" install -q --no-deps --no-index "$wheel" || exit 1
 cd /tmp
 env -u PYTHONPATH "$venv/bin/python" -c 'import atrex_mcp, sandbox; print("from", atrex_mcp.__file__, sandbox.__file__)'
 env -u PYTHONPATH "$venv/bin/atrex-mcp" eval "$repo/examples/rms_norm_triton.py" --op rms_norm --shapes smoke \

@@ -88,9 +88,22 @@ def wheel_install(tmp_path_factory) -> Install:
         else build_wheel(base / "dist")
     )
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    # No pip inside: this interpreter's pip installs into it (quicker, and needs no ensurepip).
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True, timeout=300
+    )
     installed = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            str(wheel),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

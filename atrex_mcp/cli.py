@@ -13,17 +13,20 @@ import os
 import sys
 
 from atrex_mcp import __version__
-from atrex_mcp.commands import bench, demo, problems, roofline, runs, score, serve, trace, wiki
+from atrex_mcp.commands import bench, config, demo, doctor, problems, roofline, runs, score, serve, trace, wiki
 from atrex_mcp.commands import eval as eval_command
 from atrex_mcp.commands.grammar import Parser, UsageError, one_line
 
-COMMANDS = (bench, demo, eval_command, problems, roofline, runs, score, serve, trace, wiki)
+DESCRIPTION = ("An MCP tool server and command line for a production-trace-driven GPU-kernel benchmark and a "
+               "profile-driven kernel-optimisation loop. Exit codes: 0 ok, 1 the candidate failed, 2 usage or "
+               "input error, 3 the tool's own failure.")
+COMMANDS = (bench, config, demo, doctor, eval_command, problems, roofline, runs, score, serve, trace, wiki)
 EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 3, 130, 141
 DEBUG_ENV = "ATREX_DEBUG"
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="atrex-mcp", description=__doc__.split("\n")[0])
+    parser = Parser(prog="atrex-mcp", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"atrex-mcp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     for module in COMMANDS:

@@ -330,7 +330,7 @@ class ServerContext:
         """The wiki index, opened (and refreshed) on first use."""
         with self._wiki_lock:
             if self._wiki is None:
-                self._wiki = self.service("atrex_mcp.wiki").WikiIndex(state_dir=self.state_dir)
+                self._wiki = self.service("atrex_mcp.wiki.index", "WikiIndex")(state_dir=self.state_dir)
             return self._wiki
 
     @staticmethod

@@ -263,13 +263,24 @@ def _namespaces() -> Namespaces:
     return Namespaces(base, False, network) if probe.returncode == 0 else Namespaces()
 
 
+def outermost(dirs: list[Path]) -> list[Path]:
+    """The existing directories among `dirs` (symlinks resolved, duplicates merged) that lie inside
+    no other: a tmpfs over a directory removes every mount point below it, so only these are covered."""
+    real = sorted({_real(d) for d in dirs if _real(d).is_dir()}, key=lambda d: len(d.parts))
+    kept: list[Path] = []
+    for d in real:
+        if not any(_is_within(d, k) for k in kept):
+            kept.append(d)
+    return sorted(kept)
+
+
 def hidden_dirs(spec: LaunchSpec) -> list[str]:
-    """Directories a mount namespace covers: the protected roots and a checkout's .git."""
-    dirs = [_real(p) for p in spec.protected]
+    """Directories a mount namespace covers: the protected roots and a checkout's .git, outermost only."""
+    dirs = list(spec.protected)
     checkout = _real(Path(__file__).parent).parent
     if (checkout / ".git").is_dir():
         dirs.append(checkout / ".git")
-    return sorted({str(d) for d in dirs if d.is_dir()})
+    return [str(d) for d in outermost(dirs)]
 
 
 def isolation_plan(sys_path: list[str]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from atrex_mcp.paths import problems_dir
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_scripted_agent_over_http_with_a_token_in_the_optimizer_condition(tmp_path):
     """Without --kernels the scripted agent takes the kernel from the wiki, a tool only the
     optimizer condition allows, and only the full knowledge condition hands a served operator's
@@ -54,6 +55,7 @@ head -1 <&3
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="running the agent as another uid needs root (CI runs unprivileged)")
 @pytest.mark.skipif(not Path("/bin/bash").exists(), reason="the probe agent is a bash script")
 def test_agent_of_another_uid_reaches_only_its_workspace_and_the_server(monkeypatch):

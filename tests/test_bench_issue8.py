@@ -282,6 +282,7 @@ def test_ncu_launches_are_split_at_markers_and_summed_per_call():
     assert cases["odd"]["median_ms"] is None and "1 launches for 5 calls" in cases["odd"]["note"]
 
 
+@pytest.mark.slow
 def test_run_ncu_wraps_the_child_with_the_clock_left_alone_and_reads_its_log(tmp_path, monkeypatch):
     """A stand-in `ncu` on PATH: checks the options, runs the child (CPU: launches only) and
     writes a CSV as ncu would, one marker and five launches per case."""
@@ -439,6 +440,7 @@ def test_a_compile_probe_does_not_calibrate_the_cost_model(tmp_path):
     assert baselines._cost_model(args, Catalog(), {}) == baselines._cost_model(argparse.Namespace(seeds=5, calibrate=[]), Catalog(), {})
 
 
+@pytest.mark.slow
 def test_lanes_sharing_a_gpu_are_refused_for_timed_work(tmp_path):
     import multi_gpu
 
@@ -457,6 +459,7 @@ def _script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_plan_prints_every_operator_and_the_full_issue():
     proc = _script(str(BENCH / "baselines.py"), "plan", "--select", "representative", "--budget-s", "120", "--split-s", "540")
     assert proc.returncode == 0, proc.stderr
@@ -464,6 +467,7 @@ def test_plan_prints_every_operator_and_the_full_issue():
     assert "eager in sessions of 540 s" in proc.stdout and "selection within 120.0 s" in proc.stdout
 
 
+@pytest.mark.slow
 def test_gpu_measurements_dry_run_on_cpu(tmp_path):
     for script, args in (("launch_floor.py", ["measure", "--out", str(tmp_path / "floor.json")]),
                          ("hbm_mix.py", ["--out", str(tmp_path / "hbm.json")]),

@@ -115,6 +115,7 @@ def test_gpu_devices_follow_cuda_visible_devices(monkeypatch):
     assert multi_gpu.gpu_devices(2) == ["3", "5"]
 
 
+@pytest.mark.slow
 def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_path):
     """One process per device with its own CUDA_VISIBLE_DEVICES, the evaluator in each,
     partial results written and merged (CPU: correctness only)."""
@@ -141,6 +142,7 @@ def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_
     assert merged.candidate == "eager" and merged.compiled
 
 
+@pytest.mark.slow
 def test_untimed_lanes_share_a_device_each_in_its_own_process(tmp_path):
     """Compile probes: two lanes on one device, labelled apart, both pinned to that device."""
     jobs = [Job("rms_norm", "smoke", 2.0), Job("silu_and_mul", "smoke", 1.0)]
@@ -166,6 +168,7 @@ def test_merging_a_batch_stopped_at_the_deadline_keeps_the_result_partial():
     assert multi_gpu.merge_results([done], ["0"]).partial is None
 
 
+@pytest.mark.slow
 def test_a_real_batch_running_at_the_deadline_keeps_its_finished_shape(tmp_path):
     """The per-device process gives its evaluation the time left as deadline_s: the shape that
     stalls is stopped, the one before it is kept, and only the stalled one is listed as not run."""

@@ -85,6 +85,7 @@ def test_an_evaluation_that_judged_no_shape_counts_as_failed_in_the_rates(tmp_pa
     assert row.compile_rate == pytest.approx(1 / 3) and row.correctness == pytest.approx(1 / 3)
 
 
+@pytest.mark.slow
 def test_report_files_show_the_numbers(tmp_path):
     report = build_report([make_run(tmp_path, "timed")])
     paths = write_report(report, tmp_path / "out")

@@ -44,6 +44,7 @@ def run_dir(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_each_operator_ran_in_its_own_workspace_and_was_collected(run_dir):
     layout = RunLayout(run_dir)
     states = RunStore(layout).states([*KNOWN, UNKNOWN, LEAKY])
@@ -77,6 +78,7 @@ def test_a_kernel_the_contract_refuses_is_reported_with_rule_line_and_fix(run_di
     assert "stopped: package failed" in transcript and "contract_violation" in transcript
 
 
+@pytest.mark.slow
 def test_a_rerun_skips_finished_operators_and_redoes_an_interrupted_one(run_dir, capsys):
     store = RunStore(RunLayout(run_dir))
     crashed = store.load_state(UNKNOWN).model_copy(update={"status": "running"})  # as if the machine died mid-run
@@ -94,6 +96,7 @@ def test_a_rerun_skips_finished_operators_and_redoes_an_interrupted_one(run_dir,
     assert "other settings (--condition)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_judges_each_submission_once_and_the_report_says_what_was_not_measured(run_dir, capsys):
     assert main(["bench", "eval", str(run_dir), "--shapes", "smoke", "--seeds", "1", "--plain"]) == 0
     err = capsys.readouterr().err

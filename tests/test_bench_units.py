@@ -56,6 +56,7 @@ def test_prompt_is_complete_and_names_nothing_evaluator_only(condition):
         assert "wiki_search" not in text and "record_iteration" not in text
 
 
+@pytest.mark.slow
 def test_the_condition_tool_lists_cover_every_tool_of_the_server(tmp_path):
     import anyio
 

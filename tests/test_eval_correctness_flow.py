@@ -5,6 +5,7 @@ the worker's calls share one time limit."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from atrex_mcp.catalog import Catalog
@@ -46,6 +47,7 @@ def _correctness(answer, seeds=5):
     return result, set_bytes, session.runs
 
 
+@pytest.mark.slow
 def test_every_seed_is_judged_when_the_outputs_are_right():
     result, set_bytes, runs = _correctness(lambda reference: reference.clone())
     assert result.correct and len(runs) == 5 and [seed for seed, _ in runs] == result.seeds
@@ -64,6 +66,7 @@ def test_an_output_that_cannot_fit_is_judged_by_its_manifest():
     assert len(runs) == 1 and (result.stage, result.category) == (tx.RUNTIME, tx.WRONG_DTYPE), result.message
 
 
+@pytest.mark.slow
 def test_the_worker_calls_share_one_time_limit():
     outcomes = iter([None, None, Failure(tx.RUNTIME, tx.TIMEOUT, "No answer")])
     result, _, runs = _correctness(lambda reference: next(outcomes) or reference.clone())
@@ -73,6 +76,7 @@ def test_the_worker_calls_share_one_time_limit():
     assert "stopped in seed #2" in result.message and f"{limit:.0f} s" in result.message
 
 
+@pytest.mark.slow
 def test_a_reference_output_in_a_fragmented_cache_is_moved_and_still_judged(monkeypatch):
     """Where the released cache still pins memory, the held reference output goes through host
     memory into fresh memory before the worker runs; the verdicts are the same."""

@@ -43,12 +43,14 @@ def test_triton_kernel_passes_in_the_interpreter_and_records_its_conditions(cata
     assert result.overhead.worker_start_s > 0 and result.overhead.restarts == 0
 
 
+@pytest.mark.slow
 def test_seeds_are_fresh_per_evaluation(catalog):
     source = HEADER + REFERENCE_MATH
     first, second = run_eval(catalog, source, seeds=3), run_eval(catalog, source, seeds=3)
     assert len(set(first.seeds)) == 3 and not set(first.seeds) & set(second.seeds)
 
 
+@pytest.mark.slow
 def test_eager_baseline_is_the_reference(catalog):
     result = evaluate(EvalRequest(op="rms_norm", baseline="eager", shapes=["0"], seeds=1), catalog)
     assert result.candidate == "eager" and result.shapes[0].correct
@@ -67,6 +69,7 @@ def test_eager_baseline_is_the_reference(catalog):
          "    def forward(self, x, weight):\n        return x\n", tx.SIGNATURE_MISMATCH),
     ],
 )
+@pytest.mark.slow
 def test_compile_stage_taxonomy(catalog, source, category):
     result = run_eval(catalog, source)
     assert not result.compiled
@@ -74,6 +77,7 @@ def test_compile_stage_taxonomy(catalog, source, category):
     assert all(s.stage == tx.COMPILE and s.category == category and not s.correct for s in result.shapes)
 
 
+@pytest.mark.slow
 def test_import_that_hangs_or_exhausts_memory_fails_at_compile(catalog):
     slow = evaluate(EvalRequest(op="rms_norm", source="import time\ntime.sleep(600)\n", shapes=["0"], seeds=1,
                                 compile_timeout_s=3), catalog)
@@ -109,6 +113,7 @@ def test_worker_errors_map_to_stable_categories(error, expected):
         ("        return x * 2\n", tx.CORRECTNESS, tx.NUMERIC_MISMATCH),
     ],
 )
+@pytest.mark.slow
 def test_runtime_and_correctness_taxonomy(catalog, body, stage, category):
     result = run_eval(catalog, HEADER + "\n    def forward(self, x, weight):\n" + body)
     shape = result.shapes[0]
@@ -125,11 +130,13 @@ def test_numeric_mismatch_reports_where_and_how_much(catalog):
     assert detail.max_abs_error > 0 and 0 < detail.mismatch_fraction <= 1
 
 
+@pytest.mark.slow
 def test_exception_message_reaches_the_caller(catalog):
     result = run_eval(catalog, HEADER + "\n    def forward(self, x, weight):\n        raise RuntimeError('custom-marker-42')\n")
     assert "custom-marker-42" in result.shapes[0].message
 
 
+@pytest.mark.slow
 def test_cancel_kills_the_worker_and_raises(catalog):
     cancel = threading.Event()
 
@@ -150,6 +157,7 @@ def test_request_without_candidate_is_an_input_error(catalog):
     assert info.value.info.stage == "input"
 
 
+@pytest.mark.slow
 def test_cli_json_has_the_stable_fields(catalog, tmp_path, capsys):
     out = tmp_path / "results"
     code = cli_main(["eval", str(EXAMPLES / "rms_norm_triton.py"), "--op", "rms_norm", "--shapes", "0", "--seeds", "1",
@@ -163,6 +171,7 @@ def test_cli_json_has_the_stable_fields(catalog, tmp_path, capsys):
     assert (out / "rms_norm.json").is_file()
 
 
+@pytest.mark.slow
 def test_silu_and_mul_example_on_the_shipped_problem():
     catalog = Catalog()
     if "silu_and_mul" not in catalog.names():

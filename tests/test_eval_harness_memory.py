@@ -21,6 +21,7 @@ def catalog(tmp_path_factory):
     return Catalog(make_problem_root(tmp_path_factory.mktemp("problems")))
 
 
+@pytest.mark.slow
 def test_each_seed_is_judged_after_the_previous_seeds_tensors_are_freed(catalog, monkeypatch):
     inputs_seen: list[weakref.ref] = []
     references_seen: list[weakref.ref] = []
@@ -50,6 +51,7 @@ def test_each_seed_is_judged_after_the_previous_seeds_tensors_are_freed(catalog,
     assert len(references_seen) == 3
 
 
+@pytest.mark.slow
 def test_out_of_memory_comparing_one_shape_fails_that_shape_only(catalog, monkeypatch):
     compare = evaluator.compare_outputs
 

@@ -48,6 +48,7 @@ def _assert_finished_then_not_run(result, category: str) -> None:
     assert result.compiled and result.operator_score_note.startswith("partial: over the 1 judged shapes only, 2 not run")
 
 
+@pytest.mark.slow
 def test_a_deadline_mid_evaluation_keeps_the_finished_shape_and_names_the_rest(catalog):
     before = live_children()
     t0 = time.monotonic()
@@ -60,6 +61,7 @@ def test_a_deadline_mid_evaluation_keeps_the_finished_shape_and_names_the_rest(c
     assert live_children() <= before  # the stalled worker is gone
 
 
+@pytest.mark.slow
 def test_a_cancel_after_the_first_shape_raises_with_the_partial_result_attached(catalog):
     cancel = threading.Event()
 
@@ -85,6 +87,7 @@ def test_a_deadline_during_the_candidate_load_judges_nothing_and_claims_no_score
     assert result.operator_score is None and "no shape was judged" in result.operator_score_note
 
 
+@pytest.mark.slow
 def test_a_complete_evaluation_under_a_deadline_is_not_partial(catalog):
     result = evaluate(EvalRequest(op="rms_norm", source=HEADER + REFERENCE_MATH, shapes=["0", "smoke"], seeds=1,
                                   deadline_s=300), catalog)

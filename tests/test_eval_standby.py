@@ -40,6 +40,7 @@ def _gone(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_series_adopts_the_worker_spawned_during_the_evaluation_before(catalog):
     alone = evaluate(_request(RMS), catalog)
     with Standby() as standby:
@@ -57,6 +58,7 @@ def test_a_series_adopts_the_worker_spawned_during_the_evaluation_before(catalog
     assert _gone(spare_pid)  # it was the second evaluation's worker, stopped with it
 
 
+@pytest.mark.slow
 def test_an_adopted_worker_sees_its_own_files_and_still_not_the_hidden_ones(catalog):
     peek = RMS + textwrap.dedent(f"""
         import pathlib as _p
@@ -77,6 +79,7 @@ def test_an_adopted_worker_sees_its_own_files_and_still_not_the_hidden_ones(cata
     assert adopted.shapes[0].correct
 
 
+@pytest.mark.slow
 def test_a_candidate_that_fails_to_load_still_leaves_a_spare_and_its_verdict_is_unchanged(catalog):
     with Standby() as standby:
         broken = evaluate(_request("import nonexistent_module_xyz\n"), catalog, standby=standby)
@@ -85,6 +88,7 @@ def test_a_candidate_that_fails_to_load_still_leaves_a_spare_and_its_verdict_is_
     assert after.overhead.spawned_ahead_s > 0.0 and all(s.correct for s in after.shapes)
 
 
+@pytest.mark.slow
 def test_mismatched_or_dead_spares_are_discarded_and_the_evaluation_spawns_its_own(catalog, tmp_path):
     other = Catalog(make_problem_root(tmp_path / "other"))  # other protected roots: other launch settings
     with Standby() as standby:

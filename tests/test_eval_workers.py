@@ -31,6 +31,7 @@ def test_session_checks_and_runs_forwards_under_a_wrapper(catalog):
         assert reply["calls"] == 2 and reply["replaced"] == []
 
 
+@pytest.mark.slow
 def test_unwrapped_load_failure_and_unchecked_timing(catalog):
     with pytest.raises(CandidateFailed) as caught:
         with open_session(catalog, "rms_norm", WRAPPED + "class Model: pass\n", shapes=["0"]):

@@ -204,6 +204,7 @@ def test_make_inputs_gives_forward_inputs_seeded_locally(op: str) -> None:
             assert not same_bits(first[name], other[name]), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 def test_reference_output_contract_at_smoke_shape(op: str) -> None:
     shape = smoke(op)

@@ -11,6 +11,7 @@ def catalog():
     return Catalog()
 
 
+@pytest.mark.slow
 def test_problems_check_passes_for_every_operator(catalog):
     results = check_problems(catalog)
     assert {r.op for r in results} == set(catalog.names())

@@ -161,6 +161,7 @@ def catalog():
     return Catalog()
 
 
+@pytest.mark.slow
 def test_counter_agrees_with_the_closed_forms_up_to_the_listed_differences(catalog):
     checked, mismatches = [], []
     for op in catalog.names():

@@ -36,6 +36,7 @@ def _tiny_root(root):
     return Catalog([root])
 
 
+@pytest.mark.slow
 def test_cpu_profile_is_a_labelled_fallback_and_is_stored(tmp_path):
     store = RunStore(tmp_path / "state")
     report = profile_kernel(OP, KERNEL, "smoke", Catalog(), hardware="h200", store=store)
@@ -44,6 +45,7 @@ def test_cpu_profile_is_a_labelled_fallback_and_is_stored(tmp_path):
     assert report.profile_id and store.get_profile(report.profile_id)["report"]["note"] == report.note
 
 
+@pytest.mark.slow
 def test_cpu_profile_carries_the_roofline_in_optimise_mode_only(tmp_path):
     catalog = _tiny_root(tmp_path / "problems")
     report = profile_kernel(OP, KERNEL, "tiny", catalog, hardware="h200")
@@ -116,6 +118,7 @@ def _fake_ncu(tmp_path, calls=PROFILED_CALLS):
     return str(fake)
 
 
+@pytest.mark.slow
 def test_ncu_wraps_the_worker_with_an_nvtx_filter(tmp_path):
     report = capture_counters(OP, KERNEL, "smoke", Catalog(), roofline=None, ncu=_fake_ncu(tmp_path))
     assert report.tool == "ncu" and not report.fallback
@@ -127,11 +130,13 @@ def test_ncu_wraps_the_worker_with_an_nvtx_filter(tmp_path):
     assert "NVTX range atrex_forward" in report.note and "limit" not in report.note
 
 
+@pytest.mark.slow
 def test_ncu_launch_limit_is_said(tmp_path):
     report = capture_counters(OP, KERNEL, "smoke", Catalog(), roofline=None, ncu=_fake_ncu(tmp_path, calls=8))
     assert "limit of 16 launches was reached" in report.note
 
 
+@pytest.mark.slow
 def test_ncu_on_a_failing_kernel_refuses(tmp_path):
     with pytest.raises(AtrexError, match="does not pass \\(numeric_mismatch\\)"):
         capture_counters(OP, KERNEL.replace("x * inv_rms * w", "x * w"), "smoke", Catalog(), roofline=None,

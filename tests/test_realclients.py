@@ -3,8 +3,8 @@ its schema-portability check, tools/call in both protocol eras, a real validate)
 Code's `claude mcp list`, which starts and health-checks the server with no API key, both
 for a server added with `claude mcp add` and for this repository's `.mcp.json`.
 
-The npm packages are installed once (pinned) into ~/.cache/atrex-mcp/npm with
-`npm install --no-save`; without Node/npm or a reachable registry the tests skip and say why.
+The npm packages are installed once (pinned) into the user's cache folder, outside the checkout
+(~/.cache/atrex-mcp/npm or $ATREX_NPM_CACHE; tests/npm_cache.py), with `npm install --no-save`; without Node/npm or a reachable registry the tests skip and say why.
 Everything runs on loopback, each command bounded in time."""
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 
 from atrex_mcp.paths import REPO_ROOT
+from tests.npm_cache import npm_prefix
 
 pytestmark = pytest.mark.npm
 
 PACKAGES = {"@modelcontextprotocol/inspector": "2.12.0", "@anthropic-ai/claude-code": "2.1.328"}
-CACHE = Path(os.environ.get("ATREX_NPM_CACHE") or Path.home() / ".cache" / "atrex-mcp" / "npm")
+CACHE = npm_prefix("npm", "ATREX_NPM_CACHE")
 TOOLS = {"list_problems", "get_problem", "validate", "profile_kernel", "roofline_lookup", "wiki_search", "wiki_read", "package"}
 QUIET_CLAUDE = {"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
@@ -50,7 +51,7 @@ def npm_bin() -> Path:
             pytest.skip("the npm registry did not answer within 60 s")
         if probe.returncode != 0:
             pytest.skip(f"the npm registry is unreachable: {probe.stderr.strip()[-300:]}")
-        CACHE.mkdir(parents=True, exist_ok=True)
+        CACHE.mkdir(mode=0o755, parents=True, exist_ok=True)
         done = subprocess.run([npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(CACHE), *specs],
                               capture_output=True, text=True, timeout=900)
         if done.returncode != 0 or not _installed():

@@ -14,6 +14,7 @@ from tests.runs_fixtures import KERNEL, OP, plan
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU behaviour; the GPU loop is bench/opt_loop_gpu.py")
 
 
+@pytest.mark.slow
 def test_cpu_run_with_the_real_evaluator(tmp_path):
     service = RunService(RunStore(tmp_path / "state"), Catalog(), EvaluatorJudge(Catalog(), seeds=2))
     run = service.start_run(OP, ["smoke"])

@@ -8,6 +8,7 @@ from atrex_mcp.runs.models import Category, Plan
 from tests.runs_fixtures import OP, SHAPES, ScriptedJudge, make_service, plan, source, store_profile
 
 
+@pytest.mark.slow
 def test_start_run_records_target_workspace_and_roofline(tmp_path):
     service = make_service(tmp_path)
     run = service.start_run(OP, SHAPES, workspace_root="/work/agent")
@@ -22,6 +23,7 @@ def test_start_run_records_target_workspace_and_roofline(tmp_path):
         service.start_run("no_such_op")
 
 
+@pytest.mark.slow
 def test_baseline_must_be_correct_and_becomes_the_accepted_kernel(tmp_path):
     service = make_service(tmp_path)
     run = service.start_run(OP, SHAPES)

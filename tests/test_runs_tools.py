@@ -73,6 +73,7 @@ async def test_the_loop_through_the_tools(tmp_path, era):
         assert missing.is_error and "category: unknown_run" in missing.content[0].text
 
 
+@pytest.mark.slow
 async def test_benchmark_mode_leaves_out_roofline_and_scores(tmp_path):
     cfg = config(tmp_path, "benchmark")
     numbers, strings = hidden_figures("rms_norm")

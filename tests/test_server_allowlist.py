@@ -28,6 +28,7 @@ async def test_only_allowed_tools_are_registered(tmp_path):
     assert refused.is_error and "category: unknown_tool" in result_text(refused)
 
 
+@pytest.mark.slow
 async def test_run_tools_obey_the_allow_list_too(tmp_path):
     async with connect(config(tmp_path)) as client:
         every = {t.name for t in (await client.list_tools()).tools}

@@ -94,6 +94,7 @@ def _calls(sneaky: list[str], tricks: list[str], hidden_dir: Path) -> list[tuple
     return calls
 
 
+@pytest.mark.slow
 async def test_no_hidden_figure_leaves_a_benchmark_mode_server(tmp_path):
     # The agent's checkout holds the problem set (hidden files included), as a clone of this repository does.
     workspace = tmp_path / "workspace"

@@ -25,6 +25,7 @@ def _env(tmp_path) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
 
 
+@pytest.mark.slow
 async def test_serve_over_stdio_with_no_options(tmp_path):
     """(Both protocol eras are covered in memory, over HTTP and by the Inspector; stdio once.)"""
     params = StdioServerParameters(command=sys.executable, args=["-m", "atrex_mcp.cli", "serve"], env=_env(tmp_path), cwd=str(tmp_path))
@@ -37,6 +38,7 @@ async def test_serve_over_stdio_with_no_options(tmp_path):
     assert found["hits"]
 
 
+@pytest.mark.slow
 def test_demo_validates_the_example_kernel(tmp_path):
     done = subprocess.run([sys.executable, "-m", "atrex_mcp.cli", "demo"], env=_env(tmp_path), cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)

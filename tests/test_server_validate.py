@@ -34,6 +34,7 @@ def workspace_config(tmp_path):
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("era", ERAS)
 async def test_validate_the_example_kernel_by_path_and_by_source(workspace_config, era):
     async with connect(workspace_config, era) as client:
@@ -46,6 +47,7 @@ async def test_validate_the_example_kernel_by_path_and_by_source(workspace_confi
     assert by_path["candidate_sha256"] == by_source["candidate_sha256"]
 
 
+@pytest.mark.slow
 async def test_compile_and_numeric_failures_name_stage_and_category(workspace_config):
     wrong = EXAMPLE.read_text().replace("y = x * inv_rms * w", "y = x * inv_rms * w * 1.5")
     assert wrong != EXAMPLE.read_text()
@@ -60,6 +62,7 @@ async def test_compile_and_numeric_failures_name_stage_and_category(workspace_co
     assert neither.is_error and "category: source_or_path" in neither.content[0].text
 
 
+@pytest.mark.slow
 async def test_concurrent_calls_queue_and_report_positions(tmp_path):
     cfg = config(tmp_path, correctness_limit=1)
     messages: list[list[str]] = [[], []]

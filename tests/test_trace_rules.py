@@ -53,6 +53,7 @@ def test_atrex_rules_follow_the_reference_signatures(rules):
 LOSSY = {"attention_forward": {"seq_lens"}, "unified_attention": {"seq_lens"}, "paged_attention_decode": {"ctx_len"}}
 
 
+@pytest.mark.slow
 def test_every_operator_shape_is_read_back_from_a_profiler_record(tmp_path):
     """Each reference runs as atrex::<op> at its smoke shape; with exact buckets the imported shape
     is the smoke shape again, except for values the profiler cannot see."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.wiki import WikiIndex
+from atrex_mcp.wiki.index import WikiIndex
 from atrex_mcp.wiki.corpus import CATEGORIES, READERS, wiki_files
 
 WIKI = Path(__file__).resolve().parent.parent / "gpu_wiki"

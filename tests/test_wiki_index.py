@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.wiki import WikiIndex, add_root, load_roots
+from atrex_mcp.wiki.index import WikiIndex
+from atrex_mcp.wiki.roots import add_root, load_roots
 
 ROOT = Path(__file__).resolve().parent.parent
 

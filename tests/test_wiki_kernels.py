@@ -50,6 +50,7 @@ def test_enough_kernels():
     assert len(KERNELS) >= 15
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", KERNELS, ids=lambda p: p.stem)
 def test_kernel_passes_the_evaluator_on_smoke(path, catalog):
     meta, _ = kernel_front_matter(path.read_text(), path.name)

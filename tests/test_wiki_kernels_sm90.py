@@ -90,10 +90,12 @@ def sm90_report(tmp_path_factory):
     return report
 
 
+@pytest.mark.slow
 def test_every_kernel_file_was_compiled(sm90_report):
     assert {r["file"] for r in sm90_report} == {p.stem for p in KERNELS}
 
 
+@pytest.mark.slow
 def test_kernels_compile_for_sm90_without_spills(sm90_report):
     failures = [(r["file"], r["kernel"], r["error"][-400:]) for r in sm90_report if not r["ok"]]
     assert not failures, failures

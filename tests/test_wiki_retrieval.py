@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.wiki import WikiIndex
+from atrex_mcp.wiki.index import WikiIndex
 
 WIKI = Path(__file__).resolve().parent.parent / "gpu_wiki"
 QUERIES = json.loads((WIKI / "eval_queries.json").read_text())["queries"]

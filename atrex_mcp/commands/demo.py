@@ -46,6 +46,8 @@ async def _progress(value: float, total: float | None, message: str | None) -> N
 
 async def _validate(client: Any, args: argparse.Namespace, kernel: Path, shapes: list[str] | None) -> dict | None:
     """One validate call, printed as a table; None when the call itself failed."""
+    from atrex_mcp.doctor import isolation_summary
+
     call = {"op": args.op, "path": kernel.name, "seeds": args.seeds, **({"shapes": shapes} if shapes else {})}
     _say(f"validate {call}")
     result = await client.call_tool("validate", call, progress_callback=_progress)
@@ -60,8 +62,11 @@ async def _validate(client: Any, args: argparse.Namespace, kernel: Path, shapes:
         _say(line)
     if v["operator_score"] is not None and v["timed"]:
         _say(f"operator score S = {v['operator_score']:.3f} (median T_SOL/T over correct shapes)")
-    for note in v["notes"] + v["isolation_warnings"]:
+    for note in v["notes"]:
         _say(f"note: {note}")
+    isolation = isolation_summary(v["isolation_warnings"])
+    if isolation:
+        _say(isolation)
     return v
 
 

@@ -66,6 +66,7 @@ def shape_selection(text: str | None, smoke_id: str, has_gpu: bool) -> tuple[lis
 
 def _summary(result, candidate: Path | None, source: str | None) -> str:
     from atrex_mcp.commands.failure_text import failure_report
+    from atrex_mcp.doctor import isolation_summary
 
     lines = [f"{result.op} [{result.candidate}] compiled={result.compiled} device={result.device.name} "
              f"S_i={result.operator_score if result.operator_score is not None else '—'} knowledge={result.knowledge or 'not stated'}"]
@@ -81,8 +82,9 @@ def _summary(result, candidate: Path | None, source: str | None) -> str:
         lines.append(f"  {s.id:>6}  {verdict:<32} time {time:<22} dsl {share:<5} S {score}"
                      + (f"  integrity: {','.join(s.integrity)}" if s.integrity else "")
                      + ("" if s.judged else f"  {s.message}"))
-    for warning in result.isolation.warnings:
-        lines.append(f"isolation: {warning}")
+    isolation = isolation_summary(result.isolation.warnings)
+    if isolation:
+        lines.append(isolation)
     failures = failure_report(result, candidate, source)
     if failures:
         lines += [""] + failures

@@ -43,7 +43,8 @@ def _add_dirs(parser: argparse.ArgumentParser, after_action: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from atrex_mcp.paths import default_state_dir
-    from atrex_mcp.wiki import WikiIndex, add_root
+    from atrex_mcp.wiki.index import WikiIndex
+    from atrex_mcp.wiki.roots import add_root
 
     state_dir = args.state_dir or default_state_dir()
     if args.wiki_command == "add-root":

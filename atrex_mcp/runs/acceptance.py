@@ -19,10 +19,12 @@ Pure and deterministic (the bootstrap seed is an argument), so tests inject timi
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from atrex_mcp.runs.models import Decision, ShapeTiming
+
+if TYPE_CHECKING:  # numpy is imported where a decision is computed, not when the server starts
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class PairedSamples:
 
 
 def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    import numpy as np
+
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(values, [tail, 1.0 - tail])
     return float(low), float(high)
@@ -52,6 +56,8 @@ def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
 
 def shape_timing(shape_id: str, pairs: PairedSamples, rule: AcceptanceRule, rng: np.random.Generator) -> tuple[ShapeTiming, np.ndarray]:
     """Per-shape figures and the bootstrap replicates of this shape's log speed-up."""
+    import numpy as np
+
     a = np.asarray(pairs.accepted_ms, dtype=float)
     c = np.asarray(pairs.candidate_ms, dtype=float)
     log_ratio = np.log(a / c)
@@ -89,6 +95,8 @@ def decide(samples: dict[str, PairedSamples] | None, *, correct: bool, failure: 
     problem = _invalid(samples, rule)
     if problem:
         return Decision(accepted=False, reason=f"measurement unusable: {problem}")
+
+    import numpy as np
 
     rng = np.random.default_rng(seed)
     shapes: list[ShapeTiming] = []

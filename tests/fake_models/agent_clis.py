@@ -1,23 +1,23 @@
-"""The real agent CLIs for the tests: Claude Code and Codex installed with npm into a cache
-folder that git ignores (ATREX_AGENT_CLI_CACHE, default <repo>/.cache/agent-clis), at the
-versions these tests were written against. When npm is missing or the registry cannot be
+"""The real agent CLIs for the tests: Claude Code and Codex installed with npm into the user's
+cache folder, outside the checkout (ATREX_AGENT_CLI_CACHE, default ~/.cache/atrex-mcp/agent-clis;
+see tests/npm_cache.py), at the versions these tests were written against. When npm is missing or the registry cannot be
 reached, `installed()` says why, so the test is skipped with that reason."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.npm_cache import npm_prefix
+
 PACKAGES = {"claude": ("@anthropic-ai/claude-code", "2.1.328"), "codex": ("@openai/codex", "0.169.0")}
 INSTALL_TIMEOUT_S = 600
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("ATREX_AGENT_CLI_CACHE") or ROOT / ".cache" / "agent-clis")
+    return npm_prefix("agent-clis", "ATREX_AGENT_CLI_CACHE")
 
 
 def _installed_version(cache: Path, package: str) -> str | None:
@@ -37,9 +37,7 @@ def installed(name: str) -> tuple[Path | None, str]:
     npm = shutil.which("npm")
     if npm is None:
         return None, "npm is not installed"
-    cache.mkdir(parents=True, exist_ok=True)
-    if cache.parent == ROOT / ".cache":
-        (ROOT / ".cache" / ".gitignore").write_text("*\n")  # the whole cache stays out of git
+    cache.mkdir(mode=0o755, parents=True, exist_ok=True)
     try:
         done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache), f"{package}@{version}"],
                               capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)

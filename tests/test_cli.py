@@ -227,8 +227,8 @@ def test_options_work_after_the_action_and_the_old_flag_still_does(tmp_path, cap
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["evl"], "error: atrex-mcp: argument COMMAND: invalid choice 'evl' (did you mean 'eval'?); choose from bench, "
-              "demo, eval, problems, roofline, runs, score, serve, trace, wiki (see atrex-mcp --help)"),
+    (["evl"], "error: atrex-mcp: argument COMMAND: invalid choice 'evl' (did you mean 'eval'?); choose from bench, config, "
+              "demo, doctor, eval, problems, roofline, runs, score, serve, trace, wiki (see atrex-mcp --help)"),
     (["problems", "lst"], "error: atrex-mcp problems: argument ACTION: invalid choice 'lst' (did you mean 'list'?); "
                           "choose from list, show, init, add, build, check (see atrex-mcp problems --help)"),
     (["eval", "--baseline", "eager", "--op", "rms_nrom"], "error: [input/unknown_problem] Unknown problem 'rms_nrom' "

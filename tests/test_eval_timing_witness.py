@@ -39,13 +39,20 @@ def test_an_honest_host_bound_kernel_is_not_flagged():
 
 
 def test_an_honest_gpu_bound_kernel_is_not_flagged_even_with_its_clocks_halved_in_the_burst():
-    verdict = judge(0.40, _burst_wall(2 * 0.40), 16, CAL, host_allowance_ms([30.0], True, 1.0, 200))
-    assert not verdict.forged and verdict.floor_ms < 0.40
+    verdict = judge(1.0, _burst_wall(2 * 1.0), 16, CAL, host_allowance_ms([30.0], True, 1.0, 200))
+    assert not verdict.forged and verdict.floor_ms < 1.0
+
+
+def test_an_honest_tiny_kernel_whose_burst_left_ten_times_its_host_window_is_not_flagged():
+    """rms_norm shape 0 on the H200: 6.7 µs reported, a ~175 µs host window, and a burst that left
+    0.25 ms per call (the old allowance floored it at 11.4 µs: a false timing_forged)."""
+    verdict = judge(0.0067, _burst_wall(0.2525), 16, CAL, host_allowance_ms([175.0] * 200, True, 0.3, 200))
+    assert not verdict.forged
 
 
 def test_a_gpu_bound_kernel_reporting_a_third_of_its_time_is_flagged():
-    verdict = judge(0.40 / 3, _burst_wall(0.40), 16, CAL, host_allowance_ms([30.0], True, 1.0, 200))
-    assert verdict.forged and verdict.floor_ms > 0.40 / 3
+    verdict = judge(1.0 / 3, _burst_wall(1.0), 16, CAL, host_allowance_ms([30.0], True, 1.0, 200))
+    assert verdict.forged and verdict.floor_ms > 1.0 / 3
 
 
 def test_the_claimed_host_window_is_capped_by_the_judges_wall():
@@ -61,7 +68,7 @@ def test_what_a_forgery_can_hide_is_bounded_by_its_claimed_host_window():
     bound = (true_ms - host_ms - slack_ms(16, CAL)) / TOLERANCE
     assert judge(bound - 1e-6, _burst_wall(true_ms), 16, CAL, host_ms).forged
     assert not judge(bound + 1e-6, _burst_wall(true_ms), 16, CAL, host_ms).forged
-    assert slack_ms(16, CAL) < 0.06  # µs-scale: the witness is tight once a call outlasts its host window
+    assert slack_ms(16, CAL) < 0.2  # the witness is tight once a call outlasts its host window and this
 
 
 def test_reported_calls_must_fit_in_the_judges_wall():

@@ -190,17 +190,23 @@ class ClusterPool:
         future = client.submit(call_on_worker, fn, args, kwargs, call_id, key=call_id, resources={GPU: 1}, pure=False)
         seen = 0
         cancel_sent_at: float | None = None
+
+        def relay() -> None:
+            nonlocal seen
+            events = client.get_events(f"{call_id}-progress")
+            for _, message in events[seen:]:
+                progress(message["message"], message["fraction"])
+            seen = len(events)
+
         try:
             while True:
                 try:
                     outcome: Outcome = future.result(timeout=POLL_S)
+                    relay()  # what the worker announced after the last poll
                     break
                 except TimeoutError:
                     pass
-                events = client.get_events(f"{call_id}-progress")
-                for _, message in events[seen:]:
-                    progress(message["message"], message["fraction"])
-                seen = len(events)
+                relay()
                 if cancel.is_set() and cancel_sent_at is None:
                     Event(f"{call_id}-cancel", client=client).set()
                     cancel_sent_at = time.monotonic()

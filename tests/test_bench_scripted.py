@@ -64,6 +64,7 @@ def test_each_operator_ran_in_its_own_workspace_and_was_collected(run_dir):
     assert layout.transcript(UNKNOWN).read_text().startswith("stopped: no known kernel")
 
 
+@pytest.mark.slow
 def test_a_kernel_the_contract_refuses_is_reported_with_rule_line_and_fix(run_dir):
     layout = RunLayout(run_dir)
     state = RunStore(layout).load_state(LEAKY)

@@ -71,6 +71,7 @@ def verdicts(run_dir: Path, op: str) -> tuple:
     return res.compiled, res.operator_score, figures
 
 
+@pytest.mark.slow
 def test_a_two_worker_cluster_judges_a_run_as_the_local_path_does(tmp_path):
     local_run, cluster_run = make_run(tmp_path / "local", SOURCES), make_run(tmp_path / "cluster", SOURCES)
     assert evaluate_run(local_run, SETTINGS, live=False).evaluated == ["rms_norm", "silu_and_mul"]
@@ -150,6 +151,7 @@ def faulted_run(tmp_path_factory):
     return run_dir, summary, killer.killed
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_shard_loses_nothing_and_the_retry_is_recorded(faulted_run):
     run_dir, summary, killed = faulted_run
     assert summary.evaluated == ["rms_norm"] and "rms_norm.candidate.000" in summary.retried

@@ -64,6 +64,7 @@ def _cluster_config(tmp_path, pool, mode="optimize"):
     return cfg
 
 
+@pytest.mark.slow
 async def test_two_servers_share_the_pool_with_the_local_verdicts(tmp_path, pool):
     cluster_pool, cluster = pool
     (tmp_path / "local").mkdir()

@@ -83,6 +83,7 @@ def _perturbed(node, scale: float):
     return node
 
 
+@pytest.mark.slow
 async def test_1600_guessed_figures_as_op_names_and_wiki_queries_get_the_same_answers(tmp_path, decoy):
     guesses = _guesses(PRODUCTION, 800) + _guesses(T_SOL, 800)
     assert len(guesses) == 1600 and repr(PRODUCTION) in guesses and repr(T_SOL) in guesses

@@ -3,8 +3,10 @@ user can act on, safe defaults with progress, one grammar, and bring-your-own-pr
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -283,11 +285,19 @@ def test_interrupt_and_unexpected_errors_end_in_one_line(monkeypatch, capsys):
                                   "(set ATREX_DEBUG=1 for the traceback)")
 
 
+F_SETPIPE_SZ = 1031  # Linux fcntl: set a pipe's capacity
+
+
 def test_a_closed_pipe_ends_quietly():
+    """Like `| head -c 10`. The pipe holds one page, less than the command prints, so the command is
+    still writing when the reader goes away, however fast it is."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, F_SETPIPE_SZ, 4096)
     proc = subprocess.Popen([sys.executable, "-m", "atrex_mcp.cli", "problems", "show", "rms_norm"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc.stdout.read(10)
-    proc.stdout.close()  # like `| head -c 10`
+                            stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
+    os.read(read_end, 10)
+    os.close(read_end)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == ""
 

@@ -177,7 +177,8 @@ def assert_compiled_decoder(trace) -> None:
     assert set(manifest.device_us_by_app_phase["chat"]) == {"prefill", "decode"}
     assert set(ops["unified_attention"].device_us) == {"prefill"}
     assert set(ops["paged_attention_decode"].device_us) == {"decode"}
-    assert list(manifest.unmapped_by_category)[0] == "gemm"
+    # on a CPU, how the GEMMs and the framework's other ops rank depends on the machine's load
+    assert "gemm" in list(manifest.unmapped_by_category)[:2]
     assert "generated" in manifest.unmapped_by_category  # kernels that fuse no benchmark operator
     assert_breakdown_adds_up(manifest)
 

@@ -424,30 +424,45 @@ class _Evaluation:
             self._timed_mismatch(result, "The worker did not return a digest for every call of the witness burst.", [])
             return False
         chosen = secrets.randbelow(len(seeds))
-        with _harness_memory("generating a witness input set and its reference output"):
-            reference = self.reference_output(shape, self.inputs(shape, seeds[chosen]))
-        arena = session.arena.reserve(arena_bytes(reference))
-        fetched = session.call("fetch", {"set": chosen, "burst": True, "arena_bytes": arena}, self.request.timeout_s)
-        if isinstance(fetched, Failure):
-            _fail(result, fetched)
+        what = f"a witness call (burst set {chosen})"
+        candidate = self.fetch_checked(session, shape, result, seeds[chosen], {"set": chosen, "burst": True}, what)
+        if candidate is None:
             return False
-        with _harness_memory(f"comparing outputs of {output_bytes(reference)} bytes"):
-            verdict, message = None, "the worker did not return it"
-            if fetched.get("output") is not None:
+        with _harness_memory(f"digesting {what}'s output"):
+            reported = digest(candidate).tolist() == digests[chosen]
+        del candidate
+        if not reported:
+            self._timed_mismatch(result, f"Output of {what} is wrong: its digest is not the one the worker reported", [])
+            return False
+        return True
+
+    def fetch_checked(self, session: Session, shape: Shape, result: ShapeResult, seed: int, fetch: dict[str, Any],
+                      what: str) -> Any:
+        """The reference output for `seed`, made here, against the output the worker kept (`fetch`
+        names it): the candidate's output once it matches, or None once the shape has failed. GPU
+        memory here: that one reference and candidate, the reference deleted before returning."""
+        with _harness_memory(f"generating {what}'s input set and its reference output"):
+            reference = self.reference_output(shape, self.inputs(shape, seed))
+        size = output_bytes(reference)
+        arena = session.arena.reserve(arena_bytes(reference))
+        reply = session.call("fetch", {**fetch, "arena_bytes": arena}, self.request.timeout_s)
+        if isinstance(reply, Failure):
+            _fail(result, reply)
+            return None
+        with _harness_memory(f"comparing outputs of {size} bytes"):
+            verdict, candidate, message = None, None, "the worker did not return it"
+            if reply.get("output") is not None:
                 try:
-                    verdict, candidate = self.receive(session, reference, fetched["output"])
-                    if verdict.ok and digest(candidate).tolist() != digests[chosen]:
-                        verdict, message = None, "its digest is not the one the worker reported"
-                    del candidate
+                    verdict, candidate = self.receive(session, reference, reply["output"])
                 except OutputRejected as exc:
                     message = exc.message
             del reference
         if verdict is None or not verdict.ok:
-            self._timed_mismatch(result, f"Output of a witness call (burst set {chosen}) is wrong: "
+            self._timed_mismatch(result, f"Output of {what} is wrong: "
                                          f"{verdict.message if verdict is not None else message}",
                                  list(verdict.details) if verdict is not None else [])
-            return False
-        return True
+            return None
+        return candidate
 
     def calibrate_witness(self, session: Session, shape: Shape, result: ShapeResult,
                           seeds: list[int]) -> timing_witness.Calibration | None:
@@ -493,30 +508,12 @@ class _Evaluation:
                 _fail(result, reply)
                 return
             for index in chosen:
-                seed = result.timing_seeds[1 + index]
-                with _harness_memory("generating a timed input set and its reference output"):
-                    reference = self.reference_output(shape, self.inputs(shape, seed))
-                size = output_bytes(reference)
-                arena = session.arena.reserve(arena_bytes(reference))
-                reply = session.call("fetch", {"set": index, "arena_bytes": arena}, self.request.timeout_s)
-                if isinstance(reply, Failure):
-                    _fail(result, reply)
+                candidate = self.fetch_checked(session, shape, result, result.timing_seeds[1 + index], {"set": index},
+                                               f"a timed call (input set {index})")
+                if candidate is None:
                     return
-                # GPU memory here: one set's reference and candidate at a time (each is deleted once
-                # used, before the next set's reference is made), and the poisoned copy only briefly.
-                with _harness_memory(f"comparing outputs of {size} bytes"):
-                    verdict, candidate, message = None, None, "the worker did not return it"
-                    if reply.get("output") is not None:
-                        try:
-                            verdict, candidate = self.receive(session, reference, reply["output"])
-                        except OutputRejected as exc:
-                            message = exc.message
-                    del reference
-                    if verdict is None or not verdict.ok:
-                        self._timed_mismatch(result, f"Output of a timed call (input set {index}) is wrong: "
-                                                     f"{verdict.message if verdict is not None else message}",
-                                             list(verdict.details) if verdict is not None else [])
-                        return
+                # GPU memory here: one set's candidate output at a time, and its poisoned copy only briefly
+                with _harness_memory("digesting a timed call's output"):
                     fetched[index] = digest(candidate).tolist()
                     if fetched[index] != digests[last_call[index]]:
                         self._timed_mismatch(result, f"The digest the worker reported for input set {index} does not match "

@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 import re
 
-from atrex_mcp.catalog import Catalog, VisibleProblem
+from atrex_mcp.problemset.catalog import Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.leakguard import mask_figures
 from atrex_mcp.evaluate.models import EvalResult, ShapeResult
 from atrex_mcp.knowledge import Knowledge, default_knowledge
-from atrex_mcp.tool_models import Mode, ShapeInfo, ShapeRoofline, ShapeVerdict, ValidateResult
+from atrex_mcp.server.models import Mode, ShapeInfo, ShapeRoofline, ShapeVerdict, ValidateResult
 
 HIDDEN = "hidden in benchmark mode"
 WITHHELD = f"[withheld: this text quoted evaluator-only data, {HIDDEN}]"
@@ -97,8 +97,8 @@ class Policy:
         """The shape's speed-of-light figures, or None in benchmark mode."""
         if self.benchmark:
             return None
-        from atrex_mcp.hardware import load_profile
-        from atrex_mcp.roofline import Workload, arithmetic_intensity, bound, t_sol_ms
+        from atrex_mcp.problemset.hardware import load_profile
+        from atrex_mcp.problemset.roofline import Workload, arithmetic_intensity, bound, t_sol_ms
 
         stored = self.catalog.hidden(op).shape_roofline(shape_id)
         workload = Workload(flops=stored["flops"], bytes_read=stored["bytes_read"], bytes_written=stored["bytes_written"])

@@ -55,7 +55,7 @@ LAUNCH_FLOOR_S, TIMING_ACCURACY_S, MACHINE_START_S = 20.0, 90.0, 90.0
 
 
 def _catalog(problems: Path | None):
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
 
     return Catalog(problems) if problems else Catalog()
 

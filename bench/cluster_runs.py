@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from atrex_mcp.bench.layout import RunLayout, RunStore  # noqa: E402
-from atrex_mcp.bench.models import OpState, Submission  # noqa: E402
-from atrex_mcp.bench.runner import RunRequest, open_run  # noqa: E402
-from atrex_mcp.catalog import Catalog  # noqa: E402
+from atrex_mcp.agentbench.layout import RunLayout, RunStore  # noqa: E402
+from atrex_mcp.agentbench.models import OpState, Submission  # noqa: E402
+from atrex_mcp.agentbench.runner import RunRequest, open_run  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.cluster.dispatch import ShardFile, shards_dir  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
 

@@ -34,7 +34,7 @@ from cluster_runs import busy_seconds, candidate_set, differences, make_run, ver
 
 import distributed  # noqa: E402
 
-from atrex_mcp.bench.evaluation import EvalSettings, evaluate_run  # noqa: E402
+from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run  # noqa: E402
 from atrex_mcp.cluster.engine import local_cluster, visible_devices  # noqa: E402
 
 PHASE_FILE = "phase.json"

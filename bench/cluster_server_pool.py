@@ -30,10 +30,10 @@ import distributed  # noqa: E402
 from cluster_runs import candidate_set  # noqa: E402
 from mcp import Client  # noqa: E402
 
-from atrex_mcp.catalog import Catalog  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.cluster.engine import connect, local_cluster, visible_devices  # noqa: E402
 from atrex_mcp.cluster.remote import ClusterPool  # noqa: E402
-from atrex_mcp.server import ServerConfig, build_server  # noqa: E402
+from atrex_mcp.server.app import ServerConfig, build_server  # noqa: E402
 
 DEFAULT_OPS = "rms_norm,silu_and_mul,l2_norm,layer_norm,fused_add_rms_norm,gated_rms_norm,moe_sum_reduce,mrope"
 

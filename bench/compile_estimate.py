@@ -55,7 +55,7 @@ def _aggregates(scores: dict[str, float | None], weights: dict[str, float]) -> d
 
 
 def estimate(eager_dir: Path, compiled_dir: Path) -> dict[str, Any]:
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
 
     catalog = Catalog()
     weights = catalog.weights()

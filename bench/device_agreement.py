@@ -34,7 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from atrex_mcp.catalog import Catalog  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.evaluate.compare import compare_outputs, flatten_outputs  # noqa: E402
 
 # op -> the scored shapes run besides the smoke shape: large enough to show the device's own

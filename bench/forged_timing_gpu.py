@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="0,5", help="rms_norm shape ids")
     args = parser.parse_args()
 
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.evaluate.device import has_gpu
     from atrex_mcp.evaluate.standby import Standby
 

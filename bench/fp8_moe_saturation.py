@@ -24,7 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from atrex_mcp.catalog import Catalog  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 
 OP = "fp8_blockscale_fused_moe"
 FP8_MAX, NAN_ABOVE = 448.0, 464.0  # e4m3fn: largest value; a non-saturating cast gives NaN above this

@@ -114,7 +114,7 @@ def cases(n: int, device: str) -> dict[str, tuple[str, Callable[[], dict[str, An
 
 
 def _ceilings() -> dict[str, float]:
-    from atrex_mcp.hardware import load_profile
+    from atrex_mcp.problemset.hardware import load_profile
 
     return {name: load_profile(name).hbm_bandwidth.value for name in ("h200", "h200-measured")}
 

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", type=Path, help="prefix for <prefix>.md and <prefix>.json")
     args = parser.parse_args(argv)
 
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
 
     catalog = Catalog()
     if args.cmd == "measure":

@@ -272,7 +272,7 @@ def run_spread(jobs: Sequence[Job], devices: Sequence[str], parts_dir: Path, req
     land in `parts_dir`."""
     import distributed
 
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.cluster.dispatch import problem_roots
     from atrex_mcp.cluster.engine import local_cluster, worker_name
     from atrex_mcp.cluster.shards import problem_digest

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "bench")) if p not in sys.path]
 
-from atrex_mcp.catalog import Catalog  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.profiling import ncu as ncu_mod  # noqa: E402
 from atrex_mcp.profiling.service import capture_counters  # noqa: E402

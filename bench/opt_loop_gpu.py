@@ -159,7 +159,7 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
     """The loop; `save(result)` is called after every step with the result so far."""
     import torch
 
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.evaluate import EvalRequest, evaluate
     from atrex_mcp.profiling.service import profile_kernel
     from atrex_mcp.runs.audit import timeline

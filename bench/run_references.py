@@ -30,7 +30,7 @@ def run_op(op: str, deadline: float, reps: int) -> list[dict]:
     """Child side: time every scored shape of one operator."""
     import torch
 
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
 
     cat = Catalog()
     Model = cat.load_reference(op)
@@ -89,7 +89,7 @@ def main() -> int:
 
     import torch
 
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
 
     cat = Catalog()
     ops = cat.names() if args.ops == "all" else args.ops.split(",")

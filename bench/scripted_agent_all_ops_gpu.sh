@@ -99,7 +99,7 @@ RESERVE_S=0 phase report $PY -m atrex_mcp.cli bench report "$RUN_DIR"
 COMPLETE=$($PY - "$RUN_DIR" "$DEST/states.tsv" <<'EOF'
 import sys
 from pathlib import Path
-from atrex_mcp.bench.layout import RunLayout, RunStore
+from atrex_mcp.agentbench.layout import RunLayout, RunStore
 layout = RunLayout(Path(sys.argv[1]))
 store = RunStore(layout)
 ops = store.load_config().ops if store.exists() else []

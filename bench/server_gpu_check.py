@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import anyio  # noqa: E402
 from mcp import Client  # noqa: E402
 
-from atrex_mcp.server import ServerConfig, build_server  # noqa: E402
+from atrex_mcp.server.app import ServerConfig, build_server  # noqa: E402
 from tests.server_fixtures import live_children, with_hanging_forward  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "rms_norm_triton.py"

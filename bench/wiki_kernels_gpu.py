@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from atrex_mcp.candidate_contract import check_contract  # noqa: E402
-from atrex_mcp.catalog import Catalog  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, evaluate  # noqa: E402
 from atrex_mcp.wiki.corpus import kernel_front_matter  # noqa: E402
 

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import EvalRequest, EvalResult, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from atrex_mcp.catalog import Catalog, Shape
+from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.paths import REPO_ROOT
 
 PROBLEMS = REPO_ROOT / "problems"

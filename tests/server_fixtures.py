@@ -18,7 +18,7 @@ from typing import Any
 from mcp import Client
 
 from atrex_mcp.paths import problems_dir
-from atrex_mcp.server import ServerConfig, build_server
+from atrex_mcp.server.app import ServerConfig, build_server
 
 ERAS = ("auto", "legacy")  # 2026-07-28 (Claude Code) and the 2025 handshake (Codex speaks 2025-06-18)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.bench.layout import RunLayout, RunStore
-from atrex_mcp.bench.runner import BenchRunner, RunRequest, open_run
+from atrex_mcp.agentbench.layout import RunLayout, RunStore
+from atrex_mcp.agentbench.runner import BenchRunner, RunRequest, open_run
 from atrex_mcp.paths import problems_dir
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.models import Overhead
 from atrex_mcp.evaluate.scoring import floor_aware_score
 from bench_results_support import BENCH, result, shape, write_run
@@ -398,7 +398,7 @@ def _probe_pass(sid: str):
 def test_a_compile_probe_gives_verdicts_only_for_the_shapes_it_fails(tmp_path, catalog):
     """An untimed probe's compile timeout is a verdict; its pass is not: --skip-judged runs the
     shape again, and combine neither lets the pass hide a timed result nor counts it correct."""
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
 
     ids = [s.id for s in Catalog().visible("mrope").scored_shapes]
     timed = write_run(tmp_path / "timed", [result("mrope", [shape(ids[0], 0.010)], started_at="2026-01-01T00:00:00+00:00")])
@@ -570,7 +570,7 @@ def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_no
     selected, unless a run's run.json says it was lost."""
     import argparse
 
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
 
     ids = [s.id for s in Catalog().visible("mrope").scored_shapes]
     early = write_run(tmp_path / "a", [result("mrope", [shape(ids[0], 0.010), shape(ids[1], 0.020)],

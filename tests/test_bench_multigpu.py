@@ -119,7 +119,7 @@ def test_gpu_devices_follow_cuda_visible_devices(monkeypatch):
 def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_path):
     """One process per device with its own CUDA_VISIBLE_DEVICES, the evaluator in each,
     partial results written and merged (CPU: correctness only)."""
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.evaluate.models import EvalResult
 
     jobs = [Job("rms_norm", "smoke", 2.0), Job("silu_and_mul", "smoke", 1.0), Job("l2_norm", "smoke", 1.5)]

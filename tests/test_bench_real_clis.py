@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.bench.layout import RunLayout, RunStore
+from atrex_mcp.agentbench.layout import RunLayout, RunStore
 from atrex_mcp.cli import main
 from tests.fake_models.agent_clis import installed
 from tests.fake_models.anthropic_messages import fake_anthropic

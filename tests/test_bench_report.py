@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.bench.layout import RunStore
-from atrex_mcp.bench.models import OpState, Submission
-from atrex_mcp.bench.report import build_report
-from atrex_mcp.bench.report_render import write_report
-from atrex_mcp.bench.runner import RunRequest, open_run
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.agentbench.layout import RunStore
+from atrex_mcp.agentbench.models import OpState, Submission
+from atrex_mcp.agentbench.report import build_report
+from atrex_mcp.agentbench.report_render import write_report
+from atrex_mcp.agentbench.runner import RunRequest, open_run
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, ShapeResult
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.bench.layout import RunLayout, RunStore
+from atrex_mcp.agentbench.layout import RunLayout, RunStore
 from atrex_mcp.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.bench import isolation
-from atrex_mcp.bench.agents import AgentTask, ClaudeDriver, CodexDriver, CommandDriver
-from atrex_mcp.bench.collect import collect_submission
-from atrex_mcp.bench.endpoint import McpEndpoint
-from atrex_mcp.bench.models import AgentSpec
-from atrex_mcp.bench.process import run_agent
-from atrex_mcp.bench.progress import ProgressBoard
-from atrex_mcp.bench.prompts import OPTIMIZER_TOOLS, VANILLA_TOOLS, render_prompt
-from atrex_mcp.bench.runner import RunRequest, open_run, parse_agent
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.agentbench import isolation
+from atrex_mcp.agentbench.agents import AgentTask, ClaudeDriver, CodexDriver, CommandDriver
+from atrex_mcp.agentbench.collect import collect_submission
+from atrex_mcp.agentbench.endpoint import McpEndpoint
+from atrex_mcp.agentbench.models import AgentSpec
+from atrex_mcp.agentbench.process import run_agent
+from atrex_mcp.agentbench.progress import ProgressBoard
+from atrex_mcp.agentbench.prompts import OPTIMIZER_TOOLS, VANILLA_TOOLS, render_prompt
+from atrex_mcp.agentbench.runner import RunRequest, open_run, parse_agent
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import package_source
 
@@ -60,8 +60,8 @@ def test_prompt_is_complete_and_names_nothing_evaluator_only(condition):
 def test_the_condition_tool_lists_cover_every_tool_of_the_server(tmp_path):
     import anyio
 
-    from atrex_mcp.bench.prompts import SERVER_TOOLS
-    from atrex_mcp.server import ServerConfig, build_server
+    from atrex_mcp.agentbench.prompts import SERVER_TOOLS
+    from atrex_mcp.server.app import ServerConfig, build_server
 
     server = build_server(ServerConfig(mode="benchmark", state_dir=tmp_path, workspaces=[tmp_path], devices=["cpu"]))
     assert {t.name for t in anyio.run(server.list_tools)} == set(SERVER_TOOLS)

@@ -303,7 +303,7 @@ def test_a_closed_pipe_ends_quietly():
 
 
 def test_an_interrupted_bench_eval_with_only_settings_accepts_new_settings(tmp_path, capsys):
-    from atrex_mcp.bench.runner import RunRequest, open_run
+    from atrex_mcp.agentbench.runner import RunRequest, open_run
 
     _, layout = open_run(RunRequest(out=tmp_path / "run", agent="/bin/true", ops="rms_norm", agent_uid="same"))
     argv = ["bench", "eval", str(layout.root), "--plain", "--seeds"]

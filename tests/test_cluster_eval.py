@@ -16,7 +16,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from atrex_mcp.bench.evaluation import EvalSettings, evaluate_run  # noqa: E402
+from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run  # noqa: E402
 from atrex_mcp.cli import main  # noqa: E402
 from atrex_mcp.cluster import engine  # noqa: E402
 from atrex_mcp.cluster.dispatch import ClusterRecord, ShardFile  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from atrex_mcp.catalog import Catalog  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.cluster.engine import connect as connect_cluster  # noqa: E402
 from atrex_mcp.cluster.engine import local_cluster  # noqa: E402
 from atrex_mcp.cluster.remote import ClusterPool  # noqa: E402

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate import evaluator
 from atrex_mcp.evaluate.evaluator import _Evaluation

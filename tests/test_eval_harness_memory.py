@@ -8,7 +8,7 @@ import weakref
 import pytest
 import torch
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import evaluator
 from atrex_mcp.evaluate import taxonomy as tx
 from eval_support import EXAMPLES, make_problem_root, run_eval

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main as cli_main
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import EvalRequest, evaluate

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.dsl import CANDIDATE_DSL, FRAMEWORK, GENERATED, LIBRARY, TritonAdapter, dsl_share
 from atrex_mcp.evaluate.leakguard import MASK, LeakGuard
 from eval_support import CANARY, EXAMPLES, ROOT, make_problem_root

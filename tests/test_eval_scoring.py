@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main as cli_main
 from atrex_mcp.evaluate import scoring
 from atrex_mcp.evaluate import taxonomy as tx

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import EvalRequest, Standby, evaluate, open_session
 from eval_support import CANARY, EXAMPLES, make_problem_root
 

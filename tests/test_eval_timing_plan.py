@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.evaluator import (CHECKABLE_SETS, MAX_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES, TIMING_MEMORY_SHARE,
                                           _Evaluation, timing_sets)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.models import ShapeResult
 from atrex_mcp.evaluate.session import source_defines_model

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import CandidateFailed, LaunchOptions, open_session, time_interleaved
 from eval_support import EXAMPLES, make_problem_root
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.candidate_contract import check_contract, strip_main_block
 from atrex_mcp.package import package_source

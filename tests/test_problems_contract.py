@@ -30,7 +30,7 @@ from problem_contract import (
     smoke,
 )
 
-from atrex_mcp.catalog import Shape
+from atrex_mcp.problemset.catalog import Shape
 
 OPS = catalog().names()
 

@@ -1,9 +1,9 @@
-"""Every shipped operator rejects trivial candidates at its smoke shape (atrex_mcp.problem_check)."""
+"""Every shipped operator rejects trivial candidates at its smoke shape (atrex_mcp.problemset.check)."""
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
-from atrex_mcp.problem_check import check_problem, check_problems
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.check import check_problem, check_problems
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from atrex_mcp.cli import main
-from atrex_mcp.hardware import load_profile
-from atrex_mcp.roofline import Workload, t_sol_ms
+from atrex_mcp.problemset.hardware import load_profile
+from atrex_mcp.problemset.roofline import Workload, t_sol_ms
 from tests.problemset_fixtures import make_problem
 
 

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atrex_mcp import workload_formulas as wf
-from atrex_mcp.catalog import Catalog
-from atrex_mcp.flop_counter import count_forward, count_problem, storage_path
+from atrex_mcp.problemset import formulas as wf
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.flop_counter import count_forward, count_problem, storage_path
 
 
 def _count(fn, **inputs):

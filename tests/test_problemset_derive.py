@@ -3,9 +3,9 @@
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.problem_derive import add_problem, derive_hidden, validate_problem
+from atrex_mcp.problemset.derive import add_problem, derive_hidden, validate_problem
 from tests.problemset_fixtures import INPUT, REFERENCE, SHAPES, make_problem
 
 

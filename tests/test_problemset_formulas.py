@@ -1,4 +1,4 @@
-"""Closed-form W/Q (atrex_mcp.workload_formulas) against values worked out by hand from the
+"""Closed-form W/Q (atrex_mcp.problemset.formulas) against values worked out by hand from the
 SPEC §3 formulas, one or more shapes per operator family; conventions of docs/roofline.md."""
 
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from atrex_mcp import workload_formulas as wf
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset import formulas as wf
+from atrex_mcp.problemset.catalog import Catalog
 
 # (op, shape id, the shape's inputs the hand computation assumes, label, W, Q_read, Q_write)
 HAND = [

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.models import KernelTime, ShapeResult
 from atrex_mcp.profiling.service import PROFILED_CALLS, capture_counters, counters_from_eval, profile_kernel

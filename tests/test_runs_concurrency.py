@@ -16,7 +16,7 @@ CLIENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from pathlib import Path
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.runs.iterations import RunService
     from atrex_mcp.runs.store import RunStore
     from tests.runs_fixtures import ScriptedJudge, plan, source

@@ -5,7 +5,7 @@ verdict says so instead of inventing a speed-up."""
 import pytest
 import torch
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.evaluator_judge import EvaluatorJudge
 from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.store import RunStore

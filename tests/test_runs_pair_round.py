@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from atrex_mcp.catalog import Shape
+from atrex_mcp.problemset.catalog import Shape
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.timing_checks import side_stream
 from atrex_mcp.evaluate import taxonomy as tx

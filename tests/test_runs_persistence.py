@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.store import RunStore
 from tests.runs_fixtures import ScriptedJudge, loop_with_iterations, make_problem_root
@@ -37,7 +37,7 @@ WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from pathlib import Path
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.runs.iterations import RunService
     from atrex_mcp.runs.store import RunStore
     from tests.runs_fixtures import ScriptedJudge, plan, source

@@ -8,7 +8,7 @@ import pytest
 
 from atrex_mcp import cli
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.server import build_server
+from atrex_mcp.server.app import build_server
 from atrex_mcp.wiki.corpus import OP_FAMILIES
 from tests.server_fixtures import config, connect, result_text
 

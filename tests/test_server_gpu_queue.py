@@ -5,7 +5,7 @@ waiting jobs hear their queue position."""
 import anyio
 import pytest
 
-from atrex_mcp.gpu_queue import GpuQueue
+from atrex_mcp.server.gpu_queue import GpuQueue
 
 
 @pytest.fixture

@@ -9,16 +9,16 @@ import shutil
 
 import pytest
 
-from atrex_mcp.bench.endpoint import server_command
-from atrex_mcp.bench.prompts import allowed_tools, render_prompt
-from atrex_mcp.bench.report import MainRow
-from atrex_mcp.bench.report_render import _main_row
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.agentbench.endpoint import server_command
+from atrex_mcp.agentbench.prompts import allowed_tools, render_prompt
+from atrex_mcp.agentbench.report import MainRow
+from atrex_mcp.agentbench.report_render import _main_row
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.policy import Policy
-from atrex_mcp.server import ServerConfig, build_server
+from atrex_mcp.server.app import ServerConfig, build_server
 from atrex_mcp.wiki.corpus import WikiEntry
 from atrex_mcp.wiki.solutions import solved_names
 from tests.server_fixtures import config, connect
@@ -147,7 +147,7 @@ def test_results_and_reports_record_the_condition(tmp_path):
 
 
 def test_bench_runs_start_the_server_with_their_condition(tmp_path):
-    from atrex_mcp.bench.models import RunConfig
+    from atrex_mcp.agentbench.models import RunConfig
 
     legacy = {"name": "old", "agent": {"kind": "claude"}, "ops": ["rms_norm"], "dsl": "triton", "condition": "optimizer",
               "budget_s": 60.0, "problems": [str(problems_dir())], "hardware": "h200", "server": "stdio",

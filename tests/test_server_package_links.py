@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import package_source
 from atrex_mcp.paths import REPO_ROOT, problems_dir

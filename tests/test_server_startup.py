@@ -18,7 +18,7 @@ _STARTUP = """
 import json, sys
 from pathlib import Path
 from atrex_mcp.cli import build_parser
-from atrex_mcp.server import ServerConfig, build_server
+from atrex_mcp.server.app import ServerConfig, build_server
 build_parser()
 build_server(ServerConfig(state_dir=Path(sys.argv[1]), workspaces=[Path(sys.argv[1])]))
 print(json.dumps(sorted(m for m in sys.argv[2:] if m in sys.modules)))

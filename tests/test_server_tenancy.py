@@ -18,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.runs.store import RunStore
-from atrex_mcp.transport import HttpSettings, check_settings, client_id, is_wildcard
+from atrex_mcp.server.transport import HttpSettings, check_settings, client_id, is_wildcard
 from tests.runs_fixtures import ScriptedJudge, make_service, source
 from tests.server_fixtures import config, connect, free_port, wait_for_port
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from atrex_mcp.tool_models import ProblemDetail, ToolOutput
-from atrex_mcp.server import fit_output
+from atrex_mcp.server.models import ProblemDetail, ToolOutput
+from atrex_mcp.server.app import fit_output
 from tests.server_fixtures import ERAS, config, connect
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace import TraceSpec, build_snapshot
 from tests.trace_fixtures import BF16, KinetoBuilder
 

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.trace import TraceSpec, build_snapshot, import_traces

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.trace import TraceSpec, build_snapshot, import_traces
 from atrex_mcp.trace.weights import read_app_shares

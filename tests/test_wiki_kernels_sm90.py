@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.wiki.corpus import kernel_front_matter
 
 ROOT = Path(__file__).resolve().parent.parent

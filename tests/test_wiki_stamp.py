@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.wiki.corpus import kernel_front_matter
 from atrex_mcp.wiki.stamp import main
 

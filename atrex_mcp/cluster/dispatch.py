@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from atrex_mcp.bench.layout import RunLayout, write_json_atomic
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.agentbench.layout import RunLayout, write_json_atomic
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cluster.engine import GPU, Connection
 from atrex_mcp.cluster.merge import merge_results
 from atrex_mcp.cluster.shards import (

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cluster.engine import GPU, Connection
 from atrex_mcp.cluster.shards import announce, current_worker, problem_digest, shard_catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo

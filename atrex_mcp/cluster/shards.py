@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from atrex_mcp.catalog import HIDDEN_FILES, VISIBLE_FILES, Catalog
+from atrex_mcp.problemset.catalog import HIDDEN_FILES, VISIBLE_FILES, Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
 

@@ -79,7 +79,7 @@ def register(subparsers) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from atrex_mcp.bench.runner import BenchRunner, RunRequest, open_run
+    from atrex_mcp.agentbench.runner import BenchRunner, RunRequest, open_run
 
     request = RunRequest(out=args.out, agent=args.agent, ops=args.ops, dsl=args.dsl, condition=args.condition,
                          knowledge=args.knowledge, model=args.model,
@@ -95,7 +95,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    from atrex_mcp.bench.evaluation import EvalSettings, evaluate_run
+    from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run
     from atrex_mcp.errors import AtrexError
     from atrex_mcp.evaluate.device import has_gpu
 
@@ -115,8 +115,8 @@ def eval_command(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from atrex_mcp.bench.report import build_report
-    from atrex_mcp.bench.report_render import write_report
+    from atrex_mcp.agentbench.report import build_report
+    from atrex_mcp.agentbench.report_render import write_report
     from atrex_mcp.errors import AtrexError
 
     if args.out is None and len(args.run_dirs) > 1:

@@ -105,7 +105,7 @@ def exit_code(result) -> int:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.progress import ShapeProgress, clock
     from atrex_mcp.errors import AtrexError
     from atrex_mcp.evaluate import EvalRequest, evaluate

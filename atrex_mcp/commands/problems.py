@@ -70,7 +70,7 @@ def _weight(text: str) -> float:
 
 
 def _catalog(args: argparse.Namespace):
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
 
     return Catalog(args.problems) if args.problems else Catalog()
 
@@ -118,7 +118,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from atrex_mcp.problem_template import write_template
+    from atrex_mcp.problemset.template import write_template
 
     target = write_template(args.name, args.dir)
     print(f"wrote {target}/reference.py, input.py and shapes.json")
@@ -128,7 +128,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    from atrex_mcp.problem_derive import add_problem
+    from atrex_mcp.problemset.derive import add_problem
 
     target = add_problem(args.path, args.into, weight=args.weight)
     print(f"added {target.name} (weight {args.weight:g}): hidden files derived in {target}")
@@ -136,7 +136,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from atrex_mcp.problem_build import DEFAULT_SOURCE, build
+    from atrex_mcp.problemset.build import DEFAULT_SOURCE, build
 
     report = build(args.problems[0] if args.problems else None, args.source or DEFAULT_SOURCE, args.ops or None)
     print(f"built {len(report.built)}: {', '.join(report.built)}")
@@ -150,7 +150,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from atrex_mcp.problem_check import check_problems
+    from atrex_mcp.problemset.check import check_problems
 
     results = check_problems(_catalog(args), args.ops or None)
     if args.json:

@@ -34,9 +34,9 @@ def register(subparsers) -> None:
 
 def rows(op: str, hardware: str, roots: list[Path] | None = None) -> list[RooflineRow]:
     """Recomputed from the stored W/Q, so any profile works, including ones added after the build."""
-    from atrex_mcp.catalog import Catalog
-    from atrex_mcp.hardware import load_profile
-    from atrex_mcp.roofline import Workload, bound, t_sol_ms
+    from atrex_mcp.problemset.catalog import Catalog
+    from atrex_mcp.problemset.hardware import load_profile
+    from atrex_mcp.problemset.roofline import Workload, bound, t_sol_ms
 
     profile = load_profile(hardware)
     catalog = Catalog(roots) if roots else Catalog()
@@ -51,7 +51,7 @@ def rows(op: str, hardware: str, roots: list[Path] | None = None) -> list[Roofli
 
 
 def run(args: argparse.Namespace) -> int:
-    from atrex_mcp.hardware import DEFAULT_PROFILE
+    from atrex_mcp.problemset.hardware import DEFAULT_PROFILE
 
     hardware = args.hardware or DEFAULT_PROFILE
     table = rows(args.op, hardware, args.problems)

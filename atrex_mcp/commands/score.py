@@ -23,7 +23,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.errors import AtrexError
     from atrex_mcp.evaluate.table import main_table, render_markdown
 

@@ -13,8 +13,8 @@ from atrex_mcp.commands.grammar import add_problems_option, count
 from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS, KNOWLEDGE_HELP
 
 if TYPE_CHECKING:
-    from atrex_mcp.server import ServerConfig
-    from atrex_mcp.transport import HttpSettings
+    from atrex_mcp.server.app import ServerConfig
+    from atrex_mcp.server.transport import HttpSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         _serve(args, http=None)
         return 0
-    from atrex_mcp.transport import HttpSettings, check_settings
+    from atrex_mcp.server.transport import HttpSettings, check_settings
 
     tokens = []
     for var in args.token_env:
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
     from atrex_mcp.paths import default_state_dir, problems_dir
     from atrex_mcp.policy import Redactor
-    from atrex_mcp.server import ServerConfig
+    from atrex_mcp.server.app import ServerConfig
 
     config = ServerConfig(
         mode="benchmark" if args.benchmark_mode else "optimize",
@@ -106,7 +106,7 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
     if args.cluster is None:
         _run(config, http)
         return
-    from atrex_mcp.catalog import Catalog
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.cluster.engine import connect
     from atrex_mcp.cluster.remote import ClusterPool
 
@@ -116,11 +116,11 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
 
 
 def _run(config: ServerConfig, http: HttpSettings | None) -> None:
-    from atrex_mcp.server import build_server
+    from atrex_mcp.server.app import build_server
 
     if http is None:
         build_server(config).run()
     else:
-        from atrex_mcp.transport import serve_http
+        from atrex_mcp.server.transport import serve_http
 
         serve_http(config, http)

@@ -8,7 +8,7 @@ recompile limit so later shapes are not silently left in eager mode.
 
 from __future__ import annotations
 
-from atrex_mcp.catalog import VisibleProblem
+from atrex_mcp.problemset.catalog import VisibleProblem
 
 TORCH_COMPILE_SOURCE = '''"""Baseline: the reference under torch.compile (static shapes, one graph per shape)."""
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from atrex_mcp.catalog import Catalog, Shape, VisibleProblem
+from atrex_mcp.problemset.catalog import Catalog, Shape, VisibleProblem
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate import device, dsl, scoring, timing_checks, timing_witness
 from atrex_mcp.evaluate import taxonomy as tx

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from atrex_mcp.catalog import Catalog, Shape
+from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.flop_counter import tensor_bytes
+from atrex_mcp.problemset.flop_counter import tensor_bytes
 
 COPIES = 2  # the worker's inputs for the candidate, and the trusted side's for the reference
 # Rough costs: a worker start, then per seed a fixed part and the input bytes at the Triton

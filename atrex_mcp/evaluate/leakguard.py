@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 
 MASK = "<num>"

@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from atrex_mcp.catalog import Catalog, HiddenProblem
+from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
 from atrex_mcp.errors import AtrexError
 
 

@@ -32,7 +32,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from atrex_mcp.catalog import Catalog, Shape
+from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import device as eval_device
 from atrex_mcp.evaluate import taxonomy as tx

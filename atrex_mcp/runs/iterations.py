@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from atrex_mcp.candidate_contract import check_contract
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import PackageResult, package_source
 from atrex_mcp.runs.acceptance import AcceptanceRule, decide

@@ -1,5 +1,5 @@
 """The roofline a run is measured against: per target shape T_SOL, bound and intensity on the
-run's hardware profile (computed by atrex_mcp.roofline from the problem's hidden W/Q, trusted
+run's hardware profile (computed by atrex_mcp.problemset.roofline from the problem's hidden W/Q, trusted
 side only) and where the profile's peaks come from; and S of a kernel's times against it.
 What an agent may see of it is the policy's decision (run_state's reveal_figures)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from atrex_mcp.catalog import Catalog
-from atrex_mcp.hardware import load_profile
-from atrex_mcp.roofline import Workload, arithmetic_intensity, bound, t_sol_ms
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.hardware import load_profile
+from atrex_mcp.problemset.roofline import Workload, arithmetic_intensity, bound, t_sol_ms
 
 
 def run_roofline(catalog: Catalog, op: str, shape_ids: list[str], hardware: str) -> dict[str, Any]:

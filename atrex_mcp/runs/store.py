@@ -28,7 +28,7 @@ from typing import Any
 
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.runs.models import AuditEvent, IterationRecord, MaskRecord, RunRecord
-from atrex_mcp.transport import LOCAL_CLIENT
+from atrex_mcp.server.transport import LOCAL_CLIENT
 
 DB_NAME = "runs.sqlite3"
 SCHEMA_VERSION = 2

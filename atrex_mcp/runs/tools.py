@@ -24,10 +24,10 @@ from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.measure import Judge
 from atrex_mcp.runs.models import IterationRecord, KernelTimes, MaskRecord, Plan, RunState
 from atrex_mcp.runs.store import RunStore
-from atrex_mcp.tool_models import OpArg, PackageOutput, PathArg, ShapesArg, SourceArg, ToolOutput
+from atrex_mcp.server.models import OpArg, PackageOutput, PathArg, ShapesArg, SourceArg, ToolOutput
 
 if TYPE_CHECKING:
-    from atrex_mcp.server import ServerContext
+    from atrex_mcp.server.app import ServerContext
 
 RunIdArg = Annotated[str, Field(min_length=1, max_length=64, description="Run id returned by start_run, e.g. 'run-1a2b3c4d5e6f'.")]
 JudgeFactory = Callable[[str], Judge]

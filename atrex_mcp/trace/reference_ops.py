@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 
 NAMESPACE = "atrex"
 _LIBRARY: torch.library.Library | None = None

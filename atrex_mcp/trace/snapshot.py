@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from atrex_mcp import __version__
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.trace.attribution import Attribution, Call, attribute
 from atrex_mcp.trace.events import load_trace

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace import reference_ops
 
 Form = Literal["named", "range", "anonymous"]

@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.wiki.corpus import kernel_front_matter
 

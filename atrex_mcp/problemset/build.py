@@ -4,7 +4,7 @@ authors wrote:
 
   problems/<op>/metadata.json   dtype, phase, weights, output kinds, per-shape description and
                                 production timings, deviations (the op's CHANGES.md section)
-  problems/<op>/roofline.json   closed-form W/Q (atrex_mcp.workload_formulas) per scored shape,
+  problems/<op>/roofline.json   closed-form W/Q (atrex_mcp.problemset.formulas) per scored shape,
                                 T_SOL and bound on every hardware profile
   problems/weights.json         raw importance weights and their normalisation to sum 1
 
@@ -20,17 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atrex_mcp import workload_formulas
-from atrex_mcp.catalog import WEIGHTS_FILE, Catalog, VisibleProblem
+from atrex_mcp.problemset import formulas as workload_formulas
+from atrex_mcp.problemset.catalog import WEIGHTS_FILE, Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.hardware import load_all_profiles
+from atrex_mcp.problemset.hardware import load_all_profiles
 from atrex_mcp.paths import REPO_ROOT, problems_dir
-from atrex_mcp.problem_files import PRODUCTION_NOTE, describe_output, roofline_document, run_reference, write_json
-from atrex_mcp.roofline import shape_record
+from atrex_mcp.problemset.files import PRODUCTION_NOTE, describe_output, roofline_document, run_reference, write_json
+from atrex_mcp.problemset.roofline import shape_record
 
 DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "atrex-ops"
 CHANGES_FILE = "CHANGES.md"
-COUNTING = "closed-form SPEC §3 (atrex_mcp.workload_formulas; conventions in docs/roofline.md)"
+COUNTING = "closed-form SPEC §3 (atrex_mcp.problemset.formulas; conventions in docs/roofline.md)"
 
 
 @dataclass

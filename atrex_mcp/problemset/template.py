@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.catalog import VISIBLE_FILES
+from atrex_mcp.problemset.catalog import VISIBLE_FILES
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 

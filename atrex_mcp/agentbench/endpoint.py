@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import atrex_mcp
-from atrex_mcp.bench.models import RunConfig, ServerTransport
-from atrex_mcp.bench.prompts import SERVER_NAME
+from atrex_mcp.agentbench.models import RunConfig, ServerTransport
+from atrex_mcp.agentbench.prompts import SERVER_NAME
 from atrex_mcp.errors import AtrexError
 
 TOKEN_ENV = "ATREX_MCP_TOKEN"

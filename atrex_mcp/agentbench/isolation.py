@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from atrex_mcp.bench.models import Isolation, ServerTransport
-from atrex_mcp.catalog import HIDDEN_FILES, WEIGHTS_FILE
+from atrex_mcp.agentbench.models import Isolation, ServerTransport
+from atrex_mcp.problemset.catalog import HIDDEN_FILES, WEIGHTS_FILE
 from atrex_mcp.errors import AtrexError
 
 NOBODY = 65534

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from atrex_mcp.catalog import Catalog, Shape
-from atrex_mcp.hardware import DEFAULT_PROFILE, load_all_profiles
-from atrex_mcp.roofline import Workload, shape_record
+from atrex_mcp.problemset.catalog import Catalog, Shape
+from atrex_mcp.problemset.hardware import DEFAULT_PROFILE, load_all_profiles
+from atrex_mcp.problemset.roofline import Workload, shape_record
 
 PRODUCTION_NOTE = (
     "production_us['XPU-A'] is the time of the deployed production kernel measured on XPU-A, another "

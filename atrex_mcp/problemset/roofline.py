@@ -3,7 +3,7 @@
     T_SOL[ms] = 1000 * max( sum_d W_d / P_d , (Q_read + Q_write) / B )
 
 W_d is the arithmetic work counted under dtype path d (one label per shipped operator, several
-for a user problem counted by atrex_mcp.flop_counter), P_d that path's peak, Q the bytes read and
+for a user problem counted by atrex_mcp.problemset.flop_counter), P_d that path's peak, Q the bytes read and
 written, B the HBM bandwidth. The larger term names the bound.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from atrex_mcp.hardware import DtypePath, HardwareProfile
+from atrex_mcp.problemset.hardware import DtypePath, HardwareProfile
 
 Bound = Literal["memory", "compute"]
 

@@ -21,9 +21,9 @@ from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel, Field, ValidationError
 
-from atrex_mcp.bench.layout import RunLayout, RunStore, write_json_atomic
-from atrex_mcp.bench.progress import ProgressBoard
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.agentbench.layout import RunLayout, RunStore, write_json_atomic
+from atrex_mcp.agentbench.progress import ProgressBoard
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cluster.dispatch import Job
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate import footprint

@@ -4,7 +4,7 @@
 class, make_inputs(*, seed, device=..., **shape inputs), a shapes.json with scored shapes and one
 smoke shape, input keys equal to forward's parameters, deterministic inputs, and a reference
 that runs at the smoke shape. `derive_hidden(dir)` counts W/Q of every scored shape with the
-dispatch-level counter (atrex_mcp.flop_counter) and writes metadata.json and roofline.json.
+dispatch-level counter (atrex_mcp.problemset.flop_counter) and writes metadata.json and roofline.json.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any
 
 import torch
 
-from atrex_mcp.catalog import VISIBLE_FILES, Catalog
+from atrex_mcp.problemset.catalog import VISIBLE_FILES, Catalog
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.flop_counter import count_problem
-from atrex_mcp.hardware import DtypePath
-from atrex_mcp.problem_files import describe_output, roofline_document, run_reference, write_json
-from atrex_mcp.roofline import Workload
+from atrex_mcp.problemset.flop_counter import count_problem
+from atrex_mcp.problemset.hardware import DtypePath
+from atrex_mcp.problemset.files import describe_output, roofline_document, run_reference, write_json
+from atrex_mcp.problemset.roofline import Workload
 
-COUNTING = "dispatch-level counter, SPEC §0.5 rules (atrex_mcp.flop_counter; conventions in docs/roofline.md)"
+COUNTING = "dispatch-level counter, SPEC §0.5 rules (atrex_mcp.problemset.flop_counter; conventions in docs/roofline.md)"
 
 
 def _invalid(problem_dir: Path, message: str, hint: str = "") -> AtrexError:

@@ -1,7 +1,7 @@
 """Hardware profiles as data: peak rates per dtype path, HBM bandwidth and a few device facts,
 each value carrying the source it was taken from.
 
-The profiles live in atrex_mcp/hardware_profiles/<name>.json. `h200` (vendor datasheet, dense)
+The profiles live in atrex_mcp/problemset/hardware_profiles/<name>.json. `h200` (vendor datasheet, dense)
 is the default roofline basis; `h200-measured` holds what library kernels reached on one H200,
 so a kernel can legitimately beat a T_SOL computed on it.
 """

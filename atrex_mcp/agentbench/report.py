@@ -23,11 +23,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from atrex_mcp.bench.evaluation import SETTINGS_FILE, EvalError, StoredSettings
-from atrex_mcp.bench.layout import RunLayout, RunStore, now_iso
-from atrex_mcp.bench.models import OpState, RunConfig
+from atrex_mcp.agentbench.evaluation import SETTINGS_FILE, EvalError, StoredSettings
+from atrex_mcp.agentbench.layout import RunLayout, RunStore, now_iso
+from atrex_mcp.agentbench.models import OpState, RunConfig
 from atrex_mcp.candidate_contract import RULES as CONTRACT_RULES
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import scoring
 from atrex_mcp.evaluate.models import EvalResult

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from atrex_mcp.bench.models import OpState, RunConfig
+from atrex_mcp.agentbench.models import OpState, RunConfig
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.runs.store import now_iso
 

@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import TextIO
 
 from atrex_mcp import __version__
-from atrex_mcp.bench import isolation
-from atrex_mcp.bench.agents import PROMPT_FILE, AgentTask, driver_for
-from atrex_mcp.bench.collect import collect_submission
-from atrex_mcp.bench.endpoint import McpEndpoint, http_server, stdio_endpoint
-from atrex_mcp.bench.layout import RunLayout, RunStore, now_iso
-from atrex_mcp.bench.models import AgentSpec, OpState, RunConfig
-from atrex_mcp.bench.process import run_agent
-from atrex_mcp.bench.progress import ProgressBoard
-from atrex_mcp.bench.prompts import allowed_tools, render_prompt
+from atrex_mcp.agentbench import isolation
+from atrex_mcp.agentbench.agents import PROMPT_FILE, AgentTask, driver_for
+from atrex_mcp.agentbench.collect import collect_submission
+from atrex_mcp.agentbench.endpoint import McpEndpoint, http_server, stdio_endpoint
+from atrex_mcp.agentbench.layout import RunLayout, RunStore, now_iso
+from atrex_mcp.agentbench.models import AgentSpec, OpState, RunConfig
+from atrex_mcp.agentbench.process import run_agent
+from atrex_mcp.agentbench.progress import ProgressBoard
+from atrex_mcp.agentbench.prompts import allowed_tools, render_prompt
 from atrex_mcp.candidate_contract import DSL_DECORATORS
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.knowledge import default_knowledge
 from atrex_mcp.paths import problems_dir

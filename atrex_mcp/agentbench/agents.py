@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from atrex_mcp.bench.endpoint import TOKEN_ENV, McpEndpoint
-from atrex_mcp.bench.isolation import which
-from atrex_mcp.bench.models import AgentSpec, TokenUsage
-from atrex_mcp.bench.prompts import SERVER_NAME, SERVER_TOOLS
+from atrex_mcp.agentbench.endpoint import TOKEN_ENV, McpEndpoint
+from atrex_mcp.agentbench.isolation import which
+from atrex_mcp.agentbench.models import AgentSpec, TokenUsage
+from atrex_mcp.agentbench.prompts import SERVER_NAME, SERVER_TOOLS
 from atrex_mcp.errors import AtrexError
 
 MCP_CONFIG_FILE = "mcp.json"

@@ -30,7 +30,7 @@ from atrex_mcp.errors import AtrexError
 if TYPE_CHECKING:  # the server (and torch behind it) loads only once the settings passed
     from starlette.applications import Starlette
 
-    from atrex_mcp.server import ServerConfig
+    from atrex_mcp.server.app import ServerConfig
 
 MIN_TOKEN_CHARS = 16
 LOCAL_CLIENT = "local"
@@ -136,7 +136,7 @@ def transport_security(http: HttpSettings) -> TransportSecuritySettings:
 
 def build_http_app(config: ServerConfig, http: HttpSettings) -> Starlette:
     """The ASGI app: the tools behind the token check and the Host/Origin guard."""
-    from atrex_mcp.server import build_server
+    from atrex_mcp.server.app import build_server
 
     check_settings(http)
     name = http.allowed_hosts[0] if is_wildcard(http.host) else (f"[{http.host}]" if ":" in http.host else http.host)

@@ -20,7 +20,7 @@ import torch
 from pydantic import BaseModel, Field
 from torch.utils._pytree import tree_map
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.compare import compare_outputs, flatten_outputs
 
 SEED, OTHER_SEED = 0, 1

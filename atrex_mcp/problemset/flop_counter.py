@@ -42,8 +42,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from atrex_mcp.hardware import DtypePath
-from atrex_mcp.roofline import Workload
+from atrex_mcp.problemset.hardware import DtypePath
+from atrex_mcp.problemset.roofline import Workload
 
 _FP8 = {d for d in vars(torch).values() if isinstance(d, torch.dtype) and "float8" in str(d)}
 _HALF_PATHS: dict[torch.dtype, DtypePath] = {torch.bfloat16: "bf16", torch.float16: "fp16"}

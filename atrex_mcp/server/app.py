@@ -35,13 +35,13 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from atrex_mcp import __version__, candidate_contract
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
-from atrex_mcp.gpu_queue import GpuQueue, JobKind
+from atrex_mcp.server.gpu_queue import GpuQueue, JobKind
 from atrex_mcp.knowledge import Knowledge, default_knowledge, withheld_operators
 from atrex_mcp.paths import default_state_dir, problems_dir
 from atrex_mcp.policy import Policy
-from atrex_mcp.tool_models import (
+from atrex_mcp.server.models import (
     DtypePathArg,
     HardwareArg,
     Mode,
@@ -60,7 +60,7 @@ from atrex_mcp.tool_models import (
     WikiReadResult,
     WikiSearchResult,
 )
-from atrex_mcp.transport import LOCAL_CLIENT
+from atrex_mcp.server.transport import LOCAL_CLIENT
 from atrex_mcp.wiki.corpus import OP_FAMILIES
 from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
 
@@ -465,8 +465,8 @@ def _register_tools(app: ServerContext) -> None:
         on a hardware profile, with the bound and arithmetic intensity. Works in every mode on
         your own counts. In optimize mode, `op` + `shape` instead return that problem shape's
         figures. Cheap."""
-        roofline = app.service("atrex_mcp.roofline")
-        hardware_mod = app.service("atrex_mcp.hardware")
+        roofline = app.service("atrex_mcp.problemset.roofline")
+        hardware_mod = app.service("atrex_mcp.problemset.hardware")
         profile = hardware_mod.load_profile(hardware or config.hardware)
         if op is not None or shape is not None:
             policy.require_roofline("A problem's roofline figures")
@@ -655,7 +655,7 @@ RUN_TOOLS_MODULE = "atrex_mcp.runs.tools"  # provides register_run_tools(server,
 def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVerifier | None = None,
                  auth: AuthSettings | None = None) -> MCPServer:
     """A server with every tool registered (the run-memory tools too, when that part is
-    installed). `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.transport)."""
+    installed). `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.server.transport)."""
     config = config or ServerConfig()
     instructions = INSTRUCTIONS if config.knowledge != "none" else INSTRUCTIONS.replace(WIKI_SENTENCE, "")
     server = MCPServer("atrex-mcp", version=__version__, instructions=instructions, token_verifier=token_verifier,

@@ -6,7 +6,7 @@ A problem is a folder `<root>/<op>/` with the five-file contract:
   hidden:  metadata.json, roofline.json   (and the set-level weights.json)
 `Catalog.visible()` never opens a hidden file; `Catalog.hidden()` is for trusted code only
 (evaluator scoring, optimise-mode policy, reports). A folder without hidden files (a user's
-own problem) gets them derived on demand by atrex_mcp.problem_derive.
+own problem) gets them derived on demand by atrex_mcp.problemset.derive.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ class Catalog:
     def hidden(self, op: str) -> HiddenProblem:
         d = self.problem_dir(op)
         if not all((d / f).is_file() for f in HIDDEN_FILES):
-            from atrex_mcp.problem_derive import derive_hidden
+            from atrex_mcp.problemset.derive import derive_hidden
 
             derive_hidden(d)
         return HiddenProblem(

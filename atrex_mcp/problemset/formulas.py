@@ -18,8 +18,8 @@ import math
 from typing import Any, Callable
 
 from atrex_mcp.errors import unknown_choice
-from atrex_mcp.hardware import DtypePath
-from atrex_mcp.roofline import Workload
+from atrex_mcp.problemset.hardware import DtypePath
+from atrex_mcp.problemset.roofline import Workload
 
 Params = dict[str, Any]
 Formula = Callable[[Params, Params], Workload]

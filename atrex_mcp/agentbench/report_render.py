@@ -15,8 +15,8 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from atrex_mcp.bench.figures import FIGURES, draw_all
-from atrex_mcp.bench.report import BenchReport, MainRow, RunReport
+from atrex_mcp.agentbench.figures import FIGURES, draw_all
+from atrex_mcp.agentbench.report import BenchReport, MainRow, RunReport
 
 NA = "n/a"
 

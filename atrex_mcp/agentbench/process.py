@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from atrex_mcp.bench.isolation import AgentIdentity
+from atrex_mcp.agentbench.isolation import AgentIdentity
 
 TERM_GRACE_S = 5.0
 MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from atrex_mcp.bench.report import BenchReport
+from atrex_mcp.agentbench.report import BenchReport
 
 FIGURES = {
     "correctness_dsl.png": "Correctness and DSL-dominant operators per run",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import string
 from importlib import resources
 
-from atrex_mcp.bench.models import Condition
+from atrex_mcp.agentbench.models import Condition
 from atrex_mcp.knowledge import Knowledge
 
 SERVER_NAME = "atrex"  # the MCP server's name in every agent config: Claude sees mcp__atrex__<tool>
@@ -37,7 +37,7 @@ def allowed_tools(condition: Condition, knowledge: Knowledge = "full") -> tuple[
 
 
 def template(condition: Condition) -> str:
-    return resources.files("atrex_mcp.bench").joinpath("prompts", f"{condition}.md").read_text()
+    return resources.files("atrex_mcp.agentbench").joinpath("prompts", f"{condition}.md").read_text()
 
 
 def render_prompt(condition: Condition, op: str, dsl: str, budget_s: float, knowledge: Knowledge = "full") -> str:

@@ -8,7 +8,7 @@ failure. The kernel comes from a folder of known-good kernels (`--kernels DIR`, 
 `<op>.py` or `<op>_triton.py`), or, when the condition allows the wiki tools, from the wiki's
 validated kernels (wiki_search + wiki_read). CI uses it to run operators end to end on CPU;
 it is also the smallest example of the generic agent contract (environment variables listed
-in atrex_mcp.bench.agents.CommandDriver).
+in atrex_mcp.agentbench.agents.CommandDriver).
 
     atrex-mcp bench run --agent "python3 examples/bench_scripted_agent.py --kernels gpu_wiki/kernels" \
         --ops rms_norm,silu_and_mul,l2_norm --out runs/scripted

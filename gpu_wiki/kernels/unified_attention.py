@@ -5,18 +5,20 @@ operator = "unified_attention"
 op_family = ["attention"]
 dsl = ["triton"]
 hardware = ["hopper", "any"]
-tags = ["unified attention", "paged attention", "prefill", "varlen", "cu_seqlens", "block table", "kv cache", "gqa", "causal", "flash attention", "online softmax", "exp2", "binary search", "head dim 72", "head dim 256", "compute-bound"]
+tags = ["unified attention", "paged attention", "prefill", "varlen", "cu_seqlens", "block table", "kv cache", "gqa",
+        "causal", "flash attention", "online softmax", "exp2", "binary search", "head dim 72", "head dim 256",
+        "compute-bound"]
 sources = [
-  "Dao, FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning, 2023 — https://arxiv.org/abs/2307.08691",
-  "Kwon et al., Efficient Memory Management for Large Language Model Serving with PagedAttention, SOSP 2023 — https://arxiv.org/abs/2309.06180",
-  "vLLM Triton unified attention kernel (q-block binary search, GQA rows) — https://github.com/vllm-project/vllm/blob/main/vllm/attention/ops/triton_unified_attention.py",
+  "Dao, FlashAttention-2, 2023 — https://arxiv.org/abs/2307.08691",
+  "Kwon et al., PagedAttention (vLLM), SOSP 2023 — https://arxiv.org/abs/2309.06180",
+  "vLLM triton_unified_attention.py — https://github.com/vllm-project/vllm/tree/main/vllm/attention/ops",
   "Triton tutorial: Fused Attention — https://triton-lang.org/main/getting-started/tutorials/06-fused-attention.html",
 ]
 validated_shapes = ["smoke (CPU interpreter, CI)"]
 
 [h200]
 status = "pending H200 run"
-operator_score_pending = "not yet measured on the GPU: the tile table is a first choice, to be tuned with measurements/unified_attention_tiles.py"
+operator_score_pending = "not yet measured on the GPU (tiles to be tuned: measurements/unified_attention_tiles.py)"
 +++
 Sequence i owns query rows [a, b) = cu_seqlens_q[i : i+2] and kv_len = seqused_k[i] cached positions;
 position p lives in k_cache/v_cache[block_table[i, p // bs], p % bs]. Query head h reads kv head
@@ -210,7 +212,7 @@ def _unified_attention(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, ou
         acc_a, acc_b, m_i, l_i = _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off,
                                          row_limit, full_end, kv_end, kv_len, qk_scale, stride_slot,
                                          D, DA, DB, BS, BLOCK_M, BLOCK_N, True, WIDEN)
-        inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)  # kv_len == 0 without a mask: no keys, the reference gives 0
+        inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)  # a row without keys (kv_len 0, unmasked) keeps acc = 0
         out_ty = out_ptr.dtype.element_ty
         tl.store(out_ptr + q_row[:, None] + da[None, :], (acc_a * inv_l[:, None]).to(out_ty), mask=row_ok[:, None])
         if DB > 0:

@@ -101,9 +101,10 @@ def _mma(a, b, acc, WIDEN: tl.constexpr):
 
 @triton.jit
 def _find_sequence(cu_q_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
-    """Largest i with cu_q[i] // BLOCK_Q + i <= tile: the sequence whose q tiles contain `tile`."""
+    """Largest i < num_seqs with cu_q[i] // BLOCK_Q + i <= tile: the sequence whose q tiles contain `tile`
+    (a tile past its sequence's end is a gap; its program exits)."""
     lo = 0
-    hi = num_seqs
+    hi = num_seqs - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if tl.load(cu_q_ptr + mid) // BLOCK_Q + mid <= tile:

@@ -123,11 +123,13 @@ def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem):
 def test_tile_table_covers_every_scored_head_dim(kernel):
     for d in (64, 72, 80, 128, 192, 256):
         da, db = kernel.split_head_dim(d)
-        tile = kernel.tile_for(d)
         assert da + db >= d and da & (da - 1) == 0 and (db == 0 or db >= 16)
-        assert tile.block_n % 16 == 0  # a key tile is a whole number of 16-slot pages
-        smem = 2 * (tile.block_m * (da + db) + tile.num_stages * 2 * tile.block_n * (da + db))
-        assert smem <= 228 * 1024, (d, tile, smem)
+        for n_tokens, num_seqs in ((256 * 3095, 3095), (49152, 1)):  # many short sequences, one long one
+            tile = kernel.tile_for(d, n_tokens, num_seqs)
+            assert tile.block_n % 16 == 0  # a key tile is a whole number of 16-slot pages
+            smem = 2 * (tile.block_m * (da + db) + tile.num_stages * 2 * tile.block_n * (da + db))
+            assert smem <= 228 * 1024, (d, tile, smem)
+    assert kernel.regime(256 * 3095, 3095) == "short" and kernel.regime(49152, 1) == "long"
 
 
 def test_forward_never_syncs_with_the_host():

@@ -43,7 +43,7 @@ only the last one or two key tiles (the diagonal) apply the per-row limit. Softm
 exp2 (log2 e folded into the scale), bf16 tensor-core dots, fp32 accumulators, one store per tile.
 Head dims that are not powers of two are split into a power-of-two part and a small padded part
 (72 = 64 + 16 with 8 masked, 80 = 64 + 16, 192 = 128 + 64), two dots each instead of padding to
-128 or 256. Tile sizes per head dim live in TILES.
+128 or 256. Tile sizes per head dim and sequence regime (short or long) live in TILES.
 """
 
 import os
@@ -68,22 +68,36 @@ class Tile(NamedTuple):
     num_stages: int
 
 
-# Padded head dim (DA + DB) -> tile. Shared memory ~ 2·(BLOCK_M·D + num_stages·2·BLOCK_N·D) bytes stays
-# under the H200's 228 KB per SM; D = 256 halves BLOCK_M to keep the fp32 accumulator in registers. Two
-# warpgroups (8 warps) share the 128 rows: with 4 warps, D = 64/80 sit at 255 registers and D = 128 spills.
-TILES: dict[int, Tile] = {
-    64: Tile(128, 64, 8, 3),
-    80: Tile(128, 64, 8, 3),
-    128: Tile(128, 64, 8, 3),
-    192: Tile(128, 64, 8, 2),
-    256: Tile(64, 64, 8, 2),
+# (padded head dim DA + DB, sequence regime) -> tile. Shared memory ~ 2·(BLOCK_M·D + num_stages·2·BLOCK_N·D)
+# bytes stays under the H200's 228 KB per SM; D = 256 halves BLOCK_M to keep the fp32 accumulator in registers.
+# Two warpgroups (8 warps) share the 128 rows: with 4 warps, D = 64/80 sit at 255 registers and D = 128 spills.
+# "short": the batch's mean sequence length N / S (known without a sync) is at most SHORT_MEAN_LEN, so each
+# program runs few key tiles and a smaller tile with two CTAs per SM may win; "long": single long prefills.
+SHORT_MEAN_LEN = 512
+TILES: dict[tuple[int, str], Tile] = {
+    (64, "long"): Tile(128, 64, 8, 3),
+    (64, "short"): Tile(128, 64, 8, 3),
+    (80, "long"): Tile(128, 64, 8, 3),
+    (80, "short"): Tile(128, 64, 8, 3),
+    (128, "long"): Tile(128, 64, 8, 3),
+    (128, "short"): Tile(128, 64, 8, 3),
+    (192, "long"): Tile(128, 64, 8, 2),
+    (192, "short"): Tile(128, 64, 8, 2),
+    (256, "long"): Tile(64, 64, 8, 2),
+    (256, "short"): Tile(64, 64, 8, 2),
 }
 
 
-def tile_for(head_dim: int) -> Tile:
+def regime(n_tokens: int, num_seqs: int) -> str:
+    """'short' when the mean sequence length is at most SHORT_MEAN_LEN: a shape-only test, no host sync."""
+    return "short" if n_tokens <= SHORT_MEAN_LEN * num_seqs else "long"
+
+
+def tile_for(head_dim: int, n_tokens: int, num_seqs: int) -> Tile:
     da, db = split_head_dim(head_dim)
-    padded = da + db
-    return TILES[min((k for k in TILES if k >= padded), default=max(TILES))]
+    dims = sorted({d for d, _ in TILES})
+    padded = min((d for d in dims if d >= da + db), default=dims[-1])
+    return TILES[padded, regime(n_tokens, num_seqs)]
 
 
 def split_head_dim(head_dim: int) -> tuple[int, int]:
@@ -234,7 +248,7 @@ def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     out = torch.empty_like(q)
     if n_tokens == 0 or num_seqs == 0:
         return out
-    tile = tile or tile_for(head_dim)
+    tile = tile or tile_for(head_dim, n_tokens, num_seqs)
     block_m = max(tile.block_m, triton.next_power_of_2(group))
     block_q = block_m // group
     da, db = split_head_dim(head_dim)

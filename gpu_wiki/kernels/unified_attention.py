@@ -245,7 +245,8 @@ def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     block_size, hkv = k_cache.shape[1], k_cache.shape[2]
     num_seqs = seqused_k.shape[0]
     group = hq // hkv
-    out = torch.empty_like(q)
+    q = q.contiguous()
+    out = torch.empty_like(q)  # every row of a valid batch is written: no memset (GBs at 792 K tokens)
     if n_tokens == 0 or num_seqs == 0:
         return out
     tile = tile or tile_for(head_dim, n_tokens, num_seqs)
@@ -254,7 +255,7 @@ def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     da, db = split_head_dim(head_dim)
     table = block_table.contiguous()
     grid = (n_tokens // block_q + num_seqs, hkv)
-    _unified_attention[grid](q.contiguous(), k_cache.contiguous(), v_cache.contiguous(), cu_seqlens_q.contiguous(),
+    _unified_attention[grid](q, k_cache.contiguous(), v_cache.contiguous(), cu_seqlens_q.contiguous(),
                              seqused_k.contiguous(), table, out, head_dim ** -0.5 * _LOG2E,
                              num_seqs, hq, hkv, table.shape[1],
                              G=group, D=head_dim, DA=da, DB=db, BS=block_size,

@@ -42,7 +42,8 @@ import triton
 import triton.language as tl
 
 # Triton's CPU interpreter multiplies bf16 tiles in tl.dot as raw integers (triton-lang/triton issue
-# #11584): when interpreting, operands are widened to fp32 first (exact for bf16 products).
+# #11584) and truncates fp32 -> bf16: when interpreting, operands are widened to fp32 first (exact for
+# bf16 products) and roundings are done on the bits (`_bf16`).
 _WIDEN_DOT = os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -51,6 +52,17 @@ def _mma(a, b, WIDEN: tl.constexpr):
     if WIDEN:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     return tl.dot(a, b)
+
+
+@triton.jit
+def _bf16(x, WIDEN: tl.constexpr):
+    """fp32 -> bf16, round to nearest even. The interpreter truncates instead, so when interpreting the
+    rounding is done on the bits first (exactly representable afterwards); on the GPU it is the cast."""
+    if WIDEN:
+        bits = x.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(tl.bfloat16)
 
 
 @triton.jit
@@ -78,8 +90,8 @@ def _chunk_output(q_ptr, k_ptr, v_ptr, h_ptr, g_ptr, out_ptr, T, HQ, HV, NC, rat
     i = tl.arange(0, C)
     keep = (i[:, None] >= i[None, :]) & (gap <= 0)
     a = tl.where(keep, _mma(q, tl.trans(k), WIDEN) * tl.exp(gap), 0.0)       # [C, C] fp32
-    o = (inter + _mma(a.to(tl.bfloat16), v, WIDEN)) * scale
-    tl.store(out_ptr + (tok[:, None] * HV + j) * V + cols[None, :], o.to(tl.bfloat16), mask=live[:, None])
+    o = (inter + _mma(_bf16(a, WIDEN), v, WIDEN)) * scale
+    tl.store(out_ptr + (tok[:, None] * HV + j) * V + cols[None, :], _bf16(o, WIDEN), mask=live[:, None])
 
 
 def _column_block(programs_at_full_width: int, value_dim: int) -> int:

@@ -48,7 +48,8 @@ import triton
 import triton.language as tl
 
 # Triton's CPU interpreter multiplies bf16 tiles in tl.dot as raw integers (triton-lang/triton issue
-# #11584): when interpreting, operands are widened to fp32 first (exact for bf16 products).
+# #11584) and truncates fp32 -> bf16: when interpreting, operands are widened to fp32 first (exact for
+# bf16 products) and roundings are done on the bits (`_bf16`).
 _WIDEN_DOT = os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -57,6 +58,17 @@ def _mma(a, b, WIDEN: tl.constexpr):
     if WIDEN:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     return tl.dot(a, b)
+
+
+@triton.jit
+def _bf16(x, WIDEN: tl.constexpr):
+    """fp32 -> bf16, round to nearest even. The interpreter truncates instead, so when interpreting the
+    rounding is done on the bits first (exactly representable afterwards); on the GPU it is the cast."""
+    if WIDEN:
+        bits = x.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(tl.bfloat16)
 
 
 @triton.jit
@@ -82,17 +94,17 @@ def _state_pass(k_ptr, w_ptr, u_ptr, g_ptr, pool_ptr, idx_ptr, h_ptr, vnew_ptr, 
             live = rows < T
             tok = b * T + rows
             last = b * T + tl.minimum(c * C + C, T) - 1
-            state_bf = state.to(tl.bfloat16)
+            state_bf = _bf16(state, WIDEN)
             tl.store(h_ptr + (((b * NC + c) * HV + j) * K + kk[:, None]) * V + cols[None, :], state_bf)
             wc = tl.load(w_ptr + (tok[:, None] * HV + j) * K + kk[None, :], mask=live[:, None], other=0.0)
             uc = tl.load(u_ptr + (tok[:, None] * HV + j) * V + cols[None, :], mask=live[:, None], other=0.0)
             vn = uc.to(tl.float32) - _mma(wc, state_bf, WIDEN)                    # [C, BV] fp32
-            tl.store(vnew_ptr + (tok[:, None] * HV + j) * V + cols[None, :], vn.to(tl.bfloat16), mask=live[:, None])
+            tl.store(vnew_ptr + (tok[:, None] * HV + j) * V + cols[None, :], _bf16(vn, WIDEN), mask=live[:, None])
             gc = tl.load(g_ptr + tok * HV + j, mask=live, other=0.0)
             gamma = tl.load(g_ptr + last * HV + j)
             gap = gamma - gc
             factor = tl.where((gap <= 0) & live, tl.exp(gap), 0.0)
-            vs = (vn * factor[:, None]).to(tl.bfloat16)
+            vs = _bf16(vn * factor[:, None], WIDEN)
             kc = tl.load(k_ptr + (tok[:, None] * HK + kh) * K + kk[None, :], mask=live[:, None], other=0.0)
             state = state * tl.exp(gamma) + _mma(tl.trans(kc), vs, WIDEN)            # [K, BV]
         tl.store(final_ptr + st_off, state)

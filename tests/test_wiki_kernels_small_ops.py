@@ -95,7 +95,8 @@ OUTPUT_CASES = {
 @pytest.mark.parametrize("case", OUTPUT_CASES)
 def test_chunk_delta_rule_output_matches_the_reference(catalog, case):
     op = "chunk_delta_rule_output"
-    x = catalog.load_make_inputs(op)(seed=3, device=DEVICE, key_dim=32, value_dim=32, chunk_size=64, **OUTPUT_CASES[case])
+    make_inputs = catalog.load_make_inputs(op)
+    x = make_inputs(seed=3, device=DEVICE, key_dim=32, value_dim=32, chunk_size=64, **OUTPUT_CASES[case])
     reference, kernel = _pair(catalog, op, dict(chunk_size=64, scale=None))
     _assert_same(op, reference(**x), kernel(**x), rel=1e-2)
 
@@ -109,8 +110,8 @@ def test_chunk_delta_rule_output_honours_an_explicit_scale(catalog):
 
 
 STATE_CASES = {
-    "ragged last chunk, two batches on scattered slots": dict(batch_size=2, token_count=70, num_k_heads=1, num_v_heads=2,
-                                                             state_count=5),
+    "ragged last chunk, two batches on scattered slots": dict(batch_size=2, token_count=70, num_k_heads=1,
+                                                             num_v_heads=2, state_count=5),
     "one head, one short chunk": dict(batch_size=1, token_count=10, num_k_heads=1, num_v_heads=1, state_count=3),
     "exact chunks, more key heads than value heads": dict(batch_size=1, token_count=128, num_k_heads=2, num_v_heads=1,
                                                           state_count=2),

@@ -104,6 +104,7 @@ class Model(torch.nn.Module):
         super().__init__()
         self.chunk_size = int(chunk_size)
         self.scale = scale
+        self.column_block = None  # None: the tile table; an int overrides it (tile sweeps)
 
     def forward(self, q, k, v, h, g) -> torch.Tensor:
         B, T, HQ, K = q.shape
@@ -112,7 +113,7 @@ class Model(torch.nn.Module):
         NC = triton.cdiv(T, C)
         scale = K ** -0.5 if self.scale is None else float(self.scale)
         out = torch.empty((B, T, HV, V), dtype=torch.bfloat16, device=v.device)
-        bv = _column_block(B * HV * NC, V)
+        bv = self.column_block or _column_block(B * HV * NC, V)
         _chunk_output[(NC, B * HV, V // bv)](q.contiguous(), k.contiguous(), v.contiguous(), h.contiguous(),
                                              g.contiguous(), out, T, HQ, HV, NC, max(HV // HQ, 1), scale,
                                              C=C, K=K, V=V, BV=bv, WIDEN=_WIDEN_DOT, num_warps=4 if bv <= 64 else 8)

@@ -38,7 +38,9 @@ grid-stride loop and skipping the slots the recurrence writes. The few recurrenc
 (8–128) are latency bound and the copy is bandwidth bound, so they overlap instead of the
 copy running before the recurrence as a separate framework `clone`, which would also put
 most of the device time outside the DSL. Tile table: BV = 16 when B·Hv ≤ 8 (more programs for
-few heads), else 32.
+few heads), else 32. num_stages = 2: the next chunk's w, k, u, g are prefetched while the current
+one's dots run (they do not depend on the state); deeper pipelines only take shared memory, which
+the copy programs of the same launch share (it bounds how many fit on an SM).
 """
 
 import os
@@ -156,6 +158,6 @@ class Model(torch.nn.Module):
         _state_pass[(recur + copiers,)](
             k.contiguous(), w.contiguous(), u.contiguous(), g.contiguous(), pool, initial_state_indices.contiguous(),
             h, v_new, final_state, B, T, HK, HV, NC, max(HV // HK, 1), units, recur, copiers,
-            C=C, K=K, V=V, BV=bv, BLOCK_B=triton.next_power_of_2(B), COPY=min(4096, K * V), WIDEN=_WIDEN_DOT,
-            num_warps=4)
+            C=C, K=K, V=V, BV=bv, BLOCK_B=triton.next_power_of_2(B), COPY=min(8192, K * V), WIDEN=_WIDEN_DOT,
+            num_warps=4, num_stages=2)
         return {"h": h, "v_new": v_new, "final_state": final_state}

@@ -109,6 +109,8 @@ def _variant(op: str, kernel_mod, init: dict, x: dict, expected, column_block) -
             row["mismatch"] = verdict.message[:400]
         del got
         row.update(_time_ms(lambda: model(**x), REPS, WARMUP))
+        if hasattr(model, "_pinned_ok"):  # moe_align_block_size: L read through pinned memory, or the fallback copy
+            row["pinned_total"] = model._pinned_ok
     except Exception as exc:  # a config that does not compile or run is a result, not a stop
         row["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
         row["traceback_tail"] = traceback.format_exc()[-800:]

@@ -50,7 +50,7 @@ WATCHED = (
     "torch.Tensor.zero_", "torch.save", "torch.load", "torch.profiler.profile", "torch.cuda._sleep",
     # the harness itself: none of these is ever reassigned by honest code
     "sandbox.worker.time_calls", "sandbox.timing.time_calls", "sandbox.timing.digest",
-    "sandbox.timing._poison", "sandbox.timing.Primitives", "sandbox.protocol.send", "sandbox.protocol.receive",
+    "sandbox.timing.poison", "sandbox.timing.Primitives", "sandbox.protocol.send", "sandbox.protocol.receive",
     "statistics.median", "statistics.quantiles", "json.dumps", "json.loads", "os.write", "gc.collect",
 )
 
@@ -147,8 +147,10 @@ def host_primitives(*, _clock: Callable[[], float] = time.perf_counter) -> Primi
                        "time.perf_counter": _clock, "torch.cuda._sleep": nothing})
 
 
-def _poison(value: Any, keep: set[int]) -> None:
-    """Overwrite a returned output (NaN, or all-ones bits for integers) unless it aliases an input."""
+def poison(value: Any, keep: set[int]) -> None:
+    """Overwrite a returned output (NaN, or all-ones bits for integers) unless it aliases an input:
+    a call that hands it back later is caught by its digest. The judge poisons a copy the same way
+    to know that digest."""
     for t in output_tensors(value):
         if type(t) is torch.Tensor and t.numel() and t.untyped_storage().data_ptr() not in keep:
             with torch.no_grad():
@@ -308,7 +310,7 @@ def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, An
                warmup_inputs: dict[str, Any], input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
                spin_us: float | None = None, flush_by_writing: bool = False, *,
                _median: Callable[[list[float]], float] = statistics.median, _digest: Callable[[Any], Any] = digest,
-               _poison: Callable[[Any, set[int]], None] = _poison, _storages: Callable[[Any], set[int]] = storages,
+               _poison: Callable[[Any, set[int]], None] = poison, _storages: Callable[[Any], set[int]] = storages,
                _call_order: Callable[[int, int], list[int]] = call_order, _empty: Callable[..., Any] = torch.empty,
                _no_grad: Callable[[], Any] = torch.no_grad, _reserve: Callable[..., None] = _reserve_cached_blocks,
                _blocks: Callable[..., Any] = _output_blocks, _device_of: Callable[..., Any] = _device_of,

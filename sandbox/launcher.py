@@ -204,11 +204,11 @@ def landlock_rules(spec: LaunchSpec, sys_path: list[str]) -> dict[str, int]:
 
 # Runs as root inside the new mount namespace, before the uid switch: an empty, read-only,
 # mode-000 tmpfs over every protected directory, then exec of the rest of the command line.
-_HIDE_SCRIPT = ('while [ "$1" != "--" ]; do mount -t tmpfs -o ro,size=4k,mode=000 atrex-hidden "$1" || exit 97; '
-                'shift; done; shift; exec "$@"')
+HIDE_SCRIPT = ('while [ "$1" != "--" ]; do mount -t tmpfs -o ro,size=4k,mode=000 atrex-hidden "$1" || exit 97; '
+               'shift; done; shift; exec "$@"')
 
 
-# Runs as root inside the new namespaces, after _HIDE_SCRIPT: caps the PID namespace's tasks,
+# Runs as root inside the new namespaces, after HIDE_SCRIPT: caps the PID namespace's tasks,
 # gives the worker a small /dev/shm and, unless "$2" is "-", makes the scratch directory "$2"
 # read-only but for "$2/tmp" and "$2/.cache", one tmpfs of "$3" bytes owned by uid "$4", and
 # enters it again (the cwd inherited from the launcher is the directory below the new mounts).
@@ -252,7 +252,7 @@ def _namespaces() -> Namespaces:
         base = (*base, "--net")
     with tempfile.TemporaryDirectory() as probe_dir:
         full = (*base, "--mount-proc")
-        probe = subprocess.run([*full, sh or "sh", "-c", _HIDE_SCRIPT, "sh", probe_dir, "--", "true"],
+        probe = subprocess.run([*full, sh or "sh", "-c", HIDE_SCRIPT, "sh", probe_dir, "--", "true"],
                                capture_output=True, timeout=20)
         if sh and probe.returncode == 0:
             scratch = Path(probe_dir) / "scratch"
@@ -326,7 +326,7 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
             "seccomp": {"available": not seccomp_missing, "error": seccomp_missing}}
 
 
-def _hand_over(scratch: Path) -> None:
+def hand_over(scratch: Path) -> None:
     """Give a uid-65534 worker what it may write, tmp/ and .cache/, never through a link; the
     directory itself stays root's, open to the worker's group for reading only, so the files the
     judge put there (the candidate, input.py, which a restarted worker runs) cannot be replaced."""
@@ -398,7 +398,7 @@ class Worker:
         self._sys_path = import_paths()
         self.plan = isolation_plan(self._sys_path)
         if self.plan["drop_uid"]:
-            _hand_over(scratch)
+            hand_over(scratch)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch / "tmp"), "TMPDIR": str(scratch / "tmp"),
                "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(scratch / ".cache"),
                "TRITON_CACHE_DIR": str(scratch / ".cache" / "triton"),
@@ -415,7 +415,7 @@ class Worker:
         if self.plan["prefix"]:
             uid_switch = ([self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
                           if self.plan["drop_uid"] else [])
-            hide = (["sh", "-c", _HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else [])
+            hide = (["sh", "-c", HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else [])
             argv = [*self.plan["prefix"], *hide, *self._root_prelude(), *uid_switch, *argv]
         elif self.plan["drop_uid"]:
             kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
@@ -452,7 +452,7 @@ class Worker:
         if self.proc is None:
             self.spawn()
         elif self.plan["drop_uid"]:  # files written into the scratch directory since the spawn
-            _hand_over(self.spec.scratch)
+            hand_over(self.spec.scratch)
         rlimits = dict(init.rlimits)
         if self.plan["drop_uid"]:  # counts every process of the uid, shared by all workers: the pid_max caps each
             rlimits["NPROC"] = 4096

@@ -248,8 +248,8 @@ class Trial:
 
         GPU memory of this process: a seed's inputs live until its reference output exists; that
         output is kept while the worker runs (this process's cached blocks are released first),
-        then the candidate's copy and the comparison's bounded chunks join it. On the H200,
-        whole-output float64 copies (since chunked) held 72-103 GiB here."""
+        then the candidate's copy and the comparison's bounded chunks join it (compare.py:
+        whole-output float64 copies of the largest outputs would need tens of GiB)."""
         result.seeds = [self.seed() for _ in range(self.request.seeds)]
         t0, worker_s, calls, set_bytes = time.perf_counter(), 0.0, [], 0
         try:

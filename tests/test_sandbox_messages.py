@@ -109,7 +109,7 @@ def _private(name: str) -> bool:
 
 def test_no_module_outside_the_sandbox_imports_its_private_names():
     found = []
-    for path in _python_files("atrex_mcp", "tests", "bench", "examples", "tools"):
+    for path in _python_files("atrex_mcp", "tests", "bench", "measurements", "examples", "tools"):
         if not path.is_file():
             continue
         tree = ast.parse(path.read_text())

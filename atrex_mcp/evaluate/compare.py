@@ -59,8 +59,8 @@ DEFAULT_FP8 = Tolerance("fp8_codes")
 
 # (op, output name) -> tolerance; output name "*" matches every output of the op.
 # None is needed: fp8_blockscale_fused_moe's reference clamps to the e4m3fn maximum, so it never
-# gives NaN near overflow, and an honest fp32 block-scaled implementation (per-128-K-tile scaled dots, slots summed one by one) differs
-# from it by one code on 0 of 4992 elements at the smoke shape and on 0.004 % at hidden 7168
+# gives NaN near overflow, and an honest fp32 block-scaled implementation (per-128-K-tile scaled
+# dots, slots summed one by one) differs from it by one code on 0 of 4992 elements at the smoke shape and on 0.004 % at hidden 7168
 # (64 tokens, 16 experts, top-8, seeds 0 and 1; never two codes), well inside DEFAULT_FP8.
 OVERRIDES: dict[tuple[str, str], Tolerance] = {}
 

@@ -257,9 +257,9 @@ class Trial:
                 try:
                     reference, checksums, arena = self.seed_reference(session, shape, seed)
                     left = self.request.timeout_s - worker_s
+                    run = RunRequest(shape=self.payload_shape(shape), seed=seed, arena_bytes=arena)
                     w0 = time.perf_counter()
-                    reply = (session.call(RunRequest(shape=self.payload_shape(shape), seed=seed, arena_bytes=arena), left)
-                             if left > 0 else Failure(tx.RUNTIME, tx.TIMEOUT, ""))
+                    reply = session.call(run, left) if left > 0 else Failure(tx.RUNTIME, tx.TIMEOUT, "")
                     worker_s += time.perf_counter() - w0
                     if isinstance(reply, Failure):
                         if reply.category == tx.TIMEOUT:
@@ -467,8 +467,9 @@ class Trial:
     def fetch_checked(self, session: Session, shape: Shape, result: ShapeResult, seed: int, index: int, burst: bool,
                       what: str) -> Any:
         """The reference output for `seed`, made here, against the output the worker kept for
-        input set `index` (of a witness burst with `burst`): the candidate's output once it matches, or None once the shape has failed. GPU
-        memory here: that one reference and candidate, the reference deleted before returning."""
+        input set `index` (of a witness burst with `burst`): the candidate's output once it
+        matches, or None once the shape has failed. GPU memory here: that one reference and
+        candidate, the reference deleted before returning."""
         with _harness_memory(f"generating {what}'s input set and its reference output"):
             reference = self.reference_output(shape, self.inputs(shape, seed))
         size = output_bytes(reference)
@@ -637,7 +638,8 @@ class Trial:
     def launch_spec(self, scratch: Path, launch: LaunchOptions | None = None) -> LaunchSpec:
         """How this trial's worker starts in `scratch` (`launch`: this trial's options when None)."""
         launch = launch or self.launch
-        return LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, launch.state_dir),
+        protected = protected_roots(self.catalog.roots, launch.state_dir)
+        return LaunchSpec(scratch=scratch, device=self.device, protected=protected,
                           env={**self.adapter.worker_env(self.cuda), **launch.extra_env},
                           host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES,
                           wrapper=list(launch.wrapper), tcp_ports=list(launch.tcp_ports), abstract_unix=launch.abstract_unix,

@@ -7,8 +7,9 @@ profilers that wrap the worker, and tests that drive its stages one at a time.
         worker.forwards("0", calls=3, nvtx=NVTX_FORWARD)   # N plain forwards for a profiler
 
 Paired (interleaved A/B) timing of two kernels is the optimisation loop's
-(atrex_mcp.runs.evaluator_judge.EvaluatorJudge.time_pair). Every call is the evaluator's own stage (same seeds policy, L2 flush, integrity checks), so a
-time here is what `evaluate` would report.
+(atrex_mcp.runs.evaluator_judge.EvaluatorJudge.time_pair). Every call is the evaluator's own
+stage (same seeds policy, L2 flush, integrity checks), so a time here is what `evaluate` would
+report.
 """
 
 from __future__ import annotations

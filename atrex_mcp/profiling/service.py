@@ -102,7 +102,8 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
             problem = ""
             try:
                 with open_session(catalog, op, source, shapes=[shape], hardware=hardware, seeds=1, timeout_s=left_s,
-                                  launch=LaunchOptions(wrapper=wrapper, state_dir=state_dir, **openings.launch_fields()), scratch=scratch, cancel=StopSignal(cancel, left_s)) as worker:
+                                  launch=LaunchOptions(wrapper=wrapper, state_dir=state_dir, **openings.launch_fields()),
+                                  scratch=scratch, cancel=StopSignal(cancel, left_s)) as worker:
                     checked = worker.check(shape)
                     if not checked.correct:
                         raise AtrexError("correctness", "profile_of_failing_kernel",

@@ -104,8 +104,8 @@ def check_side_streams(name: str, shape_id: str, rounds: list[Round]) -> None:
 class EvaluatorJudge:
     """Judge backed by atrex_mcp.evaluate (see the module docstring)."""
 
-    def __init__(self, catalog: Catalog, *, rounds: int = ROUNDS, seeds: int = CHECK_SEEDS, calls: int = CALLS_PER_ROUND,
-                 state_dir: Path | None = None):
+    def __init__(self, catalog: Catalog, *, rounds: int = ROUNDS, seeds: int = CHECK_SEEDS,
+                 calls: int = CALLS_PER_ROUND, state_dir: Path | None = None):
         """`state_dir`: the serving process's state directory, which its workers may not read."""
         self.catalog = catalog
         self.launch = LaunchOptions(state_dir=state_dir)

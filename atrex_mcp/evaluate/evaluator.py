@@ -320,6 +320,10 @@ class Trial:
                 "includes the DSL's JIT compilation.")
 
     def timing(self, session: Session, shape: Shape, result: ShapeResult, set_bytes: int) -> None:
+        """The performance stage, after a passed `correctness` (`set_bytes`: what it returned): the
+        worker's timed loop on fresh input sets, the checks of its figures against this process's
+        clock and of its outputs against the reference, then the witness. Sets `result.time_ms`,
+        or fails the shape on an integrity failure."""
         # One fresh set per timed call where memory allows, so no call sees inputs seen before.
         sets = timing_sets(set_bytes, self.device_info.memory_bytes)
         result.timing_seeds = [self.seed() for _ in range(sets + 1)]
@@ -595,6 +599,8 @@ class Trial:
                                   f"The candidate replaced harness primitives: {', '.join(reply['replaced'])}."))
 
     def profile(self, session: Session, shape: Shape, result: ShapeResult) -> None:
+        """One profiled forward: the kernels' device times and the DSL's share of them (the
+        worker's word, reported and never scored)."""
         t0 = time.perf_counter()
         reply = session.call(ProfileRequest(shape=self.payload_shape(shape), seed=self.seed()), self.request.timeout_s)
         result.seconds["profile"] = time.perf_counter() - t0
@@ -612,6 +618,7 @@ class Trial:
             result.integrity.append(tx.PROFILE_DISAGREES)
 
     def score(self, result: ShapeResult) -> None:
+        """S = T_SOL / T for a correct, timed shape (with why not, when it has none)."""
         t_sol, reason = self.roofline.t_sol_ms(result.id)
         result.t_sol_ms = t_sol
         if not result.correct:

@@ -9,7 +9,7 @@ the manifest (structure, dict keys, dtype and shape per tensor) that travels in 
 An output too large for the arena is not copied: its manifest alone shows that it cannot match.
 
 Why shared memory: through raw files, the hand-over cost 0.55 s per GB of output on the H200
-(2026-12-01): two host copies at 3-4 GB/s, the worker's write and the trusted side's read. With
+(measurements/handoff_cost.py): two host copies at 3-4 GB/s, the worker's write and the trusted side's read. With
 the arena registered with CUDA in both processes, the worker's copy and the trusted side's
 snapshot are each one DMA over the host link.
 """

@@ -23,6 +23,7 @@ The isolation policy in one place (sandbox/README.md says why, and what remains 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sandbox import landlock, protocol, scratch as scratch_files, syscall_filter
+from sandbox.messages import ExitRequest, InitRequest, Request
 
 SANDBOX_UID = SANDBOX_GID = 65534
 _PASS_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
@@ -202,11 +204,11 @@ def landlock_rules(spec: LaunchSpec, sys_path: list[str]) -> dict[str, int]:
 
 # Runs as root inside the new mount namespace, before the uid switch: an empty, read-only,
 # mode-000 tmpfs over every protected directory, then exec of the rest of the command line.
-_HIDE_SCRIPT = ('while [ "$1" != "--" ]; do mount -t tmpfs -o ro,size=4k,mode=000 atrex-hidden "$1" || exit 97; '
-                'shift; done; shift; exec "$@"')
+HIDE_SCRIPT = ('while [ "$1" != "--" ]; do mount -t tmpfs -o ro,size=4k,mode=000 atrex-hidden "$1" || exit 97; '
+               'shift; done; shift; exec "$@"')
 
 
-# Runs as root inside the new namespaces, after _HIDE_SCRIPT: caps the PID namespace's tasks,
+# Runs as root inside the new namespaces, after HIDE_SCRIPT: caps the PID namespace's tasks,
 # gives the worker a small /dev/shm and, unless "$2" is "-", makes the scratch directory "$2"
 # read-only but for "$2/tmp" and "$2/.cache", one tmpfs of "$3" bytes owned by uid "$4", and
 # enters it again (the cwd inherited from the launcher is the directory below the new mounts).
@@ -250,7 +252,7 @@ def _namespaces() -> Namespaces:
         base = (*base, "--net")
     with tempfile.TemporaryDirectory() as probe_dir:
         full = (*base, "--mount-proc")
-        probe = subprocess.run([*full, sh or "sh", "-c", _HIDE_SCRIPT, "sh", probe_dir, "--", "true"],
+        probe = subprocess.run([*full, sh or "sh", "-c", HIDE_SCRIPT, "sh", probe_dir, "--", "true"],
                                capture_output=True, timeout=20)
         if sh and probe.returncode == 0:
             scratch = Path(probe_dir) / "scratch"
@@ -324,7 +326,7 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
             "seccomp": {"available": not seccomp_missing, "error": seccomp_missing}}
 
 
-def _hand_over(scratch: Path) -> None:
+def hand_over(scratch: Path) -> None:
     """Give a uid-65534 worker what it may write, tmp/ and .cache/, never through a link; the
     directory itself stays root's, open to the worker's group for reading only, so the files the
     judge put there (the candidate, input.py, which a restarted worker runs) cannot be replaced."""
@@ -396,7 +398,7 @@ class Worker:
         self._sys_path = import_paths()
         self.plan = isolation_plan(self._sys_path)
         if self.plan["drop_uid"]:
-            _hand_over(scratch)
+            hand_over(scratch)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch / "tmp"), "TMPDIR": str(scratch / "tmp"),
                "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(scratch / ".cache"),
                "TRITON_CACHE_DIR": str(scratch / ".cache" / "triton"),
@@ -413,7 +415,7 @@ class Worker:
         if self.plan["prefix"]:
             uid_switch = ([self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
                           if self.plan["drop_uid"] else [])
-            hide = (["sh", "-c", _HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else [])
+            hide = (["sh", "-c", HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else [])
             argv = [*self.plan["prefix"], *hide, *self._root_prelude(), *uid_switch, *argv]
         elif self.plan["drop_uid"]:
             kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
@@ -441,25 +443,26 @@ class Worker:
             prelude += [sys.executable, "-I", "-S", "-c", _LOOPBACK_UP]
         return prelude
 
-    def start(self, init: dict[str, Any], poll: Callable[[], None] | None = None) -> dict[str, Any]:
-        """Spawn the process unless `spawn` already did, and send `init`; returns the worker's
-        init reply, with `start_s` (seconds from this call to the reply: what the caller waited)
-        and `spawned_ahead_s` (how long before this call the process was spawned; 0 when now)."""
+    def start(self, init: InitRequest, poll: Callable[[], None] | None = None) -> dict[str, Any]:
+        """Spawn the process unless `spawn` already did, and send `init` (completed with the
+        limits and Landlock rules of this spec); returns the worker's init reply, with `start_s`
+        (seconds from this call to the reply: what the caller waited) and `spawned_ahead_s` (how
+        long before this call the process was spawned; 0 when now)."""
         t0 = time.perf_counter()
         if self.proc is None:
             self.spawn()
         elif self.plan["drop_uid"]:  # files written into the scratch directory since the spawn
-            _hand_over(self.spec.scratch)
-        rlimits = dict(init.get("rlimits", {}))
+            hand_over(self.spec.scratch)
+        rlimits = dict(init.rlimits)
         if self.plan["drop_uid"]:  # counts every process of the uid, shared by all workers: the pid_max caps each
             rlimits["NPROC"] = 4096
         elif os.geteuid() != 0:  # the worker runs as this process's uid: what it has now, and WORKER_TASKS more
             rlimits["NPROC"] = _tasks_of(os.geteuid()) + WORKER_TASKS
         rules = landlock_rules(self.spec, self._sys_path) if self.spec.landlock else {}
-        init = {**init, "rlimits": rlimits, "landlock": rules, "use_landlock": self.spec.landlock,
-                "proc_self_rights": landlock.READ, "tcp_ports": list(self.spec.tcp_ports),
-                "abstract_unix": self.spec.abstract_unix}
-        reply = self.request("init", init, timeout_s=self.spec.start_timeout_s, poll=poll)
+        init = dataclasses.replace(init, rlimits=rlimits, landlock=rules, use_landlock=self.spec.landlock,
+                                   proc_self_rights=landlock.READ, tcp_ports=list(self.spec.tcp_ports),
+                                   abstract_unix=self.spec.abstract_unix)
+        reply = self.request(init, timeout_s=self.spec.start_timeout_s, poll=poll)
         reply["start_s"] = time.perf_counter() - t0
         reply["spawned_ahead_s"] = max(0.0, t0 - self.spawned_at)
         return reply
@@ -482,7 +485,7 @@ class Worker:
         """Ask politely, then kill: nothing the candidate started outlives the worker."""
         if self.proc is not None and self.proc.poll() is None:
             try:
-                protocol.send(self._req_w, {"cmd": "exit"})
+                protocol.send(self._req_w, ExitRequest().wire())
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -506,12 +509,13 @@ class Worker:
         return self._output.text(limit) if self._output else ""
 
     # -- requests ---------------------------------------------------------------------------
-    def request(self, cmd: str, payload: dict[str, Any], timeout_s: float, poll: Callable[[], None] | None = None) -> dict[str, Any]:
-        """Send one request and wait for its reply. Timeout → the worker is killed and
+    def request(self, request: Request, timeout_s: float, poll: Callable[[], None] | None = None) -> dict[str, Any]:
+        """Send one request and wait for its reply (the worker's claims, shaped as
+        `sandbox.messages.REPLIES[request.command]` if it is honest). Timeout → the worker is killed and
         WorkerTimeout raised; death → WorkerDied; poll() raising Cancelled → killed too."""
         nonce = secrets.token_hex(8)
         try:
-            protocol.send(self._req_w, {**payload, "cmd": cmd, "nonce": nonce})
+            protocol.send(self._req_w, {**request.wire(), "nonce": nonce})
             while True:
                 reply = protocol.receive(self._resp_r, timeout_s=timeout_s, poll=poll)
                 if reply.get("nonce") == nonce:
@@ -519,7 +523,7 @@ class Worker:
                 self.stray_frames += 1
         except protocol.ChannelTimeout:
             self.kill()
-            raise WorkerTimeout(f"{cmd} did not finish within {timeout_s:.0f} s") from None
+            raise WorkerTimeout(f"{request.command} did not finish within {timeout_s:.0f} s") from None
         except (protocol.ChannelClosed, BrokenPipeError, protocol.ProtocolViolation):
             code = None
             if self.proc is not None:

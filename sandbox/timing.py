@@ -50,7 +50,7 @@ WATCHED = (
     "torch.Tensor.zero_", "torch.save", "torch.load", "torch.profiler.profile", "torch.cuda._sleep",
     # the harness itself: none of these is ever reassigned by honest code
     "sandbox.worker.time_calls", "sandbox.timing.time_calls", "sandbox.timing.digest",
-    "sandbox.timing._poison", "sandbox.timing.Primitives", "sandbox.protocol.send", "sandbox.protocol.receive",
+    "sandbox.timing.poison", "sandbox.timing.Primitives", "sandbox.protocol.send", "sandbox.protocol.receive",
     "statistics.median", "statistics.quantiles", "json.dumps", "json.loads", "os.write", "gc.collect",
 )
 
@@ -147,8 +147,10 @@ def host_primitives(*, _clock: Callable[[], float] = time.perf_counter) -> Primi
                        "time.perf_counter": _clock, "torch.cuda._sleep": nothing})
 
 
-def _poison(value: Any, keep: set[int]) -> None:
-    """Overwrite a returned output (NaN, or all-ones bits for integers) unless it aliases an input."""
+def poison(value: Any, keep: set[int]) -> None:
+    """Overwrite a returned output (NaN, or all-ones bits for integers) unless it aliases an input:
+    a call that hands it back later is caught by its digest. The judge poisons a copy the same way
+    to know that digest."""
     for t in output_tensors(value):
         if type(t) is torch.Tensor and t.numel() and t.untyped_storage().data_ptr() not in keep:
             with torch.no_grad():
@@ -189,8 +191,8 @@ def digest(value: Any, chunk: int = DIGEST_CHUNK_BYTES) -> torch.Tensor:
 def input_checksums(inputs: dict[str, Any], chunk: int = DIGEST_CHUNK_BYTES) -> dict[str, int]:
     """Exact Σ of each input tensor's bytes: the worker reports them and the trusted side checks
     them against its own, so both judged the same data. Summed in chunks of `chunk` bytes; one
-    int64 copy of the whole input took 8 bytes per input byte (94 GiB for the 12.6 GB input of
-    per_token_group_quant_fp8 shape 9 on the H200, 2026-12-01)."""
+    int64 copy of the whole input would take 8 bytes per input byte (94 GiB for the 12.6 GB input
+    of per_token_group_quant_fp8 shape 9)."""
     sums = {}
     for name, t in inputs.items():
         if isinstance(t, torch.Tensor):
@@ -272,10 +274,10 @@ class TimedRun:
 
 SPIN_CYCLES_PER_US = 2000  # ~H200 boost clock; a slower clock only lengthens the spin, which is untimed
 # The spin must outlast the host's whole start-event → launch → end-event window, not only the
-# launch: on the H200 (measurements/results/timing_stalls/2026-11-30_h200.json, 2026-11-30) that window took ~55 µs
-# (median) for a one-kernel Triton forward whose launch alone took ~25 µs, so a spin sized from the
-# launch (~58 µs) was outrun on 10–90 % of calls and one run's median was 30.0 µs instead of 6.1 µs;
-# with 300 µs, 0–1 of 200 calls were outrun and every median and IQR settled (IQR 0.2–0.8 µs).
+# launch: on the H200 (measurements/timing_stalls.py) that window takes ~55 µs (median) for a one-kernel
+# Triton forward whose launch alone takes ~25 µs, so a spin sized from the launch (~58 µs) is
+# outrun on 10–90 % of calls and can put a 6.1 µs kernel's median at 30 µs; with 300 µs, 0–1 of
+# 200 calls are outrun and every median and IQR settles (IQR 0.2–0.8 µs).
 SPIN_MIN_US, SPIN_MAX_US = 300.0, 2000.0
 DEFAULT_L2_BYTES = 64 << 20  # when the device does not report its L2 size
 NOOP_CALIBRATION_CALLS = 50  # however few calls are timed: the side-stream rule needs a steady calibration
@@ -308,7 +310,7 @@ def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, An
                warmup_inputs: dict[str, Any], input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
                spin_us: float | None = None, flush_by_writing: bool = False, *,
                _median: Callable[[list[float]], float] = statistics.median, _digest: Callable[[Any], Any] = digest,
-               _poison: Callable[[Any, set[int]], None] = _poison, _storages: Callable[[Any], set[int]] = storages,
+               _poison: Callable[[Any, set[int]], None] = poison, _storages: Callable[[Any], set[int]] = storages,
                _call_order: Callable[[int, int], list[int]] = call_order, _empty: Callable[..., Any] = torch.empty,
                _no_grad: Callable[[], Any] = torch.no_grad, _reserve: Callable[..., None] = _reserve_cached_blocks,
                _blocks: Callable[..., Any] = _output_blocks, _device_of: Callable[..., Any] = _device_of,
@@ -322,9 +324,9 @@ def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, An
     length; `host_us` says, per call, whether the host outran it (the GPU then idled inside the
     timed region). L2 is swept by reading the flush buffer: a write sweep (`flush_by_writing`,
     kept for measurements/timing_accuracy.py's comparison) leaves ~2× L2 of dirty lines that the timed
-    call then writes back, which put kernels streaming 32–128 MiB 10–35 % above Nsight
-    Compute's invalidated-L2 time on the H200; reading brought them to 1–19 %
-    (measurements/results/timing_accuracy/2026-11-30T2257_h200.json)."""
+    call then writes back, which puts kernels streaming 32–128 MiB 10–35 % above Nsight
+    Compute's invalidated-L2 time on the H200; reading brings them to 1–19 %
+    (measurements/timing_accuracy.py)."""
     Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
     sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
     flush = _empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))

@@ -28,14 +28,17 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sandbox import isolation, protocol
 from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaWriter, output_items
-from sandbox.timing import (Primitives, _poison, digest, fit_calls_to_sets, host_primitives, input_checksums,
-                            plan_calls, storages, time_calls)
+from sandbox.timing import (Primitives, digest, fit_calls_to_sets, host_primitives, input_checksums,
+                            plan_calls, poison, storages, time_calls)
+
+if TYPE_CHECKING:  # the message types, for the annotations only: building a dozen classes costs start-up time
+    from sandbox import messages
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
 LOOP_NAMES = ("torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.synchronize",
@@ -120,7 +123,7 @@ class Worker:
         self.versions = _import_toolchain()
 
     # -- requests ---------------------------------------------------------------------------
-    def init(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def init(self, msg: messages.Wire) -> messages.InitReply:
         t0 = time.perf_counter()
         self.device = msg["device"]
         self.writer = ArenaWriter(self.output_fd, cuda=self.device == "cuda")
@@ -145,7 +148,7 @@ class Worker:
         return {"isolation": isolation.as_dict(report), "versions": self.versions, "device": info, "cuda_init_s": cuda_s,
                 "init_s": time.perf_counter() - t0}
 
-    def load(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def load(self, msg: messages.Wire) -> messages.LoadReply:
         t0 = time.perf_counter()
         path = self.scratch / msg["candidate_file"]
         source = path.read_text()
@@ -213,7 +216,7 @@ class Worker:
         if self.device == "cuda":
             PRIMS["torch.cuda.synchronize"]()
 
-    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def run(self, msg: messages.Wire) -> messages.RunReply:
         """One correctness call on the input set of `seed`; its output goes into the arena.
         The trusted side asks seed by seed, judging each output before the next call."""
         shape = msg["shape"]
@@ -228,16 +231,16 @@ class Worker:
         self.ran.add(shape["id"])
         _check_output(out, self.device)
         manifest = self.writer.write(out, msg["arena_bytes"])
-        _poison(out, storages(inputs))
+        poison(out, storages(inputs))
         del out, inputs
         self._release_cache()
         return {"output": manifest, "checksums": checksums, "call_s": seconds, "input_bytes": input_bytes}
 
-    def time(self, msg: dict[str, Any], *, _time_calls: Any = time_calls, _plan: Any = plan_calls,
-             _fit: Any = fit_calls_to_sets, _poison: Any = _poison, _storages: Any = storages,
+    def time(self, msg: messages.Wire, *, _time_calls: Any = time_calls, _plan: Any = plan_calls,
+             _fit: Any = fit_calls_to_sets, _poison: Any = poison, _storages: Any = storages,
              _replaced: Any = PRIMS.replaced, _no_grad: Any = torch.no_grad,
              _cuda: dict[str, Any] = _loop_primitives(PRIMS),
-             _host: dict[str, Any] = _loop_primitives(host_primitives())) -> dict[str, Any]:
+             _host: dict[str, Any] = _loop_primitives(host_primitives())) -> messages.TimeReply:
         prims = _cuda if self.device == "cuda" else _host
         shape = msg["shape"]
         model = self._model(shape)
@@ -284,7 +287,7 @@ class Worker:
         self.burst_kept = dict(enumerate(outs))
         return {"digests": digests}
 
-    def keep(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def keep(self, msg: messages.Wire) -> messages.EmptyReply:
         """Drop every kept timed output but those of `sets` (all of them for an empty list):
         the trusted side says which it will fetch before it makes their reference outputs.
         With `burst_done`, drop the witness bursts' outputs instead."""
@@ -294,11 +297,11 @@ class Worker:
             return {}
         dropped = [index for index in self.kept if index not in msg["sets"]]
         for index in dropped:
-            _poison(self.kept.pop(index), set())
+            poison(self.kept.pop(index), set())
         self._release_cache()
         return {}
 
-    def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def fetch(self, msg: messages.Wire) -> messages.FetchReply:
         """Hand over the kept output of one timed input set (none if it was not kept)."""
         kept = (self.burst_kept if msg.get("burst") else self.kept).get(msg["set"])
         if kept is None:
@@ -306,7 +309,7 @@ class Worker:
         _check_output(kept, self.device)
         return {"output": self.writer.write(kept, msg["arena_bytes"])}
 
-    def profile(self, msg: dict[str, Any], *, _replaced: Any = PRIMS.replaced) -> dict[str, Any]:
+    def profile(self, msg: messages.Wire, *, _replaced: Any = PRIMS.replaced) -> messages.ProfileReply:
         """One forward under the profiler: device time per kernel name. A shape this process has
         not run yet gets an untimed forward first, so no JIT compilation or autotuning is profiled."""
         shape = msg["shape"]
@@ -334,7 +337,7 @@ class Worker:
         return {"kernels": [{"name": k, "time_us": v[0], "count": v[1], "kind": v[2]} for k, v in kernels.items()],
                 "replaced": _replaced()}
 
-    def forwards(self, msg: dict[str, Any], *, _replaced: Any = PRIMS.replaced) -> dict[str, Any]:
+    def forwards(self, msg: messages.Wire, *, _replaced: Any = PRIMS.replaced) -> messages.ForwardsReply:
         """`calls` forwards on one input set for an outside profiler, each in the NVTX range
         `nvtx` when one is named; nothing is saved or compared."""
         shape = msg["shape"]
@@ -349,21 +352,23 @@ class Worker:
                 out = model(**inputs)
                 if nvtx:
                     torch.cuda.nvtx.range_pop()
-                _poison(out, storages(inputs))  # outside the range: the harness's fill is not the forward's
+                poison(out, storages(inputs))  # outside the range: the harness's fill is not the forward's
                 del out
         self._sync()
         return {"calls": int(msg["calls"]), "seconds": time.perf_counter() - t0, "replaced": _replaced()}
 
-    def integrity(self, msg: dict[str, Any], *, _replaced: Any = PRIMS.replaced) -> dict[str, Any]:
+    def integrity(self, msg: messages.Wire, *, _replaced: Any = PRIMS.replaced) -> messages.IntegrityReply:
         return {"replaced": _replaced()}
 
     # -- loop -------------------------------------------------------------------------------
-    def ping(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def ping(self, msg: messages.Wire) -> messages.EmptyReply:
         """Nothing: the judge times a round trip to calibrate its witness."""
         return {}
 
     def serve(self, *, _receive: Any = protocol.receive, _send: Any = protocol.send,
               _closed: type = protocol.ChannelClosed, _error: Any = _error_payload) -> None:
+        # One handler per request of sandbox.messages (tests/test_sandbox_messages.py holds them equal),
+        # built at start, before the candidate is imported.
         handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
                     "keep": self.keep, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity,
                     "burst": self.burst, "ping": self.ping}
@@ -375,7 +380,7 @@ class Worker:
                 return
             if msg.get("cmd") == "exit":
                 return
-            reply: dict[str, Any] = {"nonce": msg.pop("nonce", None)}
+            reply: messages.Envelope = {"nonce": msg.pop("nonce", None)}
             try:
                 reply.update(ok=True, **handlers[msg["cmd"]](msg))
             except BaseException as exc:  # noqa: BLE001 — every failure, SystemExit included, goes back as data

@@ -11,7 +11,7 @@ import torch
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate import evaluator
-from atrex_mcp.evaluate.evaluator import _Evaluation
+from atrex_mcp.evaluate.evaluator import Trial
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.transfer import OutputArena
@@ -26,7 +26,8 @@ class _Session:
         self.evaluation, self.answer, self.runs = evaluation, answer, []
         self.arena = OutputArena(cuda=False)
 
-    def call(self, cmd, payload, timeout_s, timeout_category=None):
+    def call(self, request, timeout_s, timeout_category=None):
+        cmd, payload = request.command, request.wire()
         assert cmd == "run"
         self.runs.append((payload["seed"], timeout_s))
         shape = self.evaluation.shapes[0]
@@ -40,7 +41,7 @@ class _Session:
 
 
 def _correctness(answer, seeds=5):
-    evaluation = _Evaluation(EvalRequest(op="rms_norm", source="# stand-in", shapes=["0"], seeds=seeds), Catalog(), None, None)
+    evaluation = Trial(EvalRequest(op="rms_norm", source="# stand-in", shapes=["0"], seeds=seeds), Catalog(), None, None)
     session, result = _Session(evaluation, answer), ShapeResult(id="0", correct=False)
     set_bytes = evaluation.correctness(session, evaluation.shapes[0], result)
     session.arena.close()

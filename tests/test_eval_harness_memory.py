@@ -25,7 +25,7 @@ def catalog(tmp_path_factory):
 def test_each_seed_is_judged_after_the_previous_seeds_tensors_are_freed(catalog, monkeypatch):
     inputs_seen: list[weakref.ref] = []
     references_seen: list[weakref.ref] = []
-    make_inputs, reference_output, compare = (evaluator._Evaluation.inputs, evaluator._Evaluation.reference_output,
+    make_inputs, reference_output, compare = (evaluator.Trial.inputs, evaluator.Trial.reference_output,
                                               evaluator.compare_outputs)
 
     def inputs(self, shape, seed):
@@ -43,8 +43,8 @@ def test_each_seed_is_judged_after_the_previous_seeds_tensors_are_freed(catalog,
         assert all(r() is None for r in references_seen[:-1]), "an earlier seed's reference output is still alive"
         return compare(reference, candidate, op, **kwargs)
 
-    monkeypatch.setattr(evaluator._Evaluation, "inputs", inputs)
-    monkeypatch.setattr(evaluator._Evaluation, "reference_output", reference)
+    monkeypatch.setattr(evaluator.Trial, "inputs", inputs)
+    monkeypatch.setattr(evaluator.Trial, "reference_output", reference)
     monkeypatch.setattr(evaluator, "compare_outputs", judged)
     result = run_eval(catalog, SOURCE, seeds=3)
     assert result.shapes[0].correct, result.shapes[0].message

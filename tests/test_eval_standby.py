@@ -13,6 +13,7 @@ import pytest
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import EvalRequest, Standby, evaluate, open_session
 from eval_support import CANARY, EXAMPLES, make_problem_root
+from sandbox.messages import ProfileRequest
 
 RMS = (EXAMPLES / "rms_norm_triton.py").read_text()
 
@@ -131,8 +132,8 @@ def test_profile_runs_an_untimed_forward_first_only_for_a_shape_the_worker_has_n
         assert forwards() == 1
         count = 1
         for shape, warm_up in (("0", 0), ("1", 1)):  # "0" ran in the check; "1" did not
-            reply = worker.session.call("profile", {"shape": worker.evaluation.payload_shape(worker._shape(shape)),
-                                                    "seed": 7}, 60)
+            request = ProfileRequest(shape=worker.trial.payload_shape(worker.trial.problem.shape(shape)), seed=7)
+            reply = worker.session.call(request, 60)
             profiled = isinstance(reply, dict)  # without a GPU the profiler may refuse its CUDA activity
             assert profiled or "activities" in reply.message, reply
             count += warm_up + profiled

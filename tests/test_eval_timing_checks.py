@@ -9,7 +9,7 @@ import random
 import torch
 
 from atrex_mcp.evaluate.timing_checks import input_reuse, side_stream
-from sandbox.timing import _poison, call_order, digest, input_checksums, reuse_phase
+from sandbox.timing import call_order, digest, input_checksums, poison, reuse_phase
 
 
 def _noisy(rng: random.Random, median_ms: float, n: int, spread: float) -> list[float]:
@@ -86,7 +86,7 @@ def test_digest_is_exact_and_tells_outputs_apart():
     if swapped[0] != swapped[1]:
         assert digest(swapped.reshape(3, 128)).tolist() != digest(a).tolist()  # position-weighted, not a plain sum
     stale = a.clone()
-    _poison(stale, set())
+    poison(stale, set())
     assert digest(stale).tolist() != digest(a).tolist()
     assert digest(a.t()).tolist() == digest(a.t().contiguous()).tolist()
 

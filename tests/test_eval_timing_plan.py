@@ -11,7 +11,7 @@ import pytest
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.evaluator import (CHECKABLE_SETS, MAX_TIMED_CALLS, TIMING_INPUT_BUDGET_BYTES, TIMING_MEMORY_SHARE,
-                                          _Evaluation, timing_sets)
+                                          Trial, timing_sets)
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.timing_checks import input_reuse
@@ -72,7 +72,8 @@ class _Session:
         self.time_reply, self.sent = time_reply, []
         self.arena = OutputArena(cuda=False)
 
-    def call(self, cmd, payload, timeout_s, timeout_category=None):
+    def call(self, request, timeout_s, timeout_category=None):
+        cmd, payload = request.command, request.wire()
         self.sent.append((cmd, payload))
         if cmd == "time":
             return self.time_reply(payload)
@@ -94,7 +95,7 @@ def _reply(calls, fresh_ms, reused_ms):
 
 
 def _timed(reply, sets):
-    evaluation = _Evaluation(EvalRequest(op="rms_norm", baseline="eager", shapes=["0"]), Catalog(), None, None)
+    evaluation = Trial(EvalRequest(op="rms_norm", baseline="eager", shapes=["0"]), Catalog(), None, None)
     session, result = _Session(reply), ShapeResult(id="0", correct=True)
     evaluation.timing(session, evaluation.shapes[0], result, TIMING_INPUT_BUDGET_BYTES // sets)  # memory unknown on CPU
     (cmd, payload), *_ = session.sent
@@ -128,7 +129,7 @@ def test_kept_sets_that_name_no_timed_set_are_never_fetched():
     def reply(payload):
         return {**_reply(calls=20, fresh_ms=2.0, reused_ms=2.0)(payload), "kept": ["x", None, -1, 10**6, 2.0]}
 
-    evaluation = _Evaluation(EvalRequest(op="rms_norm", baseline="eager", shapes=["0"]), Catalog(), None, None)
+    evaluation = Trial(EvalRequest(op="rms_norm", baseline="eager", shapes=["0"]), Catalog(), None, None)
     session, result = _Session(reply), ShapeResult(id="0", correct=True)
     evaluation.timing(session, evaluation.shapes[0], result, TIMING_INPUT_BUDGET_BYTES // 20)
     assert [cmd for cmd, _ in session.sent] == ["time"]  # nothing to fetch

@@ -1,6 +1,7 @@
 """The public worker API (atrex_mcp.evaluate.workers) on CPU: a session checks a shape and
 runs plain forwards; a wrapper command wraps the worker's interpreter; load failures and
-unchecked timing are refused plainly."""
+unchecked timing are refused plainly. The interleaved A/B timing is the optimisation loop's
+(EvaluatorJudge.time_pair), which needs a GPU."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 
 from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.evaluate import CandidateFailed, LaunchOptions, open_session, time_interleaved
+from atrex_mcp.evaluate import CandidateFailed, LaunchOptions, open_session
+from atrex_mcp.runs.evaluator_judge import EvaluatorJudge
 from eval_support import EXAMPLES, make_problem_root
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU behaviour")
@@ -43,4 +45,4 @@ def test_unwrapped_load_failure_and_unchecked_timing(catalog):
 
 
 def test_interleaved_timing_needs_a_gpu(catalog):
-    assert time_interleaved(catalog, "rms_norm", "", "", ["0"]) is None
+    assert EvaluatorJudge(catalog).time_pair("rms_norm", "", "", ["0"], hardware="h200") is None

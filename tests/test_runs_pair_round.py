@@ -17,7 +17,7 @@ from atrex_mcp.runs.evaluator_judge import CALLS_PER_ROUND, ROUNDS, EvaluatorJud
 from atrex_mcp.runs.measure import MeasurementFailed
 
 
-class _Evaluation:
+class _Trial:
     request = SimpleNamespace(timeout_s=30.0)
     device_info = SimpleNamespace(memory_bytes=141 * 10**9)
 
@@ -40,7 +40,8 @@ class _Session:
     def __init__(self, reply, forged=False, claimed_s=None):
         self.reply, self.sent, self.forged, self.claimed_s = reply, [], forged, claimed_s
 
-    def call(self, cmd, payload, timeout_s):
+    def call(self, request, timeout_s):
+        cmd, payload = request.command, request.wire()
         self.sent.append((cmd, payload))
         claimed = sum(self.reply["times_ms"]) / 1e3 if isinstance(self.reply, dict) else 0.0
         time.sleep(claimed if self.claimed_s is None else self.claimed_s)
@@ -56,7 +57,7 @@ def _shape():
 
 
 def test_a_round_is_the_median_of_a_fixed_number_of_calls_each_on_its_own_fresh_inputs():
-    evaluation, session = _Evaluation(), _Session(_reply([0.10, 0.30, 0.12, 0.11, 0.50]))
+    evaluation, session = _Trial(), _Session(_reply([0.10, 0.30, 0.12, 0.11, 0.50]))
     assert timing_round(evaluation, session, _shape(), "candidate", 24, 1 << 20).median_ms == pytest.approx(0.12)
     (cmd, payload), = session.sent
     assert cmd == "time" and payload["min_calls"] == payload["max_calls"] == 24
@@ -66,7 +67,7 @@ def test_a_round_is_the_median_of_a_fixed_number_of_calls_each_on_its_own_fresh_
 
 def test_a_round_of_a_large_shape_makes_one_call_per_set_the_gpu_holds():
     session = _Session(_reply([5.0, 5.1]))
-    timing_round(_Evaluation(), session, _shape(), "candidate", 24, 20 * 10**9)  # 20 GB sets: the 2 the evaluator keeps at least
+    timing_round(_Trial(), session, _shape(), "candidate", 24, 20 * 10**9)  # 20 GB sets: the 2 the evaluator keeps at least
     (_, payload), = session.sent
     assert payload["min_calls"] == payload["max_calls"] == len(payload["seeds"]) == 2
 
@@ -77,18 +78,18 @@ def test_a_round_of_a_large_shape_makes_one_call_per_set_the_gpu_holds():
 ])
 def test_a_round_refuses_what_the_full_timing_stage_would_refuse(reply, says):
     with pytest.raises(MeasurementFailed, match=says):
-        timing_round(_Evaluation(), _Session(reply), _shape(), "candidate", 24, 1 << 20)
+        timing_round(_Trial(), _Session(reply), _shape(), "candidate", 24, 1 << 20)
 
 
 def test_a_round_from_a_worker_that_forged_a_reply_frame_is_refused():
     with pytest.raises(MeasurementFailed, match=tx.REPLY_FORGED):
-        timing_round(_Evaluation(), _Session(_reply([0.1] * 5), forged=True), _shape(), "candidate", 24, 1 << 20)
+        timing_round(_Trial(), _Session(_reply([0.1] * 5), forged=True), _shape(), "candidate", 24, 1 << 20)
 
 
 def test_a_round_whose_calls_outlast_the_judges_wall_is_refused():
     session = _Session(_reply([40.0] * 5), claimed_s=0.0)  # 200 ms of calls answered at once
     with pytest.raises(MeasurementFailed, match="outlast the judge's wall"):
-        timing_round(_Evaluation(), session, _shape(), "candidate", 24, 1 << 20)
+        timing_round(_Trial(), session, _shape(), "candidate", 24, 1 << 20)
 
 
 def _rounds(rng: random.Random, hidden_ms: float = 0.0, shifted: int | None = None) -> list[Round]:
@@ -135,5 +136,5 @@ class _GateEvaluation:
 def test_a_candidate_the_gate_found_faster_on_reused_inputs_gets_no_rounds():
     sessions = [_Session(_reply([0.1] * 5)), _Session(_reply([0.1] * 5))]
     with pytest.raises(MeasurementFailed, match="faster on inputs it has seen"):
-        EvaluatorJudge(catalog=None)._pairs([_GateEvaluation(), _GateEvaluation()], sessions, _shape(), lambda r: None)
+        EvaluatorJudge(catalog=None).pair_rounds([_GateEvaluation(), _GateEvaluation()], sessions, _shape(), lambda r: None)
     assert all(not s.sent for s in sessions)  # not one round was timed

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.launcher import _HIDE_SCRIPT, LaunchSpec, hidden_dirs, import_paths, isolation_plan, outermost
+from sandbox.launcher import HIDE_SCRIPT, LaunchSpec, hidden_dirs, import_paths, isolation_plan, outermost
 
 
 def tree(tmp_path: Path) -> dict[str, Path]:
@@ -75,7 +75,7 @@ def test_the_mount_script_covers_nested_roots(tmp_path):
     prefix = isolation_plan(import_paths())["prefix"]
     probe = f"test ! -e {t['problems'] / 'metadata.json'} && test ! -e {t['problems']}"
     done = subprocess.run(
-        [*prefix, "sh", "-c", _HIDE_SCRIPT, "sh", *hidden_dirs(spec), "--", "sh", "-c", probe],
+        [*prefix, "sh", "-c", HIDE_SCRIPT, "sh", *hidden_dirs(spec), "--", "sh", "-c", probe],
         capture_output=True,
         text=True,
         timeout=30,

@@ -13,7 +13,7 @@ from atrex_mcp.errors import AtrexError
 from atrex_mcp.profiling import ncu
 from atrex_mcp.profiling.sass import sass_facts_from_cache
 from sandbox import scratch
-from sandbox.launcher import SANDBOX_GID, SANDBOX_UID, _hand_over
+from sandbox.launcher import SANDBOX_GID, SANDBOX_UID, hand_over
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
 
@@ -46,7 +46,7 @@ def test_chown_tree_changes_only_the_scratch_entries_themselves(planted):
     os.link(secret, work / "tmp" / "hard.json")
     (work / ".cache").symlink_to(secret.parent)
     before = os.stat(secret)
-    _hand_over(work)
+    hand_over(work)
     after = os.stat(secret)
     assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (before.st_uid, before.st_gid, 0o600)
     assert os.stat(work / "tmp" / "own.bin").st_uid == SANDBOX_UID and os.stat(work / "tmp").st_uid == SANDBOX_UID

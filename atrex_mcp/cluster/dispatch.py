@@ -127,7 +127,10 @@ class Job:
 
 
 @dataclass
-class _Evaluation:
+class PlannedEvaluation:
+    """One job's evaluation as the cluster runs it: its shards (`keys`), the results that came
+    back, and the error that ended it; its result is merged in `shape_order` once done."""
+
     job: Job
     shape_order: list[str]
     keys: list[str]
@@ -172,7 +175,7 @@ def problem_roots(roots: Sequence[Path]) -> list[str] | None:
 
 def plan(
     jobs: Sequence[Job], catalog: Catalog, problems: list[str] | None, shard_shapes: int
-) -> list[tuple[_Evaluation, list[ShardSpec]]]:
+) -> list[tuple[PlannedEvaluation, list[ShardSpec]]]:
     """Each job cut into shards of at most `shard_shapes` shapes, in its request's order."""
     planned = []
     digests: dict[str, str] = {}
@@ -189,7 +192,8 @@ def plan(
             )
             for i in range(0, len(ids), shard_shapes)
         ]
-        planned.append((_Evaluation(job, list(ids), [s.key for s in specs]), specs))  # shapes in the local path's order
+        # shapes in the local path's order
+        planned.append((PlannedEvaluation(job, list(ids), [s.key for s in specs]), specs))
     return planned
 
 
@@ -241,8 +245,8 @@ def judge_on_cluster(
     record_path = layout.eval_dir / RECORD_FILE
     folder = shards_dir(layout)
     planned = plan(jobs, catalog, problems, shard_shapes)
-    by_op: dict[str, list[_Evaluation]] = {}
-    owner: dict[str, _Evaluation] = {}
+    by_op: dict[str, list[PlannedEvaluation]] = {}
+    owner: dict[str, PlannedEvaluation] = {}
     pending: list[tuple[ShardSpec, str]] = []
     for evaluation, specs in planned:
         by_op.setdefault(evaluation.job.op, []).append(evaluation)
@@ -257,7 +261,7 @@ def judge_on_cluster(
                 pending.append((spec, sha))
     finished_ops: set[str] = set()
 
-    def settle(evaluation: _Evaluation) -> None:
+    def settle(evaluation: PlannedEvaluation) -> None:
         if not evaluation.done:
             return
         if evaluation.error is None:

@@ -14,17 +14,16 @@ from typing import Any
 
 _EXPORTS = {
     "evaluate": "atrex_mcp.evaluate.evaluator",
+    "Trial": "atrex_mcp.evaluate.evaluator",
     "EvalRequest": "atrex_mcp.evaluate.models",
     "EvalResult": "atrex_mcp.evaluate.models",
     "ShapeResult": "atrex_mcp.evaluate.models",
     "compare_outputs": "atrex_mcp.evaluate.compare",
     "CompareResult": "atrex_mcp.evaluate.compare",
     "open_session": "atrex_mcp.evaluate.workers",
-    "time_interleaved": "atrex_mcp.evaluate.workers",
     "LaunchOptions": "atrex_mcp.evaluate.evaluator",
     "CandidateWorker": "atrex_mcp.evaluate.workers",
     "CandidateFailed": "atrex_mcp.evaluate.workers",
-    "InterleavedTimes": "atrex_mcp.evaluate.workers",
     "NVTX_FORWARD": "atrex_mcp.evaluate.workers",
     "Standby": "atrex_mcp.evaluate.standby",
 }

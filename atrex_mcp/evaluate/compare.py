@@ -58,17 +58,16 @@ EXACT = Tolerance("exact")
 DEFAULT_FP8 = Tolerance("fp8_codes")
 
 # (op, output name) -> tolerance; output name "*" matches every output of the op.
-# None is needed now. fp8_blockscale_fused_moe had one (NaN near overflow, 2 % off codes) while its
-# reference cast unclamped; it now clamps to the e4m3fn maximum and never gives NaN, and an honest
-# fp32 block-scaled implementation (per-128-K-tile scaled dots, slots summed one by one) differs
-# from it by one code on 0 of 4992 elements at the smoke shape and on 0.004 % at hidden 7168
+# None is needed: fp8_blockscale_fused_moe's reference clamps to the e4m3fn maximum, so it never
+# gives NaN near overflow, and an honest fp32 block-scaled implementation (per-128-K-tile scaled
+# dots, slots summed one by one) differs from it by one code on 0 of 4992 elements at the smoke shape and on 0.004 % at hidden 7168
 # (64 tokens, 16 experts, top-8, seeds 0 and 1; never two codes), well inside DEFAULT_FP8.
 OVERRIDES: dict[tuple[str, str], Tolerance] = {}
 
 # Elements judged at a time. The temporaries of one chunk (float64 copies of both sides, |c − r|,
 # |r|, the relative error, masks: ~66 bytes per element measured, ~0.55 GiB) are bounded whatever
-# the output's size; whole-output float64 copies ran the trusted process out of GPU memory on the
-# H200 (a 3 GiB bf16 attention output needs 12 GiB per float64 copy, and the rule made several).
+# the output's size; whole-output float64 copies would run the trusted process out of GPU memory
+# (a 3 GiB bf16 attention output needs 12 GiB per float64 copy, and the rule makes several).
 CHUNK_ELEMENTS = 1 << 23
 RMS_BLOCK = 4096  # elements per exactly-added partial sum of squares (a power of two)
 

@@ -40,7 +40,9 @@ from atrex_mcp.evaluate.standby import Spare, Standby
 from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
 from atrex_mcp.evaluate.transfer import OutputRejected, arena_bytes, manifest_bytes, output_bytes
 from sandbox.launcher import Cancelled, LaunchSpec
-from sandbox.timing import _poison, call_order, digest, flush_bytes_for, input_checksums, reuse_phase
+from sandbox.messages import (BurstRequest, FetchRequest, InitRequest, IntegrityRequest, KeepRequest, LoadRequest,
+                              PingRequest, ProfileRequest, RunRequest, ShapePayload, TimeRequest)
+from sandbox.timing import call_order, digest, flush_bytes_for, input_checksums, poison, reuse_phase
 
 Progress = Callable[[str, float], None]
 
@@ -156,14 +158,29 @@ class LaunchOptions:
     tcp_ports: list[int] = field(default_factory=list)  # TCP ports the wrapper's injected library may still use
     abstract_unix: bool = False  # abstract unix sockets the wrapper's injected library may still reach
     extra_rules: dict[str, int] = field(default_factory=dict)  # Landlock paths (path → rights) the wrapper needs
+    # The serving process's state directory, protected like the problem sets (None: paths.default_state_dir()).
+    state_dir: Path | None = None
 
 
-class _Evaluation:
-    """State of one evaluate() call."""
+class Trial:
+    """One candidate judged on one operator: the judge as an object, and the state of one
+    `evaluate()` call. Its public steps, in the order a judge takes them:
+
+    * `open_session(scratch)`: the candidate and the visible problem files in a scratch
+      directory, and the worker that will run them (not started);
+    * `load(session)`: start that worker and import the candidate (a Failure: it did not load);
+    * per shape, `correctness` (fresh seeds, outputs compared here), then on a GPU `timing` (the
+      timed loop, its integrity checks and the witness) and `profile` (kernels, DSL share);
+      `score` turns the times into S.
+
+    `run()` takes every step as `evaluate()` does. Other judges take the steps they need: the
+    optimisation loop's paired timing (atrex_mcp.runs.evaluator_judge) and the worker sessions
+    of profilers (atrex_mcp.evaluate.workers)."""
 
     def __init__(self, request: EvalRequest, catalog: Catalog, progress: Progress | None, cancel: threading.Event | None,
-                 standby: Standby | None = None):
+                 standby: Standby | None = None, launch: LaunchOptions | None = None):
         self.request, self.catalog, self.standby = request, catalog, standby
+        self.launch = launch or LaunchOptions()
         self.progress = progress or (lambda message, fraction: None)
         self.stop = StopSignal(cancel, request.deadline_s)
         self.in_progress: tuple[int | None, str, float] | None = None  # (shape index, None: the load; stage; start)
@@ -205,8 +222,9 @@ class _Evaluation:
         with torch.no_grad():
             return self.references[key](**inputs)
 
-    def payload_shape(self, shape: Shape) -> dict[str, Any]:
-        return {"id": shape.id, "init": shape.init, "inputs": shape.inputs}
+    def payload_shape(self, shape: Shape) -> ShapePayload:
+        """What the worker learns of a shape: its visible id, init and input arguments."""
+        return ShapePayload(id=shape.id, init=shape.init, inputs=shape.inputs)
 
     def receive(self, session: Session, reference: Any, manifest: Any) -> tuple[CompareResult, Any]:
         """(verdict, candidate) on the output the worker just handed over for `reference`'s
@@ -230,35 +248,22 @@ class _Evaluation:
 
         GPU memory of this process: a seed's inputs live until its reference output exists; that
         output is kept while the worker runs (this process's cached blocks are released first),
-        then the candidate's copy and the comparison's bounded chunks join it. On the H200,
-        whole-output float64 copies (since chunked) held 72-103 GiB here."""
+        then the candidate's copy and the comparison's bounded chunks join it (compare.py:
+        whole-output float64 copies of the largest outputs would need tens of GiB)."""
         result.seeds = [self.seed() for _ in range(self.request.seeds)]
         t0, worker_s, calls, set_bytes = time.perf_counter(), 0.0, [], 0
         try:
             for k, seed in enumerate(result.seeds):
                 try:
-                    with _harness_memory("generating the inputs and the reference output"):
-                        inputs = self.inputs(shape, seed)
-                        checksums = input_checksums(inputs)
-                        reference = self.reference_output(shape, inputs)
-                    del inputs  # an output that aliases an input keeps only what it aliases
-                    arena = session.arena.reserve(arena_bytes(reference))
-                    _release_cached_gpu_memory()
-                    if _cache_pins_memory():  # move the reference output into fresh GPU memory, through the host
-                        with _harness_memory("moving the reference output out of a fragmented cache"):
-                            reference = _copy_structure(reference, "cpu")
-                            _release_cached_gpu_memory()
-                            reference = _copy_structure(reference, self.device)
+                    reference, checksums, arena = self.seed_reference(session, shape, seed)
                     left = self.request.timeout_s - worker_s
+                    run = RunRequest(shape=self.payload_shape(shape), seed=seed, arena_bytes=arena)
                     w0 = time.perf_counter()
-                    reply = (session.call("run", {"shape": self.payload_shape(shape), "seed": seed, "arena_bytes": arena}, left)
-                             if left > 0 else Failure(tx.RUNTIME, tx.TIMEOUT, ""))
+                    reply = session.call(run, left) if left > 0 else Failure(tx.RUNTIME, tx.TIMEOUT, "")
                     worker_s += time.perf_counter() - w0
                     if isinstance(reply, Failure):
                         if reply.category == tx.TIMEOUT:
-                            reply.message = (f"The candidate's {len(result.seeds)} correctness calls did not finish within "
-                                             f"{self.request.timeout_s:.0f} s (stopped in seed #{k}); the worker's process group "
-                                             "was killed. The first call of a shape includes the DSL's JIT compilation.")
+                            reply.message = self._correctness_timeout(len(result.seeds), k)
                         _fail(result, reply)
                         return None
                     calls.append(reply.get("call_s"))
@@ -290,16 +295,44 @@ class _Evaluation:
         result.correct = True
         return set_bytes
 
+    def seed_reference(self, session: Session, shape: Shape, seed: int) -> tuple[Any, dict[str, int], int]:
+        """(reference output, input checksums, arena bytes) for `seed`, made here before the
+        worker runs that seed. The inputs are freed first (an output that aliases an input keeps
+        only what it aliases), and so are this process's cached blocks; a reference output that
+        would still pin cached memory is moved into fresh GPU memory through the host."""
+        with _harness_memory("generating the inputs and the reference output"):
+            inputs = self.inputs(shape, seed)
+            checksums = input_checksums(inputs)
+            reference = self.reference_output(shape, inputs)
+        del inputs
+        arena = session.arena.reserve(arena_bytes(reference))
+        _release_cached_gpu_memory()
+        if _cache_pins_memory():
+            with _harness_memory("moving the reference output out of a fragmented cache"):
+                reference = _copy_structure(reference, "cpu")
+                _release_cached_gpu_memory()
+                reference = _copy_structure(reference, self.device)
+        return reference, checksums, arena
+
+    def _correctness_timeout(self, seeds: int, stopped_in: int) -> str:
+        return (f"The candidate's {seeds} correctness calls did not finish within {self.request.timeout_s:.0f} s "
+                f"(stopped in seed #{stopped_in}); the worker's process group was killed. The first call of a shape "
+                "includes the DSL's JIT compilation.")
+
     def timing(self, session: Session, shape: Shape, result: ShapeResult, set_bytes: int) -> None:
+        """The performance stage, after a passed `correctness` (`set_bytes`: what it returned): the
+        worker's timed loop on fresh input sets, the checks of its figures against this process's
+        clock and of its outputs against the reference, then the witness. Sets `result.time_ms`,
+        or fails the shape on an integrity failure."""
         # One fresh set per timed call where memory allows, so no call sees inputs seen before.
         sets = timing_sets(set_bytes, self.device_info.memory_bytes)
         result.timing_seeds = [self.seed() for _ in range(sets + 1)]
         flush_bytes = flush_bytes_for(session.worker_device.get("l2_bytes")) if self.cuda else CPU_FLUSH_BYTES
         t0 = time.perf_counter()
         with device.ClockSampler() as clocks:
-            reply = session.call("time", {"shape": self.payload_shape(shape), "warmup_seed": result.timing_seeds[0],
-                                          "seeds": result.timing_seeds[1:], "min_calls": MIN_TIMED_CALLS,
-                                          "max_calls": MAX_TIMED_CALLS, "flush_bytes": flush_bytes, "fit_to_sets": True},
+            reply = session.call(TimeRequest(shape=self.payload_shape(shape), warmup_seed=result.timing_seeds[0],
+                                             seeds=result.timing_seeds[1:], min_calls=MIN_TIMED_CALLS,
+                                             max_calls=MAX_TIMED_CALLS, flush_bytes=flush_bytes, fit_to_sets=True),
                                  self.request.timeout_s, timeout_category=tx.OVER_TIME_BUDGET)
         request_wall = time.perf_counter() - t0
         result.seconds["timing"] = request_wall
@@ -391,8 +424,7 @@ class _Evaluation:
             for _ in range(timing_witness.WITNESS_BURSTS):
                 seeds = [self.seed() for _ in range(calls)]
                 t0 = time.perf_counter()
-                reply = session.call("burst", {"shape": self.payload_shape(shape), "seeds": seeds},
-                                     self.request.timeout_s)
+                reply = session.call(BurstRequest(shape=self.payload_shape(shape), seeds=seeds), self.request.timeout_s)
                 wall = time.perf_counter() - t0
                 if isinstance(reply, Failure):
                     _fail(result, reply)
@@ -404,7 +436,7 @@ class _Evaluation:
             calibration = self.calibrate_witness(session, shape, result, seeds)
         finally:
             if session.alive:
-                session.call("keep", {"burst_done": True}, self.request.timeout_s)
+                session.call(KeepRequest(burst_done=True), self.request.timeout_s)
         if calibration is None:
             return
         verdict = timing_witness.judge(median_ms, min(walls), calls, calibration, host_ms)
@@ -425,7 +457,7 @@ class _Evaluation:
             return False
         chosen = secrets.randbelow(len(seeds))
         what = f"a witness call (burst set {chosen})"
-        candidate = self.fetch_checked(session, shape, result, seeds[chosen], {"set": chosen, "burst": True}, what)
+        candidate = self.fetch_checked(session, shape, result, seeds[chosen], chosen, True, what)
         if candidate is None:
             return False
         with _harness_memory(f"digesting {what}'s output"):
@@ -436,16 +468,17 @@ class _Evaluation:
             return False
         return True
 
-    def fetch_checked(self, session: Session, shape: Shape, result: ShapeResult, seed: int, fetch: dict[str, Any],
+    def fetch_checked(self, session: Session, shape: Shape, result: ShapeResult, seed: int, index: int, burst: bool,
                       what: str) -> Any:
-        """The reference output for `seed`, made here, against the output the worker kept (`fetch`
-        names it): the candidate's output once it matches, or None once the shape has failed. GPU
-        memory here: that one reference and candidate, the reference deleted before returning."""
+        """The reference output for `seed`, made here, against the output the worker kept for
+        input set `index` (of a witness burst with `burst`): the candidate's output once it
+        matches, or None once the shape has failed. GPU memory here: that one reference and
+        candidate, the reference deleted before returning."""
         with _harness_memory(f"generating {what}'s input set and its reference output"):
             reference = self.reference_output(shape, self.inputs(shape, seed))
         size = output_bytes(reference)
         arena = session.arena.reserve(arena_bytes(reference))
-        reply = session.call("fetch", {**fetch, "arena_bytes": arena}, self.request.timeout_s)
+        reply = session.call(FetchRequest(set=index, arena_bytes=arena, burst=burst), self.request.timeout_s)
         if isinstance(reply, Failure):
             _fail(result, reply)
             return None
@@ -470,7 +503,7 @@ class _Evaluation:
         round_trip = []
         for _ in range(3):
             t0 = time.perf_counter()
-            pong = session.call("ping", {}, self.request.timeout_s)
+            pong = session.call(PingRequest(), self.request.timeout_s)
             round_trip.append(time.perf_counter() - t0)
             if isinstance(pong, Failure):
                 _fail(result, pong)
@@ -503,12 +536,12 @@ class _Evaluation:
         fetched: dict[int, list[int]] = {}
         poisoned: list[int] | None = None
         try:
-            reply = session.call("keep", {"sets": chosen}, self.request.timeout_s) if chosen else {}
+            reply = session.call(KeepRequest(sets=chosen), self.request.timeout_s) if chosen else {}
             if isinstance(reply, Failure):  # the worker drops the rest before any reference is made here
                 _fail(result, reply)
                 return
             for index in chosen:
-                candidate = self.fetch_checked(session, shape, result, result.timing_seeds[1 + index], {"set": index},
+                candidate = self.fetch_checked(session, shape, result, result.timing_seeds[1 + index], index, False,
                                                f"a timed call (input set {index})")
                 if candidate is None:
                     return
@@ -521,13 +554,13 @@ class _Evaluation:
                         return
                     if poisoned is None:
                         stale = _copy_structure(candidate)
-                        _poison(stale, set())
+                        poison(stale, set())
                         poisoned = digest(stale).tolist()
                         del stale
                     del candidate
         finally:
             if session.alive:
-                session.call("keep", {"sets": []}, self.request.timeout_s)
+                session.call(KeepRequest(sets=[]), self.request.timeout_s)
         seen: dict[tuple[int, ...], int] = {}
         shared: set[tuple[int, ...]] = set()  # outputs confirmed to be legitimately the same for several sets
         for i, (index, d) in enumerate(zip(order, digests)):
@@ -557,7 +590,7 @@ class _Evaluation:
 
     def check_primitives(self, session: Session, result: ShapeResult) -> None:
         """Without a timing run, still ask whether the candidate replaced a watched primitive."""
-        reply = session.call("integrity", {}, self.request.timeout_s)
+        reply = session.call(IntegrityRequest(), self.request.timeout_s)
         if isinstance(reply, Failure):
             _fail(result, reply)
         elif reply.get("replaced"):
@@ -566,8 +599,10 @@ class _Evaluation:
                                   f"The candidate replaced harness primitives: {', '.join(reply['replaced'])}."))
 
     def profile(self, session: Session, shape: Shape, result: ShapeResult) -> None:
+        """One profiled forward: the kernels' device times and the DSL's share of them (the
+        worker's word, reported and never scored)."""
         t0 = time.perf_counter()
-        reply = session.call("profile", {"shape": self.payload_shape(shape), "seed": self.seed()}, self.request.timeout_s)
+        reply = session.call(ProfileRequest(shape=self.payload_shape(shape), seed=self.seed()), self.request.timeout_s)
         result.seconds["profile"] = time.perf_counter() - t0
         if isinstance(reply, Failure):
             result.message = (result.message + "\n" if result.message else "") + f"DSL share not measured: {reply.category}: {reply.message}"
@@ -583,6 +618,7 @@ class _Evaluation:
             result.integrity.append(tx.PROFILE_DISAGREES)
 
     def score(self, result: ShapeResult) -> None:
+        """S = T_SOL / T for a correct, timed shape (with why not, when it has none)."""
         t_sol, reason = self.roofline.t_sol_ms(result.id)
         result.t_sol_ms = t_sol
         if not result.correct:
@@ -607,8 +643,10 @@ class _Evaluation:
 
     # -- driver -----------------------------------------------------------------------------
     def launch_spec(self, scratch: Path, launch: LaunchOptions | None = None) -> LaunchSpec:
-        launch = launch or LaunchOptions()
-        return LaunchSpec(scratch=scratch, device=self.device, protected=protected_roots(self.catalog.roots, []),
+        """How this trial's worker starts in `scratch` (`launch`: this trial's options when None)."""
+        launch = launch or self.launch
+        protected = protected_roots(self.catalog.roots, launch.state_dir)
+        return LaunchSpec(scratch=scratch, device=self.device, protected=protected,
                           env={**self.adapter.worker_env(self.cuda), **launch.extra_env},
                           host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES,
                           wrapper=list(launch.wrapper), tcp_ports=list(launch.tcp_ports), abstract_unix=launch.abstract_unix,
@@ -616,21 +654,27 @@ class _Evaluation:
 
     def open_session(self, scratch: Path, launch: LaunchOptions | None = None, spare: Spare | None = None) -> Session:
         """Fill `scratch` with the candidate and the visible problem files and describe its
-        worker (not started yet; `spare`: one already spawned in `scratch`). Other judges use
-        atrex_mcp.evaluate.workers.open_session."""
+        worker (not started yet; `spare`: one already spawned in `scratch`; `launch`: this
+        trial's options when None)."""
         (scratch / "reference.py").write_text(self.problem.reference_source)
         (scratch / "input.py").write_text(self.problem.input_source)
         (scratch / "shapes.json").write_text(self.problem.shapes_json)
         (scratch / CANDIDATE_FILE).write_text(self.source)
         spec = self.launch_spec(scratch, launch)
         rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
-        return Session(spec, init={"device": self.device, "input_file": "input.py", "rlimits": rlimits},
-                       load={"candidate_file": CANDIDATE_FILE, "init_sets": [s.init for s in self.shapes],
-                             "forward_params": self.forward_params},
+        return Session(spec, init=InitRequest(device=self.device, input_file="input.py", rlimits=rlimits),
+                       load=LoadRequest(candidate_file=CANDIDATE_FILE, init_sets=[s.init for s in self.shapes],
+                                        forward_params=self.forward_params),
                        guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.stop,
                        spare=spare, defines_model=source_defines_model(self.source))
 
+    def load(self, session: Session) -> Failure | None:
+        """Start the session's first worker and import the candidate there; a Failure says why it
+        did not load (a compile-stage category)."""
+        return session.start(first=True)
+
     def run(self) -> EvalResult:
+        """Every step on every requested shape: what `evaluate()` returns (see there)."""
         t_start = time.perf_counter()
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         result = EvalResult(op=self.request.op, candidate=self.request.baseline or "candidate",
@@ -639,43 +683,15 @@ class _Evaluation:
                             isolation={}, started_at=started)
         spare = self.standby.take(self.launch_spec(Path("."))) if self.standby is not None else None
         with spare.directory if spare is not None else tempfile.TemporaryDirectory(prefix="atrex-eval-") as tmp:
-            scratch = Path(tmp)
-            session = self.open_session(scratch, spare=spare)
+            session = self.open_session(Path(tmp), spare=spare)
             try:
-                self.progress("starting the sandbox worker and loading the candidate", 0.0)
-                self.begin(None, "the candidate's load")
-                failure = session.start(first=True)
-                if self.standby is not None:  # the next evaluation's worker starts while this one runs
-                    self.standby.refill(session.spec)
-                if failure is not None:
-                    result.compile_error = ErrorInfo(stage="compile",
-                                                     category=failure.category, message=failure.message,
-                                                     hint="Fix the candidate file so it imports and defines Model as the reference does.")
-                    result.shapes = [ShapeResult(id=s.id, correct=False, stage=failure.stage, category=failure.category,
-                                                 message="not evaluated: the candidate did not load") for s in self.shapes]
-                else:
-                    for i, shape in enumerate(self.shapes):
-                        self.in_progress = None
-                        if self.stop.is_set():
-                            raise Cancelled()
-                        self.progress(f"shape {shape.id}", (i + 0.5) / len(self.shapes))
-                        result.shapes.append(self.evaluate_shape(session, shape, i))
+                self.judge_shapes(session, result)
             except Cancelled:
                 result.partial = self.stop.reason
                 result.shapes += self.not_run(len(result.shapes))
             finally:
                 session.stop()
-        result.isolation = session.isolation
-        result.device.versions = session.versions
-        result.overhead = session.overhead
-        result.overhead.total_s = time.perf_counter() - t_start
-        result.compiled = (result.compile_error is None and not session.forged
-                           and any(s.judged and s.stage != tx.COMPILE for s in result.shapes))
-        result.operator_score, result.operator_score_note = scoring.shapes_operator_score(result.shapes)
-        result.seeds = self.seeds
-        result.integrity = sorted({i for s in result.shapes for i in s.integrity}
-                                  | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set())
-                                  | ({tx.REPLY_FORGED} if session.forged else set()))
+        self._summarise(result, session, time.perf_counter() - t_start)
         if result.partial is None:
             self.progress("done", 1.0)
             return result
@@ -684,6 +700,41 @@ class _Evaluation:
         if result.partial == "cancelled":
             raise EvaluationCancelled(result)
         return result
+
+    def judge_shapes(self, session: Session, result: EvalResult) -> None:
+        """Load the candidate, then judge the shapes one after another into `result.shapes`;
+        raises Cancelled when the stop signal is set between or during them."""
+        self.progress("starting the sandbox worker and loading the candidate", 0.0)
+        self.begin(None, "the candidate's load")
+        failure = self.load(session)
+        if self.standby is not None:  # the next evaluation's worker starts while this one runs
+            self.standby.refill(session.spec)
+        if failure is not None:
+            result.compile_error = ErrorInfo(stage="compile", category=failure.category, message=failure.message,
+                                             hint="Fix the candidate file so it imports and defines Model as the reference does.")
+            result.shapes = [ShapeResult(id=s.id, correct=False, stage=failure.stage, category=failure.category,
+                                         message="not evaluated: the candidate did not load") for s in self.shapes]
+            return
+        for i, shape in enumerate(self.shapes):
+            self.in_progress = None
+            if self.stop.is_set():
+                raise Cancelled()
+            self.progress(f"shape {shape.id}", (i + 0.5) / len(self.shapes))
+            result.shapes.append(self.evaluate_shape(session, shape, i))
+
+    def _summarise(self, result: EvalResult, session: Session, total_s: float) -> None:
+        """The whole evaluation's figures: isolation, overheads, compiled, operator score, integrity."""
+        result.isolation = session.isolation
+        result.device.versions = session.versions
+        result.overhead = session.overhead
+        result.overhead.total_s = total_s
+        result.compiled = (result.compile_error is None and not session.forged
+                           and any(s.judged and s.stage != tx.COMPILE for s in result.shapes))
+        result.operator_score, result.operator_score_note = scoring.shapes_operator_score(result.shapes)
+        result.seeds = self.seeds
+        result.integrity = sorted({i for s in result.shapes for i in s.integrity}
+                                  | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set())
+                                  | ({tx.REPLY_FORGED} if session.forged else set()))
 
     def begin(self, index: int | None, stage: str) -> None:
         """Note what is running, so a stop can say where it caught the evaluation."""
@@ -737,7 +788,8 @@ class _Evaluation:
 
 
 def evaluate(request: EvalRequest, catalog: Catalog, *, progress: Progress | None = None,
-             cancel: threading.Event | None = None, standby: Standby | None = None) -> EvalResult:
+             cancel: threading.Event | None = None, standby: Standby | None = None,
+             launch: LaunchOptions | None = None) -> EvalResult:
     """Evaluate a candidate (or a baseline) on an operator's shapes; see the module docstring.
 
     When `request.deadline_s` passes, the shape in progress is stopped (its worker killed) and a
@@ -748,5 +800,6 @@ def evaluate(request: EvalRequest, catalog: Catalog, *, progress: Progress | Non
 
     With a `standby` (a series of evaluations), the worker it holds is adopted when its launch
     settings match, and once this evaluation's candidate is loaded the next worker is spawned
-    there, so its start overlaps this evaluation (evaluate.standby)."""
-    return _Evaluation(request, catalog, progress, cancel, standby).run()
+    there, so its start overlaps this evaluation (evaluate.standby). `launch`: how the worker
+    starts (a server passes its state directory there, so the worker cannot read it)."""
+    return Trial(request, catalog, progress, cancel, standby, launch).run()

@@ -24,6 +24,7 @@ from atrex_mcp.evaluate.models import Isolation, Overhead
 from atrex_mcp.evaluate.standby import Spare
 from atrex_mcp.evaluate.transfer import OutputArena
 from sandbox.launcher import Cancelled, LaunchSpec, Worker, WorkerDied, WorkerTimeout
+from sandbox.messages import InitRequest, LoadRequest, Request
 
 # Faults after which the worker's state (CUDA context, heap) is no longer trusted.
 _RESTART_AFTER = frozenset({tx.CRASH, tx.TIMEOUT, tx.CUDA_FAULT, tx.OOM, tx.OVER_TIME_BUDGET, tx.COMPILE_TIMEOUT})
@@ -72,7 +73,7 @@ class Session:
     """The workers of one evaluation, started one after another as faults require, and the output
     arena (evaluate.transfer) they all inherit; `stop` ends both."""
 
-    def __init__(self, spec: LaunchSpec, init: dict[str, Any], load: dict[str, Any], guard: LeakGuard,
+    def __init__(self, spec: LaunchSpec, init: InitRequest, load: LoadRequest, guard: LeakGuard,
                  compile_timeout_s: float, cancel: threading.Event | None, spare: Spare | None = None,
                  defines_model: bool = True):
         """`spare`: a worker spawned ahead in `spec.scratch` (evaluate.standby), with its arena;
@@ -147,7 +148,7 @@ class Session:
 
     def request_load(self) -> Failure | None:
         """Import the candidate; every failure here is a compile-stage failure."""
-        outcome = self.call("load", self.load, self.compile_timeout_s, timeout_category=tx.COMPILE_TIMEOUT)
+        outcome = self.call(self.load, self.compile_timeout_s, timeout_category=tx.COMPILE_TIMEOUT)
         if not isinstance(outcome, Failure):
             if self.defines_model:
                 return None
@@ -200,12 +201,12 @@ class Session:
             return Failure(tx.RUNTIME, tx.CRASH, f"The worker could not be restarted after a fault: {failure.message}")
         return None
 
-    def call(self, cmd: str, payload: dict[str, Any], timeout_s: float,
-             timeout_category: str = tx.TIMEOUT) -> dict[str, Any] | Failure:
-        """One request: the reply, or a classified Failure (the worker is killed when it faulted)."""
+    def call(self, request: Request, timeout_s: float, timeout_category: str = tx.TIMEOUT) -> dict[str, Any] | Failure:
+        """One request: the reply (the worker's claims, shaped as sandbox.messages.REPLIES says
+        for an honest one), or a classified Failure (the worker is killed when it faulted)."""
         assert self.worker is not None
         try:
-            reply = self.worker.request(cmd, payload, timeout_s, poll=self._poll)
+            reply = self.worker.request(request, timeout_s, poll=self._poll)
         except WorkerTimeout:
             stage = tx.COMPILE if timeout_category == tx.COMPILE_TIMEOUT else (
                 tx.PERFORMANCE if timeout_category == tx.OVER_TIME_BUDGET else tx.RUNTIME)
@@ -226,12 +227,12 @@ class Session:
         self.arena.close()
 
 
-def protected_roots(catalog_roots: list[Path], extra: list[Path]) -> list[Path]:
+def protected_roots(catalog_roots: list[Path], state_dir: Path | None = None) -> list[Path]:
     """Everything the worker must not read: problem sets (hidden files), the package's own
-    data, the state directory."""
+    data, the state directory (the one given, else the default one: paths.default_state_dir)."""
     from atrex_mcp import paths
 
-    roots = [*catalog_roots, Path(paths.__file__).resolve().parent, paths.default_state_dir(), *extra]
+    roots = [*catalog_roots, Path(paths.__file__).resolve().parent, state_dir or paths.default_state_dir()]
     return [Path(os.path.realpath(r)) for r in roots]
 
 

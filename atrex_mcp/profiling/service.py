@@ -69,10 +69,12 @@ def counters_from_eval(op: str, shape_result: Any, device_kind: str, *, roofline
 def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roofline: dict | None, hardware: str = "h200",
                      cancel: threading.Event | None = None, ncu: str | None = None,
                      timeout_s: float = CAPTURE_TIMEOUT_S,
-                     openings: ncu_mod.SandboxOpenings = ncu_mod.NCU_OPENINGS) -> ProfileReport:
+                     openings: ncu_mod.SandboxOpenings = ncu_mod.NCU_OPENINGS,
+                     state_dir: Path | None = None) -> ProfileReport:
     """Nsight Compute on the forward's kernels, with ncu wrapping the sandbox worker; AtrexError
     when ncu is absent, fails, runs past `timeout_s`, or captures no kernel. `openings`: what
-    the worker's Landlock domain leaves open for ncu's injected library."""
+    the worker's Landlock domain leaves open for ncu's injected library; `state_dir`: the serving
+    process's state directory, which the worker may not read."""
     from atrex_mcp.evaluate import NVTX_FORWARD, CandidateFailed, LaunchOptions, open_session
     from atrex_mcp.evaluate.dsl import adapter, dsl_share
     from atrex_mcp.evaluate.stop import StopSignal
@@ -100,7 +102,8 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
             problem = ""
             try:
                 with open_session(catalog, op, source, shapes=[shape], hardware=hardware, seeds=1, timeout_s=left_s,
-                                  launch=LaunchOptions(wrapper=wrapper, **openings.launch_fields()), scratch=scratch, cancel=StopSignal(cancel, left_s)) as worker:
+                                  launch=LaunchOptions(wrapper=wrapper, state_dir=state_dir, **openings.launch_fields()),
+                                  scratch=scratch, cancel=StopSignal(cancel, left_s)) as worker:
                     checked = worker.check(shape)
                     if not checked.correct:
                         raise AtrexError("correctness", "profile_of_failing_kernel",
@@ -163,12 +166,13 @@ def _worker_drops_uid() -> bool:
 def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardware: str, store: Any | None = None,
                    run_id: str | None = None, reveal_roofline: bool = True, use_ncu: bool = True,
                    ncu_timeout_s: float = CAPTURE_TIMEOUT_S, progress: Progress | None = None,
-                   cancel: threading.Event | None = None) -> ProfileReport:
+                   cancel: threading.Event | None = None, state_dir: Path | None = None) -> ProfileReport:
     """Profile one shape of a candidate and store the report (its id goes into plans).
+    `state_dir`: the serving process's state directory, which the sandbox worker may not read.
 
     reveal_roofline=False (benchmark mode): the roofline neither enters the report nor the
     classification's evidence."""
-    from atrex_mcp.evaluate import EvalRequest, evaluate
+    from atrex_mcp.evaluate import EvalRequest, LaunchOptions, evaluate
     from atrex_mcp.evaluate.device import has_gpu
 
     report_progress = progress or (lambda message, fraction: None)
@@ -182,13 +186,14 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
         report_progress("Nsight Compute capture", 0.1)
         try:
             report = capture_counters(op, source, shape, catalog, roofline=roofline, hardware=hardware, cancel=cancel,
-                                          timeout_s=ncu_timeout_s)
+                                          timeout_s=ncu_timeout_s, state_dir=state_dir)
         except AtrexError as exc:
             note = f"Nsight Compute was tried and failed ({exc.info.category}: {exc.info.message[:1600]})."
     if report is None:
         report_progress("torch.profiler fallback", 0.5)
         result = evaluate(EvalRequest(op=op, source=source, shapes=[shape], seeds=1, hardware=hardware, timing=True,
-                                      measure_dsl=True), catalog, progress=None, cancel=cancel)
+                                      measure_dsl=True), catalog, progress=None, cancel=cancel,
+                          launch=LaunchOptions(state_dir=state_dir))
         shape_result = result.shapes[0]
         if not shape_result.correct:
             raise AtrexError("correctness" if result.compiled else "compile", "profile_of_failing_kernel",

@@ -16,9 +16,10 @@
   pair ratio, and many cheap rounds give the acceptance rule's bootstrap a tight interval. Work
   left on another stream is judged once per kernel and shape over all its rounds together
   (`timing_checks.side_stream_pooled`): one round of 24 calls is too small a sample for the
-  rule (an honest 15 µs rms_norm variant failed a single round on the H200 with a 23 µs gap).
+  rule: a single round's gap can exceed the rule's margin for an honest kernel of a few µs.
 
-Sessions are opened through the evaluator's `_Evaluation.open_session` seam.
+This is the one interleaved A/B timing loop: the loop's acceptance and the tests both use it.
+Each kernel is a `Trial` (atrex_mcp.evaluate.evaluator), driven through its public steps.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import statistics
 import tempfile
 import time
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import device as eval_device
 from atrex_mcp.evaluate import taxonomy as tx
-from atrex_mcp.evaluate.evaluator import _Evaluation, evaluate, timing_sets
+from atrex_mcp.evaluate.evaluator import LaunchOptions, Trial, evaluate, timing_sets
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
 from atrex_mcp.evaluate.timing_checks import side_stream_pooled
@@ -45,6 +47,7 @@ from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.measure import CheckResult, MeasurementFailed, Progress
 from atrex_mcp.runs.models import KernelTimes, ShapeCheck
 from sandbox.launcher import Cancelled
+from sandbox.messages import TimeRequest
 from sandbox.timing import flush_bytes_for
 
 ROUNDS = 16  # paired rounds per shape (the rule needs at least 10)
@@ -63,19 +66,20 @@ class Round:
     noop_gap_ms: list[float]
 
 
-def timing_round(evaluation: _Evaluation, session: Session, shape: Shape, name: str, calls: int, set_bytes: int) -> Round:
+def timing_round(trial: Trial, session: Session, shape: Shape, name: str, calls: int, set_bytes: int) -> Round:
     """One short timing round in a warm worker: `calls` timed calls, each on its own fresh input
     set of `set_bytes` (inputs and output), fewer where the evaluator would hold fewer sets
-    (`timing_sets`). Until 2026-12-01 a round made 24 calls over 4 sets, so a candidate keeping
-    each set's output won its rounds on cache hits. Raises MeasurementFailed when the worker fails
+    (`timing_sets`), so a candidate that keeps each set's output never wins a round on a cache
+    hit. Raises MeasurementFailed when the worker fails
     or replaced a timing primitive (the candidate's full timing stage checks these too; a round
     must not hide them)."""
-    sets = min(calls, timing_sets(set_bytes, evaluation.device_info.memory_bytes))
-    seeds = [evaluation.seed() for _ in range(sets + 1)]
+    sets = min(calls, timing_sets(set_bytes, trial.device_info.memory_bytes))
+    seeds = [trial.seed() for _ in range(sets + 1)]
     flush = flush_bytes_for(session.worker_device.get("l2_bytes"))
+    request = TimeRequest(shape=trial.payload_shape(shape), warmup_seed=seeds[0], seeds=seeds[1:], min_calls=sets,
+                          max_calls=sets, flush_bytes=flush)
     t0 = time.perf_counter()
-    reply = session.call("time", {"shape": evaluation.payload_shape(shape), "warmup_seed": seeds[0], "seeds": seeds[1:],
-                                  "min_calls": sets, "max_calls": sets, "flush_bytes": flush}, evaluation.request.timeout_s)
+    reply = session.call(request, trial.request.timeout_s)
     wall = time.perf_counter() - t0
     if isinstance(reply, Failure):
         raise MeasurementFailed(f"the {name} on shape {shape.id}: {reply.category}: {reply.message[:500]}")
@@ -100,8 +104,11 @@ def check_side_streams(name: str, shape_id: str, rounds: list[Round]) -> None:
 class EvaluatorJudge:
     """Judge backed by atrex_mcp.evaluate (see the module docstring)."""
 
-    def __init__(self, catalog: Catalog, *, rounds: int = ROUNDS, seeds: int = CHECK_SEEDS, calls: int = CALLS_PER_ROUND):
+    def __init__(self, catalog: Catalog, *, rounds: int = ROUNDS, seeds: int = CHECK_SEEDS,
+                 calls: int = CALLS_PER_ROUND, state_dir: Path | None = None):
+        """`state_dir`: the serving process's state directory, which its workers may not read."""
         self.catalog = catalog
+        self.launch = LaunchOptions(state_dir=state_dir)
         self.rounds = rounds
         self.seeds = seeds
         self.calls = calls
@@ -110,7 +117,7 @@ class EvaluatorJudge:
               progress: Progress | None = None, cancel: threading.Event | None = None) -> CheckResult:
         request = EvalRequest(op=op, source=source, shapes=shapes, seeds=self.seeds, hardware=hardware, timing=timing,
                               dsl=dsl, measure_dsl=False)
-        result = evaluate(request, self.catalog, progress=progress, cancel=cancel)
+        result = evaluate(request, self.catalog, progress=progress, cancel=cancel, launch=self.launch)
         checks = [ShapeCheck(id=s.id, correct=s.correct, category=s.category, message=s.message[:1000]) for s in result.shapes]
         times = KernelTimes(time_ms={s.id: s.time_ms for s in result.shapes}, score={s.id: s.score for s in result.shapes})
         return CheckResult(compiled=result.compiled, checks=checks, times=times,
@@ -119,43 +126,47 @@ class EvaluatorJudge:
 
     def time_pair(self, op: str, accepted_source: str, candidate_source: str, shapes: list[str], *, hardware: str,
                   progress: Progress | None = None, cancel: threading.Event | None = None) -> dict[str, PairedSamples] | None:
+        """Paired samples per shape (see the module docstring); None without a GPU. Raises
+        MeasurementFailed when either kernel fails to load, check or time."""
         if not eval_device.has_gpu():
             return None
         report = progress or (lambda message, fraction: None)
-        evaluations = [_Evaluation(EvalRequest(op=op, source=text, shapes=shapes, seeds=1, hardware=hardware, measure_dsl=False),
-                                   self.catalog, None, cancel) for text in (accepted_source, candidate_source)]
+        trials = [Trial(EvalRequest(op=op, source=text, shapes=shapes, seeds=1, hardware=hardware, measure_dsl=False),
+                        self.catalog, None, cancel, launch=self.launch) for text in (accepted_source, candidate_source)]
         samples: dict[str, PairedSamples] = {}
         with ExitStack() as stack:
-            scratches = [Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="atrex-pair-"))) for _ in evaluations]
-            sessions = [ev.open_session(scratch) for ev, scratch in zip(evaluations, scratches)]
+            scratches = [Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="atrex-pair-"))) for _ in trials]
+            sessions = [trial.open_session(scratch) for trial, scratch in zip(trials, scratches)]
             for session in sessions:
                 stack.callback(session.stop)
             try:
                 with ThreadPoolExecutor(max_workers=2) as pool:
-                    failures = list(pool.map(lambda session: session.start(first=True), sessions))
+                    failures = list(pool.map(lambda pair: pair[0].load(pair[1]), zip(trials, sessions)))
                 for name, failure in zip(NAMES, failures):
                     if failure is not None:
                         raise MeasurementFailed(f"the {name} did not load: {failure.category}: {failure.message[:500]}")
-                shape_list = evaluations[0].shapes
+                shape_list = trials[0].shapes
                 for i, shape in enumerate(shape_list):
-                    samples[shape.id] = self._pairs(evaluations, sessions, shape,
+                    samples[shape.id] = self.pair_rounds(trials, sessions, shape,
                                                     lambda r: report(f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
                                                                      (i + r / self.rounds) / len(shape_list)))
             except Cancelled:
                 raise AtrexError("runtime", "cancelled", "The paired timing was cancelled; its workers were killed.") from None
         return samples
 
-    def _pairs(self, evaluations: list[_Evaluation], sessions: list[Session], shape: Shape, tick) -> PairedSamples:
-        """Warm both kernels on `shape`, gate the candidate with a full timing stage, then alternate rounds."""
+    def pair_rounds(self, trials: list[Trial], sessions: list[Session], shape: Shape,
+                    tick: Callable[[int], None]) -> PairedSamples:
+        """One shape of `time_pair`, both kernels loaded in `sessions`: warm both on `shape`, gate
+        the candidate with a full timing stage, then alternate rounds (`tick(r)` after round r)."""
         set_bytes = []
-        for name, ev, session in zip(NAMES, evaluations, sessions):
+        for name, trial, session in zip(NAMES, trials, sessions):
             warm = ShapeResult(id=shape.id, correct=False)
-            size = ev.correctness(session, shape, warm)
+            size = trial.correctness(session, shape, warm)
             if size is None:
                 raise MeasurementFailed(f"the {name} failed on shape {shape.id}: {warm.category}: {warm.message[:500]}")
             set_bytes.append(size)
         gate = ShapeResult(id=shape.id, correct=True)
-        evaluations[1].timing(sessions[1], shape, gate, set_bytes[1])
+        trials[1].timing(sessions[1], shape, gate, set_bytes[1])
         if gate.time_ms is None:
             why = gate.category or gate.timing_note or "no time"
             raise MeasurementFailed(f"the candidate's timing stage on shape {shape.id}: {why}: {gate.message[:500]}")
@@ -168,7 +179,7 @@ class EvaluatorJudge:
             for k in ((0, 1) if r % 2 == 0 else (1, 0)):
                 if sessions[k].ensure() is not None:
                     raise MeasurementFailed(f"the {NAMES[k]}'s worker could not be restarted on shape {shape.id}")
-                rounds[k].append(timing_round(evaluations[k], sessions[k], shape, NAMES[k], self.calls, set_bytes[k]))
+                rounds[k].append(timing_round(trials[k], sessions[k], shape, NAMES[k], self.calls, set_bytes[k]))
             if floor is not None and rounds[1][-1].median_ms < floor:  # the gate's witness holds for every round
                 raise MeasurementFailed(f"the candidate's round {r + 1} on shape {shape.id} reported "
                                         f"{rounds[1][-1].median_ms:.4g} ms, below what the judge's clock "

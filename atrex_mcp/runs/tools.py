@@ -71,7 +71,7 @@ def default_judge_factory(ctx: ServerContext) -> JudgeFactory:
         return lambda device: ctx.config.cluster.judge()
 
     def make(device: str) -> Judge:
-        return ctx.service("atrex_mcp.runs.evaluator_judge").EvaluatorJudge(ctx.catalog)
+        return ctx.service("atrex_mcp.runs.evaluator_judge").EvaluatorJudge(ctx.catalog, state_dir=ctx.state_dir)
 
     return make
 

@@ -230,10 +230,9 @@ class ServerContext:
         self.policy = Policy(config.mode, self.catalog, knowledge=self.knowledge)
         # Wiki documents that solve a served operator, withheld under the general condition.
         self.withheld = withheld_operators(self.knowledge, self.catalog.names())
+        # Passed to every judge (evaluate.LaunchOptions.state_dir): its sandbox workers treat it as
+        # protected, so a --state-dir elsewhere is as unreachable as the default.
         self.state_dir = config.state_dir
-        # Sandbox workers treat the state directory as protected (evaluate.session.protected_roots
-        # reads it from here): a --state-dir elsewhere must be as unreachable as the default.
-        os.environ["ATREX_STATE_DIR"] = str(Path(config.state_dir).resolve())
         self.workspace = Workspace(config.workspaces, denied=[*self.catalog.roots, config.state_dir],
                                    max_source_bytes=config.max_source_bytes)
         self._queue: GpuQueue | None = None
@@ -371,8 +370,10 @@ class ServerContext:
             return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
                                       lambda device, progress, cancel: cluster.evaluate(request, progress, cancel))
         evaluate = self.service("atrex_mcp.evaluate", "evaluate")
+        launch = self.service("atrex_mcp.evaluate", "LaunchOptions")(state_dir=self.state_dir)
         return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
-                                  lambda device, progress, cancel: evaluate(request, self.catalog, progress=progress, cancel=cancel))
+                                  lambda device, progress, cancel: evaluate(request, self.catalog, progress=progress,
+                                                                           cancel=cancel, launch=launch))
 
     async def run_job(self, mcp_ctx: Context | None, kind: JobKind, label: str,
                       work: Callable[[str, ThreadProgress, threading.Event], T]) -> T:
@@ -606,7 +607,7 @@ def _register_tools(app: ServerContext) -> None:
         else:
             report = await app.run_job(ctx, kind, f"profile {op}/{shape}", lambda device, progress, cancel: profile(
                 op, text, shape, catalog, hardware=config.hardware, store=store, run_id=run_id,
-                reveal_roofline=not policy.benchmark, progress=progress, cancel=cancel))
+                reveal_roofline=not policy.benchmark, progress=progress, cancel=cancel, state_dir=app.state_dir))
         return ProfileResult(**report.model_dump(), mode=config.mode)
 
     app.add_tool(validate, title="Validate a kernel", read_only=False)

@@ -1,5 +1,12 @@
 """What each server mode may reveal: the ONE place that decides it.
 
+Services (evaluator, profiler, run memory, packager) return the server's full objects; every
+tool's result is one of this module's views of them (`validate_view`, `iteration_view`,
+`run_state_view`, `run_roofline_view`, `profile_view`, `package_view`), and benchmark-mode
+logs pass `log_redactor`. Where a hidden figure must not even be computed or written (a
+profile's roofline, a run package's scores), the service is handed the `Policy` and asks it
+(`profile_roofline`, `package_figures`).
+
 optimize (default): roofline figures of every shape and the score S of the agent's own
 kernels are shown.
 benchmark: the agent is being measured, so nothing derived from the evaluator-only files
@@ -21,13 +28,26 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
+from typing import Any
 
 from atrex_mcp.problemset.catalog import Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.leakguard import mask_figures
 from atrex_mcp.evaluate.models import EvalResult, ShapeResult
 from atrex_mcp.knowledge import Knowledge, default_knowledge
-from atrex_mcp.server.models import Mode, ShapeInfo, ShapeRoofline, ShapeVerdict, ValidateResult
+from atrex_mcp.package import PackageResult
+from atrex_mcp.profiling.models import ProfileReport
+from atrex_mcp.runs.models import IterationRecord, KernelTimes, KernelView, RunState
+from atrex_mcp.server.models import (
+    Mode,
+    PackageOutput,
+    ProfileResult,
+    ShapeInfo,
+    ShapeRoofline,
+    ShapeVerdict,
+    ValidateResult,
+)
 
 HIDDEN = "hidden in benchmark mode"
 WITHHELD = f"[withheld: this text quoted evaluator-only data, {HIDDEN}]"
@@ -66,6 +86,12 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+def log_redactor(mode: Mode) -> Redactor | None:
+    """The filter for server log text in `mode`: the `Redactor` in benchmark mode, none otherwise.
+    A function of the mode alone, so the `serve` command can install it before any catalog is read."""
+    return Redactor() if mode == "benchmark" else None
+
+
 class Policy:
     """The views of hidden-derived data a mode may show."""
 
@@ -73,7 +99,7 @@ class Policy:
         self.mode: Mode = mode
         self.catalog = catalog
         self.knowledge: Knowledge = knowledge or default_knowledge(mode == "benchmark")
-        self.redactor = Redactor()
+        self.redactor = log_redactor(mode)
 
     @property
     def benchmark(self) -> bool:
@@ -143,7 +169,7 @@ class Policy:
         fields["integrity"] = self.incidents(shape.integrity)
         return ShapeVerdict(**fields)
 
-    def validate_result(self, result: EvalResult) -> ValidateResult:
+    def validate_view(self, result: EvalResult) -> ValidateResult:
         """A whole evaluation as this mode may show it."""
         verdicts = [self.verdict(s) for s in result.shapes]
         device = f"cuda: {result.device.name}" if result.device.kind == "cuda" else "cpu (Triton interpreter, not timed)"
@@ -165,7 +191,64 @@ class Policy:
             operator_score=None if self.benchmark else result.operator_score,
         )
 
+    # ------------------------------------------------------------ run memory
+    def _times(self, times: KernelTimes) -> KernelTimes:
+        """A kernel's figures: in benchmark mode its own times only, without S."""
+        return KernelTimes(time_ms=times.time_ms) if self.benchmark else times
+
+    def iteration_view(self, record: IterationRecord) -> IterationRecord:
+        """One stored iteration as this mode may show it."""
+        return record.model_copy(update={"times": self._times(record.times)}) if self.benchmark else record
+
+    def run_roofline_view(self, roofline: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A run's per-shape roofline (T_SOL, bound, intensity): None in benchmark mode."""
+        return None if self.benchmark else roofline
+
+    def run_state_view(self, state: RunState) -> RunState:
+        """The run memory as this mode may show it: in benchmark mode without the roofline and
+        without S of the baseline, the accepted kernel and every iteration."""
+        if not self.benchmark:
+            return state
+
+        def kernel(view: KernelView | None) -> KernelView | None:
+            return None if view is None else view.model_copy(update={"times": self._times(view.times)})
+
+        return state.model_copy(update={
+            "roofline": self.run_roofline_view(state.roofline),
+            "baseline": kernel(state.baseline),
+            "accepted": kernel(state.accepted),
+            "iterations": [self.iteration_view(it) for it in state.iterations],
+        })
+
+    def package_figures(self, figures: dict[str, Any], scores: dict[str, Any]) -> dict[str, Any]:
+        """The measured figures a run's package manifest may carry: `scores` (S of the accepted
+        kernel and the baseline) join them in optimize mode only. Asked before the manifest is
+        written, since a written file is the deliverable itself."""
+        return figures if self.benchmark else {**figures, **scores}
+
+    # ------------------------------------------------------------ profiles and packages
+    def profile_roofline(self, figures: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+        """The roofline a profile may carry and classify with: `figures()` is called in optimize
+        mode only, so in benchmark mode T_SOL shapes neither the report nor its bottleneck evidence."""
+        return None if self.benchmark else figures()
+
+    def profile_view(self, report: ProfileReport) -> ProfileResult:
+        """A stored profile as this mode may show it (its roofline only in optimize mode)."""
+        data = report.model_dump()
+        if self.benchmark:
+            data["roofline"] = None
+        return ProfileResult(**data, mode=self.mode)
+
+    def package_view(self, result: PackageResult) -> PackageOutput:
+        """A written package: paths, hashes and the contract report, which hold no hidden figure;
+        what the manifest itself holds was decided by `package_figures` before it was written."""
+        return PackageOutput(**result.model_dump())
+
     # ------------------------------------------------------------ outgoing text
+    def log_redactor(self) -> Redactor | None:
+        """The filter for this server's log text (see `log_redactor`)."""
+        return log_redactor(self.mode)
+
     def redact(self, text: str) -> str:
         """Benchmark-mode log text through the value-independent `Redactor`."""
-        return self.redactor(text) if self.benchmark else text
+        return self.redactor(text) if self.redactor is not None else text

@@ -11,6 +11,7 @@ from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.candidate_contract import check_contract, strip_main_block
 from atrex_mcp.package import package_source
+from atrex_mcp.policy import Policy
 from tests.runs_fixtures import KERNEL, OP, loop_with_iterations
 
 REFERENCE = Catalog().visible(OP).reference_source
@@ -238,7 +239,7 @@ def test_package_from_a_run_carries_the_accepted_chain(tmp_path):
     assert final["speedup_vs_baseline"] == pytest.approx(1.6, rel=0.05) and final["score"]["0"] > 0
     assert "speed: 1.6" in (tmp_path / "deliverable" / f"{OP}.py").read_text()
     assert service.store.events(run_id)[-1].kind == "packaged"
-    hidden = service.package(run_id, tmp_path / "benchmark", reveal_figures=False).manifest_data
+    hidden = service.package(run_id, tmp_path / "benchmark", policy=Policy("benchmark", service.catalog)).manifest_data
     assert "score" not in hidden["run"]["final"]
 
 

@@ -15,6 +15,7 @@ import torch
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.models import KernelTime, ShapeResult
+from atrex_mcp.policy import Policy
 from atrex_mcp.profiling.service import PROFILED_CALLS, capture_counters, counters_from_eval, profile_kernel
 from atrex_mcp.runs.store import RunStore
 from tests.runs_fixtures import KERNEL, OP, make_problem_root
@@ -51,7 +52,7 @@ def test_cpu_profile_carries_the_roofline_in_optimise_mode_only(tmp_path):
     report = profile_kernel(OP, KERNEL, "tiny", catalog, hardware="h200")
     assert report.roofline["t_sol_ms"] == 2.4e-7 and report.roofline["bound"] == "memory"
     assert any(e.startswith("roofline: T_SOL") and "memory-bound" in e for e in report.bottleneck.evidence)
-    hidden = profile_kernel(OP, KERNEL, "tiny", catalog, hardware="h200", reveal_roofline=False)  # benchmark mode
+    hidden = profile_kernel(OP, KERNEL, "tiny", catalog, hardware="h200", policy=Policy("benchmark", catalog))
     assert hidden.roofline is None and not any("roofline" in e for e in hidden.bottleneck.evidence)
 
 

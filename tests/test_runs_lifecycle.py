@@ -4,6 +4,7 @@ failed iterations, citations, the agent's view in both modes, and the re-measure
 import pytest
 
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.policy import Policy
 from atrex_mcp.runs.models import Category, Plan
 from tests.runs_fixtures import OP, SHAPES, ScriptedJudge, make_service, plan, source, store_profile
 
@@ -80,7 +81,7 @@ def test_benchmark_view_hides_roofline_and_scores(tmp_path):
     service.submit_baseline(run.run_id, source(1.0, "baseline"))
     prof = store_profile(service, run.run_id)
     service.record_iteration(run.run_id, plan(prof), source(1.5, "a"))
-    hidden = service.run_state(run.run_id, reveal_figures=False)
+    hidden = Policy("benchmark", service.catalog).run_state_view(service.run_state(run.run_id))
     assert hidden.roofline is None
     assert hidden.baseline.times.score == {} and hidden.accepted.times.score == {}
     assert all(it.times.score == {} for it in hidden.iterations)

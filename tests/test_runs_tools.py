@@ -21,7 +21,7 @@ def anyio_backend():
 @pytest.fixture(autouse=True)
 def scripted_judge(monkeypatch):
     judge = ScriptedJudge()
-    monkeypatch.setattr("atrex_mcp.runs.tools.default_judge_factory", lambda ctx: (lambda device: judge))
+    monkeypatch.setattr("atrex_mcp.server.run_tools.default_judge_factory", lambda ctx: (lambda device: judge))
     return judge
 
 

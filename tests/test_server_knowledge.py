@@ -136,9 +136,9 @@ def _eval_result() -> EvalResult:
 
 
 def test_results_and_reports_record_the_condition(tmp_path):
-    assert Policy("benchmark", Catalog()).validate_result(_eval_result()).knowledge == "general"
-    assert Policy("optimize", Catalog()).validate_result(_eval_result()).knowledge == "full"
-    assert Policy("benchmark", Catalog(), knowledge="none").validate_result(_eval_result()).knowledge == "none"
+    assert Policy("benchmark", Catalog()).validate_view(_eval_result()).knowledge == "general"
+    assert Policy("optimize", Catalog()).validate_view(_eval_result()).knowledge == "full"
+    assert Policy("benchmark", Catalog(), knowledge="none").validate_view(_eval_result()).knowledge == "none"
     assert EvalResult.model_validate_json(_eval_result().model_copy(update={"knowledge": "general"}).model_dump_json()).knowledge == "general"
     row = MainRow(run="r", agent="claude", condition="optimizer", knowledge="general", model=None, operators=1, submitted=1,
                   evaluated=1, compile_rate=1.0, correctness=1.0, fully_correct=1.0, dsl_adoption=None, s=None, s_agg=None,

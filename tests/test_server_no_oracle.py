@@ -180,9 +180,9 @@ def _eval_result(incidents: list[str]) -> EvalResult:
 
 def test_views_show_no_incident_that_compares_with_hidden_values():
     incidents = ["faster_than_sol", "hidden_data_leak", "side_stream_work"]
-    benchmark = Policy("benchmark", Catalog()).validate_result(_eval_result(incidents))
+    benchmark = Policy("benchmark", Catalog()).validate_view(_eval_result(incidents))
     assert benchmark.integrity == ["side_stream_work"] and benchmark.shapes[0].integrity == ["side_stream_work"]
     assert benchmark.shapes[0].category is None and benchmark.shapes[0].score is None
-    assert benchmark == Policy("benchmark", Catalog()).validate_result(_eval_result(["side_stream_work"]))
-    optimize = Policy("optimize", Catalog()).validate_result(_eval_result(incidents))
+    assert benchmark == Policy("benchmark", Catalog()).validate_view(_eval_result(["side_stream_work"]))
+    optimize = Policy("optimize", Catalog()).validate_view(_eval_result(incidents))
     assert optimize.integrity == ["faster_than_sol", "side_stream_work"]

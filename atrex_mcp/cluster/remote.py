@@ -27,6 +27,8 @@ from atrex_mcp.cluster.engine import GPU, Connection
 from atrex_mcp.cluster.shards import announce, current_worker, problem_digest, shard_catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
+from atrex_mcp.policy import Policy
+from atrex_mcp.server.models import Mode
 
 T = TypeVar("T")
 Progress = Callable[[str, float], None]
@@ -106,21 +108,24 @@ def profile_on_worker(
     digest: str,
     *,
     hardware: str,
-    reveal_roofline: bool,
+    mode: Mode,
     progress: Progress,
     cancel: threading.Event,
 ) -> Any:
-    """The profile without storing it: the report is stored by the server, in its own state."""
+    """The profile without storing it: the report is stored by the server, in its own state.
+    The server's mode travels (a policy holds a catalog, which the worker has of its own), and
+    the worker's policy for that mode decides what the profile may compute."""
     from atrex_mcp.profiling.service import profile_kernel
 
+    catalog = _catalog(problems, op, digest)
     return profile_kernel(
         op,
         source,
         shape,
-        _catalog(problems, op, digest),
+        catalog,
         hardware=hardware,
         store=None,
-        reveal_roofline=reveal_roofline,
+        policy=Policy(mode, catalog),
         progress=progress,
         cancel=cancel,
     )
@@ -242,7 +247,7 @@ class ClusterPool:
         shape: str,
         *,
         hardware: str,
-        reveal_roofline: bool,
+        policy: Policy,
         progress: Progress,
         cancel: threading.Event,
     ) -> Any:
@@ -254,7 +259,7 @@ class ClusterPool:
             self.problems,
             self.digest(op),
             hardware=hardware,
-            reveal_roofline=reveal_roofline,
+            mode=policy.mode,
             progress=progress,
             cancel=cancel,
         )

@@ -14,6 +14,7 @@ from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS, KNOWLEDGE_HELP
 
 if TYPE_CHECKING:
     from atrex_mcp.server.app import ServerConfig
+    from atrex_mcp.server.models import Mode
     from atrex_mcp.server.transport import HttpSettings
 
 
@@ -55,15 +56,16 @@ def _tool_list(text: str) -> list[str]:
     return names
 
 
-def _configure_logging(level: str, redactor: object | None) -> None:
+def _configure_logging(level: str, mode: Mode) -> None:
     """Logs go to stderr only (stdout is the stdio protocol stream), which a client may keep
-    where the agent can read it: in benchmark mode every record passes the redactor."""
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
-    if redactor is not None:
-        from atrex_mcp.policy import RedactingFilter
+    where the agent can read it: every record passes the policy's log redactor for `mode`."""
+    from atrex_mcp.policy import RedactingFilter, log_redactor
 
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    redactor = log_redactor(mode)
+    if redactor is not None:
         for handler in logging.getLogger().handlers:
-            handler.addFilter(RedactingFilter(redactor))  # type: ignore[arg-type]
+            handler.addFilter(RedactingFilter(redactor))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
     from atrex_mcp.paths import default_state_dir, problems_dir
-    from atrex_mcp.policy import Redactor
     from atrex_mcp.server.app import ServerConfig
 
     config = ServerConfig(
@@ -102,7 +103,7 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
         tools=args.tools,
         knowledge=args.knowledge,
     )
-    _configure_logging(args.log_level, Redactor() if args.benchmark_mode else None)
+    _configure_logging(args.log_level, config.mode)
     if args.cluster is None:
         _run(config, http)
         return

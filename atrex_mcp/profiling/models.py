@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from atrex_mcp.runs.models import BottleneckKind
+BottleneckKind = Literal["memory", "compute", "latency", "launch", "unknown"]
 
 
 class KernelCounters(BaseModel):

@@ -13,6 +13,7 @@ interpreted call, labelled as such. Each kernel's origin is the evaluator's DSL 
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import threading
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any
 
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.policy import Policy
 from atrex_mcp.profiling import ncu as ncu_mod
 from atrex_mcp.profiling.classify import classify, roofline_evidence
 from atrex_mcp.profiling.models import Bottleneck, KernelCounters, ProfileReport
@@ -164,20 +166,22 @@ def _worker_drops_uid() -> bool:
 
 
 def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardware: str, store: Any | None = None,
-                   run_id: str | None = None, reveal_roofline: bool = True, use_ncu: bool = True,
+                   run_id: str | None = None, policy: Policy | None = None, use_ncu: bool = True,
                    ncu_timeout_s: float = CAPTURE_TIMEOUT_S, progress: Progress | None = None,
                    cancel: threading.Event | None = None, state_dir: Path | None = None) -> ProfileReport:
     """Profile one shape of a candidate and store the report (its id goes into plans).
     `state_dir`: the serving process's state directory, which the sandbox worker may not read.
 
-    reveal_roofline=False (benchmark mode): the roofline neither enters the report nor the
-    classification's evidence."""
+    Whether the shape's roofline enters the report and the classification's evidence is
+    `policy.profile_roofline`'s decision (the server passes its policy; without one, the
+    operator's own scripts get it)."""
     from atrex_mcp.evaluate import EvalRequest, LaunchOptions, evaluate
     from atrex_mcp.evaluate.device import has_gpu
 
     report_progress = progress or (lambda message, fraction: None)
     catalog.visible(op).shape(shape)
-    roofline = _shape_roofline(catalog, op, shape, hardware) if reveal_roofline else None
+    figures = functools.partial(_shape_roofline, catalog, op, shape, hardware)
+    roofline = policy.profile_roofline(figures) if policy is not None else figures()
     report: ProfileReport | None = None
     gpu = use_ncu and has_gpu()
     found = gpu and ncu_mod.ncu_executable() is not None

@@ -1,7 +1,7 @@
 """The optimisation loop's service: start a run, submit its baseline, record iterations that
 the server itself verifies, show the (possibly masked) memory, partial restart and undo.
 
-Plain Python over a RunStore and a Judge; the MCP tools (atrex_mcp.run_tools) are thin
+Plain Python over a RunStore and a Judge; the MCP tools (atrex_mcp.server.run_tools) are thin
 adapters over this class. No evaluation happens inside a database transaction: a candidate is
 measured first, then its verdict is committed only if the accepted kernel it was timed against
 is still the accepted one (otherwise it is measured again against the new one).
@@ -18,6 +18,7 @@ from atrex_mcp.candidate_contract import check_contract
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import PackageResult, package_source
+from atrex_mcp.policy import Policy
 from atrex_mcp.runs.acceptance import AcceptanceRule, decide
 from atrex_mcp.runs.dropout import choose_masked
 from atrex_mcp.runs.measure import Judge, MeasurementFailed, Progress
@@ -203,8 +204,9 @@ class RunService:
                                          "reason": decision.reason, "decision": decision, "times": times})
 
     # -- memory view and dropout ----------------------------------------------------------
-    def run_state(self, run_id: str, *, reveal_figures: bool = True) -> RunState:
-        """The agent's view. reveal_figures=False (benchmark mode) drops roofline and S."""
+    def run_state(self, run_id: str) -> RunState:
+        """The run's memory with every figure (roofline and S included); what an agent may see
+        of it is atrex_mcp.policy's `run_state_view`."""
         run = self.store.get_run(run_id)
         iterations = self.store.iterations(run_id)
         by_number = {it.number: it for it in iterations}
@@ -214,9 +216,8 @@ class RunService:
             if number is None:
                 return None
             it = by_number[number]
-            times = it.times if reveal_figures else KernelTimes(time_ms=it.times.time_ms)
             return KernelView(number=number, source=self.store.source(run_id, number), source_sha256=it.source_sha256,
-                              times=times, speedup_vs_baseline=speedup)
+                              times=it.times, speedup_vs_baseline=speedup)
 
         visible = [it for it in iterations if it.kind == "iteration" and not it.masked]
         tallies: dict[str, CategoryTally] = {}
@@ -231,11 +232,10 @@ class RunService:
             masked=sum(it.masked for it in iterations),
             accepted=sum(it.status == "accepted" for it in visible), rejected=sum(it.status == "rejected" for it in visible),
             failed=sum(it.status == "failed" for it in visible), by_category=tallies, speedup_vs_baseline=speedup)
-        shown = visible if reveal_figures else [it.model_copy(update={"times": KernelTimes(time_ms=it.times.time_ms)}) for it in visible]
         live = [m.mask_id for m in self.store.masks(run_id) if m.reverted_at is None]
         return RunState(run_id=run.run_id, op=run.op, shapes=run.shapes, dsl=run.dsl, hardware=run.hardware,
-                        roofline=run.roofline if reveal_figures else None, baseline=view(run.baseline, 1.0 if run.baseline is not None else None),
-                        accepted=view(run.accepted, speedup), summary=summary, iterations=shown, live_masks=live)
+                        roofline=run.roofline, baseline=view(run.baseline, 1.0 if run.baseline is not None else None),
+                        accepted=view(run.accepted, speedup), summary=summary, iterations=visible, live_masks=live)
 
     def partial_restart(self, run_id: str, fraction: float, seed: int) -> MaskRecord:
         if not 0.0 <= fraction <= 1.0:
@@ -248,9 +248,12 @@ class RunService:
         return self.store.revert_masks(run_id, mask_id)
 
     # -- package --------------------------------------------------------------------
-    def package(self, run_id: str, out_dir: Path, *, reveal_figures: bool = True, denied: Sequence[Path] = ()) -> PackageResult:
+    def package(self, run_id: str, out_dir: Path, *, policy: Policy | None = None,
+                denied: Sequence[Path] = ()) -> PackageResult:
         """The accepted kernel as a deliverable, with the run's provenance in the manifest; never
-        written inside a `denied` root (package_source refuses the problem roots itself)."""
+        written inside a `denied` root (package_source refuses the problem roots itself). Which
+        figures the manifest carries is `policy.package_figures`' decision (the server passes its
+        policy; without one, the operator's own scripts get every figure)."""
         run = self.store.get_run(run_id)
         if run.accepted is None:
             raise AtrexError("input", "no_baseline", f"Run {run_id} has no accepted kernel yet.", "Submit a baseline first.")
@@ -259,8 +262,8 @@ class RunService:
         figures = {"hardware": run.hardware, "shapes": run.shapes, "time_ms": final.times.time_ms,
                    "baseline_time_ms": base.times.time_ms, "speedup_vs_baseline": chain_speedup(chain),
                    "timing": "accepted kernel: medians of its interleaved comparison against its predecessor; baseline: the evaluator's timing"}
-        if reveal_figures:
-            figures.update(score=final.times.score, baseline_score=base.times.score)
+        scores = {"score": final.times.score, "baseline_score": base.times.score}
+        figures = policy.package_figures(figures, scores) if policy is not None else {**figures, **scores}
         provenance = {
             "run_id": run_id, "accepted_iteration": final.number,
             "chain": [{"number": it.number, "kind": it.kind, "category": it.plan.category.value if it.plan else None,

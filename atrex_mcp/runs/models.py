@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from atrex_mcp.profiling.models import BottleneckKind
+
 
 class Category(str, Enum):
     """The one optimisation category an iteration belongs to (the paper's taxonomy)."""
@@ -21,9 +23,6 @@ class Category(str, Enum):
     split_fusion = "split_fusion"
     instruction_selection = "instruction_selection"
     launch_configuration = "launch_configuration"
-
-
-BottleneckKind = Literal["memory", "compute", "latency", "launch", "unknown"]
 
 
 class Plan(BaseModel):

@@ -1,7 +1,7 @@
 """The roofline a run is measured against: per target shape T_SOL, bound and intensity on the
 run's hardware profile (computed by atrex_mcp.problemset.roofline from the problem's hidden W/Q, trusted
 side only) and where the profile's peaks come from; and S of a kernel's times against it.
-What an agent may see of it is the policy's decision (run_state's reveal_figures)."""
+What an agent may see of it is the policy's decision (atrex_mcp.policy.Policy.run_state_view)."""
 
 from __future__ import annotations
 

@@ -1,27 +1,26 @@
-"""The MCP server: thin tool adapters over the services (catalog, evaluator, roofline, wiki,
-profiling, package). What a tool may reveal is atrex_mcp.policy's decision; this module only
-wires arguments to services and results to the policy's views.
+"""The MCP server: its context and how a tool is registered.
 
-`build_server(config)` returns an `MCPServer` ready for any transport. Tools of other parts
-(run memory) join through `ServerContext.add_tool`, so every tool shares the same error
-handling, benchmark-mode redaction, output cap, GPU queue and cancellation.
+`build_server(config)` returns an `MCPServer` ready for any transport, with the tools of
+atrex_mcp.server.tools and atrex_mcp.server.run_tools registered through `ServerContext.add_tool`,
+so every tool shares the same error handling, output cap, GPU queue and cancellation. The tools
+are module-level functions taking the context first; what each may reveal is atrex_mcp.policy's
+decision (each returns one of its views).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import inspect
 import json
 import logging
 import os
 import re
 import threading
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -32,37 +31,24 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from atrex_mcp import __version__, candidate_contract
-from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp import __version__
 from atrex_mcp.errors import AtrexError, ErrorInfo
-from atrex_mcp.server.gpu_queue import GpuQueue, JobKind
+from atrex_mcp.evaluate.models import EvalRequest, EvalResult
 from atrex_mcp.knowledge import Knowledge, default_knowledge, withheld_operators
 from atrex_mcp.paths import default_state_dir, problems_dir
 from atrex_mcp.policy import Policy
-from atrex_mcp.server.models import (
-    DtypePathArg,
-    HardwareArg,
-    Mode,
-    OpArg,
-    PackageOutput,
-    PathArg,
-    ProblemDetail,
-    ProblemList,
-    ProblemSummary,
-    ProfileResult,
-    RooflineResult,
-    SeedsArg,
-    ShapesArg,
-    SourceArg,
-    ValidateResult,
-    WikiReadResult,
-    WikiSearchResult,
-)
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.runs.store import RunStore
+from atrex_mcp.server import run_tools, tools
+from atrex_mcp.server.gpu_queue import GpuQueue, JobKind
+from atrex_mcp.server.models import Mode, ToolSpec
 from atrex_mcp.server.transport import LOCAL_CLIENT
-from atrex_mcp.wiki.corpus import OP_FAMILIES
 from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
+
+if TYPE_CHECKING:  # opened on first use (see ServerContext.wiki)
+    from atrex_mcp.wiki.index import WikiIndex
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +88,6 @@ class ServerConfig:
     tools: list[str] | None = None  # an allow-list: only these tools are registered (None: every tool)
     cluster: Any = None  # an atrex_mcp.cluster.remote.ClusterPool: GPU work runs on the cluster, not the local queue
     knowledge: Knowledge | None = None  # None: general in benchmark mode, full in optimize mode
-
-
-OP_FAMILY_HELP = f"Only this operator family, one of: {', '.join(OP_FAMILIES)}."
 
 
 def _detect_devices() -> list[str]:
@@ -235,8 +218,9 @@ class ServerContext:
         self.state_dir = config.state_dir
         self.workspace = Workspace(config.workspaces, denied=[*self.catalog.roots, config.state_dir],
                                    max_source_bytes=config.max_source_bytes)
+        self.run_store = RunStore(config.state_dir)  # every client's runs; a tool sees `runs()`
         self._queue: GpuQueue | None = None
-        self._wiki: Any = None
+        self._wiki: WikiIndex | None = None
         self._wiki_lock = threading.Lock()
         self.offered: list[str] = []  # every tool name offered for registration, allowed or not
 
@@ -266,38 +250,40 @@ class ServerContext:
             return fit_output(result, self.config.max_output_chars)
         return result
 
-    def add_tool(self, fn: Callable[..., Any], *, title: str, read_only: bool, idempotent: bool = False,
-                 destructive: bool = False) -> None:
-        """Register `fn` (sync or async; its docstring is the description an agent reads) so that
+    def add_tool(self, spec: ToolSpec) -> None:
+        """Register `spec.fn` (sync or async; its first parameter is this context, bound here, so
+        the agent sees only the rest; its docstring is the description an agent reads) so that
         AtrexError becomes a tool error with stage/category/message/hint, unexpected errors are
-        logged and answered without detail, and results are size-capped. A tool
-        outside the configured allow-list is not registered at all (so a client cannot call it)."""
+        logged and answered without detail, and results are size-capped. A tool outside the
+        configured allow-list is not registered at all (so a client cannot call it)."""
+        fn = spec.fn
         name = fn.__name__
         self.offered.append(name)
         if self.config.tools is not None and name not in self.config.tools:
             return
         if inspect.iscoroutinefunction(fn):
-            @functools.wraps(fn)
             async def guarded(*args: Any, **kwargs: Any) -> Any:
                 try:
-                    return self._finish(await fn(*args, **kwargs))
+                    return self._finish(await fn(self, *args, **kwargs))
                 except Exception as exc:
                     raise self._translate(name, exc) from None
         else:
-            @functools.wraps(fn)
             def guarded(*args: Any, **kwargs: Any) -> Any:  # the SDK runs sync tools on a worker thread
                 try:
-                    return self._finish(fn(*args, **kwargs))
+                    return self._finish(fn(self, *args, **kwargs))
                 except Exception as exc:
                     raise self._translate(name, exc) from None
 
+        functools.update_wrapper(guarded, fn, updated=())
+        del guarded.__wrapped__  # the SDK reads the bound signature below, not the function's
+        guarded.__signature__, guarded.__annotations__ = _bound_signature(fn)  # type: ignore[attr-defined]
         self.server.add_tool(
             guarded,
             name=name,
-            title=title,
+            title=spec.title,
             description=inspect.getdoc(fn),
-            annotations=ToolAnnotations(title=title, read_only_hint=read_only, destructive_hint=destructive,
-                                        idempotent_hint=idempotent, open_world_hint=False),
+            annotations=ToolAnnotations(title=spec.title, read_only_hint=spec.read_only, destructive_hint=False,
+                                        idempotent_hint=spec.idempotent, open_world_hint=False),
             structured_output=True,
         )
 
@@ -314,23 +300,19 @@ class ServerContext:
         return result
 
     # ------------------------------------------------------------ services
-    @staticmethod
-    def service(module: str, name: str | None = None) -> Any:
-        """A service module (or one of its functions); a part missing from this installation is
-        a clear error, not a crash."""
-        found = importlib.util.find_spec(module) is not None
-        imported = importlib.import_module(module) if found else None
-        if imported is None or (name is not None and not hasattr(imported, name)):
-            raise AtrexError("internal", "service_unavailable", f"The service {module}{'.' + name if name else ''} is not available in this installation.",
-                             "Update atrex-mcp; the other tools still work.")
-        return getattr(imported, name) if name else imported
-
-    def wiki(self) -> Any:
+    def wiki(self) -> WikiIndex:
         """The wiki index, opened (and refreshed) on first use."""
+        # Deferred for start-up time: the index (whoosh) loads only when a tool first needs it.
+        from atrex_mcp.wiki.index import WikiIndex
+
         with self._wiki_lock:
             if self._wiki is None:
-                self._wiki = self.service("atrex_mcp.wiki.index", "WikiIndex")(state_dir=self.state_dir)
+                self._wiki = WikiIndex(state_dir=self.state_dir)
             return self._wiki
+
+    def runs(self) -> RunStore:
+        """The run memory as the calling client sees it."""
+        return self.run_store.scoped(self.client_id())
 
     @staticmethod
     def client_id() -> str:
@@ -361,7 +343,7 @@ class ServerContext:
             return await anyio.to_thread.run_sync(self.config.cluster.has_gpu)
         return any(d.startswith("cuda") for d in (await self.queue()).devices)
 
-    async def evaluate(self, mcp_ctx: Context | None, request: Any) -> Any:
+    async def evaluate(self, mcp_ctx: Context | None, request: EvalRequest) -> EvalResult:
         """`atrex_mcp.evaluate.evaluate(request)` through the GPU queue: timed when the request
         times and a GPU exists (a GPU to itself), else a correctness job."""
         kind: JobKind = "timed" if request.timing and await self.has_gpu() else "correctness"
@@ -369,8 +351,10 @@ class ServerContext:
             cluster = self.config.cluster
             return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
                                       lambda device, progress, cancel: cluster.evaluate(request, progress, cancel))
-        evaluate = self.service("atrex_mcp.evaluate", "evaluate")
-        launch = self.service("atrex_mcp.evaluate", "LaunchOptions")(state_dir=self.state_dir)
+        # Deferred for start-up time: the evaluator pulls in torch on first use.
+        from atrex_mcp.evaluate import LaunchOptions, evaluate
+
+        launch = LaunchOptions(state_dir=self.state_dir)
         return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
                                   lambda device, progress, cancel: evaluate(request, self.catalog, progress=progress,
                                                                            cancel=cancel, launch=launch))
@@ -398,6 +382,18 @@ class ServerContext:
             return await _run_cancellable(work, device, bridge)
 
 
+def _bound_signature(fn: Callable[..., Any]) -> tuple[inspect.Signature, dict[str, Any]]:
+    """`fn`'s signature and annotations without its first parameter (the context), with the
+    annotations resolved here (the tool modules name ServerContext for type checking only)."""
+    hints = typing.get_type_hints(fn, localns={"ServerContext": ServerContext}, include_extras=True)
+    _context, *rest = inspect.signature(fn).parameters.values()
+    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in rest]
+    annotations = {p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty}
+    if "return" in hints:
+        annotations["return"] = hints["return"]
+    return inspect.Signature(params, return_annotation=hints.get("return", inspect.Signature.empty)), annotations
+
+
 async def _run_cancellable(work: Callable[[str, ThreadProgress, threading.Event], T], device: str,
                            bridge: _ProgressBridge) -> T:
     """`work` on a worker thread; when the call is cancelled, its cancel flag is set and the
@@ -420,252 +416,24 @@ async def _run_cancellable(work: Callable[[str, ThreadProgress, threading.Event]
         raise
 
 
-def _register_tools(app: ServerContext) -> None:
-    catalog, policy, config = app.catalog, app.policy, app.config
-
-    def list_problems() -> ProblemList:
-        """List the benchmark problems (operators) this server serves, with their number of scored
-        shapes and smoke shape. Cheap; call it first. Then get_problem(op) for one problem's files."""
-        problems = []
-        for name in catalog.names():
-            visible = catalog.visible(name)
-            problems.append(ProblemSummary(
-                name=name,
-                scored_shapes=len(visible.scored_shapes),
-                smoke_shape=next((s.id for s in visible.shapes if s.smoke), None),
-                forward_inputs=_forward_inputs(visible.reference_source),
-            ))
-        return ProblemList(mode=config.mode, knowledge=app.knowledge, hardware=config.hardware, problems=problems)
-
-    def get_problem(op: OpArg) -> ProblemDetail:
-        """Everything needed to write a kernel for one problem: reference.py (the PyTorch Model to
-        match), input.py (how inputs are drawn), the shape list, and the output-contract rules.
-        In optimize mode each shape also carries its speed-of-light (roofline) figures. Cheap."""
-        visible = catalog.visible(op)
-        return ProblemDetail(
-            name=op,
-            mode=config.mode,
-            reference_py=visible.reference_source,
-            input_py=visible.input_source,
-            shapes_json=visible.shapes_json,
-            shapes=policy.shapes(visible, config.hardware),
-            rules=_contract_rules(),
-            allowed_imports=sorted(candidate_contract.ALLOWED_IMPORTS),
-        )
-
-    def roofline_lookup(
-        flops: Annotated[int, Field(ge=0, description="Your kernel's arithmetic work (FLOPs; integer ops for dtype_path 'int').")] = 0,
-        dtype_path: Annotated[DtypePathArg, Field(description="Which peak the work runs at: bf16, fp16, fp8_e4m3, tf32, fp32 or int.")] = "bf16",
-        bytes_read: Annotated[int, Field(ge=0, description="Bytes your kernel must read from HBM.")] = 0,
-        bytes_written: Annotated[int, Field(ge=0, description="Bytes your kernel must write to HBM.")] = 0,
-        hardware: HardwareArg = None,
-        op: Annotated[str | None, Field(max_length=128, description="Optimize mode only: look up a problem's own figures instead (with `shape`).")] = None,
-        shape: Annotated[str | None, Field(max_length=64, description="Shape id for `op`.")] = None,
-    ) -> RooflineResult:
-        """Speed-of-light calculator: T_SOL = max(flops / peak[dtype_path], bytes / HBM bandwidth)
-        on a hardware profile, with the bound and arithmetic intensity. Works in every mode on
-        your own counts. In optimize mode, `op` + `shape` instead return that problem shape's
-        figures. Cheap."""
-        roofline = app.service("atrex_mcp.problemset.roofline")
-        hardware_mod = app.service("atrex_mcp.problemset.hardware")
-        profile = hardware_mod.load_profile(hardware or config.hardware)
-        if op is not None or shape is not None:
-            policy.require_roofline("A problem's roofline figures")
-            if op is None or shape is None:
-                raise AtrexError("input", "op_and_shape", "Give both `op` and `shape` to look up a problem's figures.")
-            visible = catalog.visible(op)
-            visible.shape(shape)
-            figures = policy.shape_roofline(op, shape, profile.name)
-            workload = roofline.Workload(flops={k: int(v) for k, v in figures.flops.items()},
-                                         bytes_read=int(figures.bytes_read), bytes_written=int(figures.bytes_written))
-        else:
-            workload = roofline.Workload(flops={dtype_path: flops}, bytes_read=bytes_read, bytes_written=bytes_written)
-        paths = [p for p, w in workload.flops.items() if w]
-        return RooflineResult(
-            hardware=profile.name,
-            flops={k: float(v) for k, v in workload.flops.items()},
-            bytes=float(workload.total_bytes),
-            arithmetic_intensity=roofline.arithmetic_intensity(workload),
-            compute_ms=1000.0 * roofline.compute_seconds(workload, profile),
-            memory_ms=1000.0 * roofline.memory_seconds(workload, profile),
-            t_sol_ms=roofline.t_sol_ms(workload, profile),
-            bound=roofline.bound(workload, profile),
-            peaks={p: profile.peak(p) for p in paths},
-            bandwidth=float(profile.hbm_bandwidth.value),
-            sources=[f"{p} peak: {profile.peaks[p].source}" for p in paths] + [f"HBM bandwidth: {profile.hbm_bandwidth.source}"],
-            problem=op,
-            shape=shape,
-        )
-
-    def wiki_search(
-        query: Annotated[str, Field(min_length=1, max_length=500, description="What you need, in words, e.g. 'row reduction rms norm triton' or 'split-k skinny GEMM'.")],
-        category: Annotated[str | None, Field(max_length=64, description="Only this category: hardware, patterns, recipes, pitfalls, profiling, conversion, kernels, source.")] = None,
-        dsl: Annotated[str | None, Field(max_length=32, description="Only documents for this language, e.g. 'triton'.")] = None,
-        hardware: Annotated[str | None, Field(max_length=32, description="Only documents for this hardware, e.g. 'h200'.")] = None,
-        op_family: Annotated[str | None, Field(max_length=64, description=OP_FAMILY_HELP)] = None,
-        limit: Annotated[int, Field(ge=1, le=20, description="How many hits to return.")] = 5,
-    ) -> WikiSearchResult:
-        """Search the GPU optimisation wiki (articles on hardware, patterns, recipes, pitfalls,
-        profiling, plus validated Triton reference kernels) by relevance. Returns ids, titles and
-        matching snippets; read a whole document with wiki_read. Cheap."""
-        hits = app.wiki().search(query, category=category, dsl=dsl, hardware=hardware, op_family=op_family, limit=limit,
-                                 withheld=app.withheld)
-        return WikiSearchResult(query=query, hits=hits)
-
-    def wiki_read(
-        doc_id: Annotated[str, Field(min_length=1, max_length=300, description="A doc_id from wiki_search, e.g. 'docs/patterns/row-reductions'.")],
-        offset: Annotated[int, Field(ge=0, description="Character offset to start from, to continue a long document.")] = 0,
-        max_chars: Annotated[int, Field(ge=1000, le=40000, description="Most characters of text to return.")] = 20000,
-    ) -> WikiReadResult:
-        """Read one wiki document in full (front matter, text, sources), or a window of a long one.
-        Cheap."""
-        doc = app.wiki().read(doc_id, withheld=app.withheld)
-        total = len(doc.text)
-        window = doc.text[offset: offset + max_chars]
-        notes = []
-        if offset + max_chars < total:
-            notes.append(f"Characters {offset}-{offset + len(window)} of {total} shown; call wiki_read with offset={offset + len(window)} to continue.")
-        return WikiReadResult(doc=doc.model_copy(update={"text": window}), notes=notes)
-
-    def package(
-        op: OpArg,
-        source: SourceArg = None,
-        path: PathArg = None,
-        out_dir: Annotated[str | None, Field(max_length=4096, description="New or empty folder inside the workspace for the artifact; default 'atrex-package/<op>'.")] = None,
-    ) -> PackageOutput:
-        """Package a finished kernel: check the output contract (one self-contained file, Model with
-        the reference's signature, allow-listed imports, no file/network/process access, a Triton
-        kernel really launched) and write <op>.py plus manifest.json (sha256 hashes) into a new or
-        empty folder of the workspace. Static check only (nothing runs): validate first. Cheap."""
-        package_mod = app.service("atrex_mcp.package")
-        text = app.candidate_source(source, path)
-        catalog.visible(op)
-        target = app.workspace.output_path(out_dir or f"atrex-package/{op}")
-        try:
-            result = package_mod.package_source(text, op, catalog, target, denied=app.workspace.denied)
-        except candidate_contract.ContractRefused as refused:
-            package_mod.record_refusal(app.state_dir, op, refused.report)
-            raise
-        return PackageOutput(**result.model_dump())
-
-    async def validate(
-        op: OpArg,
-        source: SourceArg = None,
-        path: PathArg = None,
-        shapes: ShapesArg = None,
-        seeds: SeedsArg = 3,
-        timing: Annotated[bool, Field(description="Time correct shapes on the GPU (ignored without a GPU).")] = True,
-        ctx: Context = None,  # type: ignore[assignment]
-    ) -> ValidateResult:
-        """Judge a candidate kernel: import it in a sandbox, check each requested shape against the
-        reference on fresh random inputs, and (on a GPU) time it and attribute device time to your
-        Triton kernels. Per shape: correct or the stage/category/message of the first failure.
-        Costs seconds per shape on a GPU; on CPU (Triton interpreter, untimed) large shapes are slow,
-        so start with shapes=['smoke']. Also reports the output-contract check that package applies
-        (`contract`): a correct kernel that fails it would still be refused by package.
-        Sends progress; cancelling the call stops the work."""
-        text = app.candidate_source(source, path)
-        visible = catalog.visible(op)
-        for shape_id in shapes or ():
-            visible.shape(shape_id)
-        contract = candidate_contract.check_contract(text, visible.reference_source)
-        request_type = app.service("atrex_mcp.evaluate.models", "EvalRequest")
-        request = request_type(op=op, source=text, shapes=shapes, seeds=seeds, hardware=config.hardware, timing=timing)
-        result = policy.validate_result(await app.evaluate(ctx, request))
-        return result.model_copy(update={"contract": contract})
-
-    async def profile_kernel(
-        op: OpArg,
-        source: SourceArg = None,
-        path: PathArg = None,
-        shape: Annotated[str, Field(max_length=64, description="The one shape id to profile (from get_problem).")] = "smoke",
-        run_id: Annotated[str | None, Field(max_length=64, description="Optimisation run this profile belongs to (from start_run), if any.")] = None,
-        ctx: Context = None,  # type: ignore[assignment]
-    ) -> ProfileResult:
-        """Where the time goes for one shape: per-kernel hardware counters of your Triton kernels
-        (Nsight Compute on a GPU that has it; otherwise per-kernel device times from torch.profiler,
-        marked as the fallback) and the bottleneck they point to (memory, compute, latency, launch).
-        The profile is stored: cite its profile_id in a run's plan. Needs a GPU for figures (on CPU
-        it only says what it could not measure). Takes a GPU to itself for up to a few minutes;
-        sends progress; cancelling stops it."""
-        text = app.candidate_source(source, path)
-        catalog.visible(op).shape(shape)
-        profile = app.service("atrex_mcp.profiling.service", "profile_kernel")
-        store = app.service("atrex_mcp.runs.store", "RunStore")(app.state_dir, owner=app.client_id())
-        if run_id is not None:
-            store.get_run(run_id)  # another client's run is as unknown as a missing one
-        kind: JobKind = "timed" if await app.has_gpu() else "correctness"
-        if config.cluster is not None:  # profiled on a cluster GPU, stored here with the server's other state
-            save = app.service("atrex_mcp.profiling.service", "save_report")
-
-            def on_cluster(device: str, progress: ThreadProgress, cancel: threading.Event) -> Any:
-                report = config.cluster.profile(op, text, shape, hardware=config.hardware,
-                                                reveal_roofline=not policy.benchmark, progress=progress, cancel=cancel)
-                return save(report, store, op=op, shape=shape, source=text, run_id=run_id)
-
-            report = await app.run_job(ctx, kind, f"profile {op}/{shape}", on_cluster)
-        else:
-            report = await app.run_job(ctx, kind, f"profile {op}/{shape}", lambda device, progress, cancel: profile(
-                op, text, shape, catalog, hardware=config.hardware, store=store, run_id=run_id,
-                reveal_roofline=not policy.benchmark, progress=progress, cancel=cancel, state_dir=app.state_dir))
-        return ProfileResult(**report.model_dump(), mode=config.mode)
-
-    app.add_tool(validate, title="Validate a kernel", read_only=False)
-    app.add_tool(profile_kernel, title="Profile a kernel", read_only=False)
-    app.add_tool(package, title="Package a kernel", read_only=False)
-
-    for fn, title in ((list_problems, "List problems"), (get_problem, "Get a problem"),
-                      (roofline_lookup, "Roofline calculator"), (wiki_search, "Search the GPU wiki"),
-                      (wiki_read, "Read a wiki document")):
-        if fn in (wiki_search, wiki_read) and app.knowledge == "none":
-            app.offered.append(fn.__name__)  # known, but not offered: the condition has no wiki
-            continue
-        app.add_tool(fn, title=title, read_only=True, idempotent=True)
-
-
-def _forward_inputs(reference_source: str) -> list[str]:
-    """Model.forward's parameter names, read from the reference text without importing it."""
-    import ast
-
-    for node in ast.parse(reference_source).body:
-        if isinstance(node, ast.ClassDef) and node.name == "Model":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "forward":
-                    return [a.arg for a in item.args.args + item.args.kwonlyargs if a.arg != "self"]
-    return []
-
-
-def _contract_rules() -> list[str]:
-    return [
-        "One self-contained Python file; nothing else travels with it.",
-        f"It defines class {candidate_contract.MODEL_CLASS}(torch.nn.Module) whose __init__ and forward take the same "
-        "parameters as the reference's.",
-        f"Imports only from: {', '.join(sorted(candidate_contract.ALLOWED_IMPORTS))} "
-        "(os only to read environment variables: os.environ.get, os.getenv).",
-        "No file, network or process access (open, subprocess, socket, torch.load/save, torch.hub, ... are refused), "
-        "no eval/exec/__import__, no getattr with a computed name, modules used only through their attributes.",
-        "The target DSL is really used: forward launches at least one @triton.jit kernel; time spent in PyTorch or library kernels counts against DSL adoption.",
-        "Outputs must match the reference's dtype, shape and structure; inputs must not be modified.",
-    ]
-
-
 WIKI_TOOLS = ("wiki_search", "wiki_read")
-RUN_TOOLS_MODULE = "atrex_mcp.runs.tools"  # provides register_run_tools(server, ctx); see docs/DESIGN.md "Server hooks"
 
 
 def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVerifier | None = None,
                  auth: AuthSettings | None = None) -> MCPServer:
-    """A server with every tool registered (the run-memory tools too, when that part is
-    installed). `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.server.transport)."""
+    """A server with every tool registered: the problem, judging and wiki tools, then the run
+    tools. `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.server.transport)."""
     config = config or ServerConfig()
     instructions = INSTRUCTIONS if config.knowledge != "none" else INSTRUCTIONS.replace(WIKI_SENTENCE, "")
     server = MCPServer("atrex-mcp", version=__version__, instructions=instructions, token_verifier=token_verifier,
                        auth=auth, log_level=os.environ.get("ATREX_LOG_LEVEL", "INFO"))  # type: ignore[arg-type]
     app = ServerContext(config, server)
     server.middleware.append(app.uniform_errors)
-    _register_tools(app)
-    if importlib.util.find_spec(RUN_TOOLS_MODULE) is not None:
-        importlib.import_module(RUN_TOOLS_MODULE).register_run_tools(server, app)
+    for spec in (*tools.TOOLS, *run_tools.RUN_TOOLS):
+        if spec.wiki and app.knowledge == "none":
+            app.offered.append(spec.fn.__name__)  # known, but not offered: the condition has no wiki
+            continue
+        app.add_tool(spec)
     unknown = sorted(set(config.tools or ()) - set(app.offered))
     if app.knowledge == "none" and set(config.tools or ()) & set(WIKI_TOOLS):
         raise AtrexError("input", "wiki_disabled", "The allow-list names wiki tools, but the knowledge condition 'none' has no wiki.",

@@ -7,6 +7,8 @@ decides). Every result carries `notes`, where the server says what it truncated 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -21,6 +23,20 @@ from atrex_mcp.wiki.models import WikiDoc, WikiHit
 
 Mode = Literal["benchmark", "optimize"]
 DtypePathArg = Literal["bf16", "fp16", "fp8_e4m3", "tf32", "fp32", "int"]
+
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool as build_server registers it: the function (its first parameter is the server
+    context; its docstring is the description an agent reads) and its MCP annotations."""
+
+    fn: Callable[..., Any]
+    title: str
+    read_only: bool
+    idempotent: bool = False
+    wiki: bool = False  # offered only under a knowledge condition that has a wiki
+
 
 # ---------------------------------------------------------------- arguments
 OpArg = Annotated[str, Field(min_length=1, max_length=128, description="Operator (problem) name, e.g. 'rms_norm'. list_problems gives the choices.")]

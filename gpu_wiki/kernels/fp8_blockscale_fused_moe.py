@@ -161,7 +161,7 @@ def _gate_up(x_ptr, xs_ptr, w1_ptr, w1s_ptr, ids_ptr, pair_ptr, block_expert_ptr
         x_rows = x_ptr + tokens[:, None] * D
         g = tl.zeros((BM, BN), dtype=tl.float32)
         u = tl.zeros((BM, BN), dtype=tl.float32)
-        for j in range(0, n_kb):
+        for j in range(n_kb):
             k = j * BK + rk
             k_ok = k < D
             x = tl.load(x_rows + k[None, :], mask=live[:, None] & k_ok[None, :], other=0.0).to(tl.bfloat16)
@@ -195,7 +195,7 @@ def _down(hi_ptr, lo_ptr, w2_ptr, w2s_ptr, ids_ptr, pair_ptr, block_expert_ptr, 
         s = w2s_ptr + e * n_nb2 * n_kb + (rn // SBN) * n_kb
         a_rows = pairs[:, None] * I
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for j in range(0, n_kb):
+        for j in range(n_kb):
             k = j * BK + rk
             k_ok = k < I
             a_mask = live[:, None] & k_ok[None, :]
@@ -237,14 +237,15 @@ def _sum_slots(y_ptr, ids_ptr, out_ptr, D, E, TOP_K: tl.constexpr, BD: tl.conste
 
 
 def _tiles(n_pairs: int, n_experts: int) -> dict:
-    """Tile rule on pairs per expert (shape arithmetic only, no device read): decode runs want many
-    small programs over the weights, prefill wants wgmma-sized tiles."""
+    """Tile rule on pairs per expert (shape arithmetic only, no device read): decode wants many small
+    programs streaming the weights, prefill wgmma-sized tiles. GEMM 1 keeps two accumulators (gate,
+    up), so its BN is half of GEMM 2's: the same registers as one BM x 128 tile."""
     per_expert = n_pairs / n_experts
     if per_expert <= 16:
         return {"BM": 16, "BN1": 64, "BN2": 128, "num_warps": 4, "num_stages": 4}
     if per_expert <= 512:
-        return {"BM": 64, "BN1": 128, "BN2": 128, "num_warps": 4, "num_stages": 3}
-    return {"BM": 128, "BN1": 128, "BN2": 128, "num_warps": 8, "num_stages": 3}
+        return {"BM": 64, "BN1": 64, "BN2": 128, "num_warps": 4, "num_stages": 3}
+    return {"BM": 128, "BN1": 64, "BN2": 128, "num_warps": 8, "num_stages": 3}
 
 
 def route(topk_ids: torch.Tensor, n_experts: int, bm: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -51,9 +51,10 @@ A token that picked the same expert twice is computed twice and summed (the refe
 the weights first): equal up to rounding. The activation and the weighted slot outputs are
 rounded to bf16 (the reference keeps fp32) — a relative error of ~2^-9 per term, far inside
 the tolerance (5 % of |ref|, absolute term ≤ 5 % of the RMS), and it halves the traffic of the
-per-pair buffers. Tiles by pairs per expert: BM 16 with BN 64 for decode (many programs
-streaming the weights), BM 64 × BN 128 × BK 64 (4 warps, 4 stages) for mid sizes, BM 128 × BN
-128 (8 warps, 3 stages) for prefill.
+per-pair buffers. Tiles by pairs per expert (BK 64; GEMM 1 has two accumulators, so its BN is
+64 where GEMM 2's is 128): BM 16 for decode (many programs streaming the weights), BM 64 with
+4 warps and 4 stages for mid sizes, BM 128 with 8 warps and 3 stages for prefill. The figures in
+[h200] predate this version; measurements/moe_kernel_tiles.py measures the table.
 """
 
 import os
@@ -193,7 +194,8 @@ def _down(act_ptr, w2_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, 
             b = tl.load(w + k0 + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             acc = _mma(a, tl.trans(b), acc, WIDEN)
         acc = acc * tl.load(weight_ptr + pairs, mask=live, other=0.0)[:, None]
-        tl.store(y_ptr + pairs[:, None] * D + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=live[:, None] & n_ok[None, :])
+        tl.store(y_ptr + pairs[:, None] * D + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+                 mask=live[:, None] & n_ok[None, :])
 
 
 @triton.jit
@@ -210,14 +212,15 @@ def _sum_slots(y_ptr, ids_ptr, out_ptr, D, E, TOP_K: tl.constexpr, BD: tl.conste
 
 
 def _tiles(n_pairs: int, n_experts: int) -> dict:
-    """Tile rule on pairs per expert (shape arithmetic only, no device read): decode runs want many
-    small programs streaming the weights, prefill wants wgmma-sized tiles (M 64/128, N 128, K 64)."""
+    """Tile rule on pairs per expert (shape arithmetic only, no device read): decode wants many small
+    programs streaming the weights, prefill wgmma-sized tiles. GEMM 1 keeps two accumulators (gate,
+    up), so its BN is half of GEMM 2's: the same registers as one BM x 128 tile."""
     per_expert = n_pairs / n_experts
     if per_expert <= 16:
         return {"BM": 16, "BN1": 64, "BN2": 128, "BK": 64, "num_warps": 4, "num_stages": 4}
     if per_expert <= 512:
-        return {"BM": 64, "BN1": 128, "BN2": 128, "BK": 64, "num_warps": 4, "num_stages": 4}
-    return {"BM": 128, "BN1": 128, "BN2": 128, "BK": 64, "num_warps": 8, "num_stages": 3}
+        return {"BM": 64, "BN1": 64, "BN2": 128, "BK": 64, "num_warps": 4, "num_stages": 4}
+    return {"BM": 128, "BN1": 64, "BN2": 128, "BK": 64, "num_warps": 8, "num_stages": 3}
 
 
 def route(topk_ids: torch.Tensor, n_experts: int, bm: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -121,15 +121,16 @@ def test_fp8_blockscale_fused_moe_matches_reference(case, fp8_moe):
     _judge(ref, out, "fp8_blockscale_fused_moe")
 
 
+@pytest.mark.parametrize("n_pairs", [300, 2100], ids=["one chunk, one launch", "three chunks"])
 @pytest.mark.parametrize("which", ["moe", "fp8_moe"])
-def test_routing_places_every_pair_once_in_single_expert_blocks(which, request):
-    """Across several 1024-pair chunks: every valid pair lands in exactly one live row, every
-    block holds one expert, and dump-bin ids (outside [0, E)) are left out."""
+def test_routing_places_every_pair_once_in_single_expert_blocks(which, n_pairs, request):
+    """Every valid pair lands in exactly one live row, every block holds one expert, and ids
+    outside [0, E) are left out — within one 1024-pair chunk and across chunks."""
     kernel, _ = request.getfixturevalue(which)
     E, bm = 6, 16
     gen = torch.Generator().manual_seed(3)
-    ids = torch.randint(-1, E + 1, (1100, 1), generator=gen, dtype=torch.int32)  # includes -1 and E
-    ids[:700, 0] = 2  # one expert far above the rest
+    ids = torch.randint(-1, E + 1, (n_pairs // 2, 2), generator=gen, dtype=torch.int32)  # includes -1 and E
+    ids[: n_pairs // 3, 0] = 2  # one expert far above the rest
     pair_ids, block_expert, block_live = (t.cpu() for t in kernel.route(ids.to(DEVICE), E, bm))
     flat = ids.reshape(-1)
     seen = []

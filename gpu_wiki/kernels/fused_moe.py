@@ -37,7 +37,8 @@ sort, bincount, cumsum, scatter or sum), and never reads a device value back.
    (`tl.histogram`); `_plan` (one program) pads each expert's count to a multiple of BM, scans
    the chunk histograms into a destination offset per (chunk, expert) and writes per BM-row
    block its expert and live-row count; `_scatter` sorts each chunk by (expert, index) with
-   `tl.sort` and writes every pair to its slot. The grid is bounded by cdiv(T·k, BM) +
+   `tl.sort` and writes every pair to its slot. When all pairs fit one chunk,
+   `_route_one_chunk` does the three steps in one launch. The grid is bounded by cdiv(T·k, BM) +
    min(E, T·k); blocks past the real total exit at once. With far fewer pairs than experts
    (decode: T·k ≤ E/4) routing is skipped: one block per pair reads its expert from topk_ids.
 2. GEMM 1 (per block × I-tile): gathers the block's token rows of x, multiplies by the
@@ -92,20 +93,50 @@ def _count(ids_ptr, hist_ptr, n_pairs, E, CH: tl.constexpr, EP: tl.constexpr):
 
 
 @triton.jit
+def _padded_runs(total, BM: tl.constexpr):
+    """Start and end row of each expert's run, padded to a multiple of BM."""
+    padded = (total + BM - 1) // BM * BM
+    pad_end = tl.cumsum(padded, 0)
+    return pad_end - padded, pad_end
+
+
+@triton.jit
+def _block_table(block_expert_ptr, block_live_ptr, total, pad_start, pad_end, n_blocks, E,
+                 BM: tl.constexpr, EP: tl.constexpr, BB: tl.constexpr):
+    """Per BM-row block: its expert (-1 past the last run) and how many of its rows hold pairs."""
+    experts = tl.arange(0, EP)
+    real = experts < E
+    for b0 in range(0, n_blocks, BB):
+        b = b0 + tl.arange(0, BB)
+        first_row = b * BM
+        e = tl.sum(((pad_end[None, :] <= first_row[:, None]) & real[None, :]).to(tl.int32), axis=1)
+        real_end = tl.sum(tl.where(experts[None, :] == e[:, None], (pad_start + total)[None, :], 0), axis=1)
+        tl.store(block_expert_ptr + b, tl.where(e < E, e, -1), mask=b < n_blocks)
+        tl.store(block_live_ptr + b, tl.minimum(real_end - first_row, BM), mask=b < n_blocks)
+
+
+@triton.jit
+def _place(bins, off_row_ptr, pair_ptr, chunk, E, CH: tl.constexpr):
+    """Sort one chunk by (expert, index); sorted position + the chunk's offset for that expert is each
+    pair's row."""
+    idx = tl.arange(0, CH)
+    key = tl.sort(bins * CH + idx)
+    e, local = key // CH, key % CH
+    tl.store(pair_ptr + tl.load(off_row_ptr + e) + idx, chunk * CH + local, mask=e < E)
+
+
+@triton.jit
 def _plan(hist_ptr, off_ptr, block_expert_ptr, block_live_ptr, n_chunks, n_blocks, E,
           BM: tl.constexpr, EP: tl.constexpr, GB: tl.constexpr, BB: tl.constexpr):
     """One program: per-expert padded runs, each chunk's destination offsets, the block table."""
     experts = tl.arange(0, EP)
-    real = experts < E
     total = tl.zeros((EP,), dtype=tl.int32)
     for g0 in range(0, n_chunks, GB):
         g = g0 + tl.arange(0, GB)
         tile = tl.load(hist_ptr + g[:, None] * EP + experts[None, :], mask=g[:, None] < n_chunks, other=0)
         total += tl.sum(tile, axis=0)
-    total = tl.where(real, total, 0)
-    padded = (total + BM - 1) // BM * BM
-    pad_end = tl.cumsum(padded, 0)
-    pad_start = pad_end - padded
+    total = tl.where(experts < E, total, 0)
+    pad_start, pad_end = _padded_runs(total, BM)
     running = tl.zeros((EP,), dtype=tl.int32)
     for g0 in range(0, n_chunks, GB):
         g = g0 + tl.arange(0, GB)
@@ -115,24 +146,29 @@ def _plan(hist_ptr, off_ptr, block_expert_ptr, block_live_ptr, n_chunks, n_block
         local_start = tl.cumsum(tile, 1) - tile  # where this expert starts in the chunk's sorted order
         tl.store(off_ptr + g[:, None] * EP + experts[None, :], pad_start[None, :] + before - local_start, mask=ok)
         running += tl.sum(tile, axis=0)
-    for b0 in range(0, n_blocks, BB):
-        b = b0 + tl.arange(0, BB)
-        first_row = b * BM
-        e = tl.sum(((pad_end[None, :] <= first_row[:, None]) & real[None, :]).to(tl.int32), axis=1)
-        mine = experts[None, :] == e[:, None]
-        real_end = tl.sum(tl.where(mine, (pad_start + total)[None, :], 0), axis=1)
-        tl.store(block_expert_ptr + b, tl.where(e < E, e, -1), mask=b < n_blocks)
-        tl.store(block_live_ptr + b, tl.minimum(real_end - first_row, BM), mask=b < n_blocks)
+    _block_table(block_expert_ptr, block_live_ptr, total, pad_start, pad_end, n_blocks, E, BM, EP, BB)
 
 
 @triton.jit
 def _scatter(ids_ptr, off_ptr, pair_ptr, n_pairs, E, CH: tl.constexpr, EP: tl.constexpr):
     chunk = tl.program_id(0)
-    idx = tl.arange(0, CH)
-    key = tl.sort(_bins(ids_ptr, chunk, n_pairs, E, CH) * CH + idx)
-    e, local = key // CH, key % CH
-    dest = tl.load(off_ptr + chunk * EP + e) + idx
-    tl.store(pair_ptr + dest, chunk * CH + local, mask=e < E)
+    _place(_bins(ids_ptr, chunk, n_pairs, E, CH), off_ptr + chunk * EP, pair_ptr, chunk, E, CH)
+
+
+@triton.jit
+def _route_one_chunk(ids_ptr, off_ptr, pair_ptr, block_expert_ptr, block_live_ptr, n_pairs, n_blocks, E,
+                     BM: tl.constexpr, CH: tl.constexpr, EP: tl.constexpr, BB: tl.constexpr):
+    """All of routing in one program when every pair fits one chunk (decode and small batches):
+    one launch instead of three."""
+    experts = tl.arange(0, EP)
+    bins = _bins(ids_ptr, 0, n_pairs, E, CH)
+    hist = tl.histogram(bins, EP)
+    total = tl.where(experts < E, hist, 0)
+    pad_start, pad_end = _padded_runs(total, BM)
+    tl.store(off_ptr + experts, pad_start - (tl.cumsum(hist, 0) - hist))
+    _block_table(block_expert_ptr, block_live_ptr, total, pad_start, pad_end, n_blocks, E, BM, EP, BB)
+    tl.debug_barrier()  # the offsets just stored are read back by other threads
+    _place(bins, off_ptr, pair_ptr, 0, E, CH)
 
 
 @triton.jit
@@ -230,14 +266,19 @@ def route(topk_ids: torch.Tensor, n_experts: int, bm: int) -> tuple[torch.Tensor
     n_chunks = triton.cdiv(n_pairs, CHUNK)
     n_blocks = triton.cdiv(n_pairs, bm) + min(n_experts, n_pairs)
     ep = triton.next_power_of_2(n_experts + 1)
-    hist = torch.empty((n_chunks, ep), dtype=torch.int32, device=dev)
     off = torch.empty((n_chunks, ep), dtype=torch.int32, device=dev)
     block_expert = torch.empty((n_blocks,), dtype=torch.int32, device=dev)
     block_live = torch.empty((n_blocks,), dtype=torch.int32, device=dev)
     pair_ids = torch.empty((n_blocks * bm,), dtype=torch.int32, device=dev)
+    bb = max(1, 8192 // ep)
+    if n_chunks == 1:
+        _route_one_chunk[(1,)](ids, off, pair_ids, block_expert, block_live, n_pairs, n_blocks, n_experts,
+                               BM=bm, CH=CHUNK, EP=ep, BB=bb, num_warps=8)
+        return pair_ids, block_expert, block_live
+    hist = torch.empty((n_chunks, ep), dtype=torch.int32, device=dev)
     _count[(n_chunks,)](ids, hist, n_pairs, n_experts, CH=CHUNK, EP=ep)
     _plan[(1,)](hist, off, block_expert, block_live, n_chunks, n_blocks, n_experts, BM=bm, EP=ep,
-                GB=max(1, 4096 // ep), BB=max(1, 8192 // ep), num_warps=8)
+                GB=max(1, 4096 // ep), BB=bb, num_warps=8)
     _scatter[(n_chunks,)](ids, off, pair_ids, n_pairs, n_experts, CH=CHUNK, EP=ep, num_warps=8)
     return pair_ids, block_expert, block_live
 

@@ -3,10 +3,12 @@ shapes rarely hit: experts with no tokens, one expert with every token, top-1 an
 counts that are not a multiple of the block, ids outside [0, E), the routing-free decode path,
 and (fp8) hidden and intermediate sizes that are not a multiple of the 128-wide scale block.
 Outputs are judged by the evaluator's own rule. Without a GPU the kernels run under Triton's
-interpreter, so every case is tiny."""
+interpreter, so every case is tiny; the GPU tile measurement must refuse a CPU in one line."""
 
 import importlib.util
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,13 @@ def test_routing_places_every_pair_once_in_single_expert_blocks(which, n_pairs, 
         seen += rows.tolist()
     valid = ((flat >= 0) & (flat < E)).nonzero().squeeze(1).tolist()
     assert sorted(seen) == valid
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU refusal of the GPU measurement")
+def test_tile_measurement_refuses_without_a_gpu_in_one_line(tmp_path):
+    out = tmp_path / "tiles.json"
+    done = subprocess.run([sys.executable, str(ROOT / "measurements/moe_kernel_tiles.py"), "--out", str(out)],
+                          check=False, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "needs a CUDA GPU" in done.stderr
+    assert not out.exists()

@@ -47,6 +47,9 @@ sort, bincount, cumsum, scatter or sum), and never reads a device value back.
 3. GEMM 2 (per block × D-tile): activation @ W2[e]ᵀ, scaled by the pair's routing weight in
    the epilogue, written in bf16 per pair.
 4. `_sum_slots` adds each token's k slots in fp32 into out.
+Both GEMMs run on a 1-D grid in grouped order: 8 consecutive blocks sweep all N-tiles together,
+so their gathered rows and their expert's weight tiles come from L2 rather than HBM (with the
+block index fastest, a wave would cover every block at one N-tile and re-read all rows per tile).
 
 A token that picked the same expert twice is computed twice and summed (the reference merges
 the weights first): equal up to rounding. The activation and the weighted slot outputs are
@@ -68,6 +71,7 @@ import triton.language as tl
 # #11584): when interpreting, operands are widened to fp32 first (exact for bf16 products).
 _WIDEN_DOT = os.environ.get("TRITON_INTERPRET") == "1"
 CHUNK = 1024  # pairs per routing program
+GROUP = 8  # blocks that sweep the N-tiles together (L2 reuse)
 
 
 @triton.jit
@@ -188,9 +192,21 @@ def _block_rows(ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, blk, E, BM:
 
 
 @triton.jit
+def _grouped_tile(n_blocks, n_tiles, GROUP: tl.constexpr):
+    """(block, N-tile) of this program in grouped order: GROUP blocks sweep every N-tile together, so
+    their gathered rows and the expert's weight tiles are re-read from L2, not HBM."""
+    pid = tl.program_id(0)
+    width = GROUP * n_tiles
+    first = (pid // width) * GROUP
+    size = tl.minimum(n_blocks - first, GROUP)
+    return first + (pid % width) % size, (pid % width) // size
+
+
+@triton.jit
 def _gate_up(x_ptr, w1_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, act_ptr, D, I, E, TOP_K,
-             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DIRECT: tl.constexpr, WIDEN: tl.constexpr):
-    blk, pid_n = tl.program_id(0), tl.program_id(1)
+             n_blocks, n_tiles, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DIRECT: tl.constexpr,
+             WIDEN: tl.constexpr, GROUP: tl.constexpr):
+    blk, pid_n = _grouped_tile(n_blocks, n_tiles, GROUP)
     e, pairs, live = _block_rows(ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, blk, E, BM, DIRECT)
     if e >= 0:
         tokens = pairs // TOP_K
@@ -215,8 +231,9 @@ def _gate_up(x_ptr, w1_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr,
 
 @triton.jit
 def _down(act_ptr, w2_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, weight_ptr, y_ptr, D, I, E,
-          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DIRECT: tl.constexpr, WIDEN: tl.constexpr):
-    blk, pid_n = tl.program_id(0), tl.program_id(1)
+          n_blocks, n_tiles, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DIRECT: tl.constexpr,
+          WIDEN: tl.constexpr, GROUP: tl.constexpr):
+    blk, pid_n = _grouped_tile(n_blocks, n_tiles, GROUP)
     e, pairs, live = _block_rows(ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, blk, E, BM, DIRECT)
     if e >= 0:
         rn = pid_n * BN + tl.arange(0, BN)
@@ -310,12 +327,15 @@ class Model(torch.nn.Module):
         act = torch.empty((n_pairs, I), dtype=x.dtype, device=dev)
         y = torch.empty((n_pairs, D), dtype=x.dtype, device=dev)
         launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-        _gate_up[(n_blocks, triton.cdiv(I, cfg["BN1"]))](
+        tiles1, tiles2 = triton.cdiv(I, cfg["BN1"]), triton.cdiv(D, cfg["BN2"])
+        _gate_up[(n_blocks * tiles1,)](
             x, w1, ids, pair_ids, block_expert, block_live, act, D, I, E, k,
-            BM=bm, BN=cfg["BN1"], BK=cfg["BK"], DIRECT=direct, WIDEN=_WIDEN_DOT, **launch)
-        _down[(n_blocks, triton.cdiv(D, cfg["BN2"]))](
+            n_blocks, tiles1, BM=bm, BN=cfg["BN1"], BK=cfg["BK"], DIRECT=direct, WIDEN=_WIDEN_DOT, GROUP=GROUP,
+            **launch)
+        _down[(n_blocks * tiles2,)](
             act, w2, ids, pair_ids, block_expert, block_live, weights, y, D, I, E,
-            BM=bm, BN=cfg["BN2"], BK=cfg["BK"], DIRECT=direct, WIDEN=_WIDEN_DOT, **launch)
+            n_blocks, tiles2, BM=bm, BN=cfg["BN2"], BK=cfg["BK"], DIRECT=direct, WIDEN=_WIDEN_DOT, GROUP=GROUP,
+            **launch)
         out = torch.empty((T, D), dtype=torch.float32, device=dev)
         bd = min(1024, triton.next_power_of_2(D))
         _sum_slots[(T, triton.cdiv(D, bd))](y, ids, out, D, E, TOP_K=k, BD=bd, num_warps=4)

@@ -331,7 +331,6 @@ class Model(torch.nn.Module):
         super().__init__()
         self.num_experts, self.intermediate_size, self.top_k = int(num_experts), int(intermediate_size), int(top_k)
         self.scale_block_n, self.scale_block_k = int(scale_block_n), int(scale_block_k)
-
         self.tiles: dict | None = None  # a fixed tile config instead of the rule (tile measurements)
 
     def forward(self, hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,

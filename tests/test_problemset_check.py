@@ -47,6 +47,8 @@ def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
     assert not result.passed
     assert verdicts["seed_varies"] is False and verdicts["other_seed"] is False and verdicts["constant"] is False
     assert verdicts["zeros"] is True and verdicts["finite"] is True
+    roofline = next(c for c in result.checks if c.name == "roofline")  # before `problems add`: nothing stored yet
+    assert roofline.passed and roofline.detail.startswith("not applicable")
 
 
 def test_nan_output_fails_finite(tmp_path):

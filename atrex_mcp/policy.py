@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from atrex_mcp.problemset import roofline
 from atrex_mcp.problemset.catalog import Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.leakguard import mask_figures
@@ -119,24 +120,25 @@ class Policy:
             raise self.refusal(what, "roofline_lookup still works as a calculator: pass your own flops, dtype_path and bytes.")
 
     # ------------------------------------------------------------ views
-    def shape_roofline(self, op: str, shape_id: str, hardware: str) -> ShapeRoofline | None:
-        """The shape's speed-of-light figures, or None in benchmark mode."""
+    def shape_figures(self, op: str, shape_id: str, hardware: str) -> roofline.ShapeRoofline | None:
+        """The shape's trusted figures (atrex_mcp.problemset.roofline.shape_roofline); None in benchmark mode."""
         if self.benchmark:
             return None
-        from atrex_mcp.problemset.hardware import load_profile
-        from atrex_mcp.problemset.roofline import Workload, arithmetic_intensity, bound, t_sol_ms
+        return roofline.shape_roofline(self.catalog.hidden(op), shape_id, hardware)
 
-        stored = self.catalog.hidden(op).shape_roofline(shape_id)
-        workload = Workload(flops=stored["flops"], bytes_read=stored["bytes_read"], bytes_written=stored["bytes_written"])
-        profile = load_profile(hardware)
+    def shape_roofline(self, op: str, shape_id: str, hardware: str) -> ShapeRoofline | None:
+        """The shape's speed-of-light figures, or None in benchmark mode."""
+        figures = self.shape_figures(op, shape_id, hardware)
+        if figures is None:
+            return None
         return ShapeRoofline(
             hardware=hardware,
-            flops={k: float(v) for k, v in workload.flops.items()},
-            bytes_read=float(workload.bytes_read),
-            bytes_written=float(workload.bytes_written),
-            arithmetic_intensity=arithmetic_intensity(workload) or 0.0,
-            t_sol_ms=t_sol_ms(workload, profile),
-            bound=bound(workload, profile),
+            flops={k: float(v) for k, v in figures.flops.items()},
+            bytes_read=float(figures.bytes_read),
+            bytes_written=float(figures.bytes_written),
+            arithmetic_intensity=figures.arithmetic_intensity or 0.0,
+            t_sol_ms=figures.t_sol_ms,
+            bound=figures.bound,
         )
 
     def shapes(self, problem: VisibleProblem, hardware: str) -> list[ShapeInfo]:

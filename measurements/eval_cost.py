@@ -52,7 +52,7 @@ def load_shape_traffic(catalog) -> dict[str, dict[str, float]]:
     for op in catalog.names():
         hidden = catalog.hidden(op)
         for shape in catalog.visible(op).scored_shapes:
-            entry = hidden.shape_roofline(shape.id) or {}
+            entry = hidden.roofline_entry(shape.id) or {}
             traffic.setdefault(op, {})[shape.id] = float(entry.get("bytes_read", 0) + entry.get("bytes_written", 0))
     return traffic
 

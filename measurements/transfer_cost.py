@@ -33,7 +33,7 @@ def seconds_per_output_gb(directory: Path, catalog, min_output_gb: float, seeds:
             seconds = s.seconds
             if s.time_ms is None or "reference_and_compare" not in seconds:
                 continue
-            written = (hidden.shape_roofline(s.id) or {}).get("bytes_written", 0) / 1e9
+            written = (hidden.roofline_entry(s.id) or {}).get("bytes_written", 0) / 1e9
             if written < min_output_gb:
                 continue
             calls = 2 * seeds * s.time_ms / 1e3

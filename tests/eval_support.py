@@ -8,13 +8,17 @@ import shutil
 from pathlib import Path
 
 from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.hardware import load_profile
+from atrex_mcp.problemset.roofline import Workload, shape_record
 from atrex_mcp.evaluate import EvalRequest, EvalResult, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPLOITS = Path(__file__).resolve().parent / "exploits"
 EXAMPLES = ROOT / "examples"
 CANARY = "ATREX-HIDDEN-CANARY-7f3a9c"
-T_SOL_MS = 0.000123457
+# Stored W/Q of every fixture shape; its T_SOL on h200 is what the roofline function makes of them.
+WORKLOAD = Workload(flops={"bf16": 0}, bytes_read=400_000, bytes_written=192_593)
+T_SOL_MS = shape_record(WORKLOAD, {"h200": load_profile("h200")})["t_sol_ms"]["h200"]
 
 SHAPES = [
     {"id": "0", "init": {"eps": 1e-6}, "inputs": {"token_count": 4, "hidden_size": 64}},
@@ -33,7 +37,7 @@ def make_problem_root(root: Path) -> Path:
     (op_dir / "metadata.json").write_text(json.dumps({"op": "rms_norm", "dtype": "bf16", "canary": CANARY,
                                                       "shapes": {s["id"]: {"description": CANARY} for s in SHAPES}}))
     (op_dir / "roofline.json").write_text(json.dumps({"op": "rms_norm", "shapes": {
-        s["id"]: {"t_sol_ms": {"h200": T_SOL_MS}} for s in SHAPES}}))
+        s["id"]: shape_record(WORKLOAD, {"h200": load_profile("h200")}) for s in SHAPES}}))
     (root / "weights.json").write_text(json.dumps({"weights": {"rms_norm": 1.0}}))
     return root
 

@@ -221,7 +221,7 @@ def test_compare_runs_reports_host_bound_shapes_apart(tmp_path):
 def test_transfer_cost_is_what_correctness_spends_beyond_the_calls_per_output_gb(tmp_path, catalog):
     """Seconds beyond 2 × seeds calls at the timed median, per seed and GB written; small outputs left out."""
     hidden = catalog.hidden("per_token_group_quant_fp8")
-    sizes = {s.id: hidden.shape_roofline(s.id)["bytes_written"] / 1e9 for s in catalog.visible("per_token_group_quant_fp8").scored_shapes}
+    sizes = {s.id: hidden.roofline_entry(s.id)["bytes_written"] / 1e9 for s in catalog.visible("per_token_group_quant_fp8").scored_shapes}
     big, small = max(sizes, key=sizes.get), min(sizes, key=sizes.get)
     calls = 2 * 5 * 0.1 / 1e3
     seconds = {"correctness": 5.0, "first_call_extra": 1.0, "reference_and_compare": 2.0 + calls}  # 6 s beyond the calls

@@ -17,7 +17,8 @@ def test_problems_check_passes_for_every_operator(catalog):
     assert {r.op for r in results} == set(catalog.names())
     failures = {r.op: [c for c in r.checks if not c.passed] for r in results if not r.passed}
     assert not failures, failures
-    assert all({c.name for c in r.checks} == {"finite", "seed_varies", "zeros", "constant", "input", "other_seed"} for r in results)
+    assert all({c.name for c in r.checks} == {"finite", "seed_varies", "zeros", "constant", "input", "other_seed",
+                                                     "roofline"} for r in results)
 
 
 def _toy_problem(root, op: str, returns: str, shapes: str) -> Catalog:
@@ -46,6 +47,8 @@ def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
     assert not result.passed
     assert verdicts["seed_varies"] is False and verdicts["other_seed"] is False and verdicts["constant"] is False
     assert verdicts["zeros"] is True and verdicts["finite"] is True
+    roofline = next(c for c in result.checks if c.name == "roofline")  # before `problems add`: nothing stored yet
+    assert roofline.passed and roofline.detail.startswith("not applicable")
 
 
 def test_nan_output_fails_finite(tmp_path):

@@ -58,3 +58,12 @@ def test_problems_add_then_list_a_user_root(capsys, tmp_path):
     assert rows == [{"name": "gated_proj", "num_shapes": 2, "weight": 1.0, "dtype": "bf16", "phase": "unknown"}]
     roof = run_json(capsys, "roofline", "gated_proj", "--root", str(tmp_path / "root"), "--json")
     assert [r["shape_id"] for r in roof] == ["a", "b"]
+
+
+def test_problems_list_derives_a_folder_never_added_as_an_explicit_step(capsys, tmp_path):
+    """A set with only visible files (as a trace snapshot writes it): `list` runs the derive step first."""
+    folder = make_problem(tmp_path / "set")
+    assert not (folder / "metadata.json").exists()
+    rows = run_json(capsys, "problems", "list", "--problems", str(tmp_path / "set"), "--json")
+    assert rows == [{"name": "gated_proj", "num_shapes": 2, "weight": 0.0, "dtype": "bf16", "phase": "unknown"}]
+    assert (folder / "metadata.json").is_file() and (folder / "roofline.json").is_file()

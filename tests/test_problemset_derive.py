@@ -5,7 +5,7 @@ import pytest
 
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.problemset.derive import add_problem, derive_hidden, validate_problem
+from atrex_mcp.problemset.derive import add_problem, derive_hidden, derive_missing, validate_problem
 from tests.problemset_fixtures import INPUT, REFERENCE, SHAPES, make_problem
 
 
@@ -29,13 +29,26 @@ def test_add_round_trip(tmp_path):
     assert not (src / "metadata.json").exists()  # the source folder is left as it was
 
 
-def test_derive_in_place_and_the_catalog_derives_on_demand(tmp_path):
+def test_a_read_never_derives_and_the_derive_step_does(tmp_path):
     d = make_problem(tmp_path)
-    assert not (d / "roofline.json").exists()
-    roofline = Catalog(tmp_path).hidden("gated_proj").roofline  # derives the missing files
+    catalog = Catalog(tmp_path)
+    with pytest.raises(AtrexError) as err:
+        catalog.hidden("gated_proj")
+    assert err.value.info.category == "hidden_files_missing" and "problems add" in err.value.info.hint
+    assert not (d / "roofline.json").exists() and not (d / "metadata.json").exists()  # the read wrote nothing
+    assert catalog.missing_hidden() == ["gated_proj"]
+    assert derive_missing(catalog) == ["gated_proj"] and derive_missing(catalog) == []  # the explicit step, once
+    roofline = catalog.hidden("gated_proj").roofline
     assert roofline["shapes"]["a"]["flops"] == expected_work(64, 32, 16)
     metadata, again = derive_hidden(d)
     assert again == roofline and metadata["weight"] == 0.0
+
+
+def test_the_derive_step_names_a_problem_whose_reference_fails(tmp_path):
+    make_problem(tmp_path, reference=REFERENCE.replace("x @ w", "x @ w.t()"))
+    with pytest.raises(AtrexError) as err:
+        derive_missing(Catalog(tmp_path))
+    assert err.value.info.category == "derive_failed" and "gated_proj" in err.value.info.message
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 from atrex_mcp.agentbench.layout import RunLayout, RunStore, write_json_atomic
 from atrex_mcp.agentbench.progress import ProgressBoard
 from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.derive import derive_missing
 from atrex_mcp.cluster.dispatch import Job
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate import footprint
@@ -177,6 +178,7 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
     store = RunStore(layout)
     config = store.load_config()
     catalog = Catalog([Path(p) for p in config.problems])
+    derive_missing(catalog, config.ops)
     baselines = settings.baselines == "yes" or (settings.baselines == "auto" and _has_gpu(cluster))
     wanted = StoredSettings(shapes=settings.shapes, seeds=settings.seeds, timeout_s=settings.timeout_s, hardware=config.hardware,
                             dsl=config.dsl, baselines=baselines)

@@ -27,7 +27,8 @@ from atrex_mcp.agentbench.evaluation import SETTINGS_FILE, EvalError, StoredSett
 from atrex_mcp.agentbench.layout import RunLayout, RunStore, now_iso
 from atrex_mcp.agentbench.models import OpState, RunConfig
 from atrex_mcp.candidate_contract import RULES as CONTRACT_RULES
-from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
+from atrex_mcp.problemset.roofline import shape_roofline
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import scoring
 from atrex_mcp.evaluate.models import EvalResult
@@ -150,12 +151,19 @@ def load_run(run_dir: Path) -> LoadedRun:
 
 def _regime(catalog: Catalog, op: str, profile: str, shape_ids: list[str]) -> str | None:
     try:
-        shapes = catalog.hidden(op).roofline.get("shapes", {})
+        hidden = catalog.hidden(op)
     except (AtrexError, OSError, ValueError, KeyError):
         return None
-    ids = [i for i in shape_ids if i in shapes] or [s.id for s in catalog.visible(op).scored_shapes]
-    bounds = {(shapes.get(i) or {}).get("bound", {}).get(profile) for i in ids} - {None}
+    ids = [i for i in shape_ids if hidden.roofline_entry(i)] or [s.id for s in catalog.visible(op).scored_shapes]
+    bounds = {_bound(hidden, i, profile) for i in ids} - {None}
     return bounds.pop() if len(bounds) == 1 else ("mixed" if bounds else None)
+
+
+def _bound(hidden: HiddenProblem, shape_id: str, profile: str) -> str | None:
+    try:
+        return shape_roofline(hidden, shape_id, profile).bound
+    except AtrexError:  # no W/Q for the shape, or the profile lacks a peak its work needs
+        return None
 
 
 def _failure(state: OpState, result: EvalResult | None, error: EvalError | None) -> str | None:

@@ -32,6 +32,7 @@ from atrex_mcp.agentbench.progress import ProgressBoard
 from atrex_mcp.agentbench.prompts import allowed_tools, render_prompt
 from atrex_mcp.candidate_contract import DSL_DECORATORS
 from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.derive import derive_missing
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.knowledge import default_knowledge
 from atrex_mcp.paths import problems_dir
@@ -133,6 +134,7 @@ def open_run(request: RunRequest) -> tuple[RunConfig, RunLayout]:
     if dsl not in DSL_DECORATORS:
         raise AtrexError("input", "unknown_dsl", f"No output contract for the DSL {dsl!r}.", f"Supported: {', '.join(sorted(DSL_DECORATORS))}.")
     ops = _resolve_ops(request.ops, catalog)
+    derive_missing(catalog, ops)  # the explicit derive step, once, before any server of the run starts
     spec = parse_agent(request.agent, binary=request.agent_bin, model=request.model, extra_args=request.agent_args,
                        pass_env=request.agent_env)
     executable = driver_for(spec).executable()

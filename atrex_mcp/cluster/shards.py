@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from atrex_mcp.problemset.catalog import HIDDEN_FILES, VISIBLE_FILES, Catalog
+from atrex_mcp.problemset.derive import derive_missing
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
 
@@ -69,7 +70,7 @@ class ShardReply(BaseModel):
 
 def problem_digest(catalog: Catalog, op: str) -> str:
     """SHA-256 over the operator's five problem files (names and contents)."""
-    catalog.hidden(op)  # derives hidden files that are missing, as the evaluator would
+    derive_missing(catalog, [op])  # a worker host's copy of a snapshot may lack them
     folder = catalog.problem_dir(op)
     digest = hashlib.sha256()
     for name in (*VISIBLE_FILES, *HIDDEN_FILES):

@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from atrex_mcp.problemset.catalog import Catalog
+    from atrex_mcp.problemset.derive import derive_missing
     from atrex_mcp.progress import ShapeProgress, clock
     from atrex_mcp.errors import AtrexError
     from atrex_mcp.evaluate import EvalRequest, evaluate
@@ -117,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
                          "or atrex-mcp eval --baseline eager --op rms_norm")
     source = read_source(args.candidate) if args.candidate is not None else None
     catalog = Catalog(args.problems) if args.problems else Catalog()
+    derive_missing(catalog, [args.op])
     problem = catalog.visible(args.op)
     shapes, note = shape_selection(args.shapes, problem.smoke_shape.id, torch.cuda.is_available())
     chosen = [problem.shape(i) for i in shapes] if shapes is not None else list(problem.scored_shapes)

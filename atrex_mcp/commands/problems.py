@@ -79,6 +79,10 @@ def _list(args: argparse.Namespace) -> int:
     from atrex_mcp.commands.tables import plain_table, print_table
 
     catalog = _catalog(args)
+    if catalog.missing_hidden():  # a set never built (a trace snapshot): the explicit derive step
+        from atrex_mcp.problemset.derive import derive_missing
+
+        derive_missing(catalog)
     weights = catalog.weights()
     rows = []
     for op in catalog.names():
@@ -103,6 +107,10 @@ def _show(args: argparse.Namespace) -> int:
     doc = {"name": visible.name, "shapes": json.loads(visible.shapes_json)["shapes"],
            "reference.py": visible.reference_source, "input.py": visible.input_source}
     if args.hidden:
+        if not catalog.has_hidden(args.op):  # the explicit derive step
+            from atrex_mcp.problemset.derive import derive_missing
+
+            derive_missing(catalog, [args.op])
         hidden = catalog.hidden(args.op)
         doc |= {"metadata": hidden.metadata, "roofline": hidden.roofline}
     if args.json:

@@ -28,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
     from atrex_mcp.evaluate.table import main_table, render_markdown
 
     catalog = Catalog(args.problems) if args.problems else Catalog()
+    if catalog.missing_hidden():  # a set never built (a trace snapshot): the explicit derive step
+        from atrex_mcp.problemset.derive import derive_missing
+
+        derive_missing(catalog)
     floor_ms = None
     if args.floor:
         try:

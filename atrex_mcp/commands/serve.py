@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
     from atrex_mcp.paths import default_state_dir, problems_dir
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.server.app import ServerConfig
 
     config = ServerConfig(
@@ -104,15 +105,19 @@ def _serve(args: argparse.Namespace, http: HttpSettings | None) -> None:
         knowledge=args.knowledge,
     )
     _configure_logging(args.log_level, config.mode)
+    catalog = Catalog(config.problems)
+    if catalog.missing_hidden():  # a set never built (a trace snapshot): the explicit derive step
+        from atrex_mcp.problemset.derive import derive_missing
+
+        derive_missing(catalog)
     if args.cluster is None:
         _run(config, http)
         return
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.cluster.engine import connect
     from atrex_mcp.cluster.remote import ClusterPool
 
     with connect(args.cluster) as connection:
-        config.cluster = ClusterPool(connection, Catalog(config.problems))
+        config.cluster = ClusterPool(connection, catalog)
         _run(config, http)
 
 

@@ -1,7 +1,7 @@
 """The paper's scores, computed on the trusted side only.
 
-* S_j = T_SOL / T_cand per shape. T_SOL comes from the hidden roofline (problems/<op>/
-  roofline.json, `t_sol_ms[profile]`). S_j > 1 means the candidate beat the physical bound:
+* S_j = T_SOL / T_cand per shape. T_SOL is atrex_mcp.problemset.roofline.shape_roofline's: the
+  hidden W/Q of problems/<op>/roofline.json on the profile's peaks. S_j > 1 means the candidate beat the physical bound:
   an evaluation error, reported as an integrity incident and never clipped.
 * S_i = median of S_j over the operator's correct shapes; 0 when no shape is correct; null
   when shapes are correct but none has a score (not timed, or no roofline for the profile).
@@ -21,8 +21,9 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
+from atrex_mcp.problemset.roofline import shape_roofline
 
 
 class Roofline:
@@ -30,7 +31,7 @@ class Roofline:
 
     def __init__(self, hidden: HiddenProblem | None, profile: str, reason: str = ""):
         self.profile, self.reason = profile, reason
-        self._shapes: dict[str, Any] = (hidden.roofline.get("shapes", {}) if hidden else {})
+        self._hidden = hidden
 
     @classmethod
     def load(cls, catalog: Catalog, op: str, profile: str) -> "Roofline":
@@ -41,16 +42,15 @@ class Roofline:
 
     def t_sol_ms(self, shape_id: str) -> tuple[float | None, str]:
         """(T_SOL in ms, reason when None)."""
-        if self.reason:
+        if self.reason or self._hidden is None:
             return None, self.reason
-        entry = self._shapes.get(shape_id)
-        if entry is None:
+        if self._hidden.roofline_entry(shape_id) is None:
             return None, f"roofline has no shape {shape_id}"
-        value = (entry.get("t_sol_ms") or {}).get(self.profile)
-        if value is None:
-            known = sorted((entry.get("t_sol_ms") or {}))
-            return None, f"roofline has no profile {self.profile!r} for shape {shape_id} (has: {', '.join(known) or 'none'})"
-        return float(value), ""
+        try:
+            return shape_roofline(self._hidden, shape_id, self.profile).t_sol_ms, ""
+        except AtrexError as exc:
+            why = " ".join(filter(None, [exc.info.message, exc.info.hint]))
+            return None, f"no T_SOL for shape {shape_id} on profile {self.profile!r}: {why}"
 
 
 def profile_family(profile: str) -> str:

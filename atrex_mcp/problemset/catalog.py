@@ -5,8 +5,10 @@ A problem is a folder `<root>/<op>/` with the five-file contract:
   visible: reference.py, input.py, shapes.json
   hidden:  metadata.json, roofline.json   (and the set-level weights.json)
 `Catalog.visible()` never opens a hidden file; `Catalog.hidden()` is for trusted code only
-(evaluator scoring, optimise-mode policy, reports). A folder without hidden files (a user's
-own problem) gets them derived on demand by atrex_mcp.problemset.derive.
+(evaluator scoring, optimise-mode policy, reports). The catalog only reads, each file once per
+catalog: a folder without hidden files (a trace snapshot, a problem never passed to `problems
+add`) is refused by `hidden()` until the explicit derive step
+(atrex_mcp.problemset.derive.derive_missing, called by the trusted entry points) has written them.
 """
 
 from __future__ import annotations
@@ -72,8 +74,10 @@ class HiddenProblem:
     roofline: dict[str, Any]
     weight: float = field(default=0.0)
 
-    def shape_roofline(self, shape_id: str) -> dict[str, Any]:
-        return self.roofline["shapes"][shape_id]
+    def roofline_entry(self, shape_id: str) -> dict[str, Any] | None:
+        """The shape's stored W/Q record (None for a shape without one, e.g. the smoke shape); its
+        T_SOL comes from atrex_mcp.problemset.roofline.shape_roofline, not from this record."""
+        return self.roofline.get("shapes", {}).get(shape_id)
 
 
 def _read_json(path: Path) -> Any:
@@ -100,7 +104,10 @@ def _import_file(path: Path, module_name: str) -> ModuleType:
 
 
 class Catalog:
-    """Problems found under one or more roots; a later root's problem of the same name wins."""
+    """Problems found under one or more roots; a later root's problem of the same name wins.
+
+    A pure reader: every file is parsed once and the result kept (callers must not mutate what it
+    returns); nothing here writes or runs a problem's code except the explicit loaders below."""
 
     def __init__(self, roots: list[Path] | Path | None = None):
         if roots is None:
@@ -109,6 +116,8 @@ class Catalog:
             roots = [Path(roots)]
         self.roots = [Path(r).resolve() for r in roots]
         self._dirs: dict[str, Path] = {}
+        self._visible: dict[str, VisibleProblem] = {}
+        self._json: dict[tuple[str, str], Any] = {}
         for root in self.roots:
             if not root.is_dir():
                 raise AtrexError("input", "bad_problem_root", f"Problem root {root} is not a directory.")
@@ -127,6 +136,11 @@ class Catalog:
             raise unknown_choice("problem", op, self.names()) from None
 
     def visible(self, op: str) -> VisibleProblem:
+        if op not in self._visible:
+            self._visible[op] = self._read_visible(op)
+        return self._visible[op]
+
+    def _read_visible(self, op: str) -> VisibleProblem:
         d = self.problem_dir(op)
         shapes_text = (d / "shapes.json").read_text()
         try:
@@ -141,16 +155,31 @@ class Catalog:
             shapes=shapes,
         )
 
-    def hidden(self, op: str) -> HiddenProblem:
-        d = self.problem_dir(op)
-        if not all((d / f).is_file() for f in HIDDEN_FILES):
-            from atrex_mcp.problemset.derive import derive_hidden
+    def _hidden_json(self, op: str, name: str) -> Any:
+        key = (op, name)
+        if key not in self._json:
+            self._json[key] = _read_json(self.problem_dir(op) / name)
+        return self._json[key]
 
-            derive_hidden(d)
+    def has_hidden(self, op: str) -> bool:
+        """Whether the problem's hidden files exist (a problem without them needs the derive step)."""
+        d = self.problem_dir(op)
+        return all((d / f).is_file() for f in HIDDEN_FILES)
+
+    def missing_hidden(self) -> list[str]:
+        """Problems whose hidden files are not written yet."""
+        return [op for op in self.names() if not self.has_hidden(op)]
+
+    def hidden(self, op: str) -> HiddenProblem:
+        if not self.has_hidden(op):
+            raise AtrexError("input", "hidden_files_missing",
+                             f"Problem {op} has no metadata.json/roofline.json yet.",
+                             "Derive them with `atrex-mcp problems add` on the problem's folder "
+                             "(serve, eval, score and bench do so for a set opened with --problems).")
         return HiddenProblem(
             name=op,
-            metadata=_read_json(d / "metadata.json"),
-            roofline=_read_json(d / "roofline.json"),
+            metadata=self._hidden_json(op, "metadata.json"),
+            roofline=self._hidden_json(op, "roofline.json"),
             weight=self.weights().get(op, 0.0),
         )
 
@@ -168,10 +197,9 @@ class Catalog:
 
     def _recorded_weight(self, op: str) -> float:
         """The weight `problems add --weight` recorded in the problem's metadata.json (0 without one)."""
-        path = self.problem_dir(op) / "metadata.json"
-        if not path.is_file():
+        if not (self.problem_dir(op) / "metadata.json").is_file():
             return 0.0
-        meta = _read_json(path)
+        meta = self._hidden_json(op, "metadata.json")
         return float(meta.get("weight_raw", meta.get("weight", 0.0)) or 0.0)
 
     def weights(self) -> dict[str, float]:

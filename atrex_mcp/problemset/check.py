@@ -10,18 +10,27 @@
     input       outputs that have an input of the same shape and dtype return that input
                 unchanged; the other outputs keep the reference values (skipped when none fits)
     other_seed  the reference output computed from another seed's inputs
+
+and, over every scored shape, that its hidden files agree with the code:
+  roofline    the T_SOL and bound stored in roofline.json per profile equal what
+              atrex_mcp.problemset.roofline.shape_roofline computes from the stored W/Q today
+              (a profile edited after the build makes them stale; not applicable before the
+              hidden files exist)
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from pydantic import BaseModel, Field
 from torch.utils._pytree import tree_map
 
-from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.compare import compare_outputs, flatten_outputs
+from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
+from atrex_mcp.problemset.roofline import shape_roofline
 
 SEED, OTHER_SEED = 0, 1
 
@@ -29,7 +38,7 @@ SEED, OTHER_SEED = 0, 1
 class CheckResult(BaseModel):
     """One check of one problem."""
 
-    name: str = Field(description="Check name: finite, seed_varies, zeros, constant, input, other_seed.")
+    name: str = Field(description="Check name: finite, seed_varies, zeros, constant, input, other_seed, roofline.")
     passed: bool = Field(description="True when the problem behaves as required.")
     detail: str = Field(default="", description="What was seen.")
 
@@ -114,7 +123,42 @@ def check_problem(catalog: Catalog, op: str) -> ProblemCheck:
     else:
         checks.append(CheckResult(name="input", passed=True, detail="not applicable: no input has an output's shape and dtype"))
     checks.append(_must_fail("other_seed", out, other, op))
+    checks.append(_stored_roofline(catalog, op))
     return ProblemCheck(op=op, shape_id=catalog.visible(op).smoke_shape.id, checks=checks)
+
+
+def _disagrees(hidden: HiddenProblem, shape_id: str, profile: str, entry: dict[str, Any]) -> bool:
+    stored_t, stored_bound = entry.get("t_sol_ms", {}).get(profile), (entry.get("bound") or {}).get(profile)
+    try:
+        point = shape_roofline(hidden, shape_id, profile)
+    except AtrexError:  # the profile is gone, or lacks a peak the work needs: stored as null
+        return stored_t is not None or stored_bound is not None
+    return stored_t is None or not math.isclose(stored_t, point.t_sol_ms, rel_tol=1e-9) or stored_bound != point.bound
+
+
+def _stored_roofline(catalog: Catalog, op: str) -> CheckResult:
+    """roofline.json's stored T_SOL/bound against the one roofline function, every scored shape and stored profile."""
+    if not catalog.has_hidden(op):
+        return CheckResult(name="roofline", passed=True,
+                           detail="not applicable: no hidden files yet (`atrex-mcp problems add` derives them)")
+    hidden = catalog.hidden(op)
+    stale, pairs = [], 0
+    for shape in catalog.visible(op).scored_shapes:
+        entry = hidden.roofline_entry(shape.id)
+        if entry is None:
+            stale.append(f"shape {shape.id} (no entry)")
+            continue
+        for profile in sorted(entry.get("t_sol_ms") or {}):
+            pairs += 1
+            if _disagrees(hidden, shape.id, profile, entry):
+                stale.append(f"shape {shape.id} on {profile}")
+    if stale:
+        detail = (f"stored T_SOL/bound differ from the roofline function for {len(stale)} of {pairs} shape-profile "
+                  f"pairs (first: {', '.join(stale[:3])}); rebuild with `atrex-mcp problems build` (shipped set) "
+                  "or `problems add` (your own problem)")
+        return CheckResult(name="roofline", passed=False, detail=detail)
+    return CheckResult(name="roofline", passed=True,
+                       detail=f"stored T_SOL and bound agree on {pairs} shape-profile pairs")
 
 
 def _restructure(like: Any, leaves: dict[str, torch.Tensor]) -> Any:

@@ -5,6 +5,8 @@ class, make_inputs(*, seed, device=..., **shape inputs), a shapes.json with scor
 smoke shape, input keys equal to forward's parameters, deterministic inputs, and a reference
 that runs at the smoke shape. `derive_hidden(dir)` counts W/Q of every scored shape with the
 dispatch-level counter (atrex_mcp.problemset.flop_counter) and writes metadata.json and roofline.json.
+`derive_missing(catalog)` is the explicit derive step of a problem set opened for trusted use (a
+trace snapshot, a folder never passed to `problems add`): the catalog itself never writes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import inspect
 import shutil
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +158,24 @@ def add_problem(path: Path, into: Path | None = None, *, weight: float = 0.0) ->
     derive_hidden(target, weight=weight)
     return target
 
+
+
+def derive_missing(catalog: Catalog, ops: Iterable[str] | None = None) -> list[str]:
+    """Derive the hidden files of each (or each named) problem that has only its visible files;
+    the names derived. Called once where a trusted command opens a problem set (serve, eval, score,
+    roofline, problems list/show, bench), before the first read of a hidden file."""
+    derived = []
+    for op in (catalog.names() if ops is None else list(ops)):
+        if catalog.has_hidden(op):
+            continue
+        try:
+            derive_hidden(catalog.problem_dir(op), catalog=catalog)
+        except AtrexError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's reference failing to count is the answer
+            raise AtrexError("input", "derive_failed",
+                             f"Deriving the hidden files of problem {op} failed: {type(exc).__name__}: {exc}",
+                             f"Run `atrex-mcp problems add {catalog.problem_dir(op)}` to validate it and see what "
+                             "breaks.") from exc
+        derived.append(op)
+    return derived

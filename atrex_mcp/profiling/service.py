@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.roofline import shape_roofline
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.policy import Policy
 from atrex_mcp.profiling import ncu as ncu_mod
@@ -45,10 +46,11 @@ FALLBACK_NOTE_CPU = ("torch.profiler fallback on CPU under the Triton interprete
 
 
 def _shape_roofline(catalog: Catalog, op: str, shape: str, hardware: str) -> dict[str, Any] | None:
-    from atrex_mcp.runs.roofline_view import run_roofline
-
-    entry = run_roofline(catalog, op, [shape], hardware)["shapes"][shape]
-    return entry if entry.get("t_sol_ms") is not None else None
+    """The shape's roofline summary (None for a shape without one, e.g. the smoke shape)."""
+    hidden = catalog.hidden(op)
+    if hidden.roofline_entry(shape) is None:
+        return None
+    return shape_roofline(hidden, shape, hardware).summary()
 
 
 def counters_from_eval(op: str, shape_result: Any, device_kind: str, *, roofline: dict | None, note: str = "") -> ProfileReport:

@@ -33,7 +33,7 @@ from atrex_mcp.runs.models import (
     RunState,
     RunSummary,
 )
-from atrex_mcp.runs.roofline_view import run_roofline, scores_from_times
+from atrex_mcp.problemset.roofline import run_roofline, run_scores
 from atrex_mcp.runs.store import RunStore, StaleAccepted, new_id, now_iso
 
 MAX_REMEASURE = 3
@@ -99,7 +99,7 @@ class RunService:
                               "shapes.json": sha256_text(problem.shapes_json)},
         }
         run = RunRecord(run_id=new_id("run"), op=op, shapes=shape_ids, dsl=dsl, hardware=hardware, workspace=workspace,
-                        roofline=run_roofline(self.catalog, op, shape_ids, hardware), created_at=now_iso())
+                        roofline=run_roofline(self.catalog.hidden(op), shape_ids, hardware), created_at=now_iso())
         return self.store.create_run(run)
 
     def _contract_failure(self, run: RunRecord, source: str) -> str | None:
@@ -130,7 +130,7 @@ class RunService:
                              f"The baseline must be correct on every target shape: {result.failure}.",
                              "Fix the kernel (validate shows per-shape detail) and submit it again.")
         times = KernelTimes(time_ms=result.times.time_ms,
-                            score=result.times.score or scores_from_times(run.roofline, result.times.time_ms))
+                            score=result.times.score or run_scores(run.roofline, result.times.time_ms))
         record = IterationRecord(run_id=run_id, number=0, kind="baseline", status="accepted",
                                  reason="first correct kernel: the baseline and rollback point", source_sha256=digest,
                                  checks=result.checks, times=times, created_at=now_iso())
@@ -199,7 +199,7 @@ class RunService:
         seed = int(sha256_text(f"{run.run_id}|{record.source_sha256}|{accepted_number}")[:8], 16)
         decision = decide(samples, correct=True, rule=self.rule, seed=seed)
         time_ms: dict[str, float | None] = {s.id: s.candidate_ms for s in decision.shapes}
-        times = KernelTimes(time_ms=time_ms, score=scores_from_times(run.roofline, time_ms))
+        times = KernelTimes(time_ms=time_ms, score=run_scores(run.roofline, time_ms))
         return record.model_copy(update={"status": "accepted" if decision.accepted else "rejected",
                                          "reason": decision.reason, "decision": decision, "times": times})
 

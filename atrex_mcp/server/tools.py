@@ -101,21 +101,20 @@ def roofline_lookup(
             raise AtrexError("input", "op_and_shape", "Give both `op` and `shape` to look up a problem's figures.")
         visible = app.catalog.visible(op)
         visible.shape(shape)
-        figures = app.policy.shape_roofline(op, shape, profile.name)
-        workload = roofline.Workload(flops={k: int(v) for k, v in figures.flops.items()},
-                                     bytes_read=int(figures.bytes_read), bytes_written=int(figures.bytes_written))
+        point = app.policy.shape_figures(op, shape, profile.name)
     else:
         workload = roofline.Workload(flops={dtype_path: flops}, bytes_read=bytes_read, bytes_written=bytes_written)
-    paths = [p for p, w in workload.flops.items() if w]
+        point = roofline.roofline_point(workload, profile)
+    paths = [p for p, w in point.flops.items() if w]
     return RooflineResult(
         hardware=profile.name,
-        flops={k: float(v) for k, v in workload.flops.items()},
-        bytes=float(workload.total_bytes),
-        arithmetic_intensity=roofline.arithmetic_intensity(workload),
-        compute_ms=1000.0 * roofline.compute_seconds(workload, profile),
-        memory_ms=1000.0 * roofline.memory_seconds(workload, profile),
-        t_sol_ms=roofline.t_sol_ms(workload, profile),
-        bound=roofline.bound(workload, profile),
+        flops={k: float(v) for k, v in point.flops.items()},
+        bytes=float(point.total_bytes),
+        arithmetic_intensity=point.arithmetic_intensity,
+        compute_ms=point.compute_ms,
+        memory_ms=point.memory_ms,
+        t_sol_ms=point.t_sol_ms,
+        bound=point.bound,
         peaks={p: profile.peak(p) for p in paths},
         bandwidth=float(profile.hbm_bandwidth.value),
         sources=[f"{p} peak: {profile.peaks[p].source}" for p in paths] + [f"HBM bandwidth: {profile.hbm_bandwidth.source}"],

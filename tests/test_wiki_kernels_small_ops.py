@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from atrex_mcp.catalog import Catalog
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.compare import compare_outputs
 
 ROOT = Path(__file__).resolve().parent.parent

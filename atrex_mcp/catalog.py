@@ -73,7 +73,12 @@ class HiddenProblem:
     weight: float = field(default=0.0)
 
     def shape_roofline(self, shape_id: str) -> dict[str, Any]:
-        return self.roofline["shapes"][shape_id]
+        """The stored figures of a scored shape; a smoke shape (not scored) has none."""
+        try:
+            return self.roofline["shapes"][shape_id]
+        except KeyError:
+            raise AtrexError("input", "no_roofline", "This shape has no roofline figures: the smoke shape is not scored.",
+                             "Look up a scored shape id (get_problem lists them).") from None
 
 
 def _read_json(path: Path) -> Any:

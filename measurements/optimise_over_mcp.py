@@ -34,8 +34,10 @@ import datetime as dt
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLAN = {"change": "Replace the accepted kernel with the candidate file.", "category": "tiling",
                 "expected_effect": 1.1, "risks": []}
 MD_ANSWER_CHARS = 2500  # per call in the markdown timeline; the JSON keeps every answer whole
+RESERVE_S = 15.0  # kept back from measuring calls so that run_state and package_run still fit
+CHEAP_TOOLS = {"get_problem", "wiki_search", "wiki_read", "start_run", "run_state", "package_run"}
 
 
 @dataclass
@@ -119,18 +123,25 @@ class Recorder:
         self.out = out
         self.t0 = time.monotonic()
         self.budget_s = budget_s
+        self.pair_deadline_s = budget_s  # seconds since t0 by which the current pair must be done
         self.calls: list[dict[str, Any]] = []
         self.result: dict[str, Any] = {**meta, "status": "running", "pairs": []}
 
     def left_s(self) -> float:
-        return self.budget_s - (time.monotonic() - self.t0)
+        return min(self.budget_s, self.pair_deadline_s) - (time.monotonic() - self.t0)
 
-    async def call(self, op: str, tool: str, arguments: dict[str, Any], *, min_left_s: float = 1.0) -> dict[str, Any]:
+    def share_budget(self, pairs_left: int) -> None:
+        """Give the next pair an equal share of what is left, so one slow operator cannot starve the others."""
+        now = time.monotonic() - self.t0
+        self.pair_deadline_s = now + (self.budget_s - now) / max(1, pairs_left)
+
+    async def call(self, op: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """One tool call; its answer (structured content, or the error text). Raises BudgetSpent
-        when the budget cannot cover a start, and bounds the call by what is left."""
-        left = self.left_s()
-        if left < min_left_s:
-            raise BudgetSpent(f"{tool}: {left:.0f} s of budget left")
+        when the pair's budget cannot cover a start, and bounds the call by what is left
+        (a measuring call leaves RESERVE_S for the cheap calls that close the run)."""
+        left = self.left_s() - (0.0 if tool in CHEAP_TOOLS else RESERVE_S)
+        if left < 1.0:
+            raise BudgetSpent(f"{tool}: {left:.0f} s of the pair's budget left")
         entry: dict[str, Any] = {"n": len(self.calls) + 1, "op": op, "tool": tool, "arguments": abbreviate(arguments),
                                  "started_s": round(time.monotonic() - self.t0, 3), "progress": []}
         started = time.monotonic()
@@ -202,13 +213,27 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
     if not run_id:
         return done
     done["run_id"] = run_id
+    try:
+        await measure_run(step, done, pair, run, read, baseline_src, candidate_src)
+    except BudgetSpent as spent:  # the closing calls below still fit in the reserve
+        done["not_run"] = f"budget spent before {spent}"
+    await step("run_state", "run_state", {"run_id": run_id})
+    package = await step("package_run", "package_run", {"run_id": run_id, "out_dir": f"atrex-package/{run_id}"})
+    done["package"] = package.get("artifact")
+    return done
+
+
+async def measure_run(step: Any, done: dict[str, Any], pair: Pair, run: dict[str, Any], read: list[str],
+                      baseline_src: str, candidate_src: str) -> None:
+    """Profile and submit the baseline, then record the candidate with a plan citing that profile."""
+    op, run_id = pair.op, run["run_id"]
     profile_shape = run["shapes"][0]
     profile = await step("profile_baseline", "profile_kernel",
                          {"op": op, "source": baseline_src, "shape": profile_shape, "run_id": run_id})
     baseline = await step("submit_baseline", "submit_baseline", {"run_id": run_id, "source": baseline_src})
     if not baseline or not profile.get("profile_id"):
         done["stopped"] = "no baseline or no profile to cite"
-        return done
+        return
     bottleneck = profile.get("bottleneck") or {}
     plan = {**pair.plan, "evidence": [profile["profile_id"]],
             "knowledge": list(dict.fromkeys([*pair.plan.get("knowledge", []), *read]))}
@@ -221,10 +246,6 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
     if record.get("status") == "accepted":  # the next plan's evidence: where the new accepted kernel spends its time
         await step("profile_candidate", "profile_kernel",
                    {"op": op, "source": candidate_src, "shape": profile_shape, "run_id": run_id})
-    await step("run_state", "run_state", {"run_id": run_id})
-    package = await step("package_run", "package_run", {"run_id": run_id, "out_dir": f"atrex-package/{run_id}"})
-    done["package"] = package.get("artifact")
-    return done
 
 
 def runs_show(state_dir: Path, run_id: str) -> dict[str, Any]:
@@ -314,13 +335,14 @@ async def main_async(args: argparse.Namespace) -> int:
             rec.result["tools"] = [t.name for t in (await client.list_tools()).tools]
             status = "finished"
             for index, pair in enumerate(args.pair):
+                rec.share_budget(len(args.pair) - index)
                 try:
                     await optimise_pair(rec, pair, args, gpu)
                 except BudgetSpent as spent:
                     status = "stopped by the budget"
                     rec.result["pairs"][-1]["not_run"] = f"budget spent before {spent}"
-                    rec.result["not_started"] = [p.op for p in args.pair[index + 1:]]
-                    break
+            if any(p.get("not_run") for p in rec.result["pairs"]):
+                status = "stopped by the budget"
             rec.save(status)
     for p in rec.result["pairs"]:
         if p.get("run_id"):
@@ -352,19 +374,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="an operator, its baseline kernel, the candidate and an optional plan file (repeatable)")
     parser.add_argument("--out", type=Path, required=True, help="folder for timeline.{json,md}, server.log and <op>/run_timeline.json")
     parser.add_argument("--shapes", help="target shapes of each run: smoke, all, spread:N or a comma list (default: smoke on CPU, all on a GPU)")
-    parser.add_argument("--state-dir", type=Path, help="the server's state directory (default OUT/state)")
+    parser.add_argument("--state-dir", type=Path, help="the server's state directory: runs, profiles, wiki index (default: a new temporary folder)")
     parser.add_argument("--workspace", type=Path, help="the server's workspace, where packages are written (default OUT/workspace)")
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting steps after this many seconds, and bound each call by what is left")
     parser.add_argument("--benchmark-mode", action="store_true", help="serve in benchmark mode (hidden figures stay on the server)")
     parser.add_argument("--knowledge", choices=("general", "full"), help="with --benchmark-mode: the wiki condition (default general)")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
-    args.state_dir = (args.state_dir or args.out / "state").resolve()
+    own_state = args.state_dir is None
+    args.state_dir = (args.state_dir or Path(tempfile.mkdtemp(prefix="atrex-loop-state-"))).resolve()
     args.workspace = (args.workspace or args.out / "workspace").resolve()
     args.workspace.mkdir(parents=True, exist_ok=True)
     import anyio
 
-    return anyio.run(main_async, args)
+    try:
+        return anyio.run(main_async, args)
+    finally:
+        if own_state:  # each run's timeline is in OUT; the rest (wiki index, sources) goes
+            shutil.rmtree(args.state_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ DEFAULT_PLAN = {"change": "Replace the accepted kernel with the candidate file."
                 "expected_effect": 1.1, "risks": []}
 MD_ANSWER_CHARS = 2500  # per call in the markdown timeline; the JSON keeps every answer whole
 RESERVE_S = 15.0  # kept back from measuring calls so that run_state and package_run still fit
-CHEAP_TOOLS = {"get_problem", "wiki_search", "wiki_read", "start_run", "run_state", "package_run"}
+CHEAP_TOOLS = {"list_problems", "get_problem", "wiki_search", "wiki_read", "start_run", "run_state", "package_run"}
+CHEAP_TIMEOUT_S = 90.0  # a cheap call that takes longer is stuck: give up on it, not on the pair's budget
 
 
 @dataclass
@@ -95,9 +96,15 @@ def wiki_query(op: str) -> str:
 
 def choose_shapes(spec: str | None, problem: dict[str, Any], gpu: bool) -> list[str] | None:
     """Target shapes from --shapes: 'smoke', 'all' (None: every scored shape), 'spread:N' (N scored
-    shapes spread evenly over the list) or a comma list. Default: smoke on CPU, all on a GPU."""
-    scored = [s["id"] for s in problem["shapes"] if not s["smoke"]]
-    smoke = [s["id"] for s in problem["shapes"] if s["smoke"]]
+    shapes spread evenly over the list) or a comma list. Default: smoke on CPU, all on a GPU.
+    `problem` is get_problem's answer, or list_problems' entry when get_problem failed (its
+    scored shapes are then taken to be numbered 0..N-1, as every problem numbers them)."""
+    if "shapes" in problem:
+        scored = [s["id"] for s in problem["shapes"] if not s["smoke"]]
+        smoke = [s["id"] for s in problem["shapes"] if s["smoke"]]
+    else:
+        scored = [str(i) for i in range(problem["scored_shapes"])]
+        smoke = [problem["smoke_shape"]] if problem.get("smoke_shape") else []
     spec = spec or ("all" if gpu else "smoke")
     if spec == "smoke":
         return smoke[:1] or scored[:1]
@@ -142,6 +149,8 @@ class Recorder:
         left = self.left_s() - (0.0 if tool in CHEAP_TOOLS else RESERVE_S)
         if left < 1.0:
             raise BudgetSpent(f"{tool}: {left:.0f} s of the pair's budget left")
+        if tool in CHEAP_TOOLS:
+            left = min(left, CHEAP_TIMEOUT_S)
         entry: dict[str, Any] = {"n": len(self.calls) + 1, "op": op, "tool": tool, "arguments": abbreviate(arguments),
                                  "started_s": round(time.monotonic() - self.t0, 3), "progress": []}
         started = time.monotonic()
@@ -194,8 +203,12 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
         return _answer(entry)
 
     problem = await step("get_problem", "get_problem", {"op": op})
-    if not problem:
-        return done
+    if not problem:  # carry on with what list_problems said of the operator, as an agent would
+        problem = next((p for p in rec.result.get("problems", []) if p["name"] == op), None)
+        if problem is None:
+            done["stopped"] = "get_problem failed and list_problems does not name the operator"
+            return done
+        done["get_problem_failed"] = True
     shapes = choose_shapes(args.shapes, problem, gpu)
     done["shapes"] = shapes or "all scored"
     found = await step("wiki_search", "wiki_search", {"query": wiki_query(op)})
@@ -263,6 +276,8 @@ def _summary(entry: dict[str, Any]) -> str:
         return "ERROR: " + (entry["error"] or "").replace("\n", " | ")[:300]
     a = entry["answer"] if isinstance(entry["answer"], dict) else {}
     tool = entry["tool"]
+    if tool == "list_problems":
+        return f"{len(a.get('problems', []))} problems, mode {a.get('mode')}, knowledge {a.get('knowledge')}"
     if tool == "get_problem":
         return f"{len(a.get('shapes', []))} shapes, {len(a.get('rules', []))} rules"
     if tool == "wiki_search":
@@ -333,6 +348,8 @@ async def main_async(args: argparse.Namespace) -> int:
         async with Client(stdio_client(params, errlog=errlog)) as client:
             rec = Recorder(client, args.out, args.budget_s, meta)
             rec.result["tools"] = [t.name for t in (await client.list_tools()).tools]
+            listed = await rec.call("-", "list_problems", {})
+            rec.result["problems"] = _answer(listed).get("problems", [])
             status = "finished"
             for index, pair in enumerate(args.pair):
                 rec.share_budget(len(args.pair) - index)

@@ -20,7 +20,7 @@ SCRIPT = REPO_ROOT / "measurements" / "optimise_over_mcp.py"
 BASELINE = REPO_ROOT / "measurements" / "kernels" / "rms_norm_two_pass.py"
 CANDIDATE = REPO_ROOT / "gpu_wiki" / "kernels" / "rms_norm.py"
 PLAN = REPO_ROOT / "measurements" / "kernels" / "rms_norm_plan.json"
-LOOP = ["get_problem", "wiki_search", "wiki_read", "validate", "start_run", "profile_kernel", "submit_baseline",
+LOOP = ["list_problems", "get_problem", "wiki_search", "wiki_read", "validate", "start_run", "profile_kernel", "submit_baseline",
         "record_iteration", "run_state", "package_run"]
 
 
@@ -71,7 +71,7 @@ def test_the_loop_over_stdio_records_every_call_and_cites_what_the_server_return
     assert run["iterations"][1]["plan"]["evidence"] == [profile["profile_id"]]
     assert "packaged" in {e["kind"] for e in run["events"]}
     markdown = (out / "timeline.md").read_text()
-    assert all(f"| {tool} |" in markdown for tool in LOOP) and "status **finished**" in markdown
+    assert all(f" {tool} |" in markdown for tool in LOOP) and "status **finished**" in markdown
 
 
 def test_the_budget_stops_the_loop_cleanly_with_what_it_did(tmp_path):
@@ -93,4 +93,4 @@ def test_benchmark_mode_answers_carry_no_hidden_figure(tmp_path):
     numbers, strings = hidden_figures("rms_norm")
     text = json.dumps([c["answer"] for c in result["calls"]])
     assert not leaks(text, numbers, strings)
-    assert "t_sol_ms\": 0" not in text and all(h["doc_id"] != "kernels/rms_norm" for h in result["calls"][1]["answer"]["hits"])
+    assert "t_sol_ms\": 0" not in text and all(h["doc_id"] != "kernels/rms_norm" for h in result["calls"][2]["answer"]["hits"])

@@ -44,8 +44,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PLAN = {"change": "Replace the accepted kernel with the candidate file.", "category": "tiling",
-                "expected_effect": 1.1, "risks": []}
+DEFAULT_PLAN = {
+    "change": "Replace the accepted kernel with the candidate file.",
+    "category": "tiling",
+    "expected_effect": 1.1,
+    "risks": [],
+}
 MD_ANSWER_CHARS = 2500  # per call in the markdown timeline; the JSON keeps every answer whole
 RESERVE_S = 15.0  # kept back from measuring calls so that run_state and package_run still fit
 CHEAP_TOOLS = {"list_problems", "get_problem", "wiki_search", "wiki_read", "start_run", "run_state", "package_run"}
@@ -75,7 +79,9 @@ def parse_pair(text: str) -> Pair:
         try:
             plan.update(json.loads(plan_path.read_text()))
         except (OSError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(f"--pair {text!r}: plan file {plan_path} is not readable JSON ({exc})") from None
+            raise argparse.ArgumentTypeError(
+                f"--pair {text!r}: plan file {plan_path} is not readable JSON ({exc})"
+            ) from None
     return Pair(op, baseline, candidate, plan)
 
 
@@ -85,8 +91,10 @@ def source_digest(text: str) -> str:
 
 def abbreviate(arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments as recorded: a kernel source becomes its hash and length."""
-    return {k: {"sha256": source_digest(v), "chars": len(v)} if k == "source" and isinstance(v, str) else v
-            for k, v in arguments.items()}
+    return {
+        k: {"sha256": source_digest(v), "chars": len(v)} if k == "source" and isinstance(v, str) else v
+        for k, v in arguments.items()
+    }
 
 
 def wiki_query(op: str) -> str:
@@ -151,18 +159,30 @@ class Recorder:
             raise BudgetSpent(f"{tool}: {left:.0f} s of the pair's budget left")
         if tool in CHEAP_TOOLS:
             left = min(left, CHEAP_TIMEOUT_S)
-        entry: dict[str, Any] = {"n": len(self.calls) + 1, "op": op, "tool": tool, "arguments": abbreviate(arguments),
-                                 "started_s": round(time.monotonic() - self.t0, 3), "progress": []}
+        entry: dict[str, Any] = {
+            "n": len(self.calls) + 1,
+            "op": op,
+            "tool": tool,
+            "arguments": abbreviate(arguments),
+            "started_s": round(time.monotonic() - self.t0, 3),
+            "progress": [],
+        }
         started = time.monotonic()
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            entry["progress"].append({"at_s": round(time.monotonic() - started, 2), "progress": progress, "message": message})
+            entry["progress"].append(
+                {"at_s": round(time.monotonic() - started, 2), "progress": progress, "message": message}
+            )
 
         try:
-            result = await self.client.call_tool(tool, arguments, read_timeout_seconds=left, progress_callback=on_progress)
+            result = await self.client.call_tool(
+                tool, arguments, read_timeout_seconds=left, progress_callback=on_progress
+            )
             text = "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
             entry["is_error"] = bool(result.is_error)
-            entry["answer"] = result.structured_content if not result.is_error and result.structured_content is not None else text
+            entry["answer"] = (
+                result.structured_content if not result.is_error and result.structured_content is not None else text
+            )
             entry["error"] = text if result.is_error else None
         except Exception as exc:  # a timeout past the budget, or the server went away
             entry["is_error"] = True
@@ -179,8 +199,10 @@ class Recorder:
         self.result["wall_s"] = round(time.monotonic() - self.t0, 2)
         self.result["calls"] = self.calls
         self.out.mkdir(parents=True, exist_ok=True)
-        for name, text in (("timeline.json", json.dumps(self.result, indent=2, default=str) + "\n"),
-                           ("timeline.md", render_markdown(self.result))):
+        for name, text in (
+            ("timeline.json", json.dumps(self.result, indent=2, default=str) + "\n"),
+            ("timeline.md", render_markdown(self.result)),
+        ):
             tmp = self.out / (name + ".tmp")
             tmp.write_text(text)
             tmp.replace(self.out / name)  # a kill mid-write keeps the previous complete file
@@ -217,7 +239,9 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
     if hits:
         if await step("wiki_read", "wiki_read", {"doc_id": hits[0]}):
             read.append(hits[0])
-    checked = await step("validate_baseline", "validate", {"op": op, "source": baseline_src, "shapes": shapes, "seeds": 1})
+    checked = await step(
+        "validate_baseline", "validate", {"op": op, "source": baseline_src, "shapes": shapes, "seeds": 1}
+    )
     if not checked or checked.get("failed") or not checked.get("compiled"):
         done["stopped"] = "the baseline did not validate"
         return done
@@ -236,29 +260,49 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
     return done
 
 
-async def measure_run(step: Any, done: dict[str, Any], pair: Pair, run: dict[str, Any], read: list[str],
-                      baseline_src: str, candidate_src: str) -> None:
+async def measure_run(
+    step: Any,
+    done: dict[str, Any],
+    pair: Pair,
+    run: dict[str, Any],
+    read: list[str],
+    baseline_src: str,
+    candidate_src: str,
+) -> None:
     """Profile and submit the baseline, then record the candidate with a plan citing that profile."""
     op, run_id = pair.op, run["run_id"]
     profile_shape = run["shapes"][0]
-    profile = await step("profile_baseline", "profile_kernel",
-                         {"op": op, "source": baseline_src, "shape": profile_shape, "run_id": run_id})
+    profile = await step(
+        "profile_baseline",
+        "profile_kernel",
+        {"op": op, "source": baseline_src, "shape": profile_shape, "run_id": run_id},
+    )
     baseline = await step("submit_baseline", "submit_baseline", {"run_id": run_id, "source": baseline_src})
     if not baseline or not profile.get("profile_id"):
         done["stopped"] = "no baseline or no profile to cite"
         return
     bottleneck = profile.get("bottleneck") or {}
-    plan = {**pair.plan, "evidence": [profile["profile_id"]],
-            "knowledge": list(dict.fromkeys([*pair.plan.get("knowledge", []), *read]))}
+    plan = {
+        **pair.plan,
+        "evidence": [profile["profile_id"]],
+        "knowledge": list(dict.fromkeys([*pair.plan.get("knowledge", []), *read])),
+    }
     plan.setdefault("bottleneck", bottleneck.get("kind", "unknown"))
     plan.setdefault("bottleneck_detail", "; ".join(bottleneck.get("evidence", [])[:3])[:2000])
     done["plan"] = plan
-    iteration = await step("record_iteration", "record_iteration", {"run_id": run_id, "plan": plan, "source": candidate_src})
+    iteration = await step(
+        "record_iteration", "record_iteration", {"run_id": run_id, "plan": plan, "source": candidate_src}
+    )
     record = iteration.get("record") or {}
-    done["iteration"] = {k: record.get(k) for k in ("number", "status", "reason")} | {"decision": record.get("decision")}
+    done["iteration"] = {k: record.get(k) for k in ("number", "status", "reason")} | {
+        "decision": record.get("decision")
+    }
     if record.get("status") == "accepted":  # the next plan's evidence: where the new accepted kernel spends its time
-        await step("profile_candidate", "profile_kernel",
-                   {"op": op, "source": candidate_src, "shape": profile_shape, "run_id": run_id})
+        await step(
+            "profile_candidate",
+            "profile_kernel",
+            {"op": op, "source": candidate_src, "shape": profile_shape, "run_id": run_id},
+        )
 
 
 def runs_show(state_dir: Path, run_id: str) -> dict[str, Any]:
@@ -286,17 +330,21 @@ def _summary(entry: dict[str, Any]) -> str:
         return f"{a.get('doc', {}).get('doc_id')}: {len(a.get('doc', {}).get('text', ''))} chars"
     if tool == "validate":
         times = [s.get("time_ms") for s in a.get("shapes", [])]
-        return (f"compiled={a.get('compiled')} passed={a.get('passed')} failed={a.get('failed')} device={a.get('device')} "
-                f"times_ms={times} operator_score={a.get('operator_score')}")
+        return (
+            f"compiled={a.get('compiled')} passed={a.get('passed')} failed={a.get('failed')} device={a.get('device')} "
+            f"times_ms={times} operator_score={a.get('operator_score')}"
+        )
     if tool == "profile_kernel":
         b = a.get("bottleneck", {})
-        return f"{a.get('profile_id')} via {a.get('tool')} (fallback={a.get('fallback')}): {b.get('kind')} — {'; '.join(b.get('evidence', []))[:200]}"
+        evidence = "; ".join(b.get("evidence", []))[:200]
+        return f"{a.get('profile_id')} via {a.get('tool')} (fallback={a.get('fallback')}): {b.get('kind')} — {evidence}"
     if tool == "start_run":
         return f"{a.get('run_id')} on shapes {a.get('shapes')}"
     if tool in ("submit_baseline", "record_iteration"):
         r = a.get("record", {})
         d = r.get("decision") or {}
-        return f"#{r.get('number')} {r.get('status')}: {r.get('reason')} (speed-up {d.get('speedup')}, CI [{d.get('ci_low')}, {d.get('ci_high')}])"
+        ci = f"CI [{d.get('ci_low')}, {d.get('ci_high')}]"
+        return f"#{r.get('number')} {r.get('status')}: {r.get('reason')} (speed-up {d.get('speedup')}, {ci})"
     if tool == "run_state":
         return f"summary {a.get('summary')}"
     if tool == "package_run":
@@ -305,16 +353,29 @@ def _summary(entry: dict[str, Any]) -> str:
 
 
 def render_markdown(result: dict[str, Any]) -> str:
-    lines = [f"# The optimisation loop over MCP: {', '.join(p['op'] for p in result['pairs']) or '(no pair started)'}", "",
-             f"{result['date']}; {result['device']}; server: `{' '.join(result['server_command'])}`; "
-             f"status **{result['status']}**; wall time {result.get('wall_s', 0):.1f} s of a {result['budget_s']:.0f} s budget.", "",
-             "| # | op | tool | wall s | error | what the answer says |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"# The optimisation loop over MCP: {', '.join(p['op'] for p in result['pairs']) or '(no pair started)'}",
+        "",
+        f"{result['date']}; {result['device']}; server: `{' '.join(result['server_command'])}`; "
+        f"status **{result['status']}**; "
+        f"wall time {result.get('wall_s', 0):.1f} s of a {result['budget_s']:.0f} s budget.",
+        "",
+        "| # | op | tool | wall s | error | what the answer says |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in result.get("calls", []):
-        lines.append(f"| {c['n']} | {c['op']} | {c['tool']} | {c['wall_s']:.2f} | {'yes' if c['is_error'] else ''} | "
-                     f"{_summary(c).replace('|', '/')} |")
+        lines.append(
+            f"| {c['n']} | {c['op']} | {c['tool']} | {c['wall_s']:.2f} | {'yes' if c['is_error'] else ''} | "
+            f"{_summary(c).replace('|', '/')} |"
+        )
     for p in result["pairs"]:
-        lines += ["", f"## {p['op']}", "", f"- baseline `{p['baseline']}`, candidate `{p['candidate']}`, shapes {p.get('shapes')}",
-                  f"- run {p.get('run_id')}; iteration {p.get('iteration')}; package {p.get('package')}"]
+        lines += [
+            "",
+            f"## {p['op']}",
+            "",
+            f"- baseline `{p['baseline']}`, candidate `{p['candidate']}`, shapes {p.get('shapes')}",
+            f"- run {p.get('run_id')}; iteration {p.get('iteration')}; package {p.get('package')}",
+        ]
         if p.get("stopped"):
             lines.append(f"- stopped: {p['stopped']}")
         if p.get("not_run"):
@@ -323,8 +384,16 @@ def render_markdown(result: dict[str, Any]) -> str:
     for c in result.get("calls", []):
         body = json.dumps(c["answer"], indent=1, default=str) if c["answer"] is not None else (c["error"] or "")
         cut = "" if len(body) <= MD_ANSWER_CHARS else f"\n… ({len(body)} chars; the whole answer is in timeline.json)"
-        lines += [f"### {c['n']}. {c['tool']} ({c['op']}, {c['wall_s']:.2f} s{', error' if c['is_error'] else ''})", "",
-                  f"arguments: `{json.dumps(c['arguments'], default=str)[:1500]}`", "", "```", body[:MD_ANSWER_CHARS] + cut, "```", ""]
+        lines += [
+            f"### {c['n']}. {c['tool']} ({c['op']}, {c['wall_s']:.2f} s{', error' if c['is_error'] else ''})",
+            "",
+            f"arguments: `{json.dumps(c['arguments'], default=str)[:1500]}`",
+            "",
+            "```",
+            body[:MD_ANSWER_CHARS] + cut,
+            "```",
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -333,15 +402,30 @@ async def main_async(args: argparse.Namespace) -> int:
     from mcp.client.stdio import stdio_client
 
     gpu = _has_gpu()
-    serve = [sys.executable, "-m", "atrex_mcp.cli", "serve", "--state-dir", str(args.state_dir), "--workspace",
-             str(args.workspace), "--knowledge", "full" if not args.benchmark_mode else args.knowledge or "general"]
+    serve = [
+        sys.executable,
+        "-m",
+        "atrex_mcp.cli",
+        "serve",
+        "--state-dir",
+        str(args.state_dir),
+        "--workspace",
+        str(args.workspace),
+        "--knowledge",
+        "full" if not args.benchmark_mode else args.knowledge or "general",
+    ]
     if args.benchmark_mode:
         serve.append("--benchmark-mode")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": _device_name(),
-            "server_command": serve, "budget_s": args.budget_s, "benchmark_mode": args.benchmark_mode,
-            "shapes_option": args.shapes}
+    meta = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": _device_name(),
+        "server_command": serve,
+        "budget_s": args.budget_s,
+        "benchmark_mode": args.benchmark_mode,
+        "shapes_option": args.shapes,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "server.log", "w") as errlog:
         params = StdioServerParameters(command=serve[0], args=serve[1:], env=env, cwd=str(args.workspace))
@@ -368,7 +452,9 @@ async def main_async(args: argparse.Namespace) -> int:
             (args.out / p["op"] / "run_timeline.json").write_text(json.dumps(shown, indent=2) + "\n")
             p["run_timeline"] = f"{p['op']}/run_timeline.json"
     rec.save(status)
-    print(f"{status}: {len(rec.calls)} calls, {sum(c['is_error'] for c in rec.calls)} errors; {args.out / 'timeline.md'}")
+    print(
+        f"{status}: {len(rec.calls)} calls, {sum(c['is_error'] for c in rec.calls)} errors; {args.out / 'timeline.md'}"
+    )
     return 0 if status == "finished" and not any(c["is_error"] for c in rec.calls) else 1
 
 
@@ -385,17 +471,46 @@ def _device_name() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--pair", type=parse_pair, action="append", required=True, metavar="OP:BASELINE.py:CANDIDATE.py[:PLAN.json]",
-                        help="an operator, its baseline kernel, the candidate and an optional plan file (repeatable)")
-    parser.add_argument("--out", type=Path, required=True, help="folder for timeline.{json,md}, server.log and <op>/run_timeline.json")
-    parser.add_argument("--shapes", help="target shapes of each run: smoke, all, spread:N or a comma list (default: smoke on CPU, all on a GPU)")
-    parser.add_argument("--state-dir", type=Path, help="the server's state directory: runs, profiles, wiki index (default: a new temporary folder)")
-    parser.add_argument("--workspace", type=Path, help="the server's workspace, where packages are written (default OUT/workspace)")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting steps after this many seconds, and bound each call by what is left")
-    parser.add_argument("--benchmark-mode", action="store_true", help="serve in benchmark mode (hidden figures stay on the server)")
-    parser.add_argument("--knowledge", choices=("general", "full"), help="with --benchmark-mode: the wiki condition (default general)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument(
+        "--pair",
+        type=parse_pair,
+        action="append",
+        required=True,
+        metavar="OP:BASELINE.py:CANDIDATE.py[:PLAN.json]",
+        help="an operator, its baseline kernel, the candidate and an optional plan file (repeatable)",
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="folder for timeline.{json,md}, server.log and <op>/run_timeline.json"
+    )
+    parser.add_argument(
+        "--shapes",
+        help="target shapes of each run: smoke, all, spread:N or a comma list (default: smoke on CPU, all on a GPU)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="the server's state directory: runs, profiles, wiki index (default: a new temporary folder)",
+    )
+    parser.add_argument(
+        "--workspace", type=Path, help="the server's workspace, where packages are written (default OUT/workspace)"
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=540.0,
+        help="stop starting steps after this many seconds, and bound each call by what is left",
+    )
+    parser.add_argument(
+        "--benchmark-mode", action="store_true", help="serve in benchmark mode (hidden figures stay on the server)"
+    )
+    parser.add_argument(
+        "--knowledge", choices=("general", "full"), help="with --benchmark-mode: the wiki condition (default general)"
+    )
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     own_state = args.state_dir is None

@@ -20,13 +20,32 @@ SCRIPT = REPO_ROOT / "measurements" / "optimise_over_mcp.py"
 BASELINE = REPO_ROOT / "measurements" / "kernels" / "rms_norm_two_pass.py"
 CANDIDATE = REPO_ROOT / "gpu_wiki" / "kernels" / "rms_norm.py"
 PLAN = REPO_ROOT / "measurements" / "kernels" / "rms_norm_plan.json"
-LOOP = ["list_problems", "get_problem", "wiki_search", "wiki_read", "validate", "start_run", "profile_kernel", "submit_baseline",
-        "record_iteration", "run_state", "package_run"]
+LOOP = [
+    "list_problems",
+    "get_problem",
+    "wiki_search",
+    "wiki_read",
+    "validate",
+    "start_run",
+    "profile_kernel",
+    "submit_baseline",
+    "record_iteration",
+    "run_state",
+    "package_run",
+]
 
 
 def drive(out: Path, *extra: str, pair: str | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TRITON_INTERPRET": "1", "HOME": str(out.parent)}
-    cmd = [sys.executable, str(SCRIPT), "--pair", pair or f"rms_norm:{BASELINE}:{CANDIDATE}:{PLAN}", "--out", str(out), *extra]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--pair",
+        pair or f"rms_norm:{BASELINE}:{CANDIDATE}:{PLAN}",
+        "--out",
+        str(out),
+        *extra,
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     timeline = out / "timeline.json"
     assert timeline.is_file(), done.stdout + done.stderr
@@ -79,7 +98,7 @@ def test_the_budget_stops_the_loop_cleanly_with_what_it_did(tmp_path):
     done, result = drive(out, "--budget-s", "12")
     assert done.returncode == 1 and result["status"] == "stopped by the budget"
     tools = [c["tool"] for c in result["calls"]]
-    assert tools == LOOP[:len(tools)] and "validate" not in tools  # measuring calls keep a reserve the budget lacks
+    assert tools == LOOP[: len(tools)] and "validate" not in tools  # measuring calls keep a reserve the budget lacks
     assert result["pairs"][0]["not_run"].startswith(f"budget spent before {LOOP[len(tools)]}")
     assert "stopped by the budget" in (out / "timeline.md").read_text()
 
@@ -93,4 +112,6 @@ def test_benchmark_mode_answers_carry_no_hidden_figure(tmp_path):
     numbers, strings = hidden_figures("rms_norm")
     text = json.dumps([c["answer"] for c in result["calls"]])
     assert not leaks(text, numbers, strings)
-    assert "t_sol_ms\": 0" not in text and all(h["doc_id"] != "kernels/rms_norm" for h in result["calls"][2]["answer"]["hits"])
+    assert 't_sol_ms": 0' not in text and all(
+        h["doc_id"] != "kernels/rms_norm" for h in result["calls"][2]["answer"]["hits"]
+    )

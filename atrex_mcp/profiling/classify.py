@@ -87,8 +87,9 @@ def _without_counters(roofline: dict | None, measured_ns: float) -> tuple[Bottle
         at_sol = roofline["t_sol_ms"] * 1e6 / measured_ns
         if at_sol >= SATURATED / 100:
             unit = "HBM bandwidth" if roofline["bound"] == "memory" else "peak FLOP rate"
-            return roofline["bound"], (f"no hardware throughput counters, but the forward runs at {at_sol:.0%} of speed of light: "
-                                       f"it already uses at least {SATURATED:.0f}% of the {unit} the roofline is bound by")
+            return roofline["bound"], (f"no hardware throughput counters, but the forward runs at {at_sol:.0%} of speed "
+                                       f"of light: it already uses at least {SATURATED:.0f}% of the {unit} the roofline "
+                                       "is bound by")
     return "unknown", "no hardware throughput counters: the bottleneck cannot be measured here"
 
 

@@ -122,6 +122,18 @@ def test_classify_compute_latency_launch_and_unknown():
     launch = classify([_kernel("a", duration_ns=2500, dram_pct=5, sm_pct=3), _kernel("b", duration_ns=1800, dram_pct=4, sm_pct=2)])
     assert launch.kind == "launch" and "2 kernel launch(es)" in launch.evidence[0]
     assert classify([_kernel(duration_ns=2e6)]).kind == "unknown"
+
+
+def test_classify_without_counters_uses_the_roofline_only_near_speed_of_light():
+    """The torch.profiler fallback has durations only: the H200 rms_norm kernel at 9.54 µs against a
+    memory-bound T_SOL of 8.53 µs is memory-bound; at 18.7 µs (46 %) the time could be anything."""
+    roofline = {"t_sol_ms": 0.00853, "bound": "memory", "arithmetic_intensity": 0.75}
+    near = classify([_kernel(duration_ns=9540)], roofline=roofline)
+    assert near.kind == "memory" and any("89% of speed of light" in e and "HBM bandwidth" in e for e in near.evidence)
+    assert classify([_kernel(duration_ns=18720)], roofline=roofline).kind == "unknown"
+    gemm = {"t_sol_ms": 0.5, "bound": "compute"}
+    assert classify([_kernel(duration_ns=6e5)], roofline=gemm).kind == "compute"
+    assert classify([_kernel(duration_ns=9540)]).kind == "unknown"  # benchmark mode: no roofline, no class from it
     assert classify([]).kind == "unknown"
 
 

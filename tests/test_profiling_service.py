@@ -43,6 +43,7 @@ def test_cpu_profile_is_a_labelled_fallback_and_is_stored(tmp_path):
     report = profile_kernel(OP, KERNEL, "smoke", Catalog(), hardware="h200", store=store)
     assert report.tool == "torch.profiler" and report.fallback and "Triton interpreter" in report.note
     assert report.kernels == [] and report.wall_ms > 0 and report.bottleneck.kind == "unknown"
+    assert report.device == "cpu (Triton interpreter)"  # the label validate uses, not the machine's architecture
     assert report.profile_id and store.get_profile(report.profile_id)["report"]["note"] == report.note
 
 

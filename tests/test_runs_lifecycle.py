@@ -101,8 +101,10 @@ def test_plans_must_cite_stored_profiles_of_the_same_operator(tmp_path):
         service.record_iteration(run.run_id, plan(other), source(1.2, "a"))
     service.doc_exists = lambda doc_id: doc_id.startswith("patterns/")
     bad_doc = plan(store_profile(service)).model_copy(update={"knowledge": ["nope/doc"]})
-    with pytest.raises(AtrexError, match="name no document"):
+    with pytest.raises(AtrexError, match="name no document") as refused:
         service.record_iteration(run.run_id, bad_doc, source(1.2, "a"))
+    assert "exactly as wiki_search returned them" in refused.value.info.hint  # says how to fix, e.g. '-' vs '_'
+    assert "nope/doc" not in str(refused.value.info)  # the caller's text is not echoed
     with pytest.raises(ValueError):
         Plan(change="x y z", bottleneck="memory", evidence=[], expected_effect=1.1, category="tiling")
     with pytest.raises(ValueError):

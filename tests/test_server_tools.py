@@ -83,11 +83,14 @@ async def test_roofline_calculator_and_problem_lookup(tmp_path, era):
                                                            "hardware": "h200"})).structured_content
         problem = (await client.call_tool("roofline_lookup", {"op": "rms_norm", "shape": "0"})).structured_content
         half = await client.call_tool("roofline_lookup", {"op": "rms_norm"})
+        smoke = await client.call_tool("roofline_lookup", {"op": "rms_norm", "shape": "smoke"})
     assert calc["bound"] == "compute" and calc["t_sol_ms"] == pytest.approx(calc["compute_ms"])
     assert calc["compute_ms"] == pytest.approx(1000 * 2e12 / calc["peaks"]["fp8_e4m3"])
     assert calc["arithmetic_intensity"] == pytest.approx(2000.0) and calc["sources"]
     assert problem["problem"] == "rms_norm" and problem["bound"] == "memory" and problem["t_sol_ms"] > 0
     assert half.is_error and "category: op_and_shape" in half.content[0].text
+    # The smoke shape is listed by get_problem but not scored: a clear input error, not an internal one.
+    assert smoke.is_error and "stage: input" in smoke.content[0].text and "category: no_roofline" in smoke.content[0].text
 
 
 async def test_roofline_lookup_is_a_calculator_only_in_benchmark_mode(tmp_path, era):

@@ -8,7 +8,9 @@ launch, `launches` its launches per forward):
   busy as the SMs;
 * compute: the SMs or a tensor pipe reach SATURATED % of peak;
 * latency: nothing is saturated — warps wait (the stall breakdown says on what) and the
-  kernel lacks the parallelism or overlap to hide it.
+  kernel lacks the parallelism or overlap to hide it;
+* without counters (the torch.profiler fallback): the roofline's bound when the forward runs
+  within SATURATED % of T_SOL, else unknown.
 In optimise mode the roofline adds where the kernel stands against T_SOL and the bound the
 roofline predicts. Thresholds are documented in docs/runs.md.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from atrex_mcp.profiling.metrics import STALL_REASONS
 from atrex_mcp.profiling.models import Bottleneck, KernelCounters, SassFacts
+from atrex_mcp.runs.models import BottleneckKind
 
 SATURATED = 60.0
 LAUNCH_FLOOR_NS = 5_000.0
@@ -75,6 +78,21 @@ def roofline_evidence(roofline: dict, measured_ns: float | None) -> str:
             + (f" (intensity {intensity:.2f} FLOP/B)" if intensity is not None else ""))
 
 
+def _without_counters(roofline: dict | None, measured_ns: float) -> tuple[BottleneckKind, str]:
+    """The class when no throughput counter was read. A forward within SATURATED % of T_SOL moves
+    the roofline's minimum bytes (or FLOPs) at that share of peak or more, so the roofline's bound
+    is the measured one; further from T_SOL the time may go to latency or to extra traffic, and
+    without counters that cannot be told apart."""
+    if roofline and roofline.get("t_sol_ms") and measured_ns and roofline.get("bound") in ("memory", "compute"):
+        at_sol = roofline["t_sol_ms"] * 1e6 / measured_ns
+        if at_sol >= SATURATED / 100:
+            unit = "HBM bandwidth" if roofline["bound"] == "memory" else "peak FLOP rate"
+            return roofline["bound"], (f"no hardware throughput counters, but the forward runs at {at_sol:.0%} of speed "
+                                       f"of light: it already uses at least {SATURATED:.0f}% of the {unit} the roofline "
+                                       "is bound by")
+    return "unknown", "no hardware throughput counters: the bottleneck cannot be measured here"
+
+
 def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sass: list[SassFacts] = ()) -> Bottleneck:
     """Classify one forward call from its kernels' counters (and the roofline, when revealed)."""
     if not kernels:
@@ -106,8 +124,8 @@ def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sas
     elif comp is not None and comp >= SATURATED:
         kind = "compute"
     elif mem is None and comp is None:
-        kind = "unknown"
-        evidence.append("no hardware throughput counters: the bottleneck cannot be measured here")
+        kind, note = _without_counters(roofline, total_ns)
+        evidence.append(note)
     else:
         kind = "latency"
         evidence.append(f"no unit reaches {SATURATED:.0f}% of peak: warps wait on latency the kernel does not hide")

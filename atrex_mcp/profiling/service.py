@@ -206,7 +206,8 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
                              f"Shape {shape} does not pass ({shape_result.category}): {shape_result.message[:600]}",
                              "Profile a kernel that validates.")
         report = counters_from_eval(op, shape_result, result.device.kind, roofline=roofline, note=note)
-        report.device = result.device.name or report.device
+        if result.device.kind == "cuda":  # on CPU the report keeps the label validate uses, not the machine's arch
+            report.device = result.device.name or report.device
     if store is not None:
         save_report(report, store, op=op, shape=shape, source=source, run_id=run_id)
     report_progress("done", 1.0)

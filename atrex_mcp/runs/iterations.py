@@ -152,7 +152,8 @@ class RunService:
             if unknown:
                 raise AtrexError("input", "unknown_knowledge", f"Plan cites {len(unknown)} wiki id(s) that name no document "
                                  f"(knowledge items {', '.join(str(plan.knowledge.index(d) + 1) for d in unknown)}).",
-                                 "Cite ids returned by wiki_search.")
+                                 "Cite doc_id values exactly as wiki_search returned them (e.g. 'docs/recipes/rms-norm', "
+                                 "'kernels/rms_norm'); wiki_read of a near miss answers with the closest ids.")
 
     def record_iteration(self, run_id: str, plan: Plan, source: str, *, progress: Progress | None = None,
                          cancel: threading.Event | None = None) -> IterationRecord:

@@ -1,0 +1,117 @@
+"""measurements/optimise_over_mcp.py end to end on CPU: the loop an agent drives over stdio
+(atrex-mcp serve as a subprocess), every call recorded, the iteration's plan citing the profile
+and wiki ids the server returned, the package written, and a budget that stops it cleanly."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from atrex_mcp.paths import REPO_ROOT
+from tests.server_fixtures import hidden_figures, leaks
+
+SCRIPT = REPO_ROOT / "measurements" / "optimise_over_mcp.py"
+BASELINE = REPO_ROOT / "measurements" / "kernels" / "rms_norm_two_pass.py"
+CANDIDATE = REPO_ROOT / "gpu_wiki" / "kernels" / "rms_norm.py"
+PLAN = REPO_ROOT / "measurements" / "kernels" / "rms_norm_plan.json"
+LOOP = [
+    "list_problems",
+    "get_problem",
+    "wiki_search",
+    "wiki_read",
+    "validate",
+    "start_run",
+    "profile_kernel",
+    "submit_baseline",
+    "record_iteration",
+    "run_state",
+    "package_run",
+]
+
+
+def drive(out: Path, *extra: str, pair: str | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TRITON_INTERPRET": "1", "HOME": str(out.parent)}
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--pair",
+        pair or f"rms_norm:{BASELINE}:{CANDIDATE}:{PLAN}",
+        "--out",
+        str(out),
+        *extra,
+    ]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    timeline = out / "timeline.json"
+    assert timeline.is_file(), done.stdout + done.stderr
+    return done, json.loads(timeline.read_text())
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_text().encode()).hexdigest()
+
+
+def test_the_loop_over_stdio_records_every_call_and_cites_what_the_server_returned(tmp_path):
+    out = tmp_path / "loop"
+    done, result = drive(out)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    calls = {c["tool"]: c for c in result["calls"]}
+    assert [c["tool"] for c in result["calls"]] == LOOP and result["status"] == "finished"
+    assert all(not c["is_error"] and isinstance(c["answer"], dict) and c["wall_s"] > 0 for c in result["calls"])
+    # Kernel sources are recorded as their hash, never as text.
+    assert calls["validate"]["arguments"]["source"]["sha256"] == sha(BASELINE)
+    assert calls["record_iteration"]["arguments"]["source"]["sha256"] == sha(CANDIDATE)
+    assert "tl.load" not in json.dumps([c["arguments"] for c in result["calls"]])
+
+    profile = calls["profile_kernel"]["answer"]
+    assert profile["device"] == "cpu (Triton interpreter)" and profile["fallback"]
+    top_hit = calls["wiki_search"]["answer"]["hits"][0]["doc_id"]
+    assert calls["wiki_read"]["answer"]["doc"]["doc_id"] == top_hit
+    record = calls["record_iteration"]["answer"]["record"]
+    assert record["number"] == 1 and record["plan"]["evidence"] == [profile["profile_id"]]
+    assert top_hit in record["plan"]["knowledge"] and record["plan"]["category"] == "split_fusion"
+    assert record["status"] == "rejected" and "not timed" in record["reason"]  # CPU: nothing can be timed
+    assert calls["run_state"]["answer"]["summary"]["recorded"] == 1
+
+    # The package holds the accepted kernel (the baseline, since nothing was timed) and its manifest.
+    package = calls["package_run"]["answer"]
+    assert Path(package["artifact"]).read_text() == BASELINE.read_text() and Path(package["manifest"]).is_file()
+    assert Path(package["artifact"]).is_relative_to(out / "workspace")
+
+    # The run's own timeline, as `atrex-mcp runs show --json` prints it.
+    run = json.loads((out / "rms_norm" / "run_timeline.json").read_text())
+    assert run["run"]["run_id"] == calls["start_run"]["answer"]["run_id"]
+    assert [it["number"] for it in run["iterations"]] == [0, 1]
+    assert run["iterations"][1]["plan"]["evidence"] == [profile["profile_id"]]
+    assert "packaged" in {e["kind"] for e in run["events"]}
+    markdown = (out / "timeline.md").read_text()
+    assert all(f" {tool} |" in markdown for tool in LOOP) and "status **finished**" in markdown
+
+
+def test_the_budget_stops_the_loop_cleanly_with_what_it_did(tmp_path):
+    out = tmp_path / "short"
+    done, result = drive(out, "--budget-s", "12")
+    assert done.returncode == 1 and result["status"] == "stopped by the budget"
+    tools = [c["tool"] for c in result["calls"]]
+    assert tools == LOOP[: len(tools)] and "validate" not in tools  # measuring calls keep a reserve the budget lacks
+    assert result["pairs"][0]["not_run"].startswith(f"budget spent before {LOOP[len(tools)]}")
+    assert "stopped by the budget" in (out / "timeline.md").read_text()
+
+
+@pytest.mark.slow
+def test_benchmark_mode_answers_carry_no_hidden_figure(tmp_path):
+    out = tmp_path / "bench"
+    done, result = drive(out, "--benchmark-mode", pair=f"rms_norm:{BASELINE}:{CANDIDATE}")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert [c["tool"] for c in result["calls"]] == LOOP
+    numbers, strings = hidden_figures("rms_norm")
+    text = json.dumps([c["answer"] for c in result["calls"]])
+    assert not leaks(text, numbers, strings)
+    assert 't_sol_ms": 0' not in text and all(
+        h["doc_id"] != "kernels/rms_norm" for h in result["calls"][2]["answer"]["hits"]
+    )

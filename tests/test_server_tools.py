@@ -127,3 +127,29 @@ def test_fit_output_cuts_the_longest_text_and_says_so():
     assert "truncated by the server" in fitted.big and "big" in fitted.notes[0]
     many = fit_output(Big(small="s", big="b", items=list(range(5_000))), 2_000)
     assert len(many.model_dump_json()) <= 2_000 and "items" in many.notes[0]
+
+
+def test_get_problem_of_the_largest_problem_fits_and_keeps_what_a_kernel_needs():
+    """unified_attention's answer is larger than the cap: the reference, input generator and rules
+    stay whole, the duplicated shapes.json text is cut once (cutting a cut text again never
+    ended), and what is left out says how to ask for it (shape_ids)."""
+    from atrex_mcp.policy import Policy
+    from atrex_mcp.problemset.catalog import Catalog
+    from atrex_mcp.server.app import DEFAULT_MAX_OUTPUT_CHARS, ServerConfig, ServerContext
+    from atrex_mcp.server.tools import get_problem
+
+    catalog = Catalog()
+    visible = catalog.visible("unified_attention")
+    app = ServerContext.__new__(ServerContext)
+    app.catalog, app.policy, app.config = catalog, Policy("optimize", catalog), ServerConfig(mode="optimize")
+    detail = get_problem(app, "unified_attention")
+    fitted = fit_output(detail, DEFAULT_MAX_OUTPUT_CHARS)
+    assert len(fitted.model_dump_json()) <= DEFAULT_MAX_OUTPUT_CHARS
+    assert fitted.reference_py == visible.reference_source and fitted.input_py == visible.input_source
+    assert fitted.rules == detail.rules and fitted.shapes_json.count("truncated by the server") == 1
+    assert "shape_ids" in fitted.notes[-1]
+    kept = {s.id for s in fitted.shapes}
+    rest = [s.id for s in detail.shapes if s.id not in kept]
+    assert rest, "the test needs a problem whose shapes do not all fit"
+    again = get_problem(app, "unified_attention", shape_ids=rest[:3])
+    assert [s.id for s in again.shapes] == rest[:3]

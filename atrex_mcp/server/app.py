@@ -142,38 +142,49 @@ def _cut(text: str, keep: int) -> str:
 
 
 def fit_output(model: OutputT, limit: int) -> OutputT:
-    """Cut the longest texts (then the longest lists) of a result until its JSON fits `limit`
-    characters; every cut is marked where it happened and listed in `notes`."""
+    """Cut the longest texts (then the longest lists) of a result until its compact JSON fits
+    `limit` characters, each text at most once and never the model's `uncut` fields; every cut is
+    marked where it happened and listed in `notes`."""
     if len(model.model_dump_json()) <= limit:
         return model
     data = model.model_dump()
     cuts: list[str] = []
+    cut_texts: set[str] = set()
+
+    def size(value: Any) -> int:
+        return len(json.dumps(value, separators=(",", ":")))
 
     def leaves(node: Any, kind: type, path: str = "") -> list[tuple[Any, Any, str]]:
         found: list[tuple[Any, Any, str]] = []
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
         for key, value in items:
             where = f"{path}.{key}" if path else str(key)
+            if not path and (key == "notes" or key in model.uncut):
+                continue
             if isinstance(value, kind):
                 found.append((node, key, where))
             found.extend(leaves(value, kind, where))
         return found
 
     for kind in (str, list):
-        while (excess := len(json.dumps(data)) - limit) > 0:
-            candidates = [leaf for leaf in leaves(data, kind) if leaf[2] != "notes" and len(leaf[0][leaf[1]]) > (_MIN_KEPT_CHARS if kind is str else 1)]
+        while (excess := size(data) - limit) > 0:
+            candidates = [leaf for leaf in leaves(data, kind) if leaf[2] not in cut_texts
+                          and len(leaf[0][leaf[1]]) > (_MIN_KEPT_CHARS if kind is str else 1)]
             if not candidates:
                 break
-            container, key, where = max(candidates, key=lambda leaf: len(json.dumps(leaf[0][leaf[1]])))
+            container, key, where = max(candidates, key=lambda leaf: size(leaf[0][leaf[1]]))
             value = container[key]
             if kind is str:
                 container[key] = _cut(value, max(_MIN_KEPT_CHARS, len(value) - excess - 200))
+                cut_texts.add(where)  # its marker keeps it above the minimum: cutting it again never ends
             else:
                 container[key] = value[: len(value) // 2]
                 where = f"{where} (first {len(container[key])} of {len(value)} items)"
             cuts.append(where)
     if cuts and "notes" in data:
-        data["notes"].append(f"The result exceeded {limit} characters; the server truncated: {', '.join(dict.fromkeys(cuts))}.")
+        hint = f" {model.truncation_hint}" if model.truncation_hint else ""
+        data["notes"].append(f"The result exceeded {limit} characters; the server truncated: "
+                             f"{', '.join(dict.fromkeys(cuts))}.{hint}")
     return type(model).model_validate(data)
 
 

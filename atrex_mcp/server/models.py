@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -55,6 +55,11 @@ class ToolOutput(BaseModel):
     """Fields every tool result shares."""
 
     notes: list[str] = Field(default_factory=list, description="What the server truncated or withheld from this result, and other remarks for the caller.")
+
+    # Fields the size cap never cuts (a truncated reference or contract is worse than fewer shapes),
+    # and what to do when something else was cut.
+    uncut: ClassVar[frozenset[str]] = frozenset()
+    truncation_hint: ClassVar[str] = ""
 
 
 class ProblemSummary(BaseModel):
@@ -104,6 +109,9 @@ class ProblemDetail(ToolOutput):
     shapes: list[ShapeInfo] = Field(description="The shapes, parsed.")
     rules: list[str] = Field(description="The output contract your kernel file must satisfy (checked by validate and package).")
     allowed_imports: list[str] = Field(description="Top-level modules a kernel file may import.")
+
+    uncut: ClassVar[frozenset[str]] = frozenset({"name", "mode", "reference_py", "input_py", "rules", "allowed_imports"})
+    truncation_hint: ClassVar[str] = "Ask get_problem again with shape_ids for the shapes that were left out."
 
 
 class ShapeVerdict(BaseModel):

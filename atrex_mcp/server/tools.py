@@ -63,18 +63,30 @@ def list_problems(app: ServerContext) -> ProblemList:
     return ProblemList(mode=app.config.mode, knowledge=app.knowledge, hardware=app.config.hardware, problems=problems)
 
 
-def get_problem(app: ServerContext, op: OpArg) -> ProblemDetail:
+def get_problem(
+    app: ServerContext,
+    op: OpArg,
+    shape_ids: Annotated[list[Annotated[str, Field(max_length=64)]] | None, Field(
+        max_length=1000, description="Only these shapes (ids); default every shape. Use it when an answer says "
+                                     "shapes were left out to fit the size cap.")] = None,
+) -> ProblemDetail:
     """Everything needed to write a kernel for one problem: reference.py (the PyTorch Model to
     match), input.py (how inputs are drawn), the shape list, and the output-contract rules.
     In optimize mode each shape also carries its speed-of-light (roofline) figures. Cheap."""
     visible = app.catalog.visible(op)
+    for shape_id in shape_ids or ():
+        visible.shape(shape_id)
+    shapes = app.policy.shapes(visible, app.config.hardware)
+    if shape_ids is not None:
+        wanted = set(shape_ids)
+        shapes = [s for s in shapes if s.id in wanted]
     return ProblemDetail(
         name=op,
         mode=app.config.mode,
         reference_py=visible.reference_source,
         input_py=visible.input_source,
         shapes_json=visible.shapes_json,
-        shapes=app.policy.shapes(visible, app.config.hardware),
+        shapes=shapes,
         rules=_contract_rules(),
         allowed_imports=sorted(candidate_contract.ALLOWED_IMPORTS),
     )

@@ -292,13 +292,15 @@ def _sum_slots(y_ptr, ids_ptr, out_ptr, D, E, TOP_K: tl.constexpr, BD: tl.conste
 def _tiles(n_pairs: int, n_experts: int) -> dict:
     """Tile rule on pairs per expert (shape arithmetic only, no device read): decode wants many small
     programs streaming the weights, prefill wgmma-sized tiles. GEMM 1 keeps two accumulators (gate,
-    up), so its BN is half of GEMM 2's: the same registers as one BM x 128 tile."""
+    up), so its BN is half of GEMM 2's: the same registers as one BM x 128 tile. On the H200
+    (measurements/moe_kernel_tiles.py, 2026-12-01) every BM 128 tile needs more shared memory than an
+    SM has (256-336 KB against 227 KB), so prefill takes BM 64 with BN1 128."""
     per_expert = n_pairs / n_experts
     if per_expert <= 16:
         return {"BM": 16, "BN1": 64, "BN2": 128, "num_warps": 4, "num_stages": 4}
     if per_expert <= 512:
         return {"BM": 64, "BN1": 64, "BN2": 128, "num_warps": 4, "num_stages": 3}
-    return {"BM": 128, "BN1": 64, "BN2": 128, "num_warps": 8, "num_stages": 3}
+    return {"BM": 64, "BN1": 128, "BN2": 128, "num_warps": 8, "num_stages": 3}
 
 
 def route(topk_ids: torch.Tensor, n_experts: int, bm: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from sandbox import isolation, protocol
+from sandbox import graph_burst, isolation, protocol
 from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaWriter, output_items
 from sandbox.timing import (Primitives, _poison, digest, fit_calls_to_sets, host_primitives, input_checksums,
                             plan_calls, storages, time_calls)
@@ -116,6 +116,7 @@ class Worker:
         self.models: dict[str, Any] = {}
         self.kept: dict[int, Any] = {}
         self.burst_kept: dict[int, Any] = {}
+        self.graph: graph_burst.GraphBurst | None = None  # the captured graph burst, until `keep` with burst_done
         self.ran: set[str] = set()  # shapes whose forward has run in this process (run, time)
         self.versions = _import_toolchain()
 
@@ -284,12 +285,41 @@ class Worker:
         self.burst_kept = dict(enumerate(outs))
         return {"digests": digests}
 
+    def graph_capture(self, msg: dict[str, Any], *, _capture: Any = graph_burst.capture,
+                      _cuda: dict[str, Any] = _loop_primitives(PRIMS)) -> dict[str, Any]:
+        """The graph burst's capture (sandbox.graph_burst), untimed: input sets from `seeds`, one
+        forward each in one CUDA graph. Not capturable: `captured` false and the reason."""
+        self._drop_graph()
+        shape = msg["shape"]
+        model = self._model(shape)
+        sets = [self._inputs(shape, s) for s in msg["seeds"]]
+        captured = _capture(model, sets, self.device, sync=_cuda.get("torch.cuda.synchronize"))
+        if isinstance(captured, str):
+            del sets
+            self._release_cache()
+            return {"captured": False, "reason": captured}
+        self.graph = captured
+        return {"captured": True}
+
+    def graph_replay(self, msg: dict[str, Any], *, _replay: Any = graph_burst.replay,
+                     _cuda: dict[str, Any] = _loop_primitives(PRIMS)) -> dict[str, Any]:
+        """The graph burst's timed window: one replay, its synchronisation, its fingerprints."""
+        if self.graph is None:
+            raise Failure("runtime", "exception", "No graph burst was captured.")
+        return {"digests": _replay(self.graph, sync=_cuda["torch.cuda.synchronize"])}
+
+    def _drop_graph(self) -> None:
+        if self.graph is not None:
+            self.graph.release()
+            self.graph = None
+
     def keep(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Drop every kept timed output but those of `sets` (all of them for an empty list):
         the trusted side says which it will fetch before it makes their reference outputs.
         With `burst_done`, drop the witness bursts' outputs instead."""
         if msg.get("burst_done"):  # the witness bursts' outputs only
             self.burst_kept = {}
+            self._drop_graph()
             self._release_cache()
             return {}
         dropped = [index for index in self.kept if index not in msg["sets"]]
@@ -300,7 +330,10 @@ class Worker:
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Hand over the kept output of one timed input set (none if it was not kept)."""
-        kept = (self.burst_kept if msg.get("burst") else self.kept).get(msg["set"])
+        if msg.get("graph"):
+            kept = self.graph.outputs[msg["set"]] if self.graph is not None and 0 <= msg["set"] < len(self.graph.outputs) else None
+        else:
+            kept = (self.burst_kept if msg.get("burst") else self.kept).get(msg["set"])
         if kept is None:
             return {"output": None}
         _check_output(kept, self.device)
@@ -366,7 +399,8 @@ class Worker:
               _closed: type = protocol.ChannelClosed, _error: Any = _error_payload) -> None:
         handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
                     "keep": self.keep, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity,
-                    "burst": self.burst, "ping": self.ping}
+                    "burst": self.burst, "ping": self.ping, "graph_capture": self.graph_capture,
+                    "graph_replay": self.graph_replay}
         req_fd, resp_fd = self.req_fd, self.resp_fd
         while True:
             try:

@@ -12,8 +12,11 @@ from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.models import ShapeResult
 from atrex_mcp.evaluate.session import source_defines_model
-from atrex_mcp.evaluate.timing_witness import (TOLERANCE, Calibration, host_allowance_ms, judge, per_call_ms,
-                                               profile_agrees, slack_ms, upper_bound_ok)
+from atrex_mcp.evaluate.timing_witness import (GRAPH, GRAPH_BUDGET_BYTES, GRAPH_MAX_CALLS, GRAPH_TARGET_S, TIGHT_SHARE,
+                                               TOLERANCE, UNCAPTURABLE, WITNESS_CALLS, Calibration, GraphCalibration,
+                                               Witness, graph_calls, graph_slack_ms, host_allowance_ms, judge,
+                                               judge_graph, per_call_ms, profile_agrees, slack_ms, unwitnessed,
+                                               upper_bound_ok)
 from atrex_mcp.policy import Policy
 
 # Recorded on the shape of an H200 burst of 16 forwards (a round trip of ~80 µs, making 16 input
@@ -131,3 +134,174 @@ def test_a_worker_cannot_name_a_verdict_of_the_judges_stages(claimed):
     from atrex_mcp.evaluate.session import classify
 
     assert classify(claimed) == (tx.RUNTIME, tx.EXCEPTION)
+
+
+# -- the graph burst (timing_witness.judge_graph, graph_calls, unwitnessed) -------------------------
+# A replay of a graph of K forwards is device time: no launch, no host window to subtract.
+# Recorded shapes on the H200: a ~60 µs round trip; fingerprints ~1.5 µs each in a graph.
+
+def _graph_cal(calls: int) -> GraphCalibration:
+    return GraphCalibration(round_trip_s=60e-6, fingerprints_s=calls * 1.5e-6)
+
+
+def _graph_wall(device_ms: float, calls: int) -> float:
+    cal = _graph_cal(calls)
+    return cal.round_trip_s + cal.fingerprints_s + calls * device_ms / 1e3
+
+
+def test_the_graph_burst_is_long_enough_to_time_and_fits_its_memory_budget():
+    assert graph_calls(0.00435, set_bytes=1_660_000) * 0.00435 >= GRAPH_TARGET_S * 1e3  # rms_norm shape 5: ~460 calls
+    assert graph_calls(0.0067, set_bytes=10_240_000) == GRAPH_BUDGET_BYTES // 10_240_000  # shape 0: the budget decides
+    assert graph_calls(5.0, set_bytes=1000) == WITNESS_CALLS  # never fewer calls than the plain burst
+    assert graph_calls(1e-9, set_bytes=1) == GRAPH_MAX_CALLS  # a forged tiny median only lengthens the burst, up to a cap
+    assert graph_calls(1.0, set_bytes=GRAPH_BUDGET_BYTES) == 2
+
+
+@pytest.mark.parametrize(("device_ms", "median_ms"), [
+    (0.00435, 0.00435),  # rms_norm shape 5, host-bound in the timing loop, device-bound in a graph
+    (0.0067, 0.0067),  # shape 0
+    (0.0040, 0.00435),  # a warm replay a little faster than the cold timed median
+    (2 * 0.0067, 0.0067),  # the replay at half the clock of the timed loop
+    (1.0, 1.0),
+])
+def test_an_honest_kernel_passes_the_graph_witness(device_ms, median_ms):
+    calls = graph_calls(median_ms, set_bytes=1_000_000)
+    verdict = judge_graph(median_ms, _graph_wall(device_ms, calls), calls, _graph_cal(calls))
+    assert not verdict.forged and verdict.graph
+    assert verdict.per_call_ms == pytest.approx(device_ms)
+
+
+@pytest.mark.parametrize("shape_ms", [0.0067, 0.00435, 1.0])
+@pytest.mark.parametrize("divisor", [3, 10])
+def test_the_handler_table_forgery_is_caught_on_host_bound_shapes_too(shape_ms, divisor):
+    """The attack the plain burst missed (rms_norm shapes 0 and 5, a third and a tenth reported)."""
+    calls = graph_calls(shape_ms / divisor, set_bytes=1_000_000)
+    verdict = judge_graph(shape_ms / divisor, _graph_wall(shape_ms, calls), calls, _graph_cal(calls))
+    assert verdict.forged and verdict.floor_ms > shape_ms / divisor
+    host = host_allowance_ms([25.0] * 200, True, 0.3, 200)
+    assert not judge(shape_ms / divisor, _burst_wall(max(shape_ms, 0.025)), 16, CAL, host).forged or shape_ms == 1.0
+
+
+def test_what_a_forger_can_claim_is_its_graph_device_time_over_the_tolerance():
+    calls, device_ms = 500, 0.0067
+    cal = _graph_cal(calls)
+    bound = (device_ms - graph_slack_ms(calls, cal)) / TOLERANCE
+    assert judge_graph(bound - 1e-7, _graph_wall(device_ms, calls), calls, cal).forged
+    assert not judge_graph(bound + 1e-7, _graph_wall(device_ms, calls), calls, cal).forged
+    assert bound > 0.4 * device_ms  # the slack is small against K·t ≥ 2 ms
+
+
+def test_an_uncapturable_kernel_keeps_its_time_only_where_the_plain_burst_bounds_it():
+    """Device-bound (1 ms, its plain floor ~0.45 ms): counted. Host-bound (rms_norm shape 5, plain
+    floor 0): unwitnessed, the shape fails performance/timing_unwitnessed."""
+    device_bound = judge(1.0, _burst_wall(1.0), 16, CAL, host_allowance_ms([30.0], True, 1.0, 200))
+    assert not unwitnessed(1.0, device_bound.floor_ms)
+    host_bound = judge(0.00435, _burst_wall(0.025), 16, CAL, host_allowance_ms([55.0] * 200, True, 0.3, 200))
+    assert host_bound.floor_ms == 0.0 and unwitnessed(0.00435, host_bound.floor_ms)
+    assert unwitnessed(1.0, TIGHT_SHARE * 1.0 - 1e-9) and not unwitnessed(1.0, TIGHT_SHARE * 1.0)
+
+
+# -- the evaluator's use of the graph witness (Evaluation.graph_witness, with graph_witness.run stubbed) --
+
+class _Session:
+    alive = True
+
+    def __init__(self):
+        self.calls = []
+
+    def call(self, cmd, payload, timeout_s):
+        self.calls.append((cmd, payload))
+        return {"ok": True}
+
+
+def _decide(monkeypatch, outcome, median_ms, plain):
+    from types import SimpleNamespace
+
+    from atrex_mcp.evaluate import evaluator, graph_witness
+    from atrex_mcp.evaluate.models import TimingStats
+
+    monkeypatch.setattr(graph_witness, "run", lambda *args: outcome)
+    result = ShapeResult(id="0", correct=True, timing=TimingStats(
+        median_ms=median_ms, q1_ms=median_ms, q3_ms=median_ms, iqr_ms=0.0, min_ms=median_ms, calls=200, warmup_calls=1,
+        input_sets=200, flush_bytes=0, covers_side_streams=False, sync_gap_ms=0.0, wall_s=0.1,
+        witness_floor_ms=plain.floor_ms, witness="host"))
+    session = _Session()
+    trial = SimpleNamespace(request=SimpleNamespace(timeout_s=10.0))
+    verdict = evaluator._Evaluation.graph_witness(trial, session, None, result, median_ms, 1 << 20, plain)
+    assert ("keep", {"burst_done": True}) in session.calls  # the graph and its outputs are dropped in every case
+    return verdict, result
+
+
+def _plain(median_ms: float, floor_ms: float) -> Witness:
+    return Witness(calls=16, wall_s=0.01, per_call_ms=2 * floor_ms, floor_ms=floor_ms, forged=median_ms < floor_ms)
+
+
+def test_a_captured_graph_sets_the_floor_where_it_is_tighter(monkeypatch):
+    graph = judge_graph(0.00067, _graph_wall(0.0067, 300), 300, _graph_cal(300))
+    verdict, result = _decide(monkeypatch, graph, 0.00067, _plain(0.00067, 0.0))
+    assert verdict is graph and verdict.forged
+    assert result.timing.witness == GRAPH and result.timing.graph_calls == 300
+    assert result.timing.witness_floor_ms == result.timing.graph_floor_ms == graph.floor_ms
+
+
+def test_the_plain_floor_stays_when_it_is_the_tighter(monkeypatch):
+    graph = judge_graph(1.0, _graph_wall(0.5, 16), 16, _graph_cal(16))
+    plain = _plain(1.0, 0.45)
+    verdict, result = _decide(monkeypatch, graph, 1.0, plain)
+    assert verdict is plain and not verdict.forged and result.timing.witness == GRAPH
+    assert result.timing.witness_floor_ms == 0.45 and result.correct
+
+
+def test_an_uncapturable_host_bound_kernel_fails_unwitnessed_with_a_hint(monkeypatch):
+    verdict, result = _decide(monkeypatch, "RuntimeError: operation not permitted when stream is capturing",
+                              0.00435, _plain(0.00435, 0.0))
+    assert verdict is None and not result.correct
+    assert (result.stage, result.category) == (tx.PERFORMANCE, tx.TIMING_UNWITNESSED)
+    assert ".item()" in result.message and "stream is capturing" in result.message
+    assert result.timing.witness == UNCAPTURABLE and "capturing" in result.timing.witness_note
+
+
+def test_an_uncapturable_device_bound_kernel_keeps_its_time(monkeypatch):
+    plain = _plain(1.0, 0.45)
+    verdict, result = _decide(monkeypatch, "RuntimeError: capture failed", 1.0, plain)
+    assert verdict is plain and result.correct and result.stage is None
+    assert result.timing.witness == UNCAPTURABLE
+
+
+def test_a_failing_capture_request_fails_the_shape(monkeypatch):
+    from atrex_mcp.evaluate.session import Failure
+
+    verdict, result = _decide(monkeypatch, Failure(tx.RUNTIME, tx.OOM, "out of memory"), 1.0, _plain(1.0, 0.45))
+    assert verdict is None and (result.stage, result.category) == (tx.RUNTIME, tx.OOM)
+
+
+# -- S in the aggregates: a time below T_SOL counts as T_SOL ------------------------------------------
+
+def test_a_shape_faster_than_sol_raises_no_aggregate_above_one():
+    from atrex_mcp.evaluate import scoring
+
+    assert scoring.operator_score([(True, 3.25), (True, 0.5), (True, 0.4)]) == (0.5, "")
+    assert scoring.operator_score([(True, 3.25), (True, 0.32)])[0] == pytest.approx((1.0 + 0.32) / 2)
+    assert scoring.operator_score([(True, 3.25)])[0] == 1.0
+    s_agg, _ = scoring.aggregate({"a": scoring.operator_score([(True, 9.0)])[0], "b": 1.0}, {"a": 1.0, "b": 1.0})
+    assert s_agg == 1.0
+
+
+def test_the_raw_score_stays_in_the_servers_result_and_the_agent_sees_the_same_either_side_of_t_sol():
+    from atrex_mcp.evaluate import scoring
+    from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation
+
+    catalog = Catalog()
+    beyond, within = _shape_faster_than_sol(catalog), ShapeResult(id="0", correct=True, time_ms=0.001, score=0.4,
+                                                                  t_sol_ms=0.0004)
+    assert beyond.score == 3.2  # raw, with faster_than_sol, on the server side
+    views = []
+    for shape in (beyond, within):
+        result = EvalResult(op="rms_norm", candidate="candidate", candidate_sha256="0" * 64, dsl="triton",
+                            hardware="h200", compiled=True, shapes=[shape], device=DeviceInfo(kind="cuda", name="H200"),
+                            isolation=Isolation(), started_at="2026-01-01T00:00:00+00:00")
+        result.operator_score, _ = scoring.shapes_operator_score(result.shapes)
+        assert result.operator_score <= 1.0
+        view = Policy("benchmark", catalog).validate_result(result).model_dump()
+        views.append(view)
+    assert views[0] == views[1] and views[0]["operator_score"] is None

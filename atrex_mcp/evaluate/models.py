@@ -99,6 +99,16 @@ class TimingStats(BaseModel):
         "its calibrated overheads taken off (evaluate.timing_witness)."))
     witness_floor_ms: float | None = Field(default=None, description=(
         "The least median the witness allows; a median below it is the integrity failure timing_forged."))
+    witness: str | None = Field(default=None, description=(
+        "Which witness judged the time: 'graph' (a CUDA graph of the forwards, timed by the judge), 'uncapturable' "
+        "(the forward could not be captured: the plain burst alone, see witness_note), 'host' (CPU: the plain burst)."))
+    witness_note: str = Field(default="", description="Why the forward could not be captured in a CUDA graph, when it could not.")
+    graph_calls: int | None = Field(default=None, description="Forwards in the graph burst (K).")
+    graph_witness_ms: float | None = Field(default=None, description=(
+        "Device time per forward the judge's clock saw in the fastest replay of the graph burst, round trip and "
+        "fingerprints taken off."))
+    graph_floor_ms: float | None = Field(default=None, description=(
+        "The least median the graph burst allows; witness_floor_ms is the larger of it and the plain burst's floor."))
 
 
 class ShapeResult(BaseModel):

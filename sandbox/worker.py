@@ -10,8 +10,8 @@ hands over.
 
 The request handlers, the timing loop and the reply writer are bound before the candidate is
 imported: `serve` builds its handler table and holds `protocol.send`/`receive` as defaults,
-and the handlers that time (`time`, `burst`) hold the loop and what it calls as default
-arguments, so rewriting `sandbox.worker.time_calls`, `sys.modules[...]`, `time.perf_counter`,
+and the handlers that time (`time`, `burst`, `graph_capture`, `graph_replay`) hold the loop and
+what it calls as default arguments, so rewriting `sandbox.worker.time_calls`, `sys.modules[...]`, `time.perf_counter`,
 `statistics.median` or `protocol.send` after the import changes nothing that is measured or
 sent (and `replaced()` reports it). The candidate still shares this process: what it could do
 beyond attribute rewriting, and why the judge does not have to trust it, is in

@@ -305,3 +305,17 @@ def test_the_raw_score_stays_in_the_servers_result_and_the_agent_sees_the_same_e
         view = Policy("benchmark", catalog).validate_result(result).model_dump()
         views.append(view)
     assert views[0] == views[1] and views[0]["operator_score"] is None
+
+
+def test_the_graph_fingerprint_is_the_byte_sum_of_each_output_tensor_and_cpu_has_no_graph():
+    import torch
+
+    from sandbox.graph_burst import capture, fingerprint
+
+    a = torch.tensor([1.0, -2.0], dtype=torch.bfloat16)
+    b = torch.arange(6, dtype=torch.int32).reshape(2, 3).t()  # not contiguous: its values, in logical order
+    c = torch.tensor([1, 2, 3], dtype=torch.uint8)  # bytes that fill no 32-bit word
+    expected = [int(a.view(torch.int32).sum()), int(b.sum()), 6]
+    assert fingerprint((a, b, c)).tolist() == expected and fingerprint({"y": a}).tolist() == expected[:1]
+    assert fingerprint(a).tolist() != fingerprint(a + 1).tolist()
+    assert capture(lambda **kw: a, [{}], "cpu", sync=None) == "no CUDA graphs on this device"

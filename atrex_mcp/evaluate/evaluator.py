@@ -410,7 +410,7 @@ class _Evaluation:
         verdict = timing_witness.judge(median_ms, min(walls), calls, calibration, host_ms)
         if result.timing is not None:
             result.timing.witness_ms, result.timing.witness_floor_ms = verdict.per_call_ms, verdict.floor_ms
-            result.timing.witness = timing_witness.HOST
+            result.timing.witness = None if self.cuda else timing_witness.HOST  # on a GPU: the graph burst's outcome
         if self.cuda:
             verdict = self.graph_witness(session, shape, result, median_ms, set_bytes, verdict)
             if verdict is None:

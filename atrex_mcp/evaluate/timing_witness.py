@@ -30,7 +30,7 @@ What it bounds (docs/threat-model.md): a candidate can report no less than
 a host window as large as what it hides, and no host window larger than the judge's wall
 allows. For a kernel whose launch outlasts its device time (rms_norm's small shapes: ~25 µs to
 launch, ~4 µs on the device) the floor is ~0, and only the worker's bound timing loop stands
-between the candidate and its reported time.
+between the candidate and its reported time: the graph burst below closes that on a GPU.
 """
 
 from __future__ import annotations

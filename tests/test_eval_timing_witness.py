@@ -319,3 +319,75 @@ def test_the_graph_fingerprint_is_the_byte_sum_of_each_output_tensor_and_cpu_has
     assert fingerprint((a, b, c)).tolist() == expected and fingerprint({"y": a}).tolist() == expected[:1]
     assert fingerprint(a).tolist() != fingerprint(a + 1).tolist()
     assert capture(lambda **kw: a, [{}], "cpu", sync=None) == "no CUDA graphs on this device"
+
+
+# -- graph_witness.run's protocol, with a scripted worker (the GPU run is bench/forged_timing_gpu.py) --
+
+class _GraphWorker:
+    """Answers the graph burst's requests as a worker would; `lie` makes its fingerprints wrong."""
+
+    alive = True
+
+    def __init__(self, captured=True, lie=False):
+        self.captured, self.lie, self.calls, self.calls_k = captured, lie, [], 0
+
+    def call(self, cmd, payload, timeout_s):
+        self.calls.append(cmd)
+        if cmd == "graph_capture":
+            self.calls_k = len(payload["seeds"])
+            return {"captured": True} if self.captured else {"captured": False, "reason": "RuntimeError: capturing"}
+        if cmd == "graph_replay":
+            return {"digests": [[k + self.lie] for k in range(self.calls_k)]}
+        return {}
+
+
+class _Trial:
+    def __init__(self):
+        from types import SimpleNamespace
+
+        self.request, self.seeds, self.mismatch, self.fetched = SimpleNamespace(timeout_s=10.0), [], [], []
+
+    def seed(self):
+        self.seeds.append(len(self.seeds))
+        return self.seeds[-1]
+
+    def payload_shape(self, shape):
+        return {}
+
+    def fetch_checked(self, session, shape, result, seed, fetch, what):
+        import torch
+
+        assert fetch["graph"] is True and seed == self.seeds[fetch["set"]]
+        self.fetched.append(fetch["set"])
+        return torch.tensor([fetch["set"]], dtype=torch.int32)  # its fingerprint is [set]
+
+    def _timed_mismatch(self, result, message, details):
+        self.mismatch.append(message)
+
+
+def test_the_graph_burst_replays_and_checks_the_fastest_replays_commitment(monkeypatch):
+    from atrex_mcp.evaluate import graph_witness
+
+    monkeypatch.setattr(graph_witness, "fingerprints_s", lambda output, calls: 0.0)
+    trial, worker = _Trial(), _GraphWorker()
+    verdict = graph_witness.run(trial, worker, None, None, median_ms=0.00435, set_bytes=1_660_000)
+    assert isinstance(verdict, Witness) and verdict.graph and verdict.calls == graph_calls(0.00435, 1_660_000)
+    assert worker.calls[0] == "graph_capture" and worker.calls.count("graph_replay") == 3 and "ping" in worker.calls
+    assert 1 <= len(trial.fetched) <= 3 and not trial.mismatch  # one output per replay that was the fastest so far
+
+
+def test_a_replay_whose_fingerprints_do_not_match_its_outputs_fails_the_shape(monkeypatch):
+    from atrex_mcp.evaluate import graph_witness
+
+    monkeypatch.setattr(graph_witness, "fingerprints_s", lambda output, calls: 0.0)
+    trial = _Trial()
+    assert graph_witness.run(trial, _GraphWorker(lie=True), None, None, median_ms=1.0, set_bytes=1000) is None
+    assert trial.mismatch and "fingerprint" in trial.mismatch[0]
+
+
+def test_an_uncapturable_forward_comes_back_as_its_reason():
+    from atrex_mcp.evaluate import graph_witness
+
+    worker = _GraphWorker(captured=False)
+    assert graph_witness.run(_Trial(), worker, None, None, median_ms=1.0, set_bytes=1000) == "RuntimeError: capturing"
+    assert "graph_replay" not in worker.calls

@@ -51,7 +51,7 @@ OP = "rms_norm"
 EXPLOITS = ROOT / "tests" / "exploits"
 KERNEL = ROOT / "examples" / "rms_norm_triton.py"
 REWRITES = ("time_calls", "perf_counter", "elapsed_time", "median", "send", "json_dumps", "primitives_lookup")
-WITNESS_CASES = ("honest", "handler_third", "handler_tenth", "uncapturable")  # the default: the graph witness's question
+WITNESS_CASES = ("honest", "handler_third", "handler_tenth", "uncapturable")  # the default: the graph witness
 
 
 def _preamble(exploit: str) -> str:
@@ -75,8 +75,10 @@ def case_sources() -> dict[str, str]:
     cases["time_reply"] = _preamble("forge_time_reply") + re.sub(
         r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + forged_forward, kernel, count=1)
     cases["load_reply"] = (EXPLOITS / "forge_load_reply.py").read_text()
-    host_sync = "        if float(x.abs().amax().item()) < 0:  # a host synchronisation: no CUDA graph can hold it\n            x = -x\n"
-    cases["uncapturable"] = re.sub(r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + host_sync, kernel, count=1)
+    host_sync = ("        if float(x.abs().amax().item()) < 0:  # a host synchronisation: no CUDA graph holds it\n"
+                 "            x = -x\n")
+    cases["uncapturable"] = re.sub(r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + host_sync, kernel,
+                                   count=1)
     return cases
 
 
@@ -89,7 +91,8 @@ def _shape_row(shape: Any, shown: Any) -> dict[str, Any]:
     return {"shape": shape.id, "correct": shape.correct, "stage": shape.stage, "category": shape.category,
             "integrity": shape.integrity, "message": shape.message[:400], "time_ms": shape.time_ms,
             **{name: getattr(timing, name) if timing else None for name in figures},
-            "score": shape.score, "score_clipped": aggregate_shape_score(shape.score) if shape.score is not None else None,
+            "score": shape.score,
+            "score_clipped": aggregate_shape_score(shape.score) if shape.score is not None else None,
             "t_sol_ms": shape.t_sol_ms, "seconds": shape.seconds,
             "benchmark_view": {"correct": shown.correct, "category": shown.category, "integrity": shown.integrity,
                                "time_ms": shown.time_ms}}
@@ -110,11 +113,11 @@ def run_case(catalog: Any, name: str, source: str, shapes: list[str], standby: A
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Forged timing on {report['device']} ({report['started_at']})", "",
-             "w_graph: device time per call of the fastest graph replay (judge's clock); floor: the one that judged "
-             "(max of the graph's and the plain burst's); S clipped: as it enters S_i and S_agg.", "",
-             "| case | shape | verdict | integrity | median ms | witness | K | w_graph ms | graph floor ms | "
-             "w_plain ms | floor ms | S | S clipped | benchmark view integrity |",
+    legend = ("w_graph: device time per call of the fastest graph replay (judge's clock); floor: the one that "
+              "judged (max of the graph's and the plain burst's); S clipped: as it enters S_i and S_agg.")
+    header = ("| case | shape | verdict | integrity | median ms | witness | K | w_graph ms | graph floor ms | "
+              "w_plain ms | floor ms | S | S clipped | benchmark view integrity |")
+    lines = [f"# Forged timing on {report['device']} ({report['started_at']})", "", legend, "", header,
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def num(value: Any) -> str:

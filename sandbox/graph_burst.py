@@ -21,7 +21,7 @@ from sandbox.handoff import output_items
 
 
 def fingerprint(value: Any) -> torch.Tensor:
-    """Σ of each output tensor's 32-bit words (its bytes where they do not fill words; int64, on its device): one read of the output, cheap
+    """Σ of each output tensor's 32-bit words (its bytes where they fill no words), int64, on its device: one read of the output, cheap
     enough to sit in the graph beside the forward. The judge computes the same on the output it
     fetches, so a fingerprint commits the worker, inside the timed window, to outputs it could
     only know by computing them. It is a commitment, not a checksum (a permutation of the bytes
@@ -73,13 +73,14 @@ def capture(model: Any, sets: list[dict[str, Any]], device: str, *, sync: Any,
                 outputs.append(out)
         sync()
     except Exception as exc:  # noqa: BLE001 — any failure to capture is the verdict "uncapturable", with its reason
+        reason = f"{type(exc).__name__}: {exc}"[:500]
         try:
             torch.cuda.set_stream(torch.cuda.default_stream())  # a failed capture_end leaves its stream current
             graph.reset()
             sync()
-        except Exception:  # noqa: BLE001 — the judge's next request finds out whether the worker still works
-            pass
-        return f"{type(exc).__name__}: {exc}"[:500]
+        except Exception as cleanup:  # noqa: BLE001 — the judge's next request finds out if the worker works
+            reason += f" (and cleaning up: {type(cleanup).__name__})"
+        return reason
     return GraphBurst(graph=graph, outputs=outputs, prints=prints, sets=sets)
 
 

@@ -331,7 +331,8 @@ class Worker:
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Hand over the kept output of one timed input set (none if it was not kept)."""
         if msg.get("graph"):
-            kept = self.graph.outputs[msg["set"]] if self.graph is not None and 0 <= msg["set"] < len(self.graph.outputs) else None
+            outputs = self.graph.outputs if self.graph is not None else []
+            kept = outputs[msg["set"]] if 0 <= msg["set"] < len(outputs) else None
         else:
             kept = (self.burst_kept if msg.get("burst") else self.kept).get(msg["set"])
         if kept is None:

@@ -419,8 +419,8 @@ class _Evaluation:
             kind = "replayed in a CUDA graph" if verdict.graph else "back to back"
             result.integrity.append(tx.TIMING_FORGED)
             result.message = (f"The reported median ({median_ms:.4g} ms) lies below what the judge's own clock "
-                              f"witnessed: {verdict.calls} calls {kind} left {verdict.per_call_ms:.4g} ms per call, which "
-                              f"allows no median under {verdict.floor_ms:.4g} ms.")
+                              f"witnessed: {verdict.calls} calls {kind} left {verdict.per_call_ms:.4g} ms per call, "
+                              f"which allows no median under {verdict.floor_ms:.4g} ms.")
 
     def graph_witness(self, session: Session, shape: Shape, result: ShapeResult, median_ms: float, set_bytes: int,
                       plain: timing_witness.Witness) -> timing_witness.Witness | None:
@@ -442,15 +442,17 @@ class _Evaluation:
             timing.witness, timing.witness_note = timing_witness.UNCAPTURABLE, outcome
             if not plain.forged and timing_witness.unwitnessed(median_ms, plain.floor_ms):
                 _fail(result, Failure(tx.PERFORMANCE, tx.TIMING_UNWITNESSED, (
-                    f"The forward could not be captured in a CUDA graph ({outcome}), and the judge's plain burst allows "
-                    f"any median down to {plain.floor_ms:.4g} ms, so the reported {median_ms:.4g} ms is not witnessed. "
+                    f"The forward could not be captured in a CUDA graph ({outcome}), and the judge's plain burst "
+                    f"allows any median down to {plain.floor_ms:.4g} ms, so the reported {median_ms:.4g} ms is not "
+                    "witnessed. "
                     "Remove host synchronisations (.item(), .cpu(), .tolist(), torch.cuda.synchronize, shapes read "
                     "from device data) and allocations that depend on them from forward.")))
                 result.timing_note = "not scored: the time has no witness"
                 return None
             return plain
         timing.witness = timing_witness.GRAPH
-        timing.graph_calls, timing.graph_witness_ms, timing.graph_floor_ms = outcome.calls, outcome.per_call_ms, outcome.floor_ms
+        timing.graph_calls, timing.graph_witness_ms = outcome.calls, outcome.per_call_ms
+        timing.graph_floor_ms = outcome.floor_ms
         if outcome.floor_ms <= plain.floor_ms:
             return plain
         timing.witness_floor_ms = outcome.floor_ms

@@ -118,6 +118,7 @@ def check_replay(trial: Any, session: Session, shape: Any, result: Any, seeds: l
     if candidate is None:
         return None
     if fingerprint(candidate).tolist() != digests[chosen]:
-        trial._timed_mismatch(result, f"Output of {what} is wrong: its fingerprint is not the one the replay reported.", [])
+        trial._timed_mismatch(result, f"Output of {what} is wrong: its fingerprint is not the one the replay "
+                                      "reported.", [])
         return None
     return candidate

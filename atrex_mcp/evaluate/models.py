@@ -102,7 +102,8 @@ class TimingStats(BaseModel):
     witness: str | None = Field(default=None, description=(
         "Which witness judged the time: 'graph' (a CUDA graph of the forwards, timed by the judge), 'uncapturable' "
         "(the forward could not be captured: the plain burst alone, see witness_note), 'host' (CPU: the plain burst)."))
-    witness_note: str = Field(default="", description="Why the forward could not be captured in a CUDA graph, when it could not.")
+    witness_note: str = Field(default="", description=(
+        "Why the forward could not be captured in a CUDA graph, when it could not."))
     graph_calls: int | None = Field(default=None, description="Forwards in the graph burst (K).")
     graph_witness_ms: float | None = Field(default=None, description=(
         "Device time per forward the judge's clock saw in the fastest replay of the graph burst, round trip and "

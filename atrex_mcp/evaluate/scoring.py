@@ -3,9 +3,9 @@
 * S_j = T_SOL / T_cand per shape. T_SOL comes from the hidden roofline (problems/<op>/
   roofline.json, `t_sol_ms[profile]`). S_j > 1 means the candidate beat the physical bound:
   an evaluation error, reported as an integrity incident; S_j itself is never clipped.
-* S_i = median of min(S_j, 1) over the operator's correct shapes (`aggregate_shape_score`: a
-  time below T_SOL, forged or mismeasured, raises no aggregate above the physical bound); 0 when no shape is correct; null
-  when shapes are correct but none has a score (not timed, or no roofline for the profile).
+* S_i = median of min(S_j, 1) over the operator's correct shapes (`aggregate_shape_score`:
+  a time below T_SOL, forged or mismeasured, raises no aggregate above the physical bound);
+  0 when no shape is correct; null when shapes are correct but none has a score (not timed, or no roofline for the profile).
   A partial evaluation (deadline or cancel) gives S_i over its judged shapes only, marked so.
 * S_agg = Σ w_i · S_i over every operator of the catalog with weights normalised to sum 1;
   an operator without a result counts 0.

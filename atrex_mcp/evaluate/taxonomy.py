@@ -48,7 +48,7 @@ HARNESS_OOM: Final = "harness_oom"  # the trusted side ran out of GPU memory jud
 # performance: correct but not timed to a trusted figure.
 OVER_TIME_BUDGET: Final = "over_time_budget"
 TIMING_TAMPERED: Final = "timing_tampered"  # timing or comparison primitives were replaced
-TIMING_UNWITNESSED: Final = "timing_unwitnessed"  # no CUDA graph of the forward, and the plain burst does not bound the time
+TIMING_UNWITNESSED: Final = "timing_unwitnessed"  # no CUDA graph of the forward; the plain burst does not bound it
 
 CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
     COMPILE: (SYNTAX_ERROR, IMPORT_ERROR, NO_MODEL, NOT_NN_MODULE, SIGNATURE_MISMATCH, COMPILE_TIMEOUT, COMPILE_OOM,

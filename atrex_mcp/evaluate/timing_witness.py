@@ -162,7 +162,8 @@ def judge_graph(median_ms: float, wall_s: float, calls: int, calibration: GraphC
     rest = wall_s - calibration.round_trip_s - calibration.fingerprints_s
     witness = max(0.0, rest) / max(1, calls) * 1e3
     floor = max(0.0, witness - graph_slack_ms(calls, calibration)) / TOLERANCE
-    return Witness(calls=calls, wall_s=wall_s, per_call_ms=witness, floor_ms=floor, forged=median_ms < floor, graph=True)
+    return Witness(calls=calls, wall_s=wall_s, per_call_ms=witness, floor_ms=floor, forged=median_ms < floor,
+                   graph=True)
 
 
 def unwitnessed(median_ms: float, plain_floor_ms: float) -> bool:

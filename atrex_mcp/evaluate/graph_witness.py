@@ -77,10 +77,10 @@ def run(trial: Any, session: Session, shape: Any, result: Any, median_ms: float,
         set_bytes: int) -> timing_witness.Witness | str | Failure | None:
     """The graph burst's verdict on `median_ms`: a Witness; the reason the forward could not be
     captured (str); the worker's Failure; or None once a check here has failed the shape (the
-    result says how). `trial` is the evaluation (seeds, references, fetch_checked)."""
+    result says how). `trial` is the evaluation (its request, payloads, fetch_checked)."""
     timeout = trial.request.timeout_s
     calls = timing_witness.graph_calls(median_ms, set_bytes)
-    seeds = [trial.seed() for _ in range(calls)]
+    seeds = [secrets.randbelow(2**31 - 1) for _ in range(calls)]  # not in the result's seeds: up to 1,024 a shape
     reply = session.call("graph_capture", {"shape": trial.payload_shape(shape), "seeds": seeds}, timeout)
     if isinstance(reply, Failure):
         return reply

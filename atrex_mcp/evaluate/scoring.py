@@ -5,7 +5,8 @@
   an evaluation error, reported as an integrity incident; S_j itself is never clipped.
 * S_i = median of min(S_j, 1) over the operator's correct shapes (`aggregate_shape_score`:
   a time below T_SOL, forged or mismeasured, raises no aggregate above the physical bound);
-  0 when no shape is correct; null when shapes are correct but none has a score (not timed, or no roofline for the profile).
+  0 when no shape is correct; null when shapes are correct but none has a score (not timed, or
+  no roofline for the profile).
   A partial evaluation (deadline or cancel) gives S_i over its judged shapes only, marked so.
 * S_agg = Σ w_i · S_i over every operator of the catalog with weights normalised to sum 1;
   an operator without a result counts 0.

@@ -56,7 +56,7 @@ def capture(model: Any, sets: list[dict[str, Any]], device: str, *, sync: Any,
     the allocator), so the capture records only kernel launches."""
     if device != "cuda":
         return "no CUDA graphs on this device"
-    graph = torch.cuda.CUDAGraph()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -75,7 +75,7 @@ def capture(model: Any, sets: list[dict[str, Any]], device: str, *, sync: Any,
     except Exception as exc:  # noqa: BLE001 — any failure to capture is the verdict "uncapturable", with its reason
         reason = f"{type(exc).__name__}: {exc}"[:500]
         try:
-            torch.cuda.set_stream(torch.cuda.default_stream())  # a failed capture_end leaves its stream current
+            torch.cuda.set_stream(stream)  # a failed capture_end leaves the capture's stream current
             graph.reset()
             sync()
         except Exception as cleanup:  # noqa: BLE001 — the judge's next request finds out if the worker works

@@ -27,9 +27,11 @@ def fingerprints_s(output: Any, calls: int) -> float:
     """Device time of `calls` fingerprints of `output` in one graph replayed here (the fastest of
     CALIBRATION_REPLAYS, timed with CUDA events in this process). Should the capture fail here,
     the same fingerprints launched one by one: longer, so the floor only gets lower."""
+    stream = torch.cuda.current_stream()
     try:
         return _graph_fingerprints_s(output, calls)
     except RuntimeError:
+        torch.cuda.set_stream(stream)  # a failed capture_end leaves the capture's stream current
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):

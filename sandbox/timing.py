@@ -272,7 +272,7 @@ class TimedRun:
 
 SPIN_CYCLES_PER_US = 2000  # ~H200 boost clock; a slower clock only lengthens the spin, which is untimed
 # The spin must outlast the host's whole start-event → launch → end-event window, not only the
-# launch: on the H200 (bench/results/timing_stalls_h200.json, 2026-11-30) that window took ~55 µs
+# launch: on the H200 (measurements/results/timing_stalls/2026-11-30_h200.json, 2026-11-30) that window took ~55 µs
 # (median) for a one-kernel Triton forward whose launch alone took ~25 µs, so a spin sized from the
 # launch (~58 µs) was outrun on 10–90 % of calls and one run's median was 30.0 µs instead of 6.1 µs;
 # with 300 µs, 0–1 of 200 calls were outrun and every median and IQR settled (IQR 0.2–0.8 µs).
@@ -321,10 +321,10 @@ def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, An
     are not timed and the clocks do not idle between calls. `spin_us` overrides the spin's
     length; `host_us` says, per call, whether the host outran it (the GPU then idled inside the
     timed region). L2 is swept by reading the flush buffer: a write sweep (`flush_by_writing`,
-    kept for bench/timing_accuracy.py's comparison) leaves ~2× L2 of dirty lines that the timed
+    kept for measurements/timing_accuracy.py's comparison) leaves ~2× L2 of dirty lines that the timed
     call then writes back, which put kernels streaming 32–128 MiB 10–35 % above Nsight
     Compute's invalidated-L2 time on the H200; reading brought them to 1–19 %
-    (bench/results/issue8_2026-11-30/timing_accuracy_c4.json)."""
+    (measurements/results/timing_accuracy/2026-11-30T2257_h200.json)."""
     Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
     sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
     flush = _empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))

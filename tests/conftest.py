@@ -20,7 +20,7 @@ if not HAS_CUDA:
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return
-    skip = pytest.mark.skip(reason="needs a CUDA device; GPU results are recorded under bench/")
+    skip = pytest.mark.skip(reason="needs a CUDA device; GPU results are recorded under measurements/")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -24,8 +24,8 @@ from atrex_mcp.cluster.merge import merge_results  # noqa: E402
 from atrex_mcp.cluster.shards import ATTEMPT_TOPIC  # noqa: E402
 from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
-from bench_results_support import result, shape  # noqa: E402  (also puts bench/ on the path)
-from cluster_runs import make_run  # noqa: E402
+from measurements_support import result, shape  # noqa: E402  (also puts measurements/ on the path)
+from measurements.cluster_runs import make_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every output NaN: the verdict and its figures (all elements mismatch) do not depend on the seeds.

@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("distributed")
 
-import bench_results_support  # noqa: E402,F401  (puts bench/ on the path)
-import cluster_overhead_gpu  # noqa: E402
-import cluster_scaling  # noqa: E402
+import measurements_support  # noqa: E402,F401  (puts measurements/ on the path)
+from measurements import cluster_overhead_gpu  # noqa: E402
+from measurements import cluster_scaling  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

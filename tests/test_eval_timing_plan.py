@@ -2,7 +2,7 @@
 reply that reused sets: a set is timed again only where the reuse check can decide
 (`fit_calls_to_sets`), a reply that reused sets without that is voided, and when calls on
 reused sets ran much faster only first visits make the time. The stage runs here against a
-stand-in worker session; bench/reuse_cache_exploit.py runs the caching exploit on the H200."""
+stand-in worker session; measurements/reuse_cache_exploit.py runs the caching exploit on the H200."""
 
 from __future__ import annotations
 

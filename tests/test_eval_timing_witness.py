@@ -321,7 +321,7 @@ def test_the_graph_fingerprint_is_the_byte_sum_of_each_output_tensor_and_cpu_has
     assert capture(lambda **kw: a, [{}], "cpu", sync=None) == "no CUDA graphs on this device"
 
 
-# -- graph_witness.run's protocol, with a scripted worker (the GPU run is bench/forged_timing_gpu.py) --
+# -- graph_witness.run's protocol, with a scripted worker (the GPU run is measurements/forged_timing_gpu.py) --
 
 class _GraphWorker:
     """Answers the graph burst's requests as a worker would; `lie` makes its fingerprints wrong."""

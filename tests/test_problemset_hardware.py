@@ -40,10 +40,10 @@ def test_h200_datasheet_peaks_are_half_the_sparse_figures():
 
 def test_measured_profile_matches_the_measurement_files():
     """Peaks from shared/hardware/h200-measured.md; the memory ceiling is the best read:write mix
-    of bench/hbm_mix.py on the H200 (a 1:1 copy, 4.26 TB/s, was beaten by read-heavy kernels)."""
+    of measurements/hbm_mix.py on the H200 (a 1:1 copy, 4.26 TB/s, was beaten by read-heavy kernels)."""
     m = load_profile("h200-measured")
     assert (m.peak("bf16"), m.peak("fp16"), m.peak("fp8_e4m3"), m.peak("tf32"), m.peak("fp32")) == (784e12, 754e12, 1345e12, 393e12, 50.1e12)
-    mixes = json.loads((ROOT / "bench/results/issue8_2026-12-01/runs/c10/hbm_mix_h200.json").read_text())["best_by_mix"]
+    mixes = json.loads((ROOT / "measurements/results/hbm_mix/2026-12-01_h200.json").read_text())["best_by_mix"]
     assert m.hbm_bandwidth.value == pytest.approx(max(b["tb_per_s"] for b in mixes.values()) * 1e12, rel=1e-3)
     assert m.hbm_bandwidth.value > 1e12 * mixes["1:1"]["tb_per_s"] and not m.has_peak("int")
 

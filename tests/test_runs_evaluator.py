@@ -11,7 +11,7 @@ from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.store import RunStore
 from tests.runs_fixtures import KERNEL, OP, plan
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU behaviour; the GPU loop is bench/opt_loop_gpu.py")
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU behaviour; the GPU loop is measurements/opt_loop_gpu.py")
 
 
 @pytest.mark.slow

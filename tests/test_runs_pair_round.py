@@ -1,7 +1,7 @@
 """One short paired-timing round (`timing_round`) against a stand-in worker session: the
 request it sends and the checks it makes on the reply; the side-stream rule over a kernel's
 rounds (`check_side_streams`) with figures of the size seen on the H200. The GPU itself is
-exercised by bench/opt_loop_gpu.py."""
+exercised by measurements/opt_loop_gpu.py."""
 
 import random
 import time

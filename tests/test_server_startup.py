@@ -1,6 +1,6 @@
 """The server answers `initialize` quickly because nothing heavy loads before a tool needs it:
 Codex drops an optional MCP server that has not started within about a second, and an MCP
-client's health check starts one (bench/serve_initialize_time.py measures the time itself).
+client's health check starts one (measurements/serve_initialize_time.py measures the time itself).
 The server's result models need no torch: MismatchDetail lives in evaluate.models for that."""
 
 from __future__ import annotations

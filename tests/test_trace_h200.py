@@ -1,4 +1,4 @@
-"""Real H200 traces of the plain-PyTorch decoder (bench/trace_hf_decoder_gpu.py), eager and compiled:
+"""Real H200 traces of the plain-PyTorch decoder (measurements/trace_hf_decoder_gpu.py), eager and compiled:
 what `trace import` finds, the phase split and the unmapped breakdown by category."""
 
 from __future__ import annotations

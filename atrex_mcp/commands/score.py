@@ -14,7 +14,7 @@ def register(subparsers) -> None:
     parser.add_argument("--baselines", nargs="*", type=Path, default=[], help="directories holding eager / torch-compile results")
     parser.add_argument("--hardware", default="h200", help="profile to score against (default h200)")
     add_problems_option(parser)
-    parser.add_argument("--floor", type=Path, help="launch-floor JSON (bench/launch_floor.py measure): adds S_floor columns beside S")
+    parser.add_argument("--floor", type=Path, help="launch-floor JSON (measurements/launch_floor.py measure): adds S_floor columns beside S")
     parser.add_argument("--json", action="store_true", help="print the table as JSON instead of markdown")
     parser.add_argument("--out", type=Path, help="also write <out>.md and <out>.json")
     parser.set_defaults(func=run)
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
             floor_ms = json.loads(args.floor.read_text()).get("floor_ms")
         except (OSError, ValueError, AttributeError) as exc:
             raise AtrexError("input", "bad_floor_file", f"Cannot read the launch floor {args.floor}: {exc}",
-                             "Pass the JSON that bench/launch_floor.py measure wrote.") from None
+                             "Pass the JSON that measurements/launch_floor.py measure wrote.") from None
     table = main_table(args.runs, catalog, args.hardware, args.baselines, floor_ms)
     markdown, data = render_markdown(table), table.model_dump_json(indent=1)
     if args.out:

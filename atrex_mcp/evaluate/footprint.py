@@ -18,7 +18,7 @@ from atrex_mcp.problemset.flop_counter import tensor_bytes
 COPIES = 2  # the worker's inputs for the candidate, and the trusted side's for the reference
 # Rough costs: a worker start, then per seed a fixed part and the input bytes at the Triton
 # interpreter's pace on CPU (examples/rms_norm_triton.py: 0.7-1 MB/s on one core; it runs every
-# program instance in numpy). On a GPU the per-seed terms follow bench/eval_cost.py's fit on the
+# program instance in numpy). On a GPU the per-seed terms follow measurements/eval_cost.py's fit on the
 # H200 (0.46 s + 3.2 s per GB of traffic per shape at 5 seeds, traffic taken as twice the inputs)
 # and the timing and profile stages add a few seconds per shape.
 START_S = {"cpu": 3.0, "cuda": 8.0}

@@ -79,7 +79,7 @@ def shape_score(t_sol_ms: float | None, time_ms: float | None) -> float | None:
 def floor_aware_score(t_sol_ms: float | None, t_floor_ms: float, time_ms: float | None) -> float | None:
     """S_floor_j = max(T_SOL, T_floor) / T_cand: a second score reported beside S_j, never
     instead of it. T_floor is the smallest time the timing loop can report for one launch
-    (bench/launch_floor.py), so a shape whose T_SOL is below one launch does not score near 0
+    (measurements/launch_floor.py), so a shape whose T_SOL is below one launch does not score near 0
     for every possible kernel; where T_SOL ≥ T_floor it equals S_j. Not clipped."""
     if t_sol_ms is None:
         return None

@@ -86,7 +86,7 @@ class RunRow(BaseModel):
 
 class MainTable(BaseModel):
     hardware: str = Field(description="Profile the scores are computed against.")
-    floor_ms: float | None = Field(default=None, description="T_floor of the S_floor columns (bench/launch_floor.py); null: not reported.")
+    floor_ms: float | None = Field(default=None, description="T_floor of the S_floor columns (measurements/launch_floor.py); null: not reported.")
     rows: list[RunRow] = Field(description="One row per run.")
 
 

@@ -105,7 +105,7 @@ def host_bound(late_calls: int | None, calls: int) -> bool | None:
     launch work outlasted the spin, so the GPU waited for launches inside the timed region.
     Such times move with host load (torch.compile baseline on the H200, two runs each beside
     another evaluation on the same host: median 12 %, p90 43 % apart, against 0.4 % / 1.2 %
-    for GPU-bound shapes; bench/results/issue8_2026-11-30/stability_torch_compile.json)."""
+    for GPU-bound shapes; measurements/results/stability/2026-11-30_h200_torch_compile.json)."""
     if late_calls is None or calls <= 0:
         return None
     return late_calls > HOST_BOUND_SHARE * calls

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 TOLERANCE = 2.0  # reported times may lie this far below the floor's raw figure (clock ramps, warm vs cold L2)
 # On the H200 an honest rms_norm shape 0 (6.7 µs) once left 0.25 ms per call over a 16-call burst where
 # its host window and a quarter of the calibration allowed 0.23 ms: the worker's own input generation and
-# digests can cost as much again as the judge's calibration of them (bench/forged_timing_gpu.py).
+# digests can cost as much again as the judge's calibration of them (measurements/forged_timing_gpu.py).
 JITTER_S = 1e-3  # the fastest burst's wall spread an honest run may still show (scheduler, pipe, first calls)
 CALIBRATION_SLACK = 1.0  # share of the judge's own input-generation and digest time allowed as calibration error
 WITNESS_CALLS = 16  # forwards in a burst (fewer where the timing stage held fewer input sets)

@@ -73,7 +73,7 @@ class SandboxOpenings:
         return {"tcp_ports": list(self.tcp_ports), "abstract_unix": self.abstract_unix, "extra_rules": dict(self.paths)}
 
 
-# Settled on the H200 by bench/ncu_probe.py (2026-11-30, bench/results/ncu_probe_h200.json): with
+# Settled on the H200 by measurements/ncu_probe.py (2026-11-30, measurements/results/ncu_probe/2026-11-30_h200.json): with
 # the worker's normal domain ncu's injected library crashes the worker (SIGSEGV in "Failed to
 # profile") whatever TCP, abstract-socket, /dev/shm, /tmp or /dev openings are added; it needs to
 # read files outside the allow-list. With the whole file system readable (protected roots still

@@ -1,8 +1,8 @@
 """Write measured GPU figures into the front matter of the wiki's reference kernels.
 
-    python3 -m atrex_mcp.wiki.stamp bench/results/wiki_kernels_h200.json
+    python3 -m atrex_mcp.wiki.stamp measurements/results/wiki_kernels/2026-11-30_h200.json
 
-Reads the report bench/wiki_kernels_gpu.py writes and, for each kernel in it, replaces the
+Reads the report measurements/wiki_kernels_gpu.py writes and, for each kernel in it, replaces the
 `[h200]` table (the last table of the front matter) and the `validated_shapes` line. Only our
 own measurements go in: which shapes were measured, which were correct (and how the others
 failed), per-shape times, and the operator score S — the latter only when the kernel was run on
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     from atrex_mcp.paths import wiki_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("report", type=Path, help="bench/results/wiki_kernels_h200.json")
+    parser.add_argument("report", type=Path, help="measurements/results/wiki_kernels/2026-11-30_h200.json")
     parser.add_argument("--kernels", type=Path, default=None, help="kernel folder (default: gpu_wiki/kernels)")
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,1 @@
+"""GPU measurement scripts, each named by the question it answers; results under results/<question>/."""

@@ -286,16 +286,20 @@ class Worker:
         return {"digests": digests}
 
     def graph_capture(self, msg: dict[str, Any], *, _capture: Any = graph_burst.capture,
+                      _stack: Any = graph_burst.StackedInputs.stack,
                       _cuda: dict[str, Any] = _loop_primitives(PRIMS)) -> dict[str, Any]:
-        """The graph burst's capture (sandbox.graph_burst), untimed: input sets from `seeds`, one
-        forward each in one CUDA graph. Not capturable: `captured` false and the reason."""
+        """The graph burst's capture (sandbox.graph_burst), untimed: input sets from `seeds`, their
+        floating-point inputs in one buffer per input for the replay's refresh, one forward each
+        in one CUDA graph. Not capturable: `captured` false and the reason."""
         self._drop_graph()
         shape = msg["shape"]
         model = self._model(shape)
-        sets = [self._inputs(shape, s) for s in msg["seeds"]]
-        captured = _capture(model, sets, self.device, sync=_cuda.get("torch.cuda.synchronize"))
+        if self.device != "cuda":  # no graph to capture: no K input sets to make either
+            return {"captured": False, "reason": "no CUDA graphs on this device"}
+        inputs = _stack(lambda seed: self._inputs(shape, seed), msg["seeds"])
+        captured = _capture(model, inputs, self.device, sync=_cuda.get("torch.cuda.synchronize"))
         if isinstance(captured, str):
-            del sets
+            del inputs
             self._release_cache()
             return {"captured": False, "reason": captured}
         self.graph = captured
@@ -303,10 +307,14 @@ class Worker:
 
     def graph_replay(self, msg: dict[str, Any], *, _replay: Any = graph_burst.replay,
                      _cuda: dict[str, Any] = _loop_primitives(PRIMS)) -> dict[str, Any]:
-        """The graph burst's timed window: one replay, its synchronisation, its fingerprints."""
+        """The graph burst's timed window: the inputs refreshed from the request's `seed` (they
+        are not known before it), one replay, its synchronisation, its fingerprints."""
         if self.graph is None:
             raise Failure("runtime", "exception", "No graph burst was captured.")
-        return {"digests": _replay(self.graph, sync=_cuda["torch.cuda.synchronize"])}
+        seed = msg.get("seed")
+        if type(seed) is not int:
+            raise Failure("runtime", "exception", "A graph replay needs an integer refresh seed.")
+        return {"digests": _replay(self.graph, seed, sync=_cuda["torch.cuda.synchronize"])}
 
     def _drop_graph(self) -> None:
         if self.graph is not None:

@@ -138,15 +138,16 @@ def test_a_worker_cannot_name_a_verdict_of_the_judges_stages(claimed):
 
 # -- the graph burst (timing_witness.judge_graph, graph_calls, unwitnessed) -------------------------
 # A replay of a graph of K forwards is device time: no launch, no host window to subtract.
-# Recorded shapes on the H200: a ~60 µs round trip; fingerprints ~1.5 µs each in a graph.
+# Recorded shapes on the H200: a ~60 µs round trip; fingerprints ~1.5 µs each in a graph. The input
+# refresh (two launches per float input, whatever K is) is assumed at ~30 µs, ±10 µs.
 
 def _graph_cal(calls: int) -> GraphCalibration:
-    return GraphCalibration(round_trip_s=60e-6, fingerprints_s=calls * 1.5e-6)
+    return GraphCalibration(round_trip_s=60e-6, fingerprints_s=calls * 1.5e-6, refresh_s=30e-6, refresh_spread_s=10e-6)
 
 
 def _graph_wall(device_ms: float, calls: int) -> float:
     cal = _graph_cal(calls)
-    return cal.round_trip_s + cal.fingerprints_s + calls * device_ms / 1e3
+    return cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + calls * device_ms / 1e3
 
 
 def test_the_graph_burst_is_long_enough_to_time_and_fits_its_memory_budget():
@@ -323,39 +324,80 @@ def test_the_graph_fingerprint_is_the_byte_sum_of_each_output_tensor_and_cpu_has
 
 # -- graph_witness.run's protocol, with a scripted worker (the GPU run is measurements/forged_timing_gpu.py) --
 
+def _make_inputs(seed):
+    """A tiny operator's input set: a float input the refresh perturbs, an index it keeps."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(8, generator=gen), "idx": torch.randint(0, 8, (3,), generator=gen)}
+
+
+def _op(x, idx):
+    return x[idx] * 2.0 + x.sum()
+
+
 class _GraphWorker:
-    """Answers the graph burst's requests as a worker would; `lie` makes its fingerprints wrong."""
+    """Answers the graph burst's requests as the worker does (sandbox.graph_burst's StackedInputs,
+    eager forwards standing in for the replay of a graph). `lie` makes its fingerprints wrong;
+    `precompute` is the forger that computes the K outputs in the capture request and answers
+    the replays with them (an empty graph), ignoring the refresh seed."""
 
     alive = True
 
-    def __init__(self, captured=True, lie=False):
-        self.captured, self.lie, self.calls, self.calls_k = captured, lie, [], 0
+    def __init__(self, captured=True, lie=False, precompute=False):
+        self.captured, self.lie, self.precompute, self.calls = captured, lie, precompute, []
+        self.inputs, self.outputs, self.replay_seeds = None, [], []
+
+    def _run(self):
+        from sandbox.graph_burst import fingerprint
+
+        self.outputs = [_op(**inputs) for inputs in self.inputs.sets]
+        return [[v + self.lie for v in fingerprint(out).tolist()] for out in self.outputs]
 
     def call(self, cmd, payload, timeout_s):
+        from sandbox.graph_burst import StackedInputs
+
         self.calls.append(cmd)
         if cmd == "graph_capture":
-            self.calls_k = len(payload["seeds"])
-            return {"captured": True} if self.captured else {"captured": False, "reason": "RuntimeError: capturing"}
+            if not self.captured:
+                return {"captured": False, "reason": "RuntimeError: capturing"}
+            self.inputs = StackedInputs.stack(_make_inputs, payload["seeds"])
+            self.digests = self._run() if self.precompute else None
+            return {"captured": True}
         if cmd == "graph_replay":
-            return {"digests": [[k + self.lie] for k in range(self.calls_k)]}
+            self.replay_seeds.append(payload["seed"])
+            if self.precompute:
+                return {"digests": self.digests}
+            self.inputs.refresh(payload["seed"])
+            return {"digests": self._run()}
         return {}
 
 
 class _Trial:
-    def __init__(self):
+    """The evaluation's side of the protocol: its inputs, and fetch_checked comparing the worker's
+    kept output with the reference on the inputs it is given."""
+
+    def __init__(self, worker):
         from types import SimpleNamespace
 
-        self.request, self.mismatch, self.fetched = SimpleNamespace(timeout_s=10.0), [], []
+        self.request, self.mismatch, self.fetched, self.worker = SimpleNamespace(timeout_s=10.0), [], [], worker
 
     def payload_shape(self, shape):
         return {}
 
-    def fetch_checked(self, session, shape, result, seed, fetch, what):
+    def inputs(self, shape, seed):
+        return _make_inputs(seed)
+
+    def fetch_checked(self, session, shape, result, seed, fetch, what, inputs=None):
         import torch
 
-        assert fetch["graph"] is True and type(seed) is int
+        assert fetch["graph"] is True and type(seed) is int and inputs is not None
         self.fetched.append(fetch["set"])
-        return torch.tensor([fetch["set"]], dtype=torch.int32)  # its fingerprint is [set]
+        candidate = self.worker.outputs[fetch["set"]]
+        if not torch.equal(candidate, _op(**inputs)):
+            self._timed_mismatch(result, f"Output of {what} is wrong", [])
+            return None
+        return candidate
 
     def _timed_mismatch(self, result, message, details):
         self.mismatch.append(message)
@@ -365,19 +407,32 @@ def test_the_graph_burst_replays_and_checks_the_fastest_replays_commitment(monke
     from atrex_mcp.evaluate import graph_witness
 
     monkeypatch.setattr(graph_witness, "fingerprints_s", lambda output, calls: 0.0)
-    trial, worker = _Trial(), _GraphWorker()
-    verdict = graph_witness.run(trial, worker, None, None, median_ms=0.00435, set_bytes=1_660_000)
-    assert isinstance(verdict, Witness) and verdict.graph and verdict.calls == graph_calls(0.00435, 1_660_000)
+    worker = _GraphWorker()
+    trial = _Trial(worker)
+    verdict = graph_witness.run(trial, worker, None, None, median_ms=0.00435, set_bytes=800_000)
+    assert isinstance(verdict, Witness) and verdict.graph and verdict.calls == graph_calls(0.00435, 2 * 800_000)
     assert worker.calls[0] == "graph_capture" and worker.calls.count("graph_replay") == 3 and "ping" in worker.calls
     assert 1 <= len(trial.fetched) <= 3 and not trial.mismatch  # one output per replay that was the fastest so far
+    assert len(set(worker.replay_seeds)) == 3  # a fresh refresh seed for every replay
+
+
+def test_a_forger_that_computes_the_outputs_at_capture_fails_the_refreshed_check(monkeypatch):
+    from atrex_mcp.evaluate import graph_witness
+
+    monkeypatch.setattr(graph_witness, "fingerprints_s", lambda output, calls: 0.0)
+    worker = _GraphWorker(precompute=True)
+    trial = _Trial(worker)
+    assert graph_witness.run(trial, worker, None, None, median_ms=1.0, set_bytes=1000) is None
+    assert trial.mismatch and "wrong" in trial.mismatch[0]  # its commitment holds, its outputs miss the refresh
 
 
 def test_a_replay_whose_fingerprints_do_not_match_its_outputs_fails_the_shape(monkeypatch):
     from atrex_mcp.evaluate import graph_witness
 
     monkeypatch.setattr(graph_witness, "fingerprints_s", lambda output, calls: 0.0)
-    trial = _Trial()
-    assert graph_witness.run(trial, _GraphWorker(lie=True), None, None, median_ms=1.0, set_bytes=1000) is None
+    worker = _GraphWorker(lie=True)
+    trial = _Trial(worker)
+    assert graph_witness.run(trial, worker, None, None, median_ms=1.0, set_bytes=1000) is None
     assert trial.mismatch and "fingerprint" in trial.mismatch[0]
 
 
@@ -385,5 +440,99 @@ def test_an_uncapturable_forward_comes_back_as_its_reason():
     from atrex_mcp.evaluate import graph_witness
 
     worker = _GraphWorker(captured=False)
-    assert graph_witness.run(_Trial(), worker, None, None, median_ms=1.0, set_bytes=1000) == "RuntimeError: capturing"
+    assert graph_witness.run(_Trial(worker), worker, None, None, median_ms=1.0, set_bytes=1000) == "RuntimeError: capturing"
     assert "graph_replay" not in worker.calls
+
+
+# -- the replay's input refresh (sandbox.graph_burst.StackedInputs, refreshed_set) ------------------
+
+def _stacked(seeds, seed_of_refresh=None):
+    from sandbox.graph_burst import StackedInputs
+
+    stacked = StackedInputs.stack(_make_inputs, seeds)
+    if seed_of_refresh is not None:
+        stacked.refresh(seed_of_refresh)
+    return stacked
+
+
+def test_the_refresh_is_one_buffer_per_float_input_and_moves_every_set_but_no_index():
+    import torch
+
+    from sandbox.graph_burst import REFRESH_HIGH, REFRESH_LOW
+
+    seeds = [3, 4, 5, 6]
+    stacked = _stacked(seeds)
+    assert len(stacked.live) == 1 and stacked.live[0].numel() == 4 * 8  # x of all K sets in one buffer
+    assert all(s["x"].untyped_storage().data_ptr() == stacked.live[0].untyped_storage().data_ptr() for s in stacked.sets)
+    before = [{k: v.clone() for k, v in s.items()} for s in stacked.sets]
+    stacked.refresh(99)
+    for k, (old, new) in enumerate(zip(before, stacked.sets)):
+        assert torch.equal(old["x"], _make_inputs(seeds[k])["x"])  # the capture's sets are the seeds' sets
+        assert (new["x"] != old["x"]).all(), f"set {k}: every element of a float input moves"
+        ratio = new["x"] / old["x"]
+        assert ((ratio >= REFRESH_LOW) & (ratio <= REFRESH_HIGH)).all()  # signs kept, magnitudes near
+        assert torch.equal(new["idx"], old["idx"])  # integer inputs keep their captured values
+
+
+def test_the_refresh_is_determined_by_its_seed_and_starts_from_the_pristine_sets():
+    import torch
+
+    a, b = _stacked([3, 4], 7), _stacked([3, 4], 7)
+    assert all(torch.equal(x["x"], y["x"]) for x, y in zip(a.sets, b.sets))
+    c = _stacked([3, 4], 8)
+    assert not torch.equal(a.sets[0]["x"], c.sets[0]["x"])
+    a.refresh(8)  # a second replay: from the pristine values, not from the first refresh's
+    assert all(torch.equal(x["x"], y["x"]) for x, y in zip(a.sets, c.sets))
+
+
+def test_the_judge_rebuilds_any_set_of_the_refresh_bitwise():
+    import torch
+
+    from sandbox.graph_burst import refreshed_set
+
+    seeds = [3, 4, 5]
+    stacked = _stacked(seeds, 1234)
+    for k, seed in enumerate(seeds):
+        judged = refreshed_set(_make_inputs(seed), k, len(seeds), 1234)
+        assert torch.equal(judged["x"], stacked.sets[k]["x"]) and torch.equal(judged["idx"], stacked.sets[k]["idx"])
+
+
+def test_the_refresh_keeps_strides_and_skips_fp8_and_integers():
+    import torch
+
+    from sandbox.graph_burst import StackedInputs, refreshable, refreshed_set
+
+    def make(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return {"w": torch.randn(4, 6, generator=gen, dtype=torch.bfloat16).t(),  # transposed: dense, not contiguous
+                "q": torch.randn(5, generator=gen).to(torch.float8_e4m3fn), "n": 3}
+
+    stacked = StackedInputs.stack(make, [1, 2])
+    assert [t.numel() for t in stacked.live] == [48]
+    assert stacked.sets[1]["w"].stride() == make(2)["w"].stride() and torch.equal(stacked.sets[1]["w"], make(2)["w"])
+    stacked.refresh(5)
+    assert torch.equal(refreshed_set(make(2), 1, 2, 5)["w"], stacked.sets[1]["w"])
+    assert torch.equal(stacked.sets[1]["q"].view(torch.uint8), make(2)["q"].view(torch.uint8)) and stacked.sets[1]["n"] == 3
+    assert not refreshable(torch.zeros(4, 4)[:, :2]) and not refreshable(torch.zeros(3, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("op, precomputable", [("rms_norm", False), ("l2_norm", False), ("layer_norm", False),
+                                               ("moe_align_block_size", True)])
+def test_a_refreshed_set_changes_the_reference_output_unless_the_op_reads_only_integers(op, precomputable):
+    """What the precompute forger returns (the output of the set as captured) against the judge's
+    reference on the refreshed set: caught beyond the tolerance, scale-invariant norms included;
+    an operator of integer inputs only stays precomputable (docs/threat-model.md)."""
+    import torch
+
+    from atrex_mcp.evaluate.compare import compare_outputs
+    from sandbox.graph_burst import refreshed_set
+
+    catalog = Catalog()
+    shape = catalog.visible(op).smoke_shape
+    make = catalog.load_make_inputs(op)
+    model = catalog.load_reference(op)(**shape.init).eval()
+    captured = make(seed=1, device="cpu", **shape.inputs)
+    refreshed = refreshed_set(make(seed=1, device="cpu", **shape.inputs), 0, 2, 77)
+    with torch.no_grad():
+        verdict = compare_outputs(model(**refreshed), model(**captured), op)
+    assert verdict.ok is precomputable

@@ -428,7 +428,8 @@ class _Evaluation:
         (its floor the larger of the two), or None once the shape has failed. A forward that
         cannot be captured keeps its time only where the plain burst bounds it (timing_witness.unwitnessed)."""
         try:
-            outcome = graph_witness.run(self, session, shape, result, median_ms, set_bytes)
+            with _harness_memory("running the graph burst"):
+                outcome = graph_witness.run(self, session, shape, result, median_ms, set_bytes)
         finally:
             if session.alive:
                 session.call("keep", {"burst_done": True}, self.request.timeout_s)
@@ -479,12 +480,13 @@ class _Evaluation:
         return True
 
     def fetch_checked(self, session: Session, shape: Shape, result: ShapeResult, seed: int, fetch: dict[str, Any],
-                      what: str) -> Any:
-        """The reference output for `seed`, made here, against the output the worker kept (`fetch`
-        names it): the candidate's output once it matches, or None once the shape has failed. GPU
-        memory here: that one reference and candidate, the reference deleted before returning."""
+                      what: str, inputs: dict[str, Any] | None = None) -> Any:
+        """The reference output for `seed` (or for `inputs`, where the worker's set was changed
+        after it was made), made here, against the output the worker kept (`fetch` names it): the
+        candidate's output once it matches, or None once the shape has failed. GPU memory here:
+        that one reference and candidate, the reference deleted before returning."""
         with _harness_memory(f"generating {what}'s input set and its reference output"):
-            reference = self.reference_output(shape, self.inputs(shape, seed))
+            reference = self.reference_output(shape, self.inputs(shape, seed) if inputs is None else inputs)
         size = output_bytes(reference)
         arena = session.arena.reserve(arena_bytes(reference))
         reply = session.call("fetch", {**fetch, "arena_bytes": arena}, self.request.timeout_s)

@@ -2,15 +2,20 @@
 
 The worker captures K forwards on K fresh input sets into one CUDA graph (sandbox.graph_burst),
 untimed; the judge then times GRAPH_REPLAYS replays of it, each a request of its own, with its
-own clock. Each replay that is the fastest so far has one output, chosen after it ran, fetched
-and compared with the reference and with the fingerprint that replay's reply committed to. The
-fastest replay's wall, less a round trip and the fingerprints' device time (a graph of the same
-fingerprints replayed in this process), is the device time of K forwards.
+own clock. Each replay request carries a refresh seed drawn here after the capture: inside the
+timed window the worker first perturbs every floating-point input of every set from that seed
+(`StackedInputs.refresh`), so no output can be computed before the window opens. Each replay that
+is the fastest so far has one output, chosen after it ran, fetched and compared with the
+reference on that set's refreshed inputs (rebuilt here, `refreshed_set`) and with the fingerprint
+that replay's reply committed to. The fastest replay's wall, less a round trip, the refresh (the
+same refresh of buffers of the same sizes, timed here) and the fingerprints' device time (a graph
+of the same fingerprints replayed in this process), is the device time of K forwards.
 """
 
 from __future__ import annotations
 
 import secrets
+import statistics
 import time
 from typing import Any
 
@@ -18,9 +23,10 @@ import torch
 
 from atrex_mcp.evaluate import timing_witness
 from atrex_mcp.evaluate.session import Failure, Session
-from sandbox.graph_burst import fingerprint
+from sandbox.graph_burst import StackedInputs, fingerprint, refreshable, refreshed_set
 
 CALIBRATION_REPLAYS = 3
+REFRESH_CALIBRATIONS = 5  # refreshes timed here: their median is taken off the wall, their spread joins the slack
 
 
 def fingerprints_s(output: Any, calls: int) -> float:
@@ -63,6 +69,23 @@ def _graph_fingerprints_s(output: Any, calls: int) -> float:
     return best
 
 
+def refresh_s(inputs: dict[str, Any], calls: int) -> tuple[float, float]:
+    """(median, spread) of REFRESH_CALIBRATIONS refreshes, timed on this process's clock from
+    one synchronisation to the next, of K = `calls` sets of buffers shaped like `inputs`' refreshable
+    tensors: the refresh the worker does inside the replay's window, launches included."""
+    live = [torch.ones(calls * t.numel(), dtype=t.dtype, device=t.device) for t in inputs.values() if refreshable(t)]
+    stacked = StackedInputs(sets=[], live=live, base=[b.clone() for b in live])
+    sync = torch.cuda.synchronize if any(b.is_cuda for b in live) else (lambda: None)
+    walls = []
+    for _ in range(REFRESH_CALIBRATIONS):
+        sync()
+        t0 = time.perf_counter()
+        stacked.refresh(secrets.randbelow(2**31 - 1))
+        sync()
+        walls.append(time.perf_counter() - t0)
+    return statistics.median(walls), max(walls) - min(walls)
+
+
 def round_trip_s(session: Session, timeout_s: float) -> float | Failure:
     """The fastest of three empty requests to the worker and back."""
     walls = []
@@ -81,7 +104,7 @@ def run(trial: Any, session: Session, shape: Any, result: Any, median_ms: float,
     captured (str); the worker's Failure; or None once a check here has failed the shape (the
     result says how). `trial` is the evaluation (its request, payloads, fetch_checked)."""
     timeout = trial.request.timeout_s
-    calls = timing_witness.graph_calls(median_ms, set_bytes)
+    calls = timing_witness.graph_calls(median_ms, 2 * set_bytes)  # the refresh keeps a pristine copy of the inputs
     seeds = [secrets.randbelow(2**31 - 1) for _ in range(calls)]  # not in the result's seeds: up to 1,024 a shape
     reply = session.call("graph_capture", {"shape": trial.payload_shape(shape), "seeds": seeds}, timeout)
     if isinstance(reply, Failure):
@@ -91,32 +114,39 @@ def run(trial: Any, session: Session, shape: Any, result: Any, median_ms: float,
     walls: list[float] = []
     checked = None
     for _ in range(timing_witness.GRAPH_REPLAYS):
+        refresh_seed = secrets.randbelow(2**31 - 1)  # drawn now: the replay's inputs exist only from here on
         t0 = time.perf_counter()
-        reply = session.call("graph_replay", {}, timeout)
+        reply = session.call("graph_replay", {"seed": refresh_seed}, timeout)
         wall = time.perf_counter() - t0
         if isinstance(reply, Failure):
             return reply
         if not walls or wall < min(walls):  # only the fastest replay witnesses: only it needs checking
-            checked = check_replay(trial, session, shape, result, seeds, reply.get("digests"))
+            checked = check_replay(trial, session, shape, result, seeds, refresh_seed, reply.get("digests"))
             if checked is None:
                 return None
         walls.append(wall)
     trip = round_trip_s(session, timeout)
     if isinstance(trip, Failure):
         return trip
-    calibration = timing_witness.GraphCalibration(round_trip_s=trip, fingerprints_s=fingerprints_s(checked, calls))
+    refresh, spread = refresh_s(trial.inputs(shape, seeds[0]), calls)
+    calibration = timing_witness.GraphCalibration(round_trip_s=trip, fingerprints_s=fingerprints_s(checked, calls),
+                                                  refresh_s=refresh, refresh_spread_s=spread)
     return timing_witness.judge_graph(median_ms, min(walls), calls, calibration)
 
 
-def check_replay(trial: Any, session: Session, shape: Any, result: Any, seeds: list[int], digests: Any) -> Any:
-    """One output of the replay just timed, chosen now, against the reference and against the
-    fingerprint the replay's reply committed to: the candidate's output, or None (shape failed)."""
+def check_replay(trial: Any, session: Session, shape: Any, result: Any, seeds: list[int], refresh_seed: int,
+                 digests: Any) -> Any:
+    """One output of the replay just timed, chosen now, against the reference on that set's
+    inputs as the replay's refresh left them, and against the fingerprint the replay's reply
+    committed to: the candidate's output, or None (shape failed)."""
     if not isinstance(digests, list) or len(digests) != len(seeds):
         trial._timed_mismatch(result, "The worker did not return a fingerprint for every call of the graph burst.", [])
         return None
     chosen = secrets.randbelow(len(seeds))
     what = f"a graph-burst call (set {chosen})"
-    candidate = trial.fetch_checked(session, shape, result, seeds[chosen], {"set": chosen, "graph": True}, what)
+    inputs = refreshed_set(trial.inputs(shape, seeds[chosen]), chosen, len(seeds), refresh_seed)
+    candidate = trial.fetch_checked(session, shape, result, seeds[chosen], {"set": chosen, "graph": True}, what,
+                                    inputs=inputs)
     if candidate is None:
         return None
     if fingerprint(candidate).tolist() != digests[chosen]:

@@ -117,17 +117,17 @@ def profile_agrees(median_ms: float, kernel_us: list[float]) -> bool:
 # -- the graph burst: device time the candidate cannot shrink by launching faster ----------------
 # On a GPU the worker captures K forwards on K fresh input sets, each followed by a fingerprint of
 # its output, into one CUDA graph (sandbox.graph_burst). The judge times a replay of that graph and
-# its synchronisation with its own clock. A replay launches no kernel from Python, so the wall per
-# call is the device time of the forward (plus its fingerprint, which the judge calibrates by
-# replaying the same fingerprints in a graph of its own): no host window is subtracted, and the
-# floor holds on host-bound shapes too.
+# its synchronisation with its own clock, the inputs refreshed first from a seed sent with the
+# replay. A replay launches no kernel from Python, so the wall per call is the device time of the
+# forward (plus its fingerprint and a K-th of the refresh, which the judge calibrates in its own
+# process): no host window is subtracted, and the floor holds on host-bound shapes too.
 
 GRAPH_TARGET_S = 2e-3  # K is chosen so that K calls of the reported median take at least this long ...
 GRAPH_MAX_CALLS = 1024  # ... up to this many calls,
 GRAPH_BUDGET_BYTES = 2 << 30  # ... and no more input sets and outputs than this holds
 GRAPH_REPLAYS = 3  # the fastest of these judges
 GRAPH_JITTER_S = 0.2e-3  # a replay request's wall spread (pipe, scheduler) an honest run may still show
-GRAPH_CALIBRATION_SLACK = 0.25  # share of the calibrated fingerprint time allowed as calibration error
+GRAPH_CALIBRATION_SLACK = 0.25  # share of the calibrated fingerprint and refresh time allowed as calibration error
 TIGHT_SHARE = 0.25  # an uncapturable kernel's time counts when the plain burst witnesses this share of it
 
 GRAPH, UNCAPTURABLE, HOST = "graph", "uncapturable", "host"  # TimingStats.witness: which witness judged the time
@@ -148,18 +148,22 @@ class GraphCalibration:
 
     round_trip_s: float  # an empty request to the worker and back (minimum of a few)
     fingerprints_s: float  # a graph of K output fingerprints of the reference output's size, replayed here
+    refresh_s: float = 0.0  # the replay's input refresh on buffers of the same sizes, here (median of a few)
+    refresh_spread_s: float = 0.0  # max − min of those refreshes
 
 
 def graph_slack_ms(calls: int, calibration: GraphCalibration) -> float:
-    """The graph floor's allowance per call for request noise and calibration error."""
-    return (GRAPH_JITTER_S + GRAPH_CALIBRATION_SLACK * calibration.fingerprints_s) / max(1, calls) * 1e3
+    """The graph floor's allowance per call for request noise and calibration error: the
+    jitter, a share of what was calibrated, and the whole spread of the refresh's timings."""
+    calibrated = calibration.fingerprints_s + calibration.refresh_s
+    return (GRAPH_JITTER_S + GRAPH_CALIBRATION_SLACK * calibrated + calibration.refresh_spread_s) / max(1, calls) * 1e3
 
 
 def judge_graph(median_ms: float, wall_s: float, calls: int, calibration: GraphCalibration) -> Witness:
     """The witness of one replay of a graph of `calls` forwards timed at `wall_s` by the judge:
-    what is left per call once the round trip and the fingerprints are taken off is device time,
-    so the floor is (that − slack) / TOLERANCE, with no host window to allow for."""
-    rest = wall_s - calibration.round_trip_s - calibration.fingerprints_s
+    what is left per call once the round trip, the input refresh and the fingerprints are taken
+    off is device time, so the floor is (that − slack) / TOLERANCE, with no host window to allow for."""
+    rest = wall_s - calibration.round_trip_s - calibration.refresh_s - calibration.fingerprints_s
     witness = max(0.0, rest) / max(1, calls) * 1e3
     floor = max(0.0, witness - graph_slack_ms(calls, calibration)) / TOLERANCE
     return Witness(calls=calls, wall_s=wall_s, per_call_ms=witness, floor_ms=floor, forged=median_ms < floor,

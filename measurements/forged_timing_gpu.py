@@ -16,6 +16,9 @@ run through `evaluate()` on rms_norm shapes 0 and 5 of the served catalog:
   load_reply        a `load ok` frame for a Model that is no nn.Module (tests/exploits/forge_load_reply.py)
   uncapturable      the honest kernel with a host synchronisation (`.item()`) in forward: no CUDA graph
                     can be captured, the plain burst alone witnesses (timing_witness.unwitnessed)
+  precompute        the graph burst's capture handler computes the K outputs (untimed), captures an
+                    empty graph, and the replay answers with their fingerprints; `time` divided by 3
+                    (tests/exploits/forge_graph_precompute.py); the replay's input refresh defeats it
 
 Per case and shape it records the verdict (correct, stage, category, integrity), the reported
 median, which witness judged it (graph, uncapturable), the graph burst's calls, per-call device
@@ -24,10 +27,13 @@ aggregates (clipped at 1), and what benchmark mode shows of it (no trace of fast
 Confirms the fix when: honest passes with no incident on both shapes, witness `graph`;
 handler_third and handler_tenth are `timing_forged` (performance/timing_tampered) on shapes 0
 AND 5, their graph floor above the forged median; uncapturable is `uncapturable` and fails
-performance/timing_unwitnessed on those host-bound shapes; every rewrite is
+performance/timing_unwitnessed on those host-bound shapes; precompute fails
+correctness/timed_output_mismatch ("Output of a graph-burst call ... is wrong") or is
+`timing_forged` on shapes 0 AND 5, never passes; honest's graph floor stays under its median
+with the refresh in the replay's window (w_graph near its median, not inflated); every rewrite is
 `primitives_replaced` with the honest median; time_reply and load_reply are `reply_forged`.
 
-    python3 measurements/forged_timing_gpu.py --out measurements/results/forged_timing/DATE_h200   # the witness cases, < 4 min
+    python3 measurements/forged_timing_gpu.py --out measurements/results/forged_timing/DATE_h200  # witness cases, <5 min
     python3 measurements/forged_timing_gpu.py --out DIR --cases all        # every case, ~8 min
     python3 measurements/forged_timing_gpu.py --out DIR --cases honest,time_calls --shapes 5
 """
@@ -51,7 +57,7 @@ OP = "rms_norm"
 EXPLOITS = ROOT / "tests" / "exploits"
 KERNEL = ROOT / "examples" / "rms_norm_triton.py"
 REWRITES = ("time_calls", "perf_counter", "elapsed_time", "median", "send", "json_dumps", "primitives_lookup")
-WITNESS_CASES = ("honest", "handler_third", "handler_tenth", "uncapturable")  # the default: the graph witness
+WITNESS_CASES = ("honest", "handler_third", "handler_tenth", "uncapturable", "precompute")  # default: the graph witness
 
 
 def _preamble(exploit: str) -> str:
@@ -70,6 +76,7 @@ def case_sources() -> dict[str, str]:
     handler = _preamble("forge_handler_table")
     cases["handler_third"] = handler.replace("t / 10", "t / 3") + kernel
     cases["handler_tenth"] = handler + kernel
+    cases["precompute"] = _preamble("forge_graph_precompute") + kernel
     reply = (EXPLOITS / "forge_time_reply.py").read_text()
     forged_forward = "        if not _sent and _in_timing_loop():\n            _sent.append(1)\n            _forge_time_reply()\n"
     cases["time_reply"] = _preamble("forge_time_reply") + re.sub(

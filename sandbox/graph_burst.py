@@ -13,9 +13,11 @@ is multiplied element by element by a seeded draw from U(REFRESH_LOW, REFRESH_HI
 device. The worker cannot know the inputs, and so the outputs, before the judge's clock runs.
 Each such input's K sets live in one buffer, so a refresh is two launches per input whatever K
 is; the judge measures the same refresh on buffers of the same sizes and takes it off the wall.
-A forward that cannot be captured (a host synchronisation
-such as `.item()`, an allocation the capture refuses, a CPU device) makes the burst
-uncapturable: the reason goes back as data and the judge falls back on the plain burst.
+Integer inputs (indices, tables, lengths) and fp8 payloads keep their captured values.
+
+A forward that cannot be captured (a host synchronisation such as `.item()`, an allocation the
+capture refuses, a CPU device) makes the burst uncapturable: the reason goes back as data and
+the judge falls back on the plain burst.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from sandbox.handoff import output_items
 
 
 def fingerprint(value: Any) -> torch.Tensor:
-    """Σ of each output tensor's 32-bit words (its bytes where they fill no words), int64, on its device: one read of the output, cheap
-    enough to sit in the graph beside the forward. The judge computes the same on the output it
+    """Σ of each output tensor's 32-bit words (its bytes where they fill no words), int64, on its
+    device: one read of the output, cheap enough to sit in the graph beside the forward. The judge computes the same on the output it
     fetches, so a fingerprint commits the worker, inside the timed window, to outputs it could
     only know by computing them. It is a commitment, not a checksum (a permutation of the bytes
     has the same sum): the output the judge chooses is compared with its reference in full."""

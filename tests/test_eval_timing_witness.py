@@ -440,7 +440,8 @@ def test_an_uncapturable_forward_comes_back_as_its_reason():
     from atrex_mcp.evaluate import graph_witness
 
     worker = _GraphWorker(captured=False)
-    assert graph_witness.run(_Trial(worker), worker, None, None, median_ms=1.0, set_bytes=1000) == "RuntimeError: capturing"
+    verdict = graph_witness.run(_Trial(worker), worker, None, None, median_ms=1.0, set_bytes=1000)
+    assert verdict == "RuntimeError: capturing"
     assert "graph_replay" not in worker.calls
 
 
@@ -463,7 +464,8 @@ def test_the_refresh_is_one_buffer_per_float_input_and_moves_every_set_but_no_in
     seeds = [3, 4, 5, 6]
     stacked = _stacked(seeds)
     assert len(stacked.live) == 1 and stacked.live[0].numel() == 4 * 8  # x of all K sets in one buffer
-    assert all(s["x"].untyped_storage().data_ptr() == stacked.live[0].untyped_storage().data_ptr() for s in stacked.sets)
+    buffer = stacked.live[0].untyped_storage().data_ptr()
+    assert all(s["x"].untyped_storage().data_ptr() == buffer for s in stacked.sets)
     before = [{k: v.clone() for k, v in s.items()} for s in stacked.sets]
     stacked.refresh(99)
     for k, (old, new) in enumerate(zip(before, stacked.sets)):
@@ -512,7 +514,8 @@ def test_the_refresh_keeps_strides_and_skips_fp8_and_integers():
     assert stacked.sets[1]["w"].stride() == make(2)["w"].stride() and torch.equal(stacked.sets[1]["w"], make(2)["w"])
     stacked.refresh(5)
     assert torch.equal(refreshed_set(make(2), 1, 2, 5)["w"], stacked.sets[1]["w"])
-    assert torch.equal(stacked.sets[1]["q"].view(torch.uint8), make(2)["q"].view(torch.uint8)) and stacked.sets[1]["n"] == 3
+    assert torch.equal(stacked.sets[1]["q"].view(torch.uint8), make(2)["q"].view(torch.uint8))
+    assert stacked.sets[1]["n"] == 3
     assert not refreshable(torch.zeros(4, 4)[:, :2]) and not refreshable(torch.zeros(3, dtype=torch.int32))
 
 

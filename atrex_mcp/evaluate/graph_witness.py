@@ -104,7 +104,7 @@ def run(trial: Any, session: Session, shape: Any, result: Any, median_ms: float,
     captured (str); the worker's Failure; or None once a check here has failed the shape (the
     result says how). `trial` is the evaluation (its request, payloads, fetch_checked)."""
     timeout = trial.request.timeout_s
-    calls = timing_witness.graph_calls(median_ms, 2 * set_bytes)  # the refresh keeps a pristine copy of the inputs
+    calls = timing_witness.graph_calls(median_ms, set_bytes)  # + the refresh's pristine inputs: at most as much again
     seeds = [secrets.randbelow(2**31 - 1) for _ in range(calls)]  # not in the result's seeds: up to 1,024 a shape
     reply = session.call("graph_capture", {"shape": trial.payload_shape(shape), "seeds": seeds}, timeout)
     if isinstance(reply, Failure):

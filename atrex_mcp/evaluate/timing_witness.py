@@ -127,7 +127,7 @@ GRAPH_MAX_CALLS = 1024  # ... up to this many calls,
 GRAPH_BUDGET_BYTES = 2 << 30  # ... and no more input sets and outputs than this holds
 GRAPH_REPLAYS = 3  # the fastest of these judges
 GRAPH_JITTER_S = 0.2e-3  # a replay request's wall spread (pipe, scheduler) an honest run may still show
-GRAPH_CALIBRATION_SLACK = 0.25  # share of the calibrated fingerprint and refresh time allowed as calibration error
+GRAPH_CALIBRATION_SLACK = 0.25  # share of the calibrated fingerprint time allowed as calibration error
 TIGHT_SHARE = 0.25  # an uncapturable kernel's time counts when the plain burst witnesses this share of it
 
 GRAPH, UNCAPTURABLE, HOST = "graph", "uncapturable", "host"  # TimingStats.witness: which witness judged the time
@@ -154,9 +154,11 @@ class GraphCalibration:
 
 def graph_slack_ms(calls: int, calibration: GraphCalibration) -> float:
     """The graph floor's allowance per call for request noise and calibration error: the
-    jitter, a share of what was calibrated, and the whole spread of the refresh's timings."""
-    calibrated = calibration.fingerprints_s + calibration.refresh_s
-    return (GRAPH_JITTER_S + GRAPH_CALIBRATION_SLACK * calibrated + calibration.refresh_spread_s) / max(1, calls) * 1e3
+    jitter, a share of the fingerprints' calibrated time (a graph of the judge's own, not the
+    worker's), and the whole spread of the refresh's timings (the worker's own code, timed here
+    on buffers of the same sizes: its error is that spread, not a share of its time)."""
+    spread = GRAPH_CALIBRATION_SLACK * calibration.fingerprints_s + calibration.refresh_spread_s
+    return (GRAPH_JITTER_S + spread) / max(1, calls) * 1e3
 
 
 def judge_graph(median_ms: float, wall_s: float, calls: int, calibration: GraphCalibration) -> Witness:

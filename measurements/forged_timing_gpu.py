@@ -14,17 +14,27 @@ run through `evaluate()` on rms_norm shapes 0 and 5 of the served catalog:
                     (past the bound loop: only the judge's witness can see it); handler_tenth: by 10
   time_reply        a whole `time` reply forged with the live nonce (tests/exploits/forge_time_reply.py)
   load_reply        a `load ok` frame for a Model that is no nn.Module (tests/exploits/forge_load_reply.py)
+  uncapturable      the honest kernel with a host synchronisation (`.item()`) in forward: no CUDA graph
+                    can be captured, the plain burst alone witnesses (timing_witness.unwitnessed)
+  precompute        the graph burst's capture handler computes the K outputs (untimed), captures an
+                    empty graph, and the replay answers with their fingerprints; `time` divided by 3
+                    (tests/exploits/forge_graph_precompute.py); the replay's input refresh defeats it
 
 Per case and shape it records the verdict (correct, stage, category, integrity), the reported
-median, the witness's figures (the judge's wall of the timing request, the burst's per-call
-witness and the floor it allows) and S, and what benchmark mode shows of it (no trace of
-faster_than_sol). Confirms the fix when: honest passes with no incident on both shapes; every
-rewrite is `primitives_replaced` with the honest median (not a third of it); handler_* on shape
-0 is `timing_forged` where the floor exceeds the forged median (shape 5 is host-bound: the
-witness's floor is ~0 there, and the JSON says so); time_reply and load_reply are
-`reply_forged` and fail.
+median, which witness judged it (graph, uncapturable), the graph burst's calls, per-call device
+time and floor, the plain burst's witness, the floor that judged, and S raw and as it enters the
+aggregates (clipped at 1), and what benchmark mode shows of it (no trace of faster_than_sol).
+Confirms the fix when: honest passes with no incident on both shapes, witness `graph`;
+handler_third and handler_tenth are `timing_forged` (performance/timing_tampered) on shapes 0
+AND 5, their graph floor above the forged median; uncapturable is `uncapturable` and fails
+performance/timing_unwitnessed on those host-bound shapes; precompute fails
+correctness/timed_output_mismatch ("Output of a graph-burst call ... is wrong") or is
+`timing_forged` on shapes 0 AND 5, never passes; honest's graph floor stays under its median
+with the refresh in the replay's window (w_graph near its median, not inflated); every rewrite is
+`primitives_replaced` with the honest median; time_reply and load_reply are `reply_forged`.
 
-    python3 measurements/forged_timing_gpu.py --out measurements/results/forged_timing_gpu     # H200, ~5 min
+    python3 measurements/forged_timing_gpu.py --out measurements/results/forged_timing/DATE_h200  # witness cases, <5 min
+    python3 measurements/forged_timing_gpu.py --out DIR --cases all        # every case, ~8 min
     python3 measurements/forged_timing_gpu.py --out DIR --cases honest,time_calls --shapes 5
 """
 
@@ -47,6 +57,7 @@ OP = "rms_norm"
 EXPLOITS = ROOT / "tests" / "exploits"
 KERNEL = ROOT / "examples" / "rms_norm_triton.py"
 REWRITES = ("time_calls", "perf_counter", "elapsed_time", "median", "send", "json_dumps", "primitives_lookup")
+WITNESS_CASES = ("honest", "handler_third", "handler_tenth", "uncapturable", "precompute")  # default: the graph witness
 
 
 def _preamble(exploit: str) -> str:
@@ -65,22 +76,31 @@ def case_sources() -> dict[str, str]:
     handler = _preamble("forge_handler_table")
     cases["handler_third"] = handler.replace("t / 10", "t / 3") + kernel
     cases["handler_tenth"] = handler + kernel
+    cases["precompute"] = _preamble("forge_graph_precompute") + kernel
     reply = (EXPLOITS / "forge_time_reply.py").read_text()
     forged_forward = "        if not _sent and _in_timing_loop():\n            _sent.append(1)\n            _forge_time_reply()\n"
     cases["time_reply"] = _preamble("forge_time_reply") + re.sub(
         r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + forged_forward, kernel, count=1)
     cases["load_reply"] = (EXPLOITS / "forge_load_reply.py").read_text()
+    host_sync = ("        if float(x.abs().amax().item()) < 0:  # a host synchronisation: no CUDA graph holds it\n"
+                 "            x = -x\n")
+    cases["uncapturable"] = re.sub(r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + host_sync, kernel,
+                                   count=1)
     return cases
 
 
 def _shape_row(shape: Any, shown: Any) -> dict[str, Any]:
+    from atrex_mcp.evaluate.scoring import aggregate_shape_score
+
     timing = shape.timing
+    figures = ("median_ms", "request_wall_s", "witness", "witness_note", "graph_calls", "graph_witness_ms",
+               "graph_floor_ms", "witness_ms", "witness_floor_ms", "host_late_calls", "calls")
     return {"shape": shape.id, "correct": shape.correct, "stage": shape.stage, "category": shape.category,
             "integrity": shape.integrity, "message": shape.message[:400], "time_ms": shape.time_ms,
-            "median_ms": timing.median_ms if timing else None, "request_wall_s": timing.request_wall_s if timing else None,
-            "witness_ms": timing.witness_ms if timing else None, "witness_floor_ms": timing.witness_floor_ms if timing else None,
-            "host_late_calls": timing.host_late_calls if timing else None, "calls": timing.calls if timing else None,
-            "score": shape.score, "t_sol_ms": shape.t_sol_ms, "seconds": shape.seconds,
+            **{name: getattr(timing, name) if timing else None for name in figures},
+            "score": shape.score,
+            "score_clipped": aggregate_shape_score(shape.score) if shape.score is not None else None,
+            "t_sol_ms": shape.t_sol_ms, "seconds": shape.seconds,
             "benchmark_view": {"correct": shown.correct, "category": shown.category, "integrity": shown.integrity,
                                "time_ms": shown.time_ms}}
 
@@ -100,9 +120,12 @@ def run_case(catalog: Any, name: str, source: str, shapes: list[str], standby: A
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Forged timing on {report['device']} ({report['started_at']})", "",
-             "| case | shape | verdict | integrity | median ms | witness ms | floor ms | S | benchmark view integrity |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    legend = ("w_graph: device time per call of the fastest graph replay (judge's clock); floor: the one that "
+              "judged (max of the graph's and the plain burst's); S clipped: as it enters S_i and S_agg.")
+    header = ("| case | shape | verdict | integrity | median ms | witness | K | w_graph ms | graph floor ms | "
+              "w_plain ms | floor ms | S | S clipped | benchmark view integrity |")
+    lines = [f"# Forged timing on {report['device']} ({report['started_at']})", "", legend, "", header,
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def num(value: Any) -> str:
         return "—" if value is None else f"{value:.4g}"
@@ -111,15 +134,20 @@ def markdown(report: dict[str, Any]) -> str:
         for row in case["shapes"]:
             verdict = "pass" if row["correct"] else f"{row['stage']}/{row['category']}"
             lines.append(f"| {case['case']} | {row['shape']} | {verdict} | {', '.join(row['integrity']) or '—'} | "
-                         f"{num(row['median_ms'])} | {num(row['witness_ms'])} | {num(row['witness_floor_ms'])} | "
-                         f"{num(row['score'])} | {', '.join(row['benchmark_view']['integrity']) or '—'} |")
-    return "\n".join(lines) + "\n"
+                         f"{num(row['median_ms'])} | {row['witness'] or '—'} | {row['graph_calls'] or '—'} | "
+                         f"{num(row['graph_witness_ms'])} | {num(row['graph_floor_ms'])} | {num(row['witness_ms'])} | "
+                         f"{num(row['witness_floor_ms'])} | {num(row['score'])} | {num(row['score_clipped'])} | "
+                         f"{', '.join(row['benchmark_view']['integrity']) or '—'} |")
+    notes = [f"- {case['case']} shape {row['shape']}: {row['witness_note']}" for case in report["cases"]
+             for row in case["shapes"] if row.get("witness_note")]
+    return "\n".join(lines + ([""] + ["Uncapturable:"] + notes if notes else [])) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output path without suffix: writes OUT.json and OUT.md")
-    parser.add_argument("--cases", default="all", help="comma-separated case names, or all")
+    parser.add_argument("--cases", default=",".join(WITNESS_CASES),
+                        help=f"comma-separated case names, or all (default: {','.join(WITNESS_CASES)})")
     parser.add_argument("--shapes", default="0,5", help="rms_norm shape ids")
     args = parser.parse_args()
 

@@ -111,12 +111,14 @@ class KeepRequest(Request):
 
 @dataclass(frozen=True)
 class FetchRequest(Request):
-    """Hand over the kept output of timed input set `set` (of a burst with `burst`)."""
+    """Hand over the kept output of timed input set `set` (of a burst with `burst`, of the
+    captured graph burst with `graph`)."""
 
     command: ClassVar[str] = "fetch"
     set: int
     arena_bytes: int
     burst: bool = False
+    graph: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,23 @@ class IntegrityRequest(Request):
 
 
 @dataclass(frozen=True)
+class GraphCaptureRequest(Request):
+    """The graph burst's capture (untimed): one forward on each set of `seeds`, in one CUDA graph."""
+
+    command: ClassVar[str] = "graph_capture"
+    shape: ShapePayload
+    seeds: list[int]
+
+
+@dataclass(frozen=True)
+class GraphReplayRequest(Request):
+    """The graph burst's timed window: refresh the float inputs from `seed`, replay, fingerprint."""
+
+    command: ClassVar[str] = "graph_replay"
+    seed: int
+
+
+@dataclass(frozen=True)
 class PingRequest(Request):
     """Nothing: the judge times a round trip to calibrate its witness."""
 
@@ -162,7 +181,7 @@ class ExitRequest(Request):
 
 REQUESTS: tuple[type[Request], ...] = (InitRequest, LoadRequest, RunRequest, TimeRequest, BurstRequest, KeepRequest,
                                        FetchRequest, ProfileRequest, ForwardsRequest, IntegrityRequest, PingRequest,
-                                       ExitRequest)
+                                       GraphCaptureRequest, GraphReplayRequest, ExitRequest)
 
 
 class ErrorPayload(TypedDict):
@@ -220,6 +239,15 @@ class BurstReply(TypedDict):
     digests: list[list[int]]
 
 
+class GraphCaptureReply(TypedDict, total=False):
+    captured: bool
+    reason: str  # why no graph could be captured
+
+
+class GraphReplayReply(TypedDict):
+    digests: list[list[int]]
+
+
 class EmptyReply(TypedDict):
     """keep, ping."""
 
@@ -253,5 +281,5 @@ class IntegrityReply(TypedDict):
 REPLIES: dict[str, type] = {
     "init": InitReply, "load": LoadReply, "run": RunReply, "time": TimeReply, "burst": BurstReply, "keep": EmptyReply,
     "fetch": FetchReply, "profile": ProfileReply, "forwards": ForwardsReply, "integrity": IntegrityReply,
-    "ping": EmptyReply,
+    "ping": EmptyReply, "graph_capture": GraphCaptureReply, "graph_replay": GraphReplayReply,
 }

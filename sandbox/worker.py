@@ -10,8 +10,8 @@ hands over.
 
 The request handlers, the timing loop and the reply writer are bound before the candidate is
 imported: `serve` builds its handler table and holds `protocol.send`/`receive` as defaults,
-and the handlers that time (`time`, `burst`) hold the loop and what it calls as default
-arguments, so rewriting `sandbox.worker.time_calls`, `sys.modules[...]`, `time.perf_counter`,
+and the handlers that time (`time`, `burst`, `graph_capture`, `graph_replay`) hold the loop and
+what it calls as default arguments, so rewriting `sandbox.worker.time_calls`, `sys.modules[...]`, `time.perf_counter`,
 `statistics.median` or `protocol.send` after the import changes nothing that is measured or
 sent (and `replaced()` reports it). The candidate still shares this process: what it could do
 beyond attribute rewriting, and why the judge does not have to trust it, is in
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sandbox import isolation, protocol
+from sandbox import graph_burst, isolation, protocol
 from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaWriter, output_items
 from sandbox.timing import (Primitives, digest, fit_calls_to_sets, host_primitives, input_checksums,
                             plan_calls, poison, storages, time_calls)
@@ -119,6 +119,7 @@ class Worker:
         self.models: dict[str, Any] = {}
         self.kept: dict[int, Any] = {}
         self.burst_kept: dict[int, Any] = {}
+        self.graph: graph_burst.GraphBurst | None = None  # the captured graph burst, until `keep` with burst_done
         self.ran: set[str] = set()  # shapes whose forward has run in this process (run, time)
         self.versions = _import_toolchain()
 
@@ -287,12 +288,49 @@ class Worker:
         self.burst_kept = dict(enumerate(outs))
         return {"digests": digests}
 
+    def graph_capture(self, msg: messages.Wire, *, _capture: Any = graph_burst.capture,
+                      _stack: Any = graph_burst.StackedInputs.stack,
+                      _cuda: dict[str, Any] = _loop_primitives(PRIMS)) -> messages.GraphCaptureReply:
+        """The graph burst's capture (sandbox.graph_burst), untimed: input sets from `seeds`, their
+        floating-point inputs in one buffer per input for the replay's refresh, one forward each
+        in one CUDA graph. Not capturable: `captured` false and the reason."""
+        self._drop_graph()
+        shape = msg["shape"]
+        model = self._model(shape)
+        if self.device != "cuda":  # no graph to capture: no K input sets to make either
+            return {"captured": False, "reason": "no CUDA graphs on this device"}
+        inputs = _stack(lambda seed: self._inputs(shape, seed), msg["seeds"])
+        captured = _capture(model, inputs, self.device, sync=_cuda.get("torch.cuda.synchronize"))
+        if isinstance(captured, str):
+            del inputs
+            self._release_cache()
+            return {"captured": False, "reason": captured}
+        self.graph = captured
+        return {"captured": True}
+
+    def graph_replay(self, msg: messages.Wire, *, _replay: Any = graph_burst.replay,
+                     _cuda: dict[str, Any] = _loop_primitives(PRIMS)) -> messages.GraphReplayReply:
+        """The graph burst's timed window: the inputs refreshed from the request's `seed` (they
+        are not known before it), one replay, its synchronisation, its fingerprints."""
+        if self.graph is None:
+            raise Failure("runtime", "exception", "No graph burst was captured.")
+        seed = msg.get("seed")
+        if type(seed) is not int:
+            raise Failure("runtime", "exception", "A graph replay needs an integer refresh seed.")
+        return {"digests": _replay(self.graph, seed, sync=_cuda["torch.cuda.synchronize"])}
+
+    def _drop_graph(self) -> None:
+        if self.graph is not None:
+            self.graph.release()
+            self.graph = None
+
     def keep(self, msg: messages.Wire) -> messages.EmptyReply:
         """Drop every kept timed output but those of `sets` (all of them for an empty list):
         the trusted side says which it will fetch before it makes their reference outputs.
         With `burst_done`, drop the witness bursts' outputs instead."""
         if msg.get("burst_done"):  # the witness bursts' outputs only
             self.burst_kept = {}
+            self._drop_graph()
             self._release_cache()
             return {}
         dropped = [index for index in self.kept if index not in msg["sets"]]
@@ -303,7 +341,11 @@ class Worker:
 
     def fetch(self, msg: messages.Wire) -> messages.FetchReply:
         """Hand over the kept output of one timed input set (none if it was not kept)."""
-        kept = (self.burst_kept if msg.get("burst") else self.kept).get(msg["set"])
+        if msg.get("graph"):
+            outputs = self.graph.outputs if self.graph is not None else []
+            kept = outputs[msg["set"]] if 0 <= msg["set"] < len(outputs) else None
+        else:
+            kept = (self.burst_kept if msg.get("burst") else self.kept).get(msg["set"])
         if kept is None:
             return {"output": None}
         _check_output(kept, self.device)
@@ -371,7 +413,8 @@ class Worker:
         # built at start, before the candidate is imported.
         handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
                     "keep": self.keep, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity,
-                    "burst": self.burst, "ping": self.ping}
+                    "burst": self.burst, "ping": self.ping, "graph_capture": self.graph_capture,
+                    "graph_replay": self.graph_replay}
         req_fd, resp_fd = self.req_fd, self.resp_fd
         while True:
             try:

@@ -68,7 +68,7 @@ def test_main_table_rows_ratios_and_dsl_adoption(catalog, tmp_path):
     run = tmp_path / "run-a"
     base = tmp_path / "baselines"
     run.mkdir(), base.mkdir()
-    # candidate: shape 0 at 2·T_SOL, shape 1 faster than T_SOL (S > 1, kept), DSL-dominant
+    # candidate: shape 0 at 2·T_SOL, shape 1 faster than T_SOL (S = 2 counted, clipped at 1 in S_i), DSL-dominant
     cand = _result("rms_norm", [("0", True, 2 * T_SOL_MS, 0.9), ("1", True, T_SOL_MS / 2, 0.8)])
     (run / "rms_norm.json").write_text(cand.model_dump_json())
     (base / "rms_norm.eager.json").write_text(
@@ -79,7 +79,7 @@ def test_main_table_rows_ratios_and_dsl_adoption(catalog, tmp_path):
     table = main_table([run], catalog, "h200", [base])
     row = next(r for r in table.rows if r.run == "run-a")
     op = row.per_operator[0]
-    assert op.score == pytest.approx((0.5 + 2.0) / 2) and op.faster_than_sol == 1
+    assert op.score == pytest.approx((0.5 + 1.0) / 2) and op.faster_than_sol == 1
     assert op.vs_eager == pytest.approx(4.0) and op.vs_torch_compile == pytest.approx(2.0)
     assert op.dsl_dominant and row.dsl_adoption == 1.0 and row.compile_rate == 1.0 and row.correctness == 1.0
     assert row.s_agg == pytest.approx(op.score)  # one operator with weight 1

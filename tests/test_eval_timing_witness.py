@@ -12,8 +12,11 @@ from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.models import ShapeResult
 from atrex_mcp.evaluate.session import source_defines_model
-from atrex_mcp.evaluate.timing_witness import (TOLERANCE, Calibration, host_allowance_ms, judge, per_call_ms,
-                                               profile_agrees, slack_ms, upper_bound_ok)
+from atrex_mcp.evaluate.timing_witness import (GRAPH, GRAPH_BUDGET_BYTES, GRAPH_MAX_CALLS, GRAPH_TARGET_S, TIGHT_SHARE,
+                                               TOLERANCE, UNCAPTURABLE, WITNESS_CALLS, Calibration, GraphCalibration,
+                                               Witness, graph_calls, graph_slack_ms, host_allowance_ms, judge,
+                                               judge_graph, per_call_ms, profile_agrees, slack_ms, unwitnessed,
+                                               upper_bound_ok)
 from atrex_mcp.policy import Policy
 
 # Recorded on the shape of an H200 burst of 16 forwards (a round trip of ~80 µs, making 16 input
@@ -131,3 +134,428 @@ def test_a_worker_cannot_name_a_verdict_of_the_judges_stages(claimed):
     from atrex_mcp.evaluate.session import classify
 
     assert classify(claimed) == (tx.RUNTIME, tx.EXCEPTION)
+
+
+# -- the graph burst (timing_witness.judge_graph, graph_calls, unwitnessed) -------------------------
+# A replay of a graph of K forwards is device time: no launch, no host window to subtract.
+# Recorded shapes on the H200: a ~60 µs round trip; fingerprints ~1.5 µs each in a graph. The input
+# refresh (two launches per float input, whatever K is) is assumed at ~30 µs, ±10 µs.
+
+def _graph_cal(calls: int) -> GraphCalibration:
+    return GraphCalibration(round_trip_s=60e-6, fingerprints_s=calls * 1.5e-6, refresh_s=30e-6, refresh_spread_s=10e-6)
+
+
+def _graph_wall(device_ms: float, calls: int) -> float:
+    cal = _graph_cal(calls)
+    return cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + calls * device_ms / 1e3
+
+
+def test_the_graph_burst_is_long_enough_to_time_and_fits_its_memory_budget():
+    assert graph_calls(0.00435, set_bytes=1_660_000) * 0.00435 >= GRAPH_TARGET_S * 1e3  # rms_norm shape 5: ~460 calls
+    assert graph_calls(0.0067, set_bytes=10_240_000) == GRAPH_BUDGET_BYTES // 10_240_000  # shape 0: the budget decides
+    assert graph_calls(5.0, set_bytes=1000) == WITNESS_CALLS  # never fewer calls than the plain burst
+    assert graph_calls(1e-9, set_bytes=1) == GRAPH_MAX_CALLS  # a forged tiny median only lengthens the burst
+    assert graph_calls(1.0, set_bytes=GRAPH_BUDGET_BYTES) == 2
+
+
+@pytest.mark.parametrize(("device_ms", "median_ms"), [
+    (0.00435, 0.00435),  # rms_norm shape 5, host-bound in the timing loop, device-bound in a graph
+    (0.0067, 0.0067),  # shape 0
+    (0.0040, 0.00435),  # a warm replay a little faster than the cold timed median
+    (2 * 0.0067, 0.0067),  # the replay at half the clock of the timed loop
+    (1.0, 1.0),
+])
+def test_an_honest_kernel_passes_the_graph_witness(device_ms, median_ms):
+    calls = graph_calls(median_ms, set_bytes=1_000_000)
+    verdict = judge_graph(median_ms, _graph_wall(device_ms, calls), calls, _graph_cal(calls))
+    assert not verdict.forged and verdict.graph
+    assert verdict.per_call_ms == pytest.approx(device_ms)
+
+
+@pytest.mark.parametrize("shape_ms", [0.0067, 0.00435, 1.0])
+@pytest.mark.parametrize("divisor", [3, 10])
+def test_the_handler_table_forgery_is_caught_on_host_bound_shapes_too(shape_ms, divisor):
+    """The attack the plain burst missed (rms_norm shapes 0 and 5, a third and a tenth reported)."""
+    calls = graph_calls(shape_ms / divisor, set_bytes=1_000_000)
+    verdict = judge_graph(shape_ms / divisor, _graph_wall(shape_ms, calls), calls, _graph_cal(calls))
+    assert verdict.forged and verdict.floor_ms > shape_ms / divisor
+    host = host_allowance_ms([25.0] * 200, True, 0.3, 200)
+    assert not judge(shape_ms / divisor, _burst_wall(max(shape_ms, 0.025)), 16, CAL, host).forged or shape_ms == 1.0
+
+
+def test_the_replays_refresh_is_taken_off_the_wall_and_its_spread_joins_the_slack():
+    """rms_norm shape 0 on the H200: K = 209 calls of 6.7 µs, the refresh of 209 sets of x (~1 GB)
+    about as long as the forwards; the witness is the forwards' time, a forged third stays caught."""
+    calls, refresh = 209, 1.2e-3
+    cal = GraphCalibration(round_trip_s=60e-6, fingerprints_s=calls * 1.5e-6, refresh_s=refresh,
+                           refresh_spread_s=40e-6)
+    wall = cal.round_trip_s + refresh + cal.fingerprints_s + calls * 0.0067 / 1e3
+    honest = judge_graph(0.0067, wall, calls, cal)
+    assert honest.per_call_ms == pytest.approx(0.0067) and not honest.forged
+    assert judge_graph(0.0067 / 3, wall, calls, cal).forged
+    assert graph_slack_ms(calls, cal) - graph_slack_ms(calls, GraphCalibration(60e-6, calls * 1.5e-6, refresh, 0.0)) \
+        == pytest.approx(40e-6 / calls * 1e3)
+
+
+def test_what_a_forger_can_claim_is_its_graph_device_time_over_the_tolerance():
+    calls, device_ms = 500, 0.0067
+    cal = _graph_cal(calls)
+    bound = (device_ms - graph_slack_ms(calls, cal)) / TOLERANCE
+    assert judge_graph(bound - 1e-7, _graph_wall(device_ms, calls), calls, cal).forged
+    assert not judge_graph(bound + 1e-7, _graph_wall(device_ms, calls), calls, cal).forged
+    assert bound > 0.4 * device_ms  # the slack is small against K·t ≥ 2 ms
+
+
+def test_an_uncapturable_kernel_keeps_its_time_only_where_the_plain_burst_bounds_it():
+    """Device-bound (1 ms, its plain floor ~0.45 ms): counted. Host-bound (rms_norm shape 5, plain
+    floor 0): unwitnessed, the shape fails performance/timing_unwitnessed."""
+    device_bound = judge(1.0, _burst_wall(1.0), 16, CAL, host_allowance_ms([30.0], True, 1.0, 200))
+    assert not unwitnessed(1.0, device_bound.floor_ms)
+    host_bound = judge(0.00435, _burst_wall(0.025), 16, CAL, host_allowance_ms([55.0] * 200, True, 0.3, 200))
+    assert host_bound.floor_ms == 0.0 and unwitnessed(0.00435, host_bound.floor_ms)
+    assert unwitnessed(1.0, TIGHT_SHARE * 1.0 - 1e-9) and not unwitnessed(1.0, TIGHT_SHARE * 1.0)
+
+
+# -- the evaluator's use of the graph witness (Evaluation.graph_witness, with graph_witness.run stubbed) --
+
+class _Session:
+    alive = True
+
+    def __init__(self):
+        self.calls = []
+
+    def call(self, request, timeout_s):
+        wire = request.wire()
+        self.calls.append((wire.pop("cmd"), wire))
+        return {"ok": True}
+
+
+def _decide(monkeypatch, outcome, median_ms, plain):
+    from types import SimpleNamespace
+
+    from atrex_mcp.evaluate import evaluator, graph_witness
+    from atrex_mcp.evaluate.models import TimingStats
+
+    monkeypatch.setattr(graph_witness, "run", lambda *args: outcome)
+    result = ShapeResult(id="0", correct=True, timing=TimingStats(
+        median_ms=median_ms, q1_ms=median_ms, q3_ms=median_ms, iqr_ms=0.0, min_ms=median_ms, calls=200, warmup_calls=1,
+        input_sets=200, flush_bytes=0, covers_side_streams=False, sync_gap_ms=0.0, wall_s=0.1,
+        witness_floor_ms=plain.floor_ms, witness="host"))
+    session = _Session()
+    trial = SimpleNamespace(request=SimpleNamespace(timeout_s=10.0))
+    verdict = evaluator.Trial.graph_witness(trial, session, None, result, median_ms, 1 << 20, plain)
+    assert ("keep", {"sets": [], "burst_done": True}) in session.calls  # the graph and its outputs are dropped in every case
+    return verdict, result
+
+
+def _plain(median_ms: float, floor_ms: float) -> Witness:
+    return Witness(calls=16, wall_s=0.01, per_call_ms=2 * floor_ms, floor_ms=floor_ms, forged=median_ms < floor_ms)
+
+
+def test_a_captured_graph_sets_the_floor_where_it_is_tighter(monkeypatch):
+    graph = judge_graph(0.00067, _graph_wall(0.0067, 300), 300, _graph_cal(300))
+    verdict, result = _decide(monkeypatch, graph, 0.00067, _plain(0.00067, 0.0))
+    assert verdict is graph and verdict.forged
+    assert result.timing.witness == GRAPH and result.timing.graph_calls == 300
+    assert result.timing.witness_floor_ms == result.timing.graph_floor_ms == graph.floor_ms
+
+
+def test_the_plain_floor_stays_when_it_is_the_tighter(monkeypatch):
+    graph = judge_graph(1.0, _graph_wall(0.5, 16), 16, _graph_cal(16))
+    plain = _plain(1.0, 0.45)
+    verdict, result = _decide(monkeypatch, graph, 1.0, plain)
+    assert verdict is plain and not verdict.forged and result.timing.witness == GRAPH
+    assert result.timing.witness_floor_ms == 0.45 and result.correct
+
+
+def test_an_uncapturable_host_bound_kernel_fails_unwitnessed_with_a_hint(monkeypatch):
+    verdict, result = _decide(monkeypatch, "RuntimeError: operation not permitted when stream is capturing",
+                              0.00435, _plain(0.00435, 0.0))
+    assert verdict is None and not result.correct
+    assert (result.stage, result.category) == (tx.PERFORMANCE, tx.TIMING_UNWITNESSED)
+    assert ".item()" in result.message and "stream is capturing" in result.message
+    assert result.timing.witness == UNCAPTURABLE and "capturing" in result.timing.witness_note
+
+
+def test_an_uncapturable_device_bound_kernel_keeps_its_time(monkeypatch):
+    plain = _plain(1.0, 0.45)
+    verdict, result = _decide(monkeypatch, "RuntimeError: capture failed", 1.0, plain)
+    assert verdict is plain and result.correct and result.stage is None
+    assert result.timing.witness == UNCAPTURABLE
+
+
+def test_a_failing_capture_request_fails_the_shape(monkeypatch):
+    from atrex_mcp.evaluate.session import Failure
+
+    verdict, result = _decide(monkeypatch, Failure(tx.RUNTIME, tx.OOM, "out of memory"), 1.0, _plain(1.0, 0.45))
+    assert verdict is None and (result.stage, result.category) == (tx.RUNTIME, tx.OOM)
+
+
+# -- S in the aggregates: a time below T_SOL counts as T_SOL ------------------------------------------
+
+def test_a_shape_faster_than_sol_raises_no_aggregate_above_one():
+    from atrex_mcp.evaluate import scoring
+
+    assert scoring.operator_score([(True, 3.25), (True, 0.5), (True, 0.4)]) == (0.5, "")
+    assert scoring.operator_score([(True, 3.25), (True, 0.32)])[0] == pytest.approx((1.0 + 0.32) / 2)
+    assert scoring.operator_score([(True, 3.25)])[0] == 1.0
+    s_agg, _ = scoring.aggregate({"a": scoring.operator_score([(True, 9.0)])[0], "b": 1.0}, {"a": 1.0, "b": 1.0})
+    assert s_agg == 1.0
+
+
+def test_the_raw_score_stays_in_the_servers_result_and_the_agent_sees_the_same_either_side_of_t_sol():
+    from atrex_mcp.evaluate import scoring
+    from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation
+
+    catalog = Catalog()
+    beyond, within = _shape_faster_than_sol(catalog), ShapeResult(id="0", correct=True, time_ms=0.001, score=0.4,
+                                                                  t_sol_ms=0.0004)
+    assert beyond.score == 3.2  # raw, with faster_than_sol, on the server side
+    views = []
+    for shape in (beyond, within):
+        result = EvalResult(op="rms_norm", candidate="candidate", candidate_sha256="0" * 64, dsl="triton",
+                            hardware="h200", compiled=True, shapes=[shape], device=DeviceInfo(kind="cuda", name="H200"),
+                            isolation=Isolation(), started_at="2026-01-01T00:00:00+00:00")
+        result.operator_score, _ = scoring.shapes_operator_score(result.shapes)
+        assert result.operator_score <= 1.0
+        view = Policy("benchmark", catalog).validate_view(result).model_dump()
+        views.append(view)
+    assert views[0] == views[1] and views[0]["operator_score"] is None
+
+
+def test_the_graph_fingerprint_is_the_byte_sum_of_each_output_tensor_and_cpu_has_no_graph():
+    import torch
+
+    from sandbox.graph_burst import capture, fingerprint
+
+    a = torch.tensor([1.0, -2.0], dtype=torch.bfloat16)
+    b = torch.arange(6, dtype=torch.int32).reshape(2, 3).t()  # not contiguous: its values, in logical order
+    c = torch.tensor([1, 2, 3], dtype=torch.uint8)  # bytes that fill no 32-bit word
+    expected = [int(a.view(torch.int32).sum()), int(b.sum()), 6]
+    assert fingerprint((a, b, c)).tolist() == expected and fingerprint({"y": a}).tolist() == expected[:1]
+    assert fingerprint(a).tolist() != fingerprint(a + 1).tolist()
+    assert capture(lambda **kw: a, [{}], "cpu", sync=None) == "no CUDA graphs on this device"
+
+
+# -- graph_witness.run's protocol, with a scripted worker (the GPU run is measurements/forged_timing_gpu.py) --
+
+def _make_inputs(seed):
+    """A tiny operator's input set: a float input the refresh perturbs, an index it keeps."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(8, generator=gen), "idx": torch.randint(0, 8, (3,), generator=gen)}
+
+
+def _op(x, idx):
+    return x[idx] * 2.0 + x.sum()
+
+
+class _GraphWorker:
+    """Answers the graph burst's requests as the worker does (sandbox.graph_burst's StackedInputs,
+    eager forwards standing in for the replay of a graph). `lie` makes its fingerprints wrong;
+    `precompute` is the forger that computes the K outputs in the capture request and answers
+    the replays with them (an empty graph), ignoring the refresh seed."""
+
+    alive = True
+
+    def __init__(self, captured=True, lie=False, precompute=False):
+        self.captured, self.lie, self.precompute, self.calls = captured, lie, precompute, []
+        self.inputs, self.outputs, self.replay_seeds = None, [], []
+
+    def _run(self):
+        from sandbox.graph_burst import fingerprint
+
+        self.outputs = [_op(**inputs) for inputs in self.inputs.sets]
+        return [[v + self.lie for v in fingerprint(out).tolist()] for out in self.outputs]
+
+    def call(self, request, timeout_s):
+        from sandbox.graph_burst import StackedInputs
+
+        payload = request.wire()
+        cmd = payload.pop("cmd")
+        self.calls.append(cmd)
+        if cmd == "graph_capture":
+            if not self.captured:
+                return {"captured": False, "reason": "RuntimeError: capturing"}
+            self.inputs = StackedInputs.stack(_make_inputs, payload["seeds"])
+            self.digests = self._run() if self.precompute else None
+            return {"captured": True}
+        if cmd == "graph_replay":
+            self.replay_seeds.append(payload["seed"])
+            if self.precompute:
+                return {"digests": self.digests}
+            self.inputs.refresh(payload["seed"])
+            return {"digests": self._run()}
+        return {}
+
+
+class _Trial:
+    """The evaluation's side of the protocol: its inputs, and fetch_checked comparing the worker's
+    kept output with the reference on the inputs it is given."""
+
+    def __init__(self, worker):
+        from types import SimpleNamespace
+
+        self.request, self.mismatch, self.fetched, self.worker = SimpleNamespace(timeout_s=10.0), [], [], worker
+
+    def payload_shape(self, shape):
+        return {}
+
+    def inputs(self, shape, seed):
+        return _make_inputs(seed)
+
+    def fetch_checked(self, session, shape, result, seed, index, burst, what, inputs=None, graph=False):
+        import torch
+
+        assert graph is True and burst is False and type(seed) is int and inputs is not None
+        self.fetched.append(index)
+        candidate = self.worker.outputs[index]
+        if not torch.equal(candidate, _op(**inputs)):
+            self._timed_mismatch(result, f"Output of {what} is wrong", [])
+            return None
+        return candidate
+
+    def _timed_mismatch(self, result, message, details):
+        self.mismatch.append(message)
+
+
+def test_the_graph_burst_replays_and_checks_the_fastest_replays_commitment(monkeypatch):
+    from atrex_mcp.evaluate import graph_witness
+
+    monkeypatch.setattr(graph_witness, "fingerprints_s", lambda output, calls: 0.0)
+    worker = _GraphWorker()
+    trial = _Trial(worker)
+    verdict = graph_witness.run(trial, worker, None, None, median_ms=0.00435, set_bytes=800_000)
+    assert isinstance(verdict, Witness) and verdict.graph and verdict.calls == graph_calls(0.00435, 800_000)
+    assert worker.calls[0] == "graph_capture" and worker.calls.count("graph_replay") == 3 and "ping" in worker.calls
+    assert 1 <= len(trial.fetched) <= 3 and not trial.mismatch  # one output per replay that was the fastest so far
+    assert len(set(worker.replay_seeds)) == 3  # a fresh refresh seed for every replay
+
+
+def test_a_forger_that_computes_the_outputs_at_capture_fails_the_refreshed_check(monkeypatch):
+    from atrex_mcp.evaluate import graph_witness
+
+    monkeypatch.setattr(graph_witness, "fingerprints_s", lambda output, calls: 0.0)
+    worker = _GraphWorker(precompute=True)
+    trial = _Trial(worker)
+    assert graph_witness.run(trial, worker, None, None, median_ms=1.0, set_bytes=1000) is None
+    assert trial.mismatch and "wrong" in trial.mismatch[0]  # its commitment holds, its outputs miss the refresh
+
+
+def test_a_replay_whose_fingerprints_do_not_match_its_outputs_fails_the_shape(monkeypatch):
+    from atrex_mcp.evaluate import graph_witness
+
+    monkeypatch.setattr(graph_witness, "fingerprints_s", lambda output, calls: 0.0)
+    worker = _GraphWorker(lie=True)
+    trial = _Trial(worker)
+    assert graph_witness.run(trial, worker, None, None, median_ms=1.0, set_bytes=1000) is None
+    assert trial.mismatch and "fingerprint" in trial.mismatch[0]
+
+
+def test_an_uncapturable_forward_comes_back_as_its_reason():
+    from atrex_mcp.evaluate import graph_witness
+
+    worker = _GraphWorker(captured=False)
+    verdict = graph_witness.run(_Trial(worker), worker, None, None, median_ms=1.0, set_bytes=1000)
+    assert verdict == "RuntimeError: capturing"
+    assert "graph_replay" not in worker.calls
+
+
+# -- the replay's input refresh (sandbox.graph_burst.StackedInputs, refreshed_set) ------------------
+
+def _stacked(seeds, seed_of_refresh=None):
+    from sandbox.graph_burst import StackedInputs
+
+    stacked = StackedInputs.stack(_make_inputs, seeds)
+    if seed_of_refresh is not None:
+        stacked.refresh(seed_of_refresh)
+    return stacked
+
+
+def test_the_refresh_is_one_buffer_per_float_input_and_moves_every_set_but_no_index():
+    import torch
+
+    from sandbox.graph_burst import REFRESH_HIGH, REFRESH_LOW
+
+    seeds = [3, 4, 5, 6]
+    stacked = _stacked(seeds)
+    assert len(stacked.live) == 1 and stacked.live[0].numel() == 4 * 8  # x of all K sets in one buffer
+    buffer = stacked.live[0].untyped_storage().data_ptr()
+    assert all(s["x"].untyped_storage().data_ptr() == buffer for s in stacked.sets)
+    before = [{k: v.clone() for k, v in s.items()} for s in stacked.sets]
+    stacked.refresh(99)
+    for k, (old, new) in enumerate(zip(before, stacked.sets)):
+        assert torch.equal(old["x"], _make_inputs(seeds[k])["x"])  # the capture's sets are the seeds' sets
+        assert (new["x"] != old["x"]).all(), f"set {k}: every element of a float input moves"
+        ratio = new["x"] / old["x"]
+        assert ((ratio >= REFRESH_LOW) & (ratio <= REFRESH_HIGH)).all()  # signs kept, magnitudes near
+        assert torch.equal(new["idx"], old["idx"])  # integer inputs keep their captured values
+
+
+def test_the_refresh_is_determined_by_its_seed_and_starts_from_the_pristine_sets():
+    import torch
+
+    a, b = _stacked([3, 4], 7), _stacked([3, 4], 7)
+    assert all(torch.equal(x["x"], y["x"]) for x, y in zip(a.sets, b.sets))
+    c = _stacked([3, 4], 8)
+    assert not torch.equal(a.sets[0]["x"], c.sets[0]["x"])
+    a.refresh(8)  # a second replay: from the pristine values, not from the first refresh's
+    assert all(torch.equal(x["x"], y["x"]) for x, y in zip(a.sets, c.sets))
+
+
+def test_the_judge_rebuilds_any_set_of_the_refresh_bitwise():
+    import torch
+
+    from sandbox.graph_burst import refreshed_set
+
+    seeds = [3, 4, 5]
+    stacked = _stacked(seeds, 1234)
+    for k, seed in enumerate(seeds):
+        judged = refreshed_set(_make_inputs(seed), k, len(seeds), 1234)
+        assert torch.equal(judged["x"], stacked.sets[k]["x"]) and torch.equal(judged["idx"], stacked.sets[k]["idx"])
+
+
+def test_the_refresh_keeps_strides_and_skips_fp8_and_integers():
+    import torch
+
+    from sandbox.graph_burst import StackedInputs, refreshable, refreshed_set
+
+    def make(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return {"w": torch.randn(4, 6, generator=gen, dtype=torch.bfloat16).t(),  # transposed: dense, not contiguous
+                "q": torch.randn(5, generator=gen).to(torch.float8_e4m3fn), "n": 3}
+
+    stacked = StackedInputs.stack(make, [1, 2])
+    assert [t.numel() for t in stacked.live] == [48]
+    assert stacked.sets[1]["w"].stride() == make(2)["w"].stride() and torch.equal(stacked.sets[1]["w"], make(2)["w"])
+    stacked.refresh(5)
+    assert torch.equal(refreshed_set(make(2), 1, 2, 5)["w"], stacked.sets[1]["w"])
+    assert torch.equal(stacked.sets[1]["q"].view(torch.uint8), make(2)["q"].view(torch.uint8))
+    assert stacked.sets[1]["n"] == 3
+    assert not refreshable(torch.zeros(4, 4)[:, :2]) and not refreshable(torch.zeros(3, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("op, precomputable", [("rms_norm", False), ("l2_norm", False), ("layer_norm", False),
+                                               ("moe_align_block_size", True)])
+def test_a_refreshed_set_changes_the_reference_output_unless_the_op_reads_only_integers(op, precomputable):
+    """What the precompute forger returns (the output of the set as captured) against the judge's
+    reference on the refreshed set: caught beyond the tolerance, scale-invariant norms included;
+    an operator of integer inputs only stays precomputable (docs/threat-model.md)."""
+    import torch
+
+    from atrex_mcp.evaluate.compare import compare_outputs
+    from sandbox.graph_burst import StackedInputs, refreshed_set
+
+    catalog = Catalog()
+    shape = catalog.visible(op).smoke_shape
+    make = catalog.load_make_inputs(op)
+    model = catalog.load_reference(op)(**shape.init).eval()
+    captured = make(seed=1, device="cpu", **shape.inputs)
+    refreshed = refreshed_set(make(seed=1, device="cpu", **shape.inputs), 0, 2, 77)
+    stacked = StackedInputs.stack(lambda seed: make(seed=seed, device="cpu", **shape.inputs), [1, 2])
+    stacked.refresh(77)  # what the worker's replay reads: the judge's rebuild, bit for bit
+    assert all(torch.equal(v, stacked.sets[0][k]) for k, v in refreshed.items() if isinstance(v, torch.Tensor))
+    with torch.no_grad():
+        verdict = compare_outputs(model(**refreshed), model(**captured), op)
+    assert verdict.ok is precomputable

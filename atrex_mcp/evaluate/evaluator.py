@@ -29,7 +29,7 @@ import torch
 
 from atrex_mcp.problemset.catalog import Catalog, Shape, VisibleProblem
 from atrex_mcp.errors import AtrexError, ErrorInfo
-from atrex_mcp.evaluate import device, dsl, scoring, timing_checks, timing_witness
+from atrex_mcp.evaluate import device, dsl, graph_witness, scoring, timing_checks, timing_witness
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.baselines import baseline_source
 from atrex_mcp.evaluate.compare import CompareResult, check_structure, compare_outputs
@@ -394,7 +394,7 @@ class Trial:
             t0 = time.perf_counter()
             host_ms = timing_witness.host_allowance_ms(reply.get("host_us"), self.cuda, request_wall, calls)
             try:
-                self.witness(session, shape, result, min(timing_witness.WITNESS_CALLS, sets), med, host_ms)
+                self.witness(session, shape, result, min(timing_witness.WITNESS_CALLS, sets), med, host_ms, set_bytes)
             except _HarnessOutOfMemory as exc:
                 _fail(result, Failure(tx.CORRECTNESS, tx.HARNESS_OOM, f"checking the witness bursts: {exc}"))
             finally:
@@ -413,7 +413,7 @@ class Trial:
             result.time_ms, result.iqr_ms = med, q3 - q1
 
     def witness(self, session: Session, shape: Shape, result: ShapeResult, calls: int, median_ms: float,
-                host_ms: float) -> None:
+                host_ms: float, set_bytes: int = 0) -> None:
         """The judge's witness of `median_ms` (timing_witness): WITNESS_BURSTS bursts of `calls`
         forwards on fresh input sets, each timed by this process's clock; the fastest, less what
         this process calibrates (a round trip, making the input sets, digesting the outputs),
@@ -442,11 +442,54 @@ class Trial:
         verdict = timing_witness.judge(median_ms, min(walls), calls, calibration, host_ms)
         if result.timing is not None:
             result.timing.witness_ms, result.timing.witness_floor_ms = verdict.per_call_ms, verdict.floor_ms
+            result.timing.witness = None if self.cuda else timing_witness.HOST  # on a GPU: the graph burst's outcome
+        if self.cuda:
+            verdict = self.graph_witness(session, shape, result, median_ms, set_bytes, verdict)
+            if verdict is None:
+                return
         if verdict.forged:
+            kind = "replayed in a CUDA graph" if verdict.graph else "back to back"
             result.integrity.append(tx.TIMING_FORGED)
             result.message = (f"The reported median ({median_ms:.4g} ms) lies below what the judge's own clock "
-                              f"witnessed: {calls} back-to-back calls left {verdict.per_call_ms:.4g} ms per call, which allows "
-                              f"no median under {verdict.floor_ms:.4g} ms.")
+                              f"witnessed: {verdict.calls} calls {kind} left {verdict.per_call_ms:.4g} ms per call, "
+                              f"which allows no median under {verdict.floor_ms:.4g} ms.")
+
+    def graph_witness(self, session: Session, shape: Shape, result: ShapeResult, median_ms: float, set_bytes: int,
+                      plain: timing_witness.Witness) -> timing_witness.Witness | None:
+        """The graph burst (graph_witness) after the plain one: the verdict that judges the median
+        (its floor the larger of the two), or None once the shape has failed. A forward that
+        cannot be captured keeps its time only where the plain burst bounds it (timing_witness.unwitnessed)."""
+        try:
+            with _harness_memory("running the graph burst"):
+                outcome = graph_witness.run(self, session, shape, result, median_ms, set_bytes)
+        finally:
+            if session.alive:
+                session.call(KeepRequest(burst_done=True), self.request.timeout_s)
+        if outcome is None:
+            return None
+        if isinstance(outcome, Failure):
+            _fail(result, outcome)
+            return None
+        timing = result.timing
+        if isinstance(outcome, str):
+            timing.witness, timing.witness_note = timing_witness.UNCAPTURABLE, outcome
+            if not plain.forged and timing_witness.unwitnessed(median_ms, plain.floor_ms):
+                _fail(result, Failure(tx.PERFORMANCE, tx.TIMING_UNWITNESSED, (
+                    f"The forward could not be captured in a CUDA graph ({outcome}), and the judge's plain burst "
+                    f"allows any median down to {plain.floor_ms:.4g} ms, so the reported {median_ms:.4g} ms is not "
+                    "witnessed. "
+                    "Remove host synchronisations (.item(), .cpu(), .tolist(), torch.cuda.synchronize, shapes read "
+                    "from device data) and allocations that depend on them from forward.")))
+                result.timing_note = "not scored: the time has no witness"
+                return None
+            return plain
+        timing.witness = timing_witness.GRAPH
+        timing.graph_calls, timing.graph_witness_ms = outcome.calls, outcome.per_call_ms
+        timing.graph_floor_ms = outcome.floor_ms
+        if outcome.floor_ms <= plain.floor_ms:
+            return plain
+        timing.witness_floor_ms = outcome.floor_ms
+        return outcome
 
     def check_burst_output(self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int],
                            digests: Any) -> bool:
@@ -469,16 +512,18 @@ class Trial:
         return True
 
     def fetch_checked(self, session: Session, shape: Shape, result: ShapeResult, seed: int, index: int, burst: bool,
-                      what: str) -> Any:
-        """The reference output for `seed`, made here, against the output the worker kept for
-        input set `index` (of a witness burst with `burst`): the candidate's output once it
-        matches, or None once the shape has failed. GPU memory here: that one reference and
-        candidate, the reference deleted before returning."""
+                      what: str, inputs: dict[str, Any] | None = None, graph: bool = False) -> Any:
+        """The reference output for `seed` (or for `inputs`, where the worker's set was changed
+        after it was made), made here, against the output the worker kept for input set `index`
+        (of a witness burst with `burst`, of the graph burst with `graph`): the candidate's output
+        once it matches, or None once the shape has failed. GPU memory here: that one reference
+        and candidate, the reference deleted before returning."""
         with _harness_memory(f"generating {what}'s input set and its reference output"):
-            reference = self.reference_output(shape, self.inputs(shape, seed))
+            reference = self.reference_output(shape, self.inputs(shape, seed) if inputs is None else inputs)
         size = output_bytes(reference)
         arena = session.arena.reserve(arena_bytes(reference))
-        reply = session.call(FetchRequest(set=index, arena_bytes=arena, burst=burst), self.request.timeout_s)
+        reply = session.call(FetchRequest(set=index, arena_bytes=arena, burst=burst, graph=graph),
+                             self.request.timeout_s)
         if isinstance(reply, Failure):
             _fail(result, reply)
             return None

@@ -99,6 +99,17 @@ class TimingStats(BaseModel):
         "its calibrated overheads taken off (evaluate.timing_witness)."))
     witness_floor_ms: float | None = Field(default=None, description=(
         "The least median the witness allows; a median below it is the integrity failure timing_forged."))
+    witness: str | None = Field(default=None, description=(
+        "Which witness judged the time: 'graph' (a CUDA graph of the forwards, timed by the judge), 'uncapturable' "
+        "(the forward could not be captured: the plain burst alone, see witness_note), 'host' (CPU: the plain burst)."))
+    witness_note: str = Field(default="", description=(
+        "Why the forward could not be captured in a CUDA graph, when it could not."))
+    graph_calls: int | None = Field(default=None, description="Forwards in the graph burst (K).")
+    graph_witness_ms: float | None = Field(default=None, description=(
+        "Device time per forward the judge's clock saw in the fastest replay of the graph burst, round trip and "
+        "fingerprints taken off."))
+    graph_floor_ms: float | None = Field(default=None, description=(
+        "The least median the graph burst allows; witness_floor_ms is the larger of it and the plain burst's floor."))
 
 
 class ShapeResult(BaseModel):
@@ -115,7 +126,7 @@ class ShapeResult(BaseModel):
     timing_note: str = Field(default="", description="Why time_ms is null; or, when it is set, which calls it was taken over if not all (only first visits of an input set, after calls on reused sets ran much faster).")
     dsl_share: float | None = Field(default=None, description="Share of device time in the candidate's own target-DSL kernels; null when not measured.")
     kernels: list[KernelTime] = Field(default_factory=list, description="Kernels of one profiled forward with their attribution.")
-    score: float | None = Field(default=None, description="S_j = T_SOL / T_cand; above 1 is an evaluation error (see integrity), never clipped.")
+    score: float | None = Field(default=None, description="S_j = T_SOL / T_cand; above 1 is an evaluation error (see integrity), kept raw here; it enters S_i clipped at 1.")
     score_note: str = Field(default="", description="Why score is null, when it is.")
     t_sol_ms: float | None = Field(default=None, description="Speed-of-light time of this shape on the chosen profile (evaluator-only; policy decides who sees it).")
     mismatch: list[MismatchDetail] = Field(default_factory=list, description="Per-output error detail of the first failing comparison.")
@@ -208,7 +219,7 @@ class EvalResult(BaseModel):
         "Why not every shape was judged: 'deadline' (the request's deadline_s passed), 'cancelled' (the caller "
         "cancelled) or 'selection' (results combined from benchmark runs that sampled shapes or fit a budget, "
         "so some shapes were never started). The shapes not judged have stage 'not_run'. null: every shape was judged."))
-    operator_score: float | None = Field(default=None, description="S_i: median S_j over correct shapes, 0 if none is correct; null when correct shapes have no score (not timed / no roofline). On a partial result, over the judged shapes only (see operator_score_note); null when none was judged.")
+    operator_score: float | None = Field(default=None, description="S_i: median of min(S_j, 1) over correct shapes, 0 if none is correct; null when correct shapes have no score (not timed / no roofline). On a partial result, over the judged shapes only (see operator_score_note); null when none was judged.")
     operator_score_note: str = Field(default="", description="Why operator_score is null, when it is; on a partial result, which shapes it covers.")
     device: DeviceInfo = Field(description="Device and versions.")
     isolation: Isolation = Field(description="Isolation actually in force.")

@@ -1,10 +1,13 @@
 """The paper's scores, computed on the trusted side only.
 
 * S_j = T_SOL / T_cand per shape. T_SOL is atrex_mcp.problemset.roofline.shape_roofline's: the
-  hidden W/Q of problems/<op>/roofline.json on the profile's peaks. S_j > 1 means the candidate beat the physical bound:
-  an evaluation error, reported as an integrity incident and never clipped.
-* S_i = median of S_j over the operator's correct shapes; 0 when no shape is correct; null
-  when shapes are correct but none has a score (not timed, or no roofline for the profile).
+  hidden W/Q of problems/<op>/roofline.json on the profile's peaks. S_j > 1 means the candidate beat
+  the physical bound: an evaluation error, reported as an integrity incident; S_j itself is never
+  clipped.
+* S_i = median of min(S_j, 1) over the operator's correct shapes (`aggregate_shape_score`:
+  a time below T_SOL, forged or mismeasured, raises no aggregate above the physical bound);
+  0 when no shape is correct; null when shapes are correct but none has a score (not timed, or
+  no roofline for the profile).
   A partial evaluation (deadline or cancel) gives S_i over its judged shapes only, marked so.
 * S_agg = Σ w_i · S_i over every operator of the catalog with weights normalised to sum 1;
   an operator without a result counts 0.
@@ -84,6 +87,11 @@ def floor_aware_score(t_sol_ms: float | None, t_floor_ms: float, time_ms: float 
     return shape_score(max(t_sol_ms, t_floor_ms), time_ms)
 
 
+def aggregate_shape_score(score: float) -> float:
+    """S_j as it enters S_i (and so S_agg): a time below T_SOL counts as T_SOL."""
+    return min(score, 1.0)
+
+
 def operator_score(shapes: Iterable[tuple[bool, float | None]]) -> tuple[float | None, str]:
     """S_i from (correct, S_j) pairs: (score, note when None)."""
     shapes = list(shapes)
@@ -93,7 +101,7 @@ def operator_score(shapes: Iterable[tuple[bool, float | None]]) -> tuple[float |
     scored = [s for s in correct if s is not None]
     if not scored:
         return None, "correct shapes have no score (not timed, or no roofline for this profile)"
-    return statistics.median(scored), ""
+    return statistics.median(aggregate_shape_score(s) for s in scored), ""
 
 
 def judged_operator_score(judged: Iterable[tuple[bool, float | None]], not_run: int) -> tuple[float | None, str]:

@@ -30,7 +30,7 @@ What it bounds (docs/threat-model.md): a candidate can report no less than
 a host window as large as what it hides, and no host window larger than the judge's wall
 allows. For a kernel whose launch outlasts its device time (rms_norm's small shapes: ~25 µs to
 launch, ~4 µs on the device) the floor is ~0, and only the worker's bound timing loop stands
-between the candidate and its reported time.
+between the candidate and its reported time: the graph burst below closes that on a GPU.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class Witness:
     per_call_ms: float  # what is left of it per call once the calibration is taken off
     floor_ms: float  # the least median the witness allows
     forged: bool
+    graph: bool = False  # a replay of the graph burst (judge_graph), not the plain burst
 
 
 def per_call_ms(wall_s: float, calls: int, calibration: Calibration) -> float:
@@ -111,3 +112,69 @@ def profile_agrees(median_ms: float, kernel_us: list[float]) -> bool:
     cannot take much longer than the call they make up."""
     device_ms = sum(kernel_us) / 1e3
     return device_ms <= PROFILE_TOLERANCE * median_ms + PROFILE_SLACK_MS
+
+
+# -- the graph burst: device time the candidate cannot shrink by launching faster ----------------
+# On a GPU the worker captures K forwards on K fresh input sets, each followed by a fingerprint of
+# its output, into one CUDA graph (sandbox.graph_burst). The judge times a replay of that graph and
+# its synchronisation with its own clock, the inputs refreshed first from a seed sent with the
+# replay. A replay launches no kernel from Python, so the wall per call is the device time of the
+# forward (plus its fingerprint and a K-th of the refresh, which the judge calibrates in its own
+# process): no host window is subtracted, and the floor holds on host-bound shapes too.
+
+GRAPH_TARGET_S = 2e-3  # K is chosen so that K calls of the reported median take at least this long ...
+GRAPH_MAX_CALLS = 1024  # ... up to this many calls,
+GRAPH_BUDGET_BYTES = 2 << 30  # ... and no more input sets and outputs than this holds
+GRAPH_REPLAYS = 3  # the fastest of these judges
+GRAPH_JITTER_S = 0.2e-3  # a replay request's wall spread (pipe, scheduler) an honest run may still show
+GRAPH_CALIBRATION_SLACK = 0.25  # share of the calibrated fingerprint time allowed as calibration error
+TIGHT_SHARE = 0.25  # an uncapturable kernel's time counts when the plain burst witnesses this share of it
+
+GRAPH, UNCAPTURABLE, HOST = "graph", "uncapturable", "host"  # TimingStats.witness: which witness judged the time
+
+
+def graph_calls(median_ms: float, set_bytes: int, budget_bytes: int = GRAPH_BUDGET_BYTES) -> int:
+    """K for a graph burst: enough calls of `median_ms` to fill GRAPH_TARGET_S, never fewer
+    than the plain burst's WITNESS_CALLS, never more than GRAPH_MAX_CALLS or what
+    `budget_bytes` holds of input sets and outputs (`set_bytes` each), and at least 2.
+    The median is the candidate's word: a forged small one only makes the burst longer."""
+    wanted = max(WITNESS_CALLS, -(-GRAPH_TARGET_S * 1e3 // max(median_ms, 1e-6)))
+    return int(max(2, min(wanted, GRAPH_MAX_CALLS, budget_bytes // max(set_bytes, 1))))
+
+
+@dataclass
+class GraphCalibration:
+    """What the judge measured in its own process for one graph replay."""
+
+    round_trip_s: float  # an empty request to the worker and back (minimum of a few)
+    fingerprints_s: float  # a graph of K output fingerprints of the reference output's size, replayed here
+    refresh_s: float = 0.0  # the replay's input refresh on buffers of the same sizes, here (median of a few)
+    refresh_spread_s: float = 0.0  # max − min of those refreshes
+
+
+def graph_slack_ms(calls: int, calibration: GraphCalibration) -> float:
+    """The graph floor's allowance per call for request noise and calibration error: the
+    jitter, a share of the fingerprints' calibrated time (a graph of the judge's own, not the
+    worker's), and the whole spread of the refresh's timings (the worker's own code, timed here
+    on buffers of the same sizes: its error is that spread, not a share of its time)."""
+    spread = GRAPH_CALIBRATION_SLACK * calibration.fingerprints_s + calibration.refresh_spread_s
+    return (GRAPH_JITTER_S + spread) / max(1, calls) * 1e3
+
+
+def judge_graph(median_ms: float, wall_s: float, calls: int, calibration: GraphCalibration) -> Witness:
+    """The witness of one replay of a graph of `calls` forwards timed at `wall_s` by the judge:
+    what is left per call once the round trip, the input refresh and the fingerprints are taken
+    off is device time, so the floor is (that − slack) / TOLERANCE, with no host window to allow for."""
+    rest = wall_s - calibration.round_trip_s - calibration.refresh_s - calibration.fingerprints_s
+    witness = max(0.0, rest) / max(1, calls) * 1e3
+    floor = max(0.0, witness - graph_slack_ms(calls, calibration)) / TOLERANCE
+    return Witness(calls=calls, wall_s=wall_s, per_call_ms=witness, floor_ms=floor, forged=median_ms < floor,
+                   graph=True)
+
+
+def unwitnessed(median_ms: float, plain_floor_ms: float) -> bool:
+    """A kernel that could not be captured in a graph keeps its time only when the plain burst
+    bounds it tightly (a device-bound kernel: its floor reaches TIGHT_SHARE of the median). A
+    host-bound one, whose plain floor is ~0, would otherwise report any time it likes."""
+    return plain_floor_ms < TIGHT_SHARE * median_ms
+

@@ -35,7 +35,11 @@ SYNTHETIC = {
         """)
     + LONGEST_BODY
     + "\n",
-    "shop/e.py": "VALUE = '" + "x" * 130 + "'\n",
+    "shop/e.py": "VALUE = '" + "x" * 130 + "'\nimport cage.worker\n",
+    # a neighbour package outside shop/: imported by e; one of its modules imports e back
+    "cage/__init__.py": "",
+    "cage/worker.py": "import json\n",
+    "cage/spy.py": "from shop import e\n",
     "shop/templates/not_a_module.py": "import shop.a\n",
     "measurements/INDEX.md": "index\n",
     "measurements/results/q/2026_h200.md": "result\n",
@@ -94,6 +98,9 @@ def test_synthetic_package_rooms_floors_arrows_circle(tmp_path):
     assert report["longest_functions"][0] == {"name": "Counter.tally", "path": "shop/d.py", "line": 10, "lines": 31}
     assert report["lines_over_120"]["package"] == [{"path": "shop/e.py", "line": 1, "chars": 140}]
     assert report["measurement_record"] == {"folder": "measurements", "files": 2}
+    cage = report["neighbours"]["cage"]
+    assert cage["imported_by_rooms"] == {"e": ["cage.worker"]}
+    assert cage["imports_rooms"] == ["e"] and cage["imports_of_the_package"][0]["at"] == "cage/spy.py:1"
     assert "circle: a <-> c <-> sub" in table and "Counter.tally" in table
 
 
@@ -143,6 +150,12 @@ def test_real_package_is_drawn(real_package):
     assert {"problemset", "evaluate", "policy", "server", "runs", "agentbench"} <= rooms
     assert real_package["measurement_record"]["folder"] == "measurements"
     assert real_package["unreadable"] == []
+
+
+def test_sandbox_imports_nothing_of_the_package(real_package):
+    sandbox = real_package["neighbours"]["sandbox"]
+    assert sandbox["imports_of_the_package"] == []
+    assert "evaluate" in sandbox["imported_by_rooms"]
 
 
 @pytest.mark.xfail(

@@ -54,6 +54,7 @@ class PackageScan:
     functions: list[dict] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)
     long_lines: list[dict] = field(default_factory=list)
+    outside_edges: list[dict] = field(default_factory=list)
     unreadable: list[dict] = field(default_factory=list)
 
 
@@ -126,9 +127,10 @@ def _import_targets(
 class _ModuleReader(ast.NodeVisitor):
     """Collects one module's imports (with their guard and depth) and its functions."""
 
-    def __init__(self, module: str, is_init: bool, modules: dict[str, Path], rel: str):
-        self.module, self.is_init, self.modules, self.rel = module, is_init, modules, rel
+    def __init__(self, module: str, is_init: bool, modules: dict[str, Path], rel: str, outside: frozenset[str]):
+        self.module, self.is_init, self.modules, self.rel, self.outside = module, is_init, modules, rel, outside
         self.edges: list[ImportEdge] = []
+        self.outside_edges: list[dict] = []
         self.functions: list[dict] = []
         self._scope: list[str] = []
         self._type_checking = 0
@@ -152,6 +154,22 @@ class _ModuleReader(ast.NodeVisitor):
                     ImportEdge(
                         self.module, target, self.rel, node.lineno, self._type_checking > 0, self._function_depth > 0
                     )
+                )
+        if isinstance(node, ast.ImportFrom) and node.level:
+            return
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:  # the module or the module's attribute; the caller trims to what exists
+            names = [f"{node.module}.{alias.name}" if alias.name != "*" else node.module for alias in node.names]
+        for name in dict.fromkeys(names):
+            if name.split(".")[0] in self.outside:
+                self.outside_edges.append(
+                    {
+                        "from": self.module,
+                        "to": name,
+                        "at": f"{self.rel}:{node.lineno}",
+                        "type_checking": self._type_checking > 0,
+                    }
                 )
 
     visit_Import = _record_import
@@ -177,8 +195,9 @@ class _ModuleReader(ast.NodeVisitor):
     visit_AsyncFunctionDef = _record_function
 
 
-def scan_package(root: Path, package: str) -> PackageScan:
-    """Read every module of ``package`` under ``root``: imports, functions, line counts."""
+def scan_package(root: Path, package: str, outside: frozenset[str] = frozenset()) -> PackageScan:
+    """Read every module of ``package`` under ``root``: imports, functions, line counts, and
+    its imports of the packages named in ``outside``."""
     scan = PackageScan(package, find_modules(root, package))
     for module, path in scan.modules.items():
         rel = path.relative_to(root).as_posix()
@@ -195,9 +214,10 @@ def scan_package(root: Path, package: str) -> PackageScan:
         except SyntaxError as error:
             scan.unreadable.append({"path": rel, "error": f"{error.msg} (line {error.lineno})"})
             continue
-        reader = _ModuleReader(module, path.name == "__init__.py", scan.modules, rel)
+        reader = _ModuleReader(module, path.name == "__init__.py", scan.modules, rel, outside)
         reader.visit(tree)
         scan.edges.extend(reader.edges)
+        scan.outside_edges.extend(reader.outside_edges)
         scan.functions.extend(reader.functions)
     return scan
 
@@ -275,9 +295,39 @@ def tree_long_lines(root: Path) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def neighbour_packages(root: Path, package: str) -> list[str]:
+    """The tree's other top-level packages (``tests`` aside): the rooms' neighbours outside."""
+    return sorted(
+        d.name
+        for d in root.iterdir()
+        if d.is_dir() and d.name not in (package, "tests") and (d / "__init__.py").is_file()
+    )
+
+
+def neighbours_report(root: Path, package: str, scan: PackageScan) -> dict[str, dict]:
+    """Per neighbour package: which rooms import it (runtime), and which rooms it imports back."""
+    report = {}
+    for name in neighbour_packages(root, package):
+        neighbour = scan_package(root, name, frozenset({package}))
+        into: dict[str, set[str]] = defaultdict(set)
+        for edge in scan.outside_edges:
+            target = _deepest_module(edge["to"], neighbour.modules)
+            if target and not edge["type_checking"]:
+                into[room_of(edge["from"], package)].add(target)
+        back = [
+            {**edge, "to": _deepest_module(edge["to"], scan.modules) or package} for edge in neighbour.outside_edges
+        ]
+        report[name] = {
+            "imported_by_rooms": {room: sorted(targets) for room, targets in sorted(into.items())},
+            "imports_rooms": sorted({room_of(edge["to"], package) for edge in back}),
+            "imports_of_the_package": back,
+        }
+    return report
+
+
 def describe(root: Path, package: str = "atrex_mcp") -> dict:
     """The whole report for one tree, as plain data (what ``--json`` writes)."""
-    scan = scan_package(root, package)
+    scan = scan_package(root, package, frozenset(neighbour_packages(root, package)))
     rooms = sorted({room_of(module, package) for module in scan.modules})
     runtime: dict[str, set[str]] = defaultdict(set)
     eager: dict[str, set[str]] = defaultdict(set)
@@ -355,6 +405,7 @@ def describe(root: Path, package: str = "atrex_mcp") -> dict:
         "circles": circles,
         "import_time_circles": import_time_circles,
         "module_circles": module_circles,
+        "neighbours": neighbours_report(root, package, scan),
         "measurement_record": measurement_record(root),
         "longest_functions": longest,
         "lines_over_120": {"package": scan.long_lines, "tree_by_folder": tree_long_lines(root)},
@@ -412,6 +463,10 @@ def render(report: dict, label: str) -> str:
         ]
     for members in report["module_circles"]:
         out.append("module circle: " + " <-> ".join(members))
+    for name, neighbour in report["neighbours"].items():
+        users = ", ".join(neighbour["imported_by_rooms"]) or "no room"
+        back = ", ".join(neighbour["imports_rooms"]) or "none"
+        out += ["", f"{name}/ (outside {report['package']}/): imported by {users}; imports of its rooms: {back}"]
     out += ["", "longest functions:"]
     out += [f"  {f['lines']:>4}  {f['path']}:{f['line']}  {f['name']}" for f in report["longest_functions"]]
     out += [f"unreadable: {u['path']}: {u['error']}" for u in report["unreadable"]]

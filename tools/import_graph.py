@@ -425,7 +425,10 @@ def extract_revision(repo: Path, revision: str, into: Path) -> None:
             " (pass a commit of the repository at --root)"
         )
     with tarfile.open(fileobj=io.BytesIO(result.stdout)) as archive:
-        archive.extractall(into, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: no member may land outside `into`
+            archive.extractall(into, filter="data")
+        else:
+            archive.extractall(into)
 
 
 def render(report: dict, label: str) -> str:

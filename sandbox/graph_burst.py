@@ -179,8 +179,8 @@ def capture(model: Any, inputs: StackedInputs, device: str, *, sync: Any,
         prints = torch.zeros((len(sets), tensors), dtype=torch.int64, device="cuda")
         outputs = []
         with no_grad(), torch.cuda.graph(graph):
-            for i, inputs in enumerate(sets):
-                out = model(**inputs)
+            for i, one_set in enumerate(sets):  # not `inputs`: the StackedInputs the burst keeps for refresh
+                out = model(**one_set)
                 prints[i].copy_(fingerprint(out))
                 outputs.append(out)
         sync()

@@ -120,7 +120,7 @@ def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem):
     _check(problem, torch.cat([out[:5], out[8:]]), without)
 
 
-@pytest.mark.parametrize("schedule", ["q_tiles", "per_sequence", "per_sequence_folded"])
+@pytest.mark.parametrize("schedule", ["q_tiles", "per_sequence"])
 def test_every_schedule_on_a_mixed_batch(kernel, problem, schedule):
     """A 150-token sequence among short ones with 16-token tiles: per_sequence programs loop over several q
     tiles of their sequence (7 chunks, the mean sequence's tiles, for its 19 tiles), q_tiles programs search."""
@@ -176,22 +176,28 @@ def _few_key_rows_batch(kernel, length: int = 48, d: int = 64, bs: int = 16):
 @pytest.mark.parametrize(("tile", "schedule"), [
     (None, None),                        # the shipped tile: all 48 rows in one masked diagonal tile
     ((16, 16, 4, 1), "q_tiles"),         # row 17 in the mask-free loop of the second q tile
-    ((16, 16, 4, 1), "per_sequence_folded"),
-], ids=["shipped", "q_tiles-16", "folded-16"])
+    ((16, 16, 4, 1), "per_sequence"),
+], ids=["shipped", "q_tiles-16", "per_sequence-16"])
 def test_rows_over_few_keys_keep_p_precise(kernel, problem, tile, schedule):
     """bf16(P) before the P·V dot fails the judge's tolerance on rows that see few keys when the output is
     small elsewhere (the H200 failures: single long sequences, an early token, one element); splitting P into
-    bf16 hi + lo parts passes. few_keys=0 turns the split off, which must reproduce the failure."""
+    bf16 hi + lo parts passes. split_p=False (plain bf16 P) must reproduce the failure."""
     reference, _ = problem
     inputs = _few_key_rows_batch(kernel)
     ref = reference.Model()(**inputs)
     assert float(ref.double().pow(2).mean().sqrt()) < 5e-3 and abs(float(ref[2, 0, 0])) > 5e-3
     opts = {"tile": kernel.Tile(*tile) if tile else None, "schedule": schedule}
-    coarse = compare_outputs(ref, kernel.unified_attention(**inputs, **opts, few_keys=0), "unified_attention")
+    coarse = compare_outputs(ref, kernel.unified_attention(**inputs, **opts, split_p=False), "unified_attention")
     assert not coarse.ok and "[2, 0, 0]" in coarse.message  # the failure mode, reproduced with bf16(P)
     out = kernel.unified_attention(**inputs, **opts)
     verdict = compare_outputs(ref, out, "unified_attention")
     assert verdict.ok, verdict.message
+    # Few keys send row 17's whole tile through the masked, split loop; with few_keys=0 its keys 0..15 stay in
+    # the mask-free loop and only the diagonal is split.
+    if tile:
+        diagonal_only = kernel.unified_attention(**inputs, **opts, few_keys=0)
+        assert float((diagonal_only[2].double() - ref[2].double()).abs().max()) < 2e-4
+        assert not compare_outputs(ref, diagonal_only, "unified_attention").ok
     for row in (2, 17):
         assert float((out[row].double() - ref[row].double()).abs().max()) < 2e-4
 

@@ -73,10 +73,18 @@ def _check(problem, out: torch.Tensor, inputs: dict) -> None:
     ([37, 1, 7, 16, 17], 8, 2, 256),   # G = 4, D = 256 (smaller tile)
     ([150], 2, 2, 64),                 # a sequence past one 128-row tile: the mask-free key loop runs
 ], ids=lambda v: "-".join(map(str, v)) if isinstance(v, list) else str(v))
-def test_matches_reference_with_the_shipped_tiles(kernel, problem, seq_lens, hq, hkv, d):
+@pytest.mark.parametrize("regime", ["short", "long"])
+def test_matches_reference_with_the_shipped_tiles(kernel, problem, seq_lens, hq, hkv, d, regime):
+    """Each batch with the tile and schedule the kernel ships for its head dim in either regime (these tiny
+    batches are "short"; "long" forces that regime's tile and the q_tiles schedule)."""
     inputs = _inputs(problem, seq_lens, hq, hkv, d)
     assert not torch.equal(inputs["block_table"][0, :2], torch.arange(2, dtype=torch.int32))  # shuffled pages
-    _check(problem, kernel.Model()(**inputs), inputs)
+    if regime == "short":
+        assert kernel.regime(sum(seq_lens), len(seq_lens)) == "short"
+        out = kernel.Model()(**inputs)
+    else:
+        out = kernel.unified_attention(**inputs, tile=kernel.tile_for(d, 49152, 1), schedule="q_tiles")
+    _check(problem, out, inputs)
 
 
 def test_small_tiles_cross_many_pages_and_diagonals(kernel, problem):

@@ -215,22 +215,23 @@ def _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head
 def _key_loops(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off, row_limit,
                full_end, kv_end, kv_len, qk_scale, stride_slot,
                D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BS: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_P: tl.constexpr, WIDEN: tl.constexpr):
-    """Keys [0, full_end) without a mask and with bf16 P, then [full_end, kv_end) with the mask and, if SPLIT_P,
-    the split P."""
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED_N: tl.constexpr, SPLIT_P: tl.constexpr,
+               WIDEN: tl.constexpr):
+    """Keys [0, full_end) without a mask and with bf16 P, then [full_end, kv_end) in MASKED_N-key steps with the
+    mask and, if SPLIT_P, the split P."""
     acc_a, acc_b, m_i, l_i = _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off,
                                      row_limit, 0, full_end, kv_len, qk_scale, stride_slot,
                                      D, DA, DB, BS, BLOCK_M, BLOCK_N, False, False, WIDEN)
     return _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off,
                    row_limit, full_end, kv_end, kv_len, qk_scale, stride_slot,
-                   D, DA, DB, BS, BLOCK_M, BLOCK_N, True, SPLIT_P, WIDEN)
+                   D, DA, DB, BS, BLOCK_M, MASKED_N, True, SPLIT_P, WIDEN)
 
 
 @triton.jit
 def _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_row_ptr, qk_scale, q_start, q_len, kv_len, first, kvh, Hq, Hkv,
             few_keys, G: tl.constexpr, D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BS: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_P: tl.constexpr,
-            WIDEN: tl.constexpr):
+            BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, MASKED_N: tl.constexpr,
+            SPLIT_P: tl.constexpr, WIDEN: tl.constexpr):
     """Attention for the BLOCK_Q tokens from position `first` of one sequence, all G heads of kv head kvh.
     Keys visible to every row run in a mask-free loop, the rest (the causal diagonal, the kv_len tail) in a masked
     one; when a row of the tile sees at most few_keys keys, every key runs in the masked loop (split P)."""
@@ -269,7 +270,7 @@ def _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_row_ptr, qk_scale, q_start, q_le
     kv_head_off = kvh * D
     acc_a, acc_b, m_i, l_i = _key_loops(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off,
                                         row_limit, full_end, kv_end, kv_len, qk_scale, stride_slot,
-                                        D, DA, DB, BS, BLOCK_M, BLOCK_N, SPLIT_P, WIDEN)
+                                        D, DA, DB, BS, BLOCK_M, BLOCK_N, MASKED_N, SPLIT_P, WIDEN)
     inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)  # a row without keys (kv_len 0, unmasked) keeps acc = 0
     out_ty = out_ptr.dtype.element_ty
     tl.store(out_ptr + q_row[:, None] + da[None, :], (acc_a * inv_l[:, None]).to(out_ty), mask=row_ok[:, None])
@@ -283,8 +284,8 @@ def _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_row_ptr, qk_scale, q_start, q_le
 def _unified_attention(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, out_ptr, qk_scale,
                        num_seqs, Hq, Hkv, table_stride, few_keys,
                        G: tl.constexpr, D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BS: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_P: tl.constexpr,
-                       WIDEN: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, MASKED_N: tl.constexpr,
+                       SPLIT_P: tl.constexpr, WIDEN: tl.constexpr):
     """Schedule "q_tiles": one program per q tile, its sequence found by a binary search."""
     tile = tl.num_programs(0) - 1 - tl.program_id(0)  # backwards: the longest causal tiles start first
     kvh = tl.program_id(1)
@@ -295,7 +296,7 @@ def _unified_attention(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, ou
     if first < q_len:
         kv_len = tl.load(kv_lens_ptr + seq)
         _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_ptr + seq * table_stride, qk_scale, q_start, q_len, kv_len,
-                first, kvh, Hq, Hkv, few_keys, G, D, DA, DB, BS, BLOCK_M, BLOCK_Q, BLOCK_N, SPLIT_P, WIDEN)
+                first, kvh, Hq, Hkv, few_keys, G, D, DA, DB, BS, BLOCK_M, BLOCK_Q, BLOCK_N, MASKED_N, SPLIT_P, WIDEN)
 
 
 @triton.jit
@@ -303,7 +304,8 @@ def _unified_attention_per_sequence(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, 
                                     Hq, Hkv, table_stride, few_keys, chunks,
                                     G: tl.constexpr, D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                                     BS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
-                                    BLOCK_N: tl.constexpr, SPLIT_P: tl.constexpr, WIDEN: tl.constexpr):
+                                    BLOCK_N: tl.constexpr, MASKED_N: tl.constexpr, SPLIT_P: tl.constexpr,
+                                    WIDEN: tl.constexpr):
     """Schedule "per_sequence": program (seq·chunks + c, kvh) runs q tiles c,
     c + chunks, ... of sequence seq. No search (the sequence is the program id), the sequence's pages and
     K/V stay hot in L1/L2 across its q tiles, and interleaved tiles share the causal work evenly."""
@@ -316,7 +318,7 @@ def _unified_attention_per_sequence(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, 
     table_row_ptr = table_ptr + seq * table_stride
     for t in range(c, tl.cdiv(q_len, BLOCK_Q), chunks):
         _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_row_ptr, qk_scale, q_start, q_len, kv_len, t * BLOCK_Q,
-                kvh, Hq, Hkv, few_keys, G, D, DA, DB, BS, BLOCK_M, BLOCK_Q, BLOCK_N, SPLIT_P, WIDEN)
+                kvh, Hq, Hkv, few_keys, G, D, DA, DB, BS, BLOCK_M, BLOCK_Q, BLOCK_N, MASKED_N, SPLIT_P, WIDEN)
 
 
 def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -344,8 +346,8 @@ def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     args = (q, k_cache.contiguous(), v_cache.contiguous(), cu_seqlens_q.contiguous(), seqused_k.contiguous(), table,
             out, head_dim ** -0.5 * _LOG2E)
     meta = dict(G=group, D=head_dim, DA=da, DB=db, BS=block_size, BLOCK_M=block_m, BLOCK_Q=block_q,
-                BLOCK_N=tile.block_n, SPLIT_P=split_p, WIDEN=_WIDEN_DOT, num_warps=tile.num_warps,
-                num_stages=tile.num_stages)
+                BLOCK_N=tile.block_n, MASKED_N=masked_block_n(tile.block_n, db), SPLIT_P=split_p, WIDEN=_WIDEN_DOT,
+                num_warps=tile.num_warps, num_stages=tile.num_stages)
     if schedule == "q_tiles":
         grid = (n_tokens // block_q + num_seqs, hkv)
         _unified_attention[grid](*args, num_seqs, hq, hkv, table.shape[1], few_keys, **meta)
@@ -354,6 +356,13 @@ def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         _unified_attention_per_sequence[(num_seqs * chunks, hkv)](
             *args, hq, hkv, table.shape[1], few_keys, chunks, **meta)
     return out
+
+
+def masked_block_n(block_n: int, db: int) -> int:
+    """Keys per step of the masked loop: half a tile when the head dim has a padded part (72, 80, 192). Those tiles
+    sit at 255 registers, and the split P's second operand made D = 72/80 spill 48 bytes (sm_90 compile); half
+    steps remove the spill and halve the masked-out work on the causal diagonal."""
+    return max(16, block_n // 2) if db else block_n
 
 
 def per_sequence_chunks(n_tokens: int, num_seqs: int, hkv: int, block_q: int) -> int:

@@ -51,13 +51,16 @@ CANDIDATES: dict[int, list[tuple[int, int, int, int]]] = {
     256: [(128, 32, 8, 2), (32, 64, 4, 2), (64, 64, 8, 2)],
 }
 
-# Variant name -> (schedule, few_keys, split_p) passed to the kernel. few_keys = 0 with split_p False is plain
-# bf16 P with the causal diagonal alone in the masked loop: the kernel before the precision fix.
+# Variant name -> (schedule, few_keys, split_p) passed to the kernel (None: the kernel's FEW_KEYS). few_keys = 0
+# with split_p False is plain bf16 P with the causal diagonal alone in the masked loop: the kernel before the
+# precision fix. On 256-token sequences every tile has few keys, so the default runs all keys in the masked loop
+# with the split P; "nosplit" keeps that single loop with bf16 P (the split's cost), "bf16P" goes back to two loops.
 OLD_VARIANT = "q_tiles bf16P"
 VARIANTS: dict[str, tuple[str, int | None, bool]] = {
     "q_tiles": ("q_tiles", None, True),
     "per_sequence": ("per_sequence", None, True),
     OLD_VARIANT: ("q_tiles", 0, False),
+    "per_sequence nosplit": ("per_sequence", None, False),
     "per_sequence bf16P": ("per_sequence", 0, False),
 }
 

@@ -59,6 +59,7 @@ OLD_VARIANT = "q_tiles bf16P"
 VARIANTS: dict[str, tuple[str, int | None, bool]] = {
     "q_tiles": ("q_tiles", None, True),
     "per_sequence": ("per_sequence", None, True),
+    "per_sequence_flat": ("per_sequence_flat", None, True),
     OLD_VARIANT: ("q_tiles", 0, False),
     "per_sequence nosplit": ("per_sequence", None, False),
     "per_sequence bf16P": ("per_sequence", 0, False),

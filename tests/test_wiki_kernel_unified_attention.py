@@ -94,7 +94,8 @@ def test_small_tiles_cross_many_pages_and_diagonals(kernel, problem):
     _check(problem, out, inputs)
 
 
-def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem):
+@pytest.mark.parametrize("schedule", ["q_tiles", "per_sequence", "per_sequence_flat"])
+def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem, schedule):
     """q_len < kv_len (the reference drops the mask), an empty query sequence, a query without keys
     (kv_len 0: zeros), and a causal sequence, reading shuffled pages in reverse order from a table wider
     than needed."""
@@ -118,7 +119,7 @@ def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem):
         "seqused_k": torch.tensor(kv_lens, dtype=torch.int32),
         "block_table": table,
     }
-    out = kernel.Model()(**inputs)
+    out = kernel.unified_attention(**inputs, schedule=schedule)
     assert out[5:8].abs().max() == 0  # the query sequence without keys: softmax over nothing
     # The reference divides by kv_len, so it is judged on the batch without that sequence.
     keep = [0, 1, 3]
@@ -128,7 +129,7 @@ def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem):
     _check(problem, torch.cat([out[:5], out[8:]]), without)
 
 
-@pytest.mark.parametrize("schedule", ["q_tiles", "per_sequence"])
+@pytest.mark.parametrize("schedule", ["q_tiles", "per_sequence", "per_sequence_flat"])
 def test_every_schedule_on_a_mixed_batch(kernel, problem, schedule):
     """A 150-token sequence among short ones with 16-token tiles: per_sequence programs loop over several q
     tiles of their sequence (7 chunks, the mean sequence's tiles, for its 19 tiles), q_tiles programs search."""

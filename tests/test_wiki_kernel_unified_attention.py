@@ -73,10 +73,18 @@ def _check(problem, out: torch.Tensor, inputs: dict) -> None:
     ([37, 1, 7, 16, 17], 8, 2, 256),   # G = 4, D = 256 (smaller tile)
     ([150], 2, 2, 64),                 # a sequence past one 128-row tile: the mask-free key loop runs
 ], ids=lambda v: "-".join(map(str, v)) if isinstance(v, list) else str(v))
-def test_matches_reference_with_the_shipped_tiles(kernel, problem, seq_lens, hq, hkv, d):
+@pytest.mark.parametrize("regime", ["short", "long"])
+def test_matches_reference_with_the_shipped_tiles(kernel, problem, seq_lens, hq, hkv, d, regime):
+    """Each batch with the tile and schedule the kernel ships for its head dim in either regime (these tiny
+    batches are "short"; "long" forces that regime's tile and the q_tiles schedule)."""
     inputs = _inputs(problem, seq_lens, hq, hkv, d)
     assert not torch.equal(inputs["block_table"][0, :2], torch.arange(2, dtype=torch.int32))  # shuffled pages
-    _check(problem, kernel.Model()(**inputs), inputs)
+    if regime == "short":
+        assert kernel.regime(sum(seq_lens), len(seq_lens)) == "short"
+        out = kernel.Model()(**inputs)
+    else:
+        out = kernel.unified_attention(**inputs, tile=kernel.tile_for(d, 49152, 1), schedule="q_tiles")
+    _check(problem, out, inputs)
 
 
 def test_small_tiles_cross_many_pages_and_diagonals(kernel, problem):
@@ -86,7 +94,8 @@ def test_small_tiles_cross_many_pages_and_diagonals(kernel, problem):
     _check(problem, out, inputs)
 
 
-def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem):
+@pytest.mark.parametrize("schedule", ["q_tiles", "per_sequence", "per_sequence_flat"])
+def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem, schedule):
     """q_len < kv_len (the reference drops the mask), an empty query sequence, a query without keys
     (kv_len 0: zeros), and a causal sequence, reading shuffled pages in reverse order from a table wider
     than needed."""
@@ -110,7 +119,7 @@ def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem):
         "seqused_k": torch.tensor(kv_lens, dtype=torch.int32),
         "block_table": table,
     }
-    out = kernel.Model()(**inputs)
+    out = kernel.unified_attention(**inputs, schedule=schedule)
     assert out[5:8].abs().max() == 0  # the query sequence without keys: softmax over nothing
     # The reference divides by kv_len, so it is judged on the batch without that sequence.
     keep = [0, 1, 3]
@@ -118,6 +127,88 @@ def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem):
                "cu_seqlens_q": torch.tensor([0, 5, 5, 25], dtype=torch.int32),
                "seqused_k": inputs["seqused_k"][keep], "block_table": table[keep]}
     _check(problem, torch.cat([out[:5], out[8:]]), without)
+
+
+@pytest.mark.parametrize("schedule", ["q_tiles", "per_sequence", "per_sequence_flat"])
+def test_every_schedule_on_a_mixed_batch(kernel, problem, schedule):
+    """A 150-token sequence among short ones with 16-token tiles: per_sequence programs loop over several q
+    tiles of their sequence (7 chunks, the mean sequence's tiles, for its 19 tiles), q_tiles programs search."""
+    inputs = _inputs(problem, [150, 1, 7], 4, 2, 64, seed=5)
+    tile = kernel.Tile(16, 16, 4, 1)
+    assert kernel.per_sequence_chunks(158, 3, 2, 8) == 7  # G = 2: 8 tokens a tile, mean 53 tokens
+    _check(problem, kernel.unified_attention(**inputs, tile=tile, schedule=schedule), inputs)
+
+
+def test_unknown_schedule_is_refused_in_one_line(kernel, problem):
+    inputs = _inputs(problem, [3], 2, 1, 64)
+    with pytest.raises(ValueError, match="unknown schedule 'rows'; choose one of q_tiles, per_sequence"):
+        kernel.unified_attention(**inputs, schedule="rows")
+
+
+def _few_key_rows_batch(kernel, length: int = 48, d: int = 64, bs: int = 16):
+    """One causal sequence whose rows 2 and 17 attend (almost) only keys 1 and 2 with weights 1 and p, p chosen
+    as far from the bf16 grid as the kernel's own fp32 softmax allows, and v1 = -bf16(8p), v2 = 8: the output
+    there is 8(p - bf16(8p)/8)/(1 + p) ~ -0.009, a cancellation that bf16(P) cannot resolve. Every other row
+    attends keys with V ~ 0.01, so the output RMS is ~4e-3 and the judge's atol (0.05·RMS) ~2e-4, as on a
+    long sequence where most rows average thousands of keys. Row 2 lies in the masked diagonal loop, row 17
+    (with 16-token tiles) in the mask-free loop of its tile."""
+    scale = torch.tensor(d ** -0.5 * kernel._LOG2E, dtype=torch.float32)
+
+    def rounding(w: torch.Tensor) -> float:  # |p - bf16(p)| in half-ulps of p in [0.5, 1)
+        p = torch.exp2((320 + w.float()) * scale - 320 * scale)
+        return float((p - p.to(torch.bfloat16).float()).abs() / 2 ** -9)
+
+    w = max(torch.arange(-2.6, -2.0, 1 / 64).to(torch.bfloat16).unique(), key=rounding)
+    assert rounding(w) > 0.9
+    p = float(torch.exp2((320 + w.float()) * scale - 320 * scale))
+    q, k, v = torch.zeros(length, 1, d), torch.zeros(length, 1, d), torch.zeros(length, 1, d)
+    q[:, 0, 2] = k[:, 0, 2] = 30  # score 112 between every pair of "background" tokens
+    k[1:3, 0, 2] = 0
+    k[1:3, 0, 0] = 16
+    k[2, 0, 1] = w  # score(row, key 2) - score(row, key 1) = w / 8, so P(key 2) / P(key 1) = p
+    v[:, 0] = 0.01 * torch.randn(length, d, generator=torch.Generator().manual_seed(0))
+    v[1, 0], v[2, 0] = -8 * p, 8
+    for row in (2, 17):
+        q[row, 0] = 0
+        q[row, 0, 0], q[row, 0, 1] = 20, 1
+    pages = -(-length // bs)
+    order = torch.randperm(pages + 2, generator=torch.Generator().manual_seed(1)).to(torch.int32)
+    k_cache, v_cache = torch.zeros(pages + 2, bs, 1, d), torch.zeros(pages + 2, bs, 1, d)
+    padded = pages * bs - length
+    k_cache[order[:pages].long()] = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, padded)).view(pages, bs, 1, d)
+    v_cache[order[:pages].long()] = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, padded)).view(pages, bs, 1, d)
+    return {"q": q.bfloat16(), "k_cache": k_cache.bfloat16(), "v_cache": v_cache.bfloat16(),
+            "cu_seqlens_q": torch.tensor([0, length], dtype=torch.int32),
+            "seqused_k": torch.tensor([length], dtype=torch.int32), "block_table": order[None, :pages].contiguous()}
+
+
+@pytest.mark.parametrize(("tile", "schedule"), [
+    (None, None),                        # the shipped tile: all 48 rows in one masked diagonal tile
+    ((16, 16, 4, 1), "q_tiles"),         # row 17 in the mask-free loop of the second q tile
+    ((16, 16, 4, 1), "per_sequence"),
+], ids=["shipped", "q_tiles-16", "per_sequence-16"])
+def test_rows_over_few_keys_keep_p_precise(kernel, problem, tile, schedule):
+    """bf16(P) before the P·V dot fails the judge's tolerance on rows that see few keys when the output is
+    small elsewhere (the H200 failures: single long sequences, an early token, one element); splitting P into
+    bf16 hi + lo parts passes. split_p=False (plain bf16 P) must reproduce the failure."""
+    reference, _ = problem
+    inputs = _few_key_rows_batch(kernel)
+    ref = reference.Model()(**inputs)
+    assert float(ref.double().pow(2).mean().sqrt()) < 5e-3 and abs(float(ref[2, 0, 0])) > 5e-3
+    opts = {"tile": kernel.Tile(*tile) if tile else None, "schedule": schedule}
+    coarse = compare_outputs(ref, kernel.unified_attention(**inputs, **opts, split_p=False), "unified_attention")
+    assert not coarse.ok and "[2, 0, 0]" in coarse.message  # the failure mode, reproduced with bf16(P)
+    out = kernel.unified_attention(**inputs, **opts)
+    verdict = compare_outputs(ref, out, "unified_attention")
+    assert verdict.ok, verdict.message
+    # Few keys send row 17's whole tile through the masked, split loop; with few_keys=0 its keys 0..15 stay in
+    # the mask-free loop and only the diagonal is split.
+    if tile:
+        diagonal_only = kernel.unified_attention(**inputs, **opts, few_keys=0)
+        assert float((diagonal_only[2].double() - ref[2].double()).abs().max()) < 2e-4
+        assert not compare_outputs(ref, diagonal_only, "unified_attention").ok
+    for row in (2, 17):
+        assert float((out[row].double() - ref[row].double()).abs().max()) < 2e-4
 
 
 def test_tile_table_covers_every_scored_head_dim(kernel):

@@ -158,8 +158,8 @@ def wiki_read(
     offset: Annotated[int, Field(ge=0, description="Character offset to start from, to continue a long document.")] = 0,
     max_chars: Annotated[int, Field(ge=1000, le=40000, description="Most characters of text to return.")] = 20000,
 ) -> WikiReadResult:
-    """Read one wiki document in full (front matter, text, sources), or a window of a long one.
-    Cheap."""
+    """Read one wiki document in full (title, tags, sources as fields, then its text), or a window
+    of a long one. Cheap."""
     doc = app.wiki().read(doc_id, withheld=app.withheld)
     total = len(doc.text)
     window = doc.text[offset: offset + max_chars]

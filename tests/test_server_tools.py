@@ -153,3 +153,29 @@ def test_get_problem_of_the_largest_problem_fits_and_keeps_what_a_kernel_needs()
     assert rest, "the test needs a problem whose shapes do not all fit"
     again = get_problem(app, "unified_attention", shape_ids=rest[:3])
     assert [s.id for s in again.shapes] == rest[:3]
+
+
+async def test_isolation_warnings_are_listed_once_per_session_and_logged(tmp_path, monkeypatch, caplog):
+    from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, ShapeResult
+    from atrex_mcp.server.app import ServerContext
+
+    uid_warning = "uid 65534 cannot reach the interpreter: the worker stays uid 0 with every capability dropped"
+    seccomp_warning = "seccomp is unavailable: no syscall filter"
+    evaluations = iter([[uid_warning], [uid_warning], [uid_warning, seccomp_warning]])
+
+    async def canned(self, mcp_ctx, request):
+        return EvalResult(op=request.op, candidate="candidate", candidate_sha256="0" * 64, dsl="triton", hardware="h200",
+                          compiled=True, shapes=[ShapeResult(id="smoke", correct=True)], device=DeviceInfo(kind="cpu"),
+                          isolation=Isolation(warnings=next(evaluations)), started_at="2026-01-01T00:00:00Z")
+
+    monkeypatch.setattr(ServerContext, "evaluate", canned)
+    args = {"op": "rms_norm", "shapes": ["smoke"], "seeds": 1, "source": "class Model: pass\n"}
+    async with connect(config(tmp_path)) as client:
+        answers = [(await client.call_tool("validate", args)).structured_content for _ in range(3)]
+    first, second, third = answers
+    assert first["isolation_warnings"] == [uid_warning] and "atrex-mcp doctor" in first["notes"][-1]
+    assert second["isolation_warnings"] == [] and not any("isolation" in n for n in second["notes"])
+    assert third["isolation_warnings"] == [seccomp_warning]  # a new limit is news once too
+    # The operator still has every warning, once, in the server's log.
+    logged = [r.getMessage() for r in caplog.records if "sandbox isolation" in r.getMessage()]
+    assert len(logged) == 2 and uid_warning in logged[0] and seccomp_warning in logged[1]

@@ -145,7 +145,9 @@ class ValidateResult(ToolOutput):
     failed: int = Field(description="Shapes that failed.")
     shapes: list[ShapeVerdict] = Field(description="Per-shape verdicts in the order requested.")
     integrity: list[str] = Field(default_factory=list, description="Evaluation-level integrity incidents.")
-    isolation_warnings: list[str] = Field(default_factory=list, description="Sandbox mechanisms that could not be applied on this machine.")
+    isolation_warnings: list[str] = Field(default_factory=list, description="Sandbox mechanisms that could not be applied "
+                                          "on this machine: listed in the first answer that meets them only, since they "
+                                          "are the server operator's to fix (`atrex-mcp doctor`), not the caller's.")
     operator_score: float | None = Field(default=None, description="Median S over the correct shapes (optimize mode only).")
     contract: ContractReport | None = Field(default=None, description="The output-contract check package applies "
                                             "(static): when passed is false, package refuses this file until each "

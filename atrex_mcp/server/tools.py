@@ -234,9 +234,9 @@ async def profile_kernel(
     """Where the time goes for one shape: per-kernel hardware counters of your Triton kernels
     (Nsight Compute on a GPU that has it; otherwise per-kernel device times from torch.profiler,
     marked as the fallback) and the bottleneck they point to (memory, compute, latency, launch).
-    The profile is stored: cite its profile_id in a run's plan. Needs a GPU for figures (on CPU
-    it only says what it could not measure). Takes a GPU to itself for up to a few minutes;
-    sends progress; cancelling stops it."""
+    The profile is stored: cite its profile_id in a run's plan. Needs a GPU for figures: on CPU
+    it checks the kernel on the smoke shape and answers in seconds with what it could not
+    measure. Takes a GPU to itself for up to a few minutes; sends progress; cancelling stops it."""
     # Deferred for start-up time: the profiler pulls in the evaluator (torch) on first use.
     from atrex_mcp.profiling import service as profiling
 

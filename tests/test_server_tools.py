@@ -3,7 +3,11 @@ structured results, errors with stage/category/message/hint, mode differences, o
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+from atrex_mcp.paths import problems_dir
 
 from atrex_mcp.server.models import ProblemDetail, ToolOutput
 from atrex_mcp.server.app import fit_output
@@ -52,6 +56,10 @@ async def test_list_and_get_problem_in_optimize_mode(tmp_path, era):
     scored = [s for s in detail.shapes if not s.smoke]
     assert all(s.roofline and s.roofline.t_sol_ms > 0 for s in scored)
     assert any("triton" in rule for rule in detail.rules) and "triton" in detail.allowed_imports
+    # shapes.json travels once, as the parsed shapes, which hold all of it.
+    stored = json.loads((problems_dir() / "rms_norm" / "shapes.json").read_text())
+    rebuilt = [{"id": s.id, "init": s.init, "inputs": s.inputs, **({"smoke": True} if s.smoke else {})} for s in detail.shapes]
+    assert "shapes_json" not in got.structured_content and rebuilt == stored["shapes"]
 
 
 async def test_get_problem_hides_roofline_in_benchmark_mode(tmp_path, era):
@@ -127,12 +135,15 @@ def test_fit_output_cuts_the_longest_text_and_says_so():
     assert "truncated by the server" in fitted.big and "big" in fitted.notes[0]
     many = fit_output(Big(small="s", big="b", items=list(range(5_000))), 2_000)
     assert len(many.model_dump_json()) <= 2_000 and "items" in many.notes[0]
+    # Texts that cannot make it fit are cut once each (a cut text stays above the minimum: cutting it again never ended).
+    stuck = fit_output(Big(small="s" * 300, big="b" * 300, items=list(range(5_000))), 1_000)
+    assert stuck.small.count("truncated by the server") == 1 and stuck.big.count("truncated by the server") == 1
 
 
 def test_get_problem_of_the_largest_problem_fits_and_keeps_what_a_kernel_needs():
     """unified_attention's answer is larger than the cap: the reference, input generator and rules
-    stay whole, the duplicated shapes.json text is cut once (cutting a cut text again never
-    ended), and what is left out says how to ask for it (shape_ids)."""
+    stay whole, shapes that do not fit are left out, and the answer says how to ask for them
+    (shape_ids)."""
     from atrex_mcp.policy import Policy
     from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.server.app import DEFAULT_MAX_OUTPUT_CHARS, ServerConfig, ServerContext
@@ -146,7 +157,7 @@ def test_get_problem_of_the_largest_problem_fits_and_keeps_what_a_kernel_needs()
     fitted = fit_output(detail, DEFAULT_MAX_OUTPUT_CHARS)
     assert len(fitted.model_dump_json()) <= DEFAULT_MAX_OUTPUT_CHARS
     assert fitted.reference_py == visible.reference_source and fitted.input_py == visible.input_source
-    assert fitted.rules == detail.rules and fitted.shapes_json.count("truncated by the server") == 1
+    assert fitted.rules == detail.rules and "truncated by the server" not in fitted.model_dump_json()
     assert "shape_ids" in fitted.notes[-1]
     kept = {s.id for s in fitted.shapes}
     rest = [s.id for s in detail.shapes if s.id not in kept]

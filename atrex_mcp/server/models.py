@@ -105,8 +105,9 @@ class ProblemDetail(ToolOutput):
     mode: Mode = Field(description="Server mode (see list_problems).")
     reference_py: str = Field(description="reference.py: the PyTorch Model your kernel must match.")
     input_py: str = Field(description="input.py: make_inputs(seed=, device=, **shape inputs) -> dict of forward's tensors.")
-    shapes_json: str = Field(description="shapes.json as stored.")
-    shapes: list[ShapeInfo] = Field(description="The shapes, parsed.")
+    shapes: list[ShapeInfo] = Field(description="The shapes of shapes.json (those named in shape_ids, if given), in its "
+                                                "order: id, init and inputs as stored, smoke true for the smoke shape. The "
+                                                "file itself is {\"op\": name, \"shapes\": [these]}, so it is not sent again.")
     rules: list[str] = Field(description="The output contract your kernel file must satisfy (checked by validate and package).")
     allowed_imports: list[str] = Field(description="Top-level modules a kernel file may import.")
 

@@ -73,7 +73,7 @@ def get_problem(
                                      "shapes were left out to fit the size cap.")] = None,
 ) -> ProblemDetail:
     """Everything needed to write a kernel for one problem: reference.py (the PyTorch Model to
-    match), input.py (how inputs are drawn), the shape list, and the output-contract rules.
+    match), input.py (how inputs are drawn), the shapes of shapes.json, and the output-contract rules.
     In optimize mode each shape also carries its speed-of-light (roofline) figures. Cheap."""
     visible = app.catalog.visible(op)
     for shape_id in shape_ids or ():
@@ -87,7 +87,6 @@ def get_problem(
         mode=app.config.mode,
         reference_py=visible.reference_source,
         input_py=visible.input_source,
-        shapes_json=visible.shapes_json,
         shapes=shapes,
         rules=_contract_rules(),
         allowed_imports=sorted(candidate_contract.ALLOWED_IMPORTS),

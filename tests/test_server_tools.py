@@ -58,7 +58,8 @@ async def test_list_and_get_problem_in_optimize_mode(tmp_path, era):
     assert any("triton" in rule for rule in detail.rules) and "triton" in detail.allowed_imports
     # shapes.json travels once, as the parsed shapes, which hold all of it.
     stored = json.loads((problems_dir() / "rms_norm" / "shapes.json").read_text())
-    rebuilt = [{"id": s.id, "init": s.init, "inputs": s.inputs, **({"smoke": True} if s.smoke else {})} for s in detail.shapes]
+    rebuilt = [{"id": s.id, "init": s.init, "inputs": s.inputs, **({"smoke": True} if s.smoke else {})}
+               for s in detail.shapes]
     assert "shapes_json" not in got.structured_content and rebuilt == stored["shapes"]
 
 
@@ -135,7 +136,8 @@ def test_fit_output_cuts_the_longest_text_and_says_so():
     assert "truncated by the server" in fitted.big and "big" in fitted.notes[0]
     many = fit_output(Big(small="s", big="b", items=list(range(5_000))), 2_000)
     assert len(many.model_dump_json()) <= 2_000 and "items" in many.notes[0]
-    # Texts that cannot make it fit are cut once each (a cut text stays above the minimum: cutting it again never ended).
+    # Texts that cannot make it fit are cut once each (a cut text stays above the minimum, so cutting it
+    # again would never end).
     stuck = fit_output(Big(small="s" * 300, big="b" * 300, items=list(range(5_000))), 1_000)
     assert stuck.small.count("truncated by the server") == 1 and stuck.big.count("truncated by the server") == 1
 
@@ -175,9 +177,10 @@ async def test_isolation_warnings_are_listed_once_per_session_and_logged(tmp_pat
     evaluations = iter([[uid_warning], [uid_warning], [uid_warning, seccomp_warning]])
 
     async def canned(self, mcp_ctx, request):
-        return EvalResult(op=request.op, candidate="candidate", candidate_sha256="0" * 64, dsl="triton", hardware="h200",
-                          compiled=True, shapes=[ShapeResult(id="smoke", correct=True)], device=DeviceInfo(kind="cpu"),
-                          isolation=Isolation(warnings=next(evaluations)), started_at="2026-01-01T00:00:00Z")
+        return EvalResult(op=request.op, candidate="candidate", candidate_sha256="0" * 64, dsl="triton",
+                          hardware="h200", compiled=True, shapes=[ShapeResult(id="smoke", correct=True)],
+                          device=DeviceInfo(kind="cpu"), isolation=Isolation(warnings=next(evaluations)),
+                          started_at="2026-01-01T00:00:00Z")
 
     monkeypatch.setattr(ServerContext, "evaluate", canned)
     args = {"op": "rms_norm", "shapes": ["smoke"], "seeds": 1, "source": "class Model: pass\n"}

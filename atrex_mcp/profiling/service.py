@@ -42,11 +42,11 @@ NCU_NEEDS_UNPRIVILEGED_WORKER = (
     "Nsight Compute was not used: it needs the profiled worker to read the whole file system (protected roots "
     "excepted), which is allowed only when sandbox workers run as an unprivileged uid, and here they cannot (the "
     "interpreter is not reachable by uid 65534, or the server does not run as root).")
-NOT_RUN_ON_CPU = ("No GPU on this server, so shape {shape} was not run: under the Triton interpreter it would take minutes "
-                  "and measure nothing. The kernel was checked for correctness on the smoke shape ({smoke}) only. On a GPU "
-                  "server this profile holds per-kernel hardware counters (Nsight Compute) or device times (the "
-                  "torch.profiler fallback), the DSL share and a bottleneck class; here it holds only the shape's roofline "
-                  "figures, in optimize mode.")
+NOT_RUN_ON_CPU = ("No GPU on this server, so shape {shape} was not run: under the Triton interpreter it would "
+                  "take minutes and measure nothing. The kernel was checked for correctness on the smoke shape "
+                  "({smoke}) only. On a GPU server this profile holds per-kernel hardware counters (Nsight Compute) "
+                  "or device times (the torch.profiler fallback), the DSL share and a bottleneck class; here it "
+                  "holds only the shape's roofline figures, in optimize mode.")
 FALLBACK_NOTE_CPU = ("torch.profiler fallback on CPU under the Triton interpreter: no GPU ran, so there are no kernel times and no "
                      "counters; wall_ms is the wall time of one interpreted forward call (input generation included) and says "
                      "nothing about GPU performance.")

@@ -43,20 +43,20 @@ class StartRunOutput(ToolOutput):
     roofline: dict | None = Field(default=None, description="Per-shape T_SOL, bound, intensity and the profile's sources (optimize mode only).")
 
 
-UNTIMED_ITERATION = ("Correct on every target shape, but not timed: this server has no GPU, so no speed-up could be "
-                     "verified. 'rejected' here does not mean slower; to have this kernel timed against the accepted one, "
-                     "run the loop on a server with a GPU.")
-UNTIMED_BASELINE = ("Correct on every target shape and stored as the baseline, but not timed: this server has no GPU. "
-                    "Iterations recorded here are checked for correctness only and cannot be accepted; run the loop on a "
-                    "server with a GPU to time them.")
+UNTIMED_ITERATION = ("Correct on every target shape, but not timed: this server has no GPU, so no speed-up could "
+                     "be verified. 'rejected' here does not mean slower; to have this kernel timed against the "
+                     "accepted one, run the loop on a server with a GPU.")
+UNTIMED_BASELINE = ("Correct on every target shape and stored as the baseline, but not timed: this server has no "
+                    "GPU. Iterations recorded here are checked for correctness only and cannot be accepted; run the "
+                    "loop on a server with a GPU to time them.")
 
 
 class IterationOutput(ToolOutput):
     record: IterationRecord = Field(description="The stored verdict: status (accepted/rejected/failed), reason, timing comparison, source hash.")
     accepted: int | None = Field(description="Iteration number of the run's accepted kernel after this call.")
-    timed: bool = Field(default=False, description="True when this kernel was timed on a GPU. False on a server without "
-                                                   "one: a correct iteration is then 'rejected' only because no speed-up "
-                                                   "could be verified (notes say so).")
+    timed: bool = Field(default=False, description=(
+        "True when this kernel was timed on a GPU. False on a server without one: a correct iteration is then "
+        "'rejected' only because no speed-up could be verified (notes say so)."))
 
 
 def untimed_note(record: IterationRecord) -> str | None:
@@ -122,8 +122,9 @@ async def _measured(app: ServerContext, mcp_ctx: Context | None, label: str,
         RunService(caller.store, app.catalog, make_judge(device), doc_exists=caller.doc_exists), progress, cancel))
     accepted = caller.store.get_run(record.run_id).accepted
     note = untimed_note(record)
-    return IterationOutput(record=app.policy.iteration_view(record), accepted=accepted,
-                           timed=any(t is not None for t in record.times.time_ms.values()), notes=[note] if note else [])
+    timed = any(t is not None for t in record.times.time_ms.values())
+    return IterationOutput(record=app.policy.iteration_view(record), accepted=accepted, timed=timed,
+                           notes=[note] if note else [])
 
 
 def start_run(

@@ -46,8 +46,8 @@ if TYPE_CHECKING:  # the context binds these functions; app.py imports this modu
     from atrex_mcp.server.app import ServerContext, ThreadProgress
 
 OP_FAMILY_HELP = f"Only this operator family, one of: {', '.join(OP_FAMILIES)}."
-ISOLATION_NOTE = ("isolation_warnings are sandbox limits of this machine, for the server's operator (`atrex-mcp doctor` "
-                  "says what to do); nothing for you to change. Each is listed once per session.")
+ISOLATION_NOTE = ("isolation_warnings are sandbox limits of this machine, for the server's operator "
+                  "(`atrex-mcp doctor` says what to do); nothing for you to change. Each is listed once per session.")
 
 
 def list_problems(app: ServerContext) -> ProblemList:
@@ -216,7 +216,8 @@ async def validate(
     contract = candidate_contract.check_contract(text, visible.reference_source)
     request = EvalRequest(op=op, source=text, shapes=shapes, seeds=seeds, hardware=app.config.hardware, timing=timing)
     evaluated = await app.evaluate(ctx, request)
-    result = app.policy.validate_view(evaluated, warnings_shown=app.isolation_warnings_shown(evaluated.isolation.warnings))
+    shown = app.isolation_warnings_shown(evaluated.isolation.warnings)
+    result = app.policy.validate_view(evaluated, warnings_shown=shown)
     notes = [ISOLATION_NOTE] if result.isolation_warnings else []
     return result.model_copy(update={"contract": contract, "notes": [*result.notes, *notes]})
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from atrex_mcp.problemset import roofline
@@ -171,8 +171,10 @@ class Policy:
         fields["integrity"] = self.incidents(shape.integrity)
         return ShapeVerdict(**fields)
 
-    def validate_view(self, result: EvalResult) -> ValidateResult:
-        """A whole evaluation as this mode may show it."""
+    def validate_view(self, result: EvalResult, *, warnings_shown: Collection[str] = ()) -> ValidateResult:
+        """A whole evaluation as this mode may show it. Isolation warnings in `warnings_shown`
+        (already in an earlier answer to this caller) are left out: they are the operator's to
+        act on, not the agent's, and repeating them on every call is noise."""
         verdicts = [self.verdict(s) for s in result.shapes]
         device = f"cuda: {result.device.name}" if result.device.kind == "cuda" else "cpu (Triton interpreter, not timed)"
         return ValidateResult(
@@ -189,7 +191,7 @@ class Policy:
             failed=sum(not v.correct for v in verdicts),
             shapes=verdicts,
             integrity=self.incidents(result.integrity),
-            isolation_warnings=result.isolation.warnings,
+            isolation_warnings=[w for w in result.isolation.warnings if w not in warnings_shown],
             operator_score=None if self.benchmark else result.operator_score,
         )
 

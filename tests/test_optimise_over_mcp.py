@@ -76,6 +76,10 @@ def test_the_loop_over_stdio_records_every_call_and_cites_what_the_server_return
     assert record["number"] == 1 and record["plan"]["evidence"] == [profile["profile_id"]]
     assert top_hit in record["plan"]["knowledge"] and record["plan"]["category"] == "split_fusion"
     assert record["status"] == "rejected" and "not timed" in record["reason"]  # CPU: nothing can be timed
+    iteration = calls["record_iteration"]["answer"]
+    assert not iteration["timed"] and any("does not mean slower" in n for n in iteration["notes"])
+    assert "shapes_json" not in calls["get_problem"]["answer"]
+    assert not calls["wiki_read"]["answer"]["doc"]["text"].startswith("+++")
     assert calls["run_state"]["answer"]["summary"]["recorded"] == 1
 
     # The package holds the accepted kernel (the baseline, since nothing was timed) and its manifest.

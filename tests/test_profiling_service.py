@@ -57,6 +57,38 @@ def test_cpu_profile_carries_the_roofline_in_optimise_mode_only(tmp_path):
     assert hidden.roofline is None and not any("roofline" in e for e in hidden.bottleneck.evidence)
 
 
+@pytest.mark.slow
+def test_cpu_profile_of_a_scored_shape_checks_the_smoke_shape_and_answers_at_once(tmp_path, monkeypatch):
+    import atrex_mcp.evaluate as evaluate_mod
+
+    evaluated = []
+    real = evaluate_mod.evaluate
+
+    def spy(request, *args, **kwargs):
+        evaluated.append(request.shapes)
+        return real(request, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate_mod, "evaluate", spy)
+    store = RunStore(tmp_path / "state")
+    started = time.monotonic()
+    # Shape 0 (2500 x 1024) took about a minute interpreted, to measure nothing.
+    report = profile_kernel(OP, KERNEL, "0", Catalog(), hardware="h200", store=store)
+    assert time.monotonic() - started < 60 and evaluated == [["smoke"]]
+    assert report.shape == "0" and report.wall_ms is None and report.kernels == []
+    assert report.bottleneck.kind == "unknown"
+    assert "shape 0 was not run" in report.note and "smoke shape (smoke)" in report.note
+    assert "hardware counters" in report.note and "DSL share" in report.note
+    assert report.roofline["bound"] == "memory"
+    assert any(e.startswith("roofline: T_SOL") for e in report.bottleneck.evidence)
+    assert store.get_profile(report.profile_id)["shape"] == "0"
+    wrong = KERNEL.replace("x * inv_rms * w", "x * inv_rms * w * 1.5")
+    assert wrong != KERNEL
+    with pytest.raises(AtrexError) as refused:  # a kernel that fails on the smoke shape is still refused
+        profile_kernel(OP, wrong, "0", Catalog(), hardware="h200")
+    assert refused.value.info.category == "profile_of_failing_kernel"
+    assert "Shape smoke does not pass" in refused.value.info.message
+
+
 def test_gpu_fallback_keeps_the_evaluators_attribution():
     shape = ShapeResult(id="0", correct=True, time_ms=0.0101, dsl_share=9.5 / 10.3, kernels=[
         KernelTime(name="_rms_norm_row", time_us=9.5, count=1, origin="candidate_dsl"),

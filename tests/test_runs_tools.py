@@ -3,8 +3,11 @@ in place of the evaluator: the whole loop, and what benchmark mode leaves out.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from atrex_mcp.runs.models import KernelTimes
 from atrex_mcp.runs.store import RunStore
 from tests.runs_fixtures import ScriptedJudge, plan, source
 from tests.server_fixtures import ERAS, config, connect, hidden_figures, leaks, result_text
@@ -92,3 +95,38 @@ async def test_benchmark_mode_leaves_out_roofline_and_scores(tmp_path):
     assert state.structured_content["accepted"]["times"]["score"] == {}
     for text in texts:
         assert "t_sol_ms" not in text and leaks(text, numbers, strings) == []
+
+
+class NoGpuJudge(ScriptedJudge):
+    """A judge on a server without a GPU: correctness only, nothing timed."""
+
+    def check(self, op, source, shapes, *, hardware, dsl, timing, progress=None, cancel=None):
+        result = super().check(op, source, shapes, hardware=hardware, dsl=dsl, timing=False)
+        return dataclasses.replace(result, times=KernelTimes(time_ms=dict.fromkeys(shapes)))  # as the evaluator on CPU
+
+    def time_pair(self, op, accepted_source, candidate_source, shapes, *, hardware, progress=None, cancel=None):
+        return None
+
+
+async def test_without_a_gpu_a_correct_iteration_says_it_was_untimed_not_slower(tmp_path, monkeypatch):
+    judge = NoGpuJudge()
+    monkeypatch.setattr("atrex_mcp.server.run_tools.default_judge_factory", lambda ctx: (lambda device: judge))
+    cfg = config(tmp_path)
+    async with connect(cfg) as client:
+        run_id = (await call(client, "start_run", {"op": "rms_norm", "shapes": ["0", "1"]}))["run_id"]
+        base = await call(client, "submit_baseline", {"run_id": run_id, "source": source(1.0, "base")})
+        profile_id = RunStore(cfg.state_dir).save_profile(op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu",
+                                                          report={}, run_id=run_id)
+        step = plan(profile_id).model_dump(mode="json", exclude={"knowledge"})
+        untimed = await call(client, "record_iteration", {"run_id": run_id, "plan": step, "source": source(1.4, "a")})
+        wrong = await call(client, "record_iteration", {"run_id": run_id, "plan": step,
+                                                        "source": source(1.4, "b", wrong=True)})
+    assert not base["timed"] and "stored as the baseline, but not timed: this server has no GPU" in base["notes"][0]
+    # The stored verdict is unchanged (the audit reads it); the answer says what it means and what to do.
+    assert untimed["record"]["status"] == "rejected" and untimed["accepted"] == 0 and not untimed["timed"]
+    assert untimed["record"]["reason"].startswith("not timed")
+    note = untimed["notes"][0]
+    assert "Correct on every target shape, but not timed" in note and "does not mean slower" in note
+    assert "server with a GPU" in note
+    # A failed kernel gets no such note: it was not correct.
+    assert wrong["record"]["status"] == "failed" and wrong["notes"] == [] and not wrong["timed"]

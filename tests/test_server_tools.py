@@ -3,7 +3,11 @@ structured results, errors with stage/category/message/hint, mode differences, o
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+from atrex_mcp.paths import problems_dir
 
 from atrex_mcp.server.models import ProblemDetail, ToolOutput
 from atrex_mcp.server.app import fit_output
@@ -52,6 +56,11 @@ async def test_list_and_get_problem_in_optimize_mode(tmp_path, era):
     scored = [s for s in detail.shapes if not s.smoke]
     assert all(s.roofline and s.roofline.t_sol_ms > 0 for s in scored)
     assert any("triton" in rule for rule in detail.rules) and "triton" in detail.allowed_imports
+    # shapes.json travels once, as the parsed shapes, which hold all of it.
+    stored = json.loads((problems_dir() / "rms_norm" / "shapes.json").read_text())
+    rebuilt = [{"id": s.id, "init": s.init, "inputs": s.inputs, **({"smoke": True} if s.smoke else {})}
+               for s in detail.shapes]
+    assert "shapes_json" not in got.structured_content and rebuilt == stored["shapes"]
 
 
 async def test_get_problem_hides_roofline_in_benchmark_mode(tmp_path, era):
@@ -127,12 +136,16 @@ def test_fit_output_cuts_the_longest_text_and_says_so():
     assert "truncated by the server" in fitted.big and "big" in fitted.notes[0]
     many = fit_output(Big(small="s", big="b", items=list(range(5_000))), 2_000)
     assert len(many.model_dump_json()) <= 2_000 and "items" in many.notes[0]
+    # Texts that cannot make it fit are cut once each (a cut text stays above the minimum, so cutting it
+    # again would never end).
+    stuck = fit_output(Big(small="s" * 300, big="b" * 300, items=list(range(5_000))), 1_000)
+    assert stuck.small.count("truncated by the server") == 1 and stuck.big.count("truncated by the server") == 1
 
 
 def test_get_problem_of_the_largest_problem_fits_and_keeps_what_a_kernel_needs():
     """unified_attention's answer is larger than the cap: the reference, input generator and rules
-    stay whole, the duplicated shapes.json text is cut once (cutting a cut text again never
-    ended), and what is left out says how to ask for it (shape_ids)."""
+    stay whole, shapes that do not fit are left out, and the answer says how to ask for them
+    (shape_ids)."""
     from atrex_mcp.policy import Policy
     from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.server.app import DEFAULT_MAX_OUTPUT_CHARS, ServerConfig, ServerContext
@@ -146,10 +159,37 @@ def test_get_problem_of_the_largest_problem_fits_and_keeps_what_a_kernel_needs()
     fitted = fit_output(detail, DEFAULT_MAX_OUTPUT_CHARS)
     assert len(fitted.model_dump_json()) <= DEFAULT_MAX_OUTPUT_CHARS
     assert fitted.reference_py == visible.reference_source and fitted.input_py == visible.input_source
-    assert fitted.rules == detail.rules and fitted.shapes_json.count("truncated by the server") == 1
+    assert fitted.rules == detail.rules and "truncated by the server" not in fitted.model_dump_json()
     assert "shape_ids" in fitted.notes[-1]
     kept = {s.id for s in fitted.shapes}
     rest = [s.id for s in detail.shapes if s.id not in kept]
     assert rest, "the test needs a problem whose shapes do not all fit"
     again = get_problem(app, "unified_attention", shape_ids=rest[:3])
     assert [s.id for s in again.shapes] == rest[:3]
+
+
+async def test_isolation_warnings_are_listed_once_per_session_and_logged(tmp_path, monkeypatch, caplog):
+    from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, ShapeResult
+    from atrex_mcp.server.app import ServerContext
+
+    uid_warning = "uid 65534 cannot reach the interpreter: the worker stays uid 0 with every capability dropped"
+    seccomp_warning = "seccomp is unavailable: no syscall filter"
+    evaluations = iter([[uid_warning], [uid_warning], [uid_warning, seccomp_warning]])
+
+    async def canned(self, mcp_ctx, request):
+        return EvalResult(op=request.op, candidate="candidate", candidate_sha256="0" * 64, dsl="triton",
+                          hardware="h200", compiled=True, shapes=[ShapeResult(id="smoke", correct=True)],
+                          device=DeviceInfo(kind="cpu"), isolation=Isolation(warnings=next(evaluations)),
+                          started_at="2026-01-01T00:00:00Z")
+
+    monkeypatch.setattr(ServerContext, "evaluate", canned)
+    args = {"op": "rms_norm", "shapes": ["smoke"], "seeds": 1, "source": "class Model: pass\n"}
+    async with connect(config(tmp_path)) as client:
+        answers = [(await client.call_tool("validate", args)).structured_content for _ in range(3)]
+    first, second, third = answers
+    assert first["isolation_warnings"] == [uid_warning] and "atrex-mcp doctor" in first["notes"][-1]
+    assert second["isolation_warnings"] == [] and not any("isolation" in n for n in second["notes"])
+    assert third["isolation_warnings"] == [seccomp_warning]  # a new limit is news once too
+    # The operator still has every warning, once, in the server's log.
+    logged = [r.getMessage() for r in caplog.records if "sandbox isolation" in r.getMessage()]
+    assert len(logged) == 2 and uid_warning in logged[0] and seccomp_warning in logged[1]

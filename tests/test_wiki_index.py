@@ -132,11 +132,28 @@ def test_read_and_unknown_id(wiki):
     root, state = wiki
     ix = WikiIndex(wiki_root=root, state_dir=state)
     doc = ix.read("docs/patterns/split-k")
-    assert doc.title == "Split-K for skinny GEMMs" and doc.text.startswith("+++")
+    # The front matter travels as fields only; the text is the article itself.
+    assert doc.title == "Split-K for skinny GEMMs" and doc.text.startswith("Cut the reduction dimension K")
+    assert "+++" not in doc.text and "title =" not in doc.text
     assert doc.sources == ["A source — https://example.org"] and doc.path == "docs/patterns/split-k.md"
+    assert doc.tags == ["split-k", "gemm"] and doc.op_family == ["gemm"] and doc.hardware == ["hopper"]
+    # A kernel is a Python file: read whole, since its front matter also holds the validated shapes.
+    kernel = ix.read("kernels/toy_scale")
+    assert kernel.text.startswith('"""\n+++') and 'validated_shapes = ["smoke"]' in kernel.text
     with pytest.raises(AtrexError) as err:
         ix.read("docs/patterns/splitk")
     assert err.value.info.category == "unknown_wiki_doc" and "docs/patterns/split-k" in err.value.info.hint
+
+
+def test_a_kernel_named_by_its_operator_ranks_above_its_namesakes(wiki):
+    root, state = wiki
+    (root / "kernels" / "toy_scale_add.py").write_text(
+        KERNEL.replace('"toy_scale"', '"fused_toy_scale_add"').replace("Toy scale kernel", "Toy scale and add kernel")
+        .replace("Multiplies by two", "Toy scale then add: multiplies a toy scale by two, scales, adds"))
+    ix = WikiIndex(wiki_root=root, state_dir=state)
+    assert ix.search("fused toy scale add kernel")[0].doc_id == "kernels/toy_scale_add"  # named too: words decide
+    for query in ("toy scale triton kernel", "toy_scale kernel", "how do I write TOY SCALE"):
+        assert ix.search(query)[0].doc_id == "kernels/toy_scale", query
 
 
 def test_bad_front_matter_is_reported(wiki):

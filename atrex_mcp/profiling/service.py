@@ -7,8 +7,10 @@ the NVTX range `atrex_forward`, and ncu profiles only the kernels launched in th
 kernel of the forward, none of input generation). SASS facts come from the cubins Triton left
 in the worker's cache. If ncu is missing or fails, the torch.profiler fallback says so:
 per-kernel device times, attribution and DSL share from the evaluator's profiled forward, no
-counters. On CPU (Triton interpreter) there is no device time at all: only the wall time of one
-interpreted call, labelled as such. Each kernel's origin is the evaluator's DSL attribution.
+counters. On CPU (Triton interpreter) there is no device time at all: the smoke shape is checked
+and its interpreted call's wall time reported, labelled as such; a larger shape is not run (minutes
+of interpretation that measure nothing), and its profile says what a GPU one would hold. Each
+kernel's origin is the evaluator's DSL attribution.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ NCU_NEEDS_UNPRIVILEGED_WORKER = (
     "Nsight Compute was not used: it needs the profiled worker to read the whole file system (protected roots "
     "excepted), which is allowed only when sandbox workers run as an unprivileged uid, and here they cannot (the "
     "interpreter is not reachable by uid 65534, or the server does not run as root).")
+NOT_RUN_ON_CPU = ("No GPU on this server, so shape {shape} was not run: under the Triton interpreter it would "
+                  "take minutes and measure nothing. The kernel was checked for correctness on the smoke shape "
+                  "({smoke}) only. On a GPU server this profile holds per-kernel hardware counters (Nsight Compute) "
+                  "or device times (the torch.profiler fallback), the DSL share and a bottleneck class; here it "
+                  "holds only the shape's roofline figures, in optimize mode.")
 FALLBACK_NOTE_CPU = ("torch.profiler fallback on CPU under the Triton interpreter: no GPU ran, so there are no kernel times and no "
                      "counters; wall_ms is the wall time of one interpreted forward call (input generation included) and says "
                      "nothing about GPU performance.")
@@ -185,7 +192,8 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
     figures = functools.partial(_shape_roofline, catalog, op, shape, hardware)
     roofline = policy.profile_roofline(figures) if policy is not None else figures()
     report: ProfileReport | None = None
-    gpu = use_ncu and has_gpu()
+    gpu_present = has_gpu()
+    gpu = use_ncu and gpu_present
     found = gpu and ncu_mod.ncu_executable() is not None
     note = ncu_refusal(gpu, found, found and _worker_drops_uid()) or ""
     if found and not note:
@@ -197,15 +205,21 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
             note = f"Nsight Compute was tried and failed ({exc.info.category}: {exc.info.message[:1600]})."
     if report is None:
         report_progress("torch.profiler fallback", 0.5)
-        result = evaluate(EvalRequest(op=op, source=source, shapes=[shape], seeds=1, hardware=hardware, timing=True,
+        # Without a GPU nothing is measured: the smoke shape stands in for the correctness check.
+        smoke = None if gpu_present else next((s.id for s in catalog.visible(op).shapes if s.smoke), None)
+        run_shape = smoke or shape
+        result = evaluate(EvalRequest(op=op, source=source, shapes=[run_shape], seeds=1, hardware=hardware, timing=True,
                                       measure_dsl=True), catalog, progress=None, cancel=cancel,
                           launch=LaunchOptions(state_dir=state_dir))
         shape_result = result.shapes[0]
         if not shape_result.correct:
             raise AtrexError("correctness" if result.compiled else "compile", "profile_of_failing_kernel",
-                             f"Shape {shape} does not pass ({shape_result.category}): {shape_result.message[:600]}",
+                             f"Shape {run_shape} does not pass ({shape_result.category}): {shape_result.message[:600]}",
                              "Profile a kernel that validates.")
         report = counters_from_eval(op, shape_result, result.device.kind, roofline=roofline, note=note)
+        if run_shape != shape:
+            report = report.model_copy(update={"shape": shape, "wall_ms": None,
+                                               "note": NOT_RUN_ON_CPU.format(shape=shape, smoke=run_shape)})
         if result.device.kind == "cuda":  # on CPU the report keeps the label validate uses, not the machine's arch
             report.device = result.device.name or report.device
     if store is not None:

@@ -26,6 +26,8 @@ from atrex_mcp.runs.models import Decision, ShapeTiming
 if TYPE_CHECKING:  # numpy is imported where a decision is computed, not when the server starts
     import numpy as np
 
+NOT_TIMED_NO_GPU = "not timed: no GPU timing is available, so the server cannot verify a speed-up"
+
 
 @dataclass(frozen=True)
 class AcceptanceRule:
@@ -89,7 +91,7 @@ def decide(samples: dict[str, PairedSamples] | None, *, correct: bool, failure: 
     if not correct:
         return Decision(accepted=False, reason=f"not correct: {failure}" if failure else "not correct")
     if samples is None:
-        return Decision(accepted=False, reason="not timed: no GPU timing is available, so the server cannot verify a speed-up")
+        return Decision(accepted=False, reason=NOT_TIMED_NO_GPU)
     if not samples:
         return Decision(accepted=False, reason="not timed: the measurement returned no shapes")
     problem = _invalid(samples, rule)

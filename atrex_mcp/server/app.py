@@ -234,6 +234,8 @@ class ServerContext:
         self._wiki: WikiIndex | None = None
         self._wiki_lock = threading.Lock()
         self.offered: list[str] = []  # every tool name offered for registration, allowed or not
+        self._warnings_shown: dict[str, set[str]] = {}  # isolation warnings each client has been shown
+        self._warnings_lock = threading.Lock()
 
     # ------------------------------------------------------------ tool registration
     def _error_text(self, info: ErrorInfo) -> str:
@@ -332,6 +334,18 @@ class ServerContext:
         belong to it (atrex_mcp.runs.store)."""
         token = get_access_token()
         return token.client_id if token is not None and token.client_id else LOCAL_CLIENT
+
+    def isolation_warnings_shown(self, warnings: list[str]) -> frozenset[str]:
+        """Which of `warnings` the calling client has already been shown (validate leaves those
+        out); the rest count as shown from now on. Each is logged once per server, for the operator."""
+        with self._warnings_lock:
+            logged = set().union(*self._warnings_shown.values())
+            for warning in dict.fromkeys(w for w in warnings if w not in logged):
+                logger.warning("sandbox isolation: %s (`atrex-mcp doctor` says what to do)", warning)
+            shown = self._warnings_shown.setdefault(self.client_id(), set())
+            before = frozenset(shown)
+            shown.update(warnings)
+            return before
 
     def candidate_source(self, source: str | None, path: str | None) -> str:
         """The candidate's text from exactly one of `source` or a workspace `path`."""

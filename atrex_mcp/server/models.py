@@ -105,8 +105,10 @@ class ProblemDetail(ToolOutput):
     mode: Mode = Field(description="Server mode (see list_problems).")
     reference_py: str = Field(description="reference.py: the PyTorch Model your kernel must match.")
     input_py: str = Field(description="input.py: make_inputs(seed=, device=, **shape inputs) -> dict of forward's tensors.")
-    shapes_json: str = Field(description="shapes.json as stored.")
-    shapes: list[ShapeInfo] = Field(description="The shapes, parsed.")
+    shapes: list[ShapeInfo] = Field(description=(
+        "The shapes of shapes.json (those named in shape_ids, if given), in its order: id, init and inputs as stored, "
+        "smoke true for the smoke shape. The file itself is {\"op\": name, \"shapes\": [these]}, so it is not sent "
+        "again."))
     rules: list[str] = Field(description="The output contract your kernel file must satisfy (checked by validate and package).")
     allowed_imports: list[str] = Field(description="Top-level modules a kernel file may import.")
 
@@ -145,7 +147,9 @@ class ValidateResult(ToolOutput):
     failed: int = Field(description="Shapes that failed.")
     shapes: list[ShapeVerdict] = Field(description="Per-shape verdicts in the order requested.")
     integrity: list[str] = Field(default_factory=list, description="Evaluation-level integrity incidents.")
-    isolation_warnings: list[str] = Field(default_factory=list, description="Sandbox mechanisms that could not be applied on this machine.")
+    isolation_warnings: list[str] = Field(default_factory=list, description=(
+        "Sandbox mechanisms that could not be applied on this machine: listed in the first answer that meets them "
+        "only, since they are the server operator's to fix (`atrex-mcp doctor`), not the caller's."))
     operator_score: float | None = Field(default=None, description="Median S over the correct shapes (optimize mode only).")
     contract: ContractReport | None = Field(default=None, description="The output-contract check package applies "
                                             "(static): when passed is false, package refuses this file until each "

@@ -20,6 +20,7 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.runs.acceptance import NOT_TIMED_NO_GPU
 from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.measure import Judge
 from atrex_mcp.runs.models import IterationRecord, MaskRecord, Plan, RunState
@@ -42,9 +43,30 @@ class StartRunOutput(ToolOutput):
     roofline: dict | None = Field(default=None, description="Per-shape T_SOL, bound, intensity and the profile's sources (optimize mode only).")
 
 
+UNTIMED_ITERATION = ("Correct on every target shape, but not timed: this server has no GPU, so no speed-up could "
+                     "be verified. 'rejected' here does not mean slower; to have this kernel timed against the "
+                     "accepted one, run the loop on a server with a GPU.")
+UNTIMED_BASELINE = ("Correct on every target shape and stored as the baseline, but not timed: this server has no "
+                    "GPU. Iterations recorded here are checked for correctness only and cannot be accepted; run the "
+                    "loop on a server with a GPU to time them.")
+
+
 class IterationOutput(ToolOutput):
     record: IterationRecord = Field(description="The stored verdict: status (accepted/rejected/failed), reason, timing comparison, source hash.")
     accepted: int | None = Field(description="Iteration number of the run's accepted kernel after this call.")
+    timed: bool = Field(default=False, description=(
+        "True when this kernel was timed on a GPU. False on a server without one: a correct iteration is then "
+        "'rejected' only because no speed-up could be verified (notes say so)."))
+
+
+def untimed_note(record: IterationRecord) -> str | None:
+    """What a correct but untimed kernel's verdict means, since its status alone reads as 'not faster'."""
+    if record.kind == "baseline":
+        untimed = bool(record.times.time_ms) and all(t is None for t in record.times.time_ms.values())
+        return UNTIMED_BASELINE if untimed else None
+    if record.status == "rejected" and record.decision is not None and record.decision.reason == NOT_TIMED_NO_GPU:
+        return UNTIMED_ITERATION
+    return None
 
 
 class RunStateOutput(RunState, ToolOutput):
@@ -99,7 +121,10 @@ async def _measured(app: ServerContext, mcp_ctx: Context | None, label: str,
     record = await app.run_job(mcp_ctx, kind, label, lambda device, progress, cancel: call(
         RunService(caller.store, app.catalog, make_judge(device), doc_exists=caller.doc_exists), progress, cancel))
     accepted = caller.store.get_run(record.run_id).accepted
-    return IterationOutput(record=app.policy.iteration_view(record), accepted=accepted)
+    note = untimed_note(record)
+    timed = any(t is not None for t in record.times.time_ms.values())
+    return IterationOutput(record=app.policy.iteration_view(record), accepted=accepted, timed=timed,
+                           notes=[note] if note else [])
 
 
 def start_run(

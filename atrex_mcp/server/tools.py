@@ -46,6 +46,8 @@ if TYPE_CHECKING:  # the context binds these functions; app.py imports this modu
     from atrex_mcp.server.app import ServerContext, ThreadProgress
 
 OP_FAMILY_HELP = f"Only this operator family, one of: {', '.join(OP_FAMILIES)}."
+ISOLATION_NOTE = ("isolation_warnings are sandbox limits of this machine, for the server's operator "
+                  "(`atrex-mcp doctor` says what to do); nothing for you to change. Each is listed once per session.")
 
 
 def list_problems(app: ServerContext) -> ProblemList:
@@ -71,7 +73,7 @@ def get_problem(
                                      "shapes were left out to fit the size cap.")] = None,
 ) -> ProblemDetail:
     """Everything needed to write a kernel for one problem: reference.py (the PyTorch Model to
-    match), input.py (how inputs are drawn), the shape list, and the output-contract rules.
+    match), input.py (how inputs are drawn), the shapes of shapes.json, and the output-contract rules.
     In optimize mode each shape also carries its speed-of-light (roofline) figures. Cheap."""
     visible = app.catalog.visible(op)
     for shape_id in shape_ids or ():
@@ -85,7 +87,6 @@ def get_problem(
         mode=app.config.mode,
         reference_py=visible.reference_source,
         input_py=visible.input_source,
-        shapes_json=visible.shapes_json,
         shapes=shapes,
         rules=_contract_rules(),
         allowed_imports=sorted(candidate_contract.ALLOWED_IMPORTS),
@@ -158,8 +159,8 @@ def wiki_read(
     offset: Annotated[int, Field(ge=0, description="Character offset to start from, to continue a long document.")] = 0,
     max_chars: Annotated[int, Field(ge=1000, le=40000, description="Most characters of text to return.")] = 20000,
 ) -> WikiReadResult:
-    """Read one wiki document in full (front matter, text, sources), or a window of a long one.
-    Cheap."""
+    """Read one wiki document in full (title, tags, sources as fields, then its text), or a window
+    of a long one. Cheap."""
     doc = app.wiki().read(doc_id, withheld=app.withheld)
     total = len(doc.text)
     window = doc.text[offset: offset + max_chars]
@@ -214,8 +215,11 @@ async def validate(
         visible.shape(shape_id)
     contract = candidate_contract.check_contract(text, visible.reference_source)
     request = EvalRequest(op=op, source=text, shapes=shapes, seeds=seeds, hardware=app.config.hardware, timing=timing)
-    result = app.policy.validate_view(await app.evaluate(ctx, request))
-    return result.model_copy(update={"contract": contract})
+    evaluated = await app.evaluate(ctx, request)
+    shown = app.isolation_warnings_shown(evaluated.isolation.warnings)
+    result = app.policy.validate_view(evaluated, warnings_shown=shown)
+    notes = [ISOLATION_NOTE] if result.isolation_warnings else []
+    return result.model_copy(update={"contract": contract, "notes": [*result.notes, *notes]})
 
 
 async def profile_kernel(
@@ -230,9 +234,9 @@ async def profile_kernel(
     """Where the time goes for one shape: per-kernel hardware counters of your Triton kernels
     (Nsight Compute on a GPU that has it; otherwise per-kernel device times from torch.profiler,
     marked as the fallback) and the bottleneck they point to (memory, compute, latency, launch).
-    The profile is stored: cite its profile_id in a run's plan. Needs a GPU for figures (on CPU
-    it only says what it could not measure). Takes a GPU to itself for up to a few minutes;
-    sends progress; cancelling stops it."""
+    The profile is stored: cite its profile_id in a run's plan. Needs a GPU for figures: on CPU
+    it checks the kernel on the smoke shape and answers in seconds with what it could not
+    measure. Takes a GPU to itself for up to a few minutes; sends progress; cancelling stops it."""
     # Deferred for start-up time: the profiler pulls in the evaluator (torch) on first use.
     from atrex_mcp.profiling import service as profiling
 

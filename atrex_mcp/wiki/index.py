@@ -27,7 +27,7 @@ from atrex_mcp.wiki.solutions import solved_names, withheld_error
 from atrex_mcp.wiki.roots import load_roots
 
 # Bump when the schema, the analyzer or what a reader extracts changes: the index is rebuilt.
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 MANIFEST = "manifest.json"
 LOCK_FILE = "refresh.lock"
 FILTER_CATEGORIES = (*CATEGORIES, "kernels", "source")
@@ -35,9 +35,14 @@ FILTER_CATEGORIES = (*CATEGORIES, "kernels", "source")
 HARDWARE_ALIASES = {"h200": ("h200", "hopper"), "h100": ("h100", "hopper"), "h20": ("h20", "hopper")}
 SEARCH_FIELDS = ("title", "tags", "body", "code")
 FIELD_BOOSTS = {"title": 3.0, "tags": 2.5, "body": 1.0, "code": 0.6}
+# A kernel whose operator the query names ("rms norm", "rms_norm") is what was asked for: its
+# operator term outweighs the near-namesakes (fused_add_rms_norm) that share every word of it.
+OPERATOR_BOOST = 16.0
+MAX_OPERATOR_WORDS = 6
 _TOKEN = r"[A-Za-z0-9]+(?:[._][A-Za-z0-9]+)*"
 _FIRST_PARAGRAPH = re.compile(r"^(?!#)(\S.*?)(?:\n\s*\n|\Z)", re.S | re.M)
 _LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
+_QUERY_WORD = re.compile(r"[a-z0-9]+")
 
 
 class CompoundPartsFilter(Filter):
@@ -74,6 +79,7 @@ def _schema() -> Schema:
         hardware=KEYWORD(stored=True, commas=True, lowercase=True),
         tag_list=STORED(),
         solves=KEYWORD(commas=True, lowercase=True),  # atrex_mcp.wiki.solutions.solved_names
+        operator=KEYWORD(commas=True, lowercase=True),  # a kernel's operator, matched by `_named_operators`
     )
 
 
@@ -95,6 +101,14 @@ def _opening(body: str, limit: int = 240) -> str:
 def _withholds(record: dict, withheld: Collection[str]) -> bool:
     """Does this manifest record's document solve a withheld operator?"""
     return bool(set(record.get("solves", ())) & {op.lower() for op in withheld})
+
+
+def _named_operators(query: str) -> list[str]:
+    """Every run of consecutive query words joined by `_`: the operator names the query could be
+    naming, whether it wrote them with spaces ("paged attention decode") or underscores."""
+    words = _QUERY_WORD.findall(query.lower())
+    return sorted({"_".join(words[i:j]) for i in range(len(words))
+                   for j in range(i + 1, min(len(words), i + MAX_OPERATOR_WORDS) + 1)})
 
 
 def _split(stored: str) -> list[str]:
@@ -192,6 +206,7 @@ class WikiIndex:
             tags=" ".join(e.tags + e.op_family), body=_LINK_TARGET.sub("]", e.body), code=e.code,
             op_family=",".join(e.op_family), dsl=",".join(e.dsl), hardware=",".join(e.hardware),
             tag_list=e.tags, solves=",".join(sorted(solved_names(e))),
+            operator=",".join(e.operators) if e.kind == "kernel" else "",
         )
 
     # ------------------------------------------------------------------ searching
@@ -225,7 +240,8 @@ class WikiIndex:
             raise AtrexError("input", "bad_limit", f"limit must be at least 1, got {limit}.")
         parser = MultifieldParser(list(SEARCH_FIELDS), self._ix.schema, fieldboosts=FIELD_BOOSTS, group=OrGroup.factory(0.9))
         parser.remove_plugin_class(WildcardPlugin)  # an agent's '?' ends a question, it is not a wildcard
-        parsed = parser.parse(query)
+        parsed = Or([parser.parse(query), *(Term("operator", name, boost=OPERATOR_BOOST)
+                                              for name in _named_operators(query))])
         weighting = scoring.BM25F(B=0.75, K1=1.2, title_B=0.3, tags_B=0.3)
         with self._ix.searcher(weighting=weighting) as searcher:
             mask = Or([Term("solves", op.lower()) for op in withheld]) if withheld else None
@@ -243,7 +259,8 @@ class WikiIndex:
             ]
 
     def read(self, doc_id: str, *, withheld: Collection[str] = ()) -> WikiDoc:
-        """The whole document; an unknown id is answered with the closest known ones. A document
+        """The whole document (an article without its front matter, which the fields carry); an
+        unknown id is answered with the closest known ones. A document
         that solves an operator named in `withheld` is refused (atrex_mcp.wiki.solutions)."""
         docs = self._manifest()
         record = docs.get(doc_id.strip().removesuffix(".md"))
@@ -260,6 +277,8 @@ class WikiIndex:
             raise AtrexError("input", "wiki_doc_gone", f"The file of {f.doc_id} cannot be read: {exc}", "Run `atrex-mcp wiki index` to refresh.") from exc
         if _withholds(record, withheld):
             raise withheld_error()
+        if f.kind == "doc":  # every key of an article's front matter is a field of the answer
+            text = entry.body
         return WikiDoc(doc_id=entry.doc_id, title=entry.title, kind=entry.kind, category=entry.category, tags=entry.tags,
                        op_family=entry.op_family, dsl=entry.dsl, hardware=entry.hardware, sources=entry.sources,
                        path=entry.rel_path, text=text)

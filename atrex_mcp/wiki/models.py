@@ -37,7 +37,10 @@ class WikiDoc(BaseModel):
     hardware: list[str] = Field(default_factory=list, description="Hardware it applies to.")
     sources: list[str] = Field(default_factory=list, description="Where its facts come from (vendor documents, papers, manuals), each a title and URL.")
     path: str = Field(description="File path relative to its root (the wiki, or the added root named by the id's first part).")
-    text: str = Field(description="The full file content, front matter included.")
+    text: str = Field(description=(
+        "The file's content. An article's starts after its front matter (every key of which is a field above); a "
+        "kernel's is the whole Python file, whose docstring front matter also holds the operator, validated shapes and "
+        "measured figures."))
 
 
 class WikiRoot(BaseModel):

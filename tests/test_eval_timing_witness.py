@@ -14,7 +14,7 @@ from atrex_mcp.evaluate.models import ShapeResult
 from atrex_mcp.evaluate.session import source_defines_model
 from atrex_mcp.evaluate.timing_witness import (GRAPH, GRAPH_BUDGET_BYTES, GRAPH_MAX_CALLS, GRAPH_TARGET_S, TIGHT_SHARE,
                                                TOLERANCE, UNCAPTURABLE, WITNESS_CALLS, Calibration, GraphCalibration,
-                                               Witness, graph_calls, graph_slack_ms, host_allowance_ms, judge,
+                                               Witness, graph_calls, graph_conclusive, graph_slack_ms, host_allowance_ms, judge,
                                                judge_graph, per_call_ms, profile_agrees, slack_ms, unwitnessed,
                                                upper_bound_ok)
 from atrex_mcp.policy import Policy
@@ -248,8 +248,10 @@ def _decide(monkeypatch, outcome, median_ms, plain):
     return verdict, result
 
 
-def _plain(median_ms: float, floor_ms: float) -> Witness:
-    return Witness(calls=16, wall_s=0.01, per_call_ms=2 * floor_ms, floor_ms=floor_ms, forged=median_ms < floor_ms)
+def _plain(median_ms: float, floor_ms: float, per_call_ms: float | None = None) -> Witness:
+    """The plain burst's verdict; its wall per call is at least a launch (~25 µs on the H200)."""
+    per_call = max(2 * floor_ms, 0.025) if per_call_ms is None else per_call_ms
+    return Witness(calls=16, wall_s=0.01, per_call_ms=per_call, floor_ms=floor_ms, forged=median_ms < floor_ms)
 
 
 def test_a_captured_graph_sets_the_floor_where_it_is_tighter(monkeypatch):
@@ -258,6 +260,25 @@ def test_a_captured_graph_sets_the_floor_where_it_is_tighter(monkeypatch):
     assert verdict is graph and verdict.forged
     assert result.timing.witness == GRAPH and result.timing.graph_calls == 300
     assert result.timing.witness_floor_ms == result.timing.graph_floor_ms == graph.floor_ms
+
+
+def test_a_graph_replay_dominated_by_its_input_refresh_is_inconclusive(monkeypatch):
+    """The H200 case: an honest MoE decode kernel (0.035 ms, reading 8 of 128 experts) whose input
+    sets hold every expert's weights, K = 2. The refresh of 2 × 1.2 GB, timed by the judge in its
+    own process, was off by more than the forward: the graph floor (0.094 ms) failed the honest
+    median. What was taken off per call exceeds the plain burst's whole wall per call, so the
+    graph does not judge; the plain burst does, as for a kernel without a graph."""
+    cal = GraphCalibration(round_trip_s=60e-6, fingerprints_s=2e-6, refresh_s=2.4e-3, refresh_spread_s=0.05e-3)
+    graph = judge_graph(0.035, cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + 2 * 0.314e-3, 2, cal)
+    assert graph.forged  # what the H200 run showed
+    plain = _plain(0.035, 0.01, per_call_ms=0.12)
+    assert not graph_conclusive(graph, plain)
+    verdict, result = _decide(monkeypatch, graph, 0.035, plain)
+    assert verdict is plain and not verdict.forged and result.correct
+    assert result.timing.witness == GRAPH and "inconclusive" in result.timing.witness_note
+    # rms_norm shape 0 as measured: a small refresh against the plain burst's wall, the graph judges
+    small = judge_graph(0.00218, _graph_wall(0.0083, 209), 209, _graph_cal(209))
+    assert graph_conclusive(small, _plain(0.00218, 0.0, per_call_ms=0.157)) and small.forged
 
 
 def test_the_plain_floor_stays_when_it_is_the_tighter(monkeypatch):

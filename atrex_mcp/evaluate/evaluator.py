@@ -486,6 +486,10 @@ class Trial:
         timing.witness = timing_witness.GRAPH
         timing.graph_calls, timing.graph_witness_ms = outcome.calls, outcome.per_call_ms
         timing.graph_floor_ms = outcome.floor_ms
+        if not timing_witness.graph_conclusive(outcome, plain):
+            timing.witness_note = (f"graph replay inconclusive: {outcome.subtracted_ms:.4g} ms a call of input refresh "
+                                   f"and fingerprints taken off, more than the plain burst's {plain.per_call_ms:.4g} ms")
+            return plain
         if outcome.floor_ms <= plain.floor_ms:
             return plain
         timing.witness_floor_ms = outcome.floor_ms

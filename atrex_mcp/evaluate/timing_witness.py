@@ -67,6 +67,7 @@ class Witness:
     floor_ms: float  # the least median the witness allows
     forged: bool
     graph: bool = False  # a replay of the graph burst (judge_graph), not the plain burst
+    subtracted_ms: float = 0.0  # graph: the input refresh and fingerprints taken off, per call
 
 
 def per_call_ms(wall_s: float, calls: int, calibration: Calibration) -> float:
@@ -168,8 +169,20 @@ def judge_graph(median_ms: float, wall_s: float, calls: int, calibration: GraphC
     rest = wall_s - calibration.round_trip_s - calibration.refresh_s - calibration.fingerprints_s
     witness = max(0.0, rest) / max(1, calls) * 1e3
     floor = max(0.0, witness - graph_slack_ms(calls, calibration)) / TOLERANCE
+    subtracted = (calibration.refresh_s + calibration.fingerprints_s) / max(1, calls) * 1e3
     return Witness(calls=calls, wall_s=wall_s, per_call_ms=witness, floor_ms=floor, forged=median_ms < floor,
-                   graph=True)
+                   graph=True, subtracted_ms=subtracted)
+
+
+def graph_conclusive(graph: Witness, plain: Witness) -> bool:
+    """Whether a graph replay can judge the median: only while what the judge took off it per
+    call (the input refresh and the fingerprints, timed in its own process) is no more than the
+    plain burst's whole wall per call. A forward that reads a small part of large inputs (an MoE
+    decode reads 8 of 128 experts; the refresh rewrites all of them) leaves its device time
+    smaller than the error of that subtraction, which on the H200 failed an honest kernel. Both
+    figures are the judge's own measurements: a candidate can lengthen its plain burst, which only
+    makes the graph judge, and cannot shorten it or the refresh."""
+    return graph.subtracted_ms <= plain.per_call_ms
 
 
 def unwitnessed(median_ms: float, plain_floor_ms: float) -> bool:

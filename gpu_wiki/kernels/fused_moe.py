@@ -11,23 +11,22 @@ sources = [
   "Gale et al., MegaBlocks: Efficient Sparse Training with Mixture-of-Experts (block-sparse grouping of tokens by expert), MLSys 2023 — https://arxiv.org/abs/2211.15841",
   "Triton tutorial: Grouped GEMM — https://triton-lang.org/main/getting-started/tutorials/08-grouped-gemm.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 23 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02: 22/23 scored shapes correct (failed: 8)"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19", "20", "21", "22"]
 shapes_scored = 23
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.669
-median_dsl_share = 0.441
-time_ms = { "0" = 0.669 }
-failures = {}
-note = "these figures are those of the previous version (torch routing and slot sum, 64-wide GEMM 1 tiles); this version (all-Triton routing and slot sum, Hopper-sized tiles) is checked under the CPU interpreter only; re-stamping replaces this table"
+shapes_correct = 22
+operator_score = 0.471
+median_time_ms = 0.819
+median_dsl_share = 1
+time_ms = { "0" = 0.0816, "1" = 0.0824, "2" = 0.125, "3" = 0.166, "4" = 0.253, "5" = 0.447, "6" = 0.762, "7" = 1.45, "9" = 0.661, "10" = 0.887, "11" = 1.47, "12" = 2.53, "13" = 3.98, "14" = 6.98, "15" = 0.396, "16" = 0.418, "17" = 0.579, "18" = 0.876, "19" = 1.64, "20" = 1.51, "21" = 2.84, "22" = 5.26 }
+failures = { "8" = "timing_tampered" }
 +++
 out[t] = Σ_s topk_weights[t, s] · W2[e] (silu(W1g[e] x_t) ⊙ W1u[e] x_t), e = topk_ids[t, s]; out fp32.
 

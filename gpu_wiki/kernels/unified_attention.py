@@ -87,7 +87,7 @@ TILES: dict[tuple[int, str], Tile] = {
     (80, "long"): Tile(128, 64, 4, 3),
     (80, "short"): Tile(128, 64, 4, 3),
     (128, "long"): Tile(64, 64, 4, 4),
-    (128, "short"): Tile(64, 64, 4, 4),
+    (128, "short"): Tile(64, 64, 4, 2),
     (192, "long"): Tile(128, 64, 8, 2),
     (192, "short"): Tile(128, 64, 8, 2),
     (256, "long"): Tile(128, 32, 8, 2),

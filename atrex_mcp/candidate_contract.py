@@ -378,7 +378,7 @@ class _ContractScan:
         torch.ops.<ns>._x(…) (torch._scaled_mm), which are operators, not internals."""
         if isinstance(value, ast.Name) and value.id in ("self", "cls"):
             return True
-        return called and (base == "torch" or (base or "").count(".") == 2 and (base or "").startswith("torch.ops."))
+        return called and (base == "torch" or ((base or "").count(".") == 2 and (base or "").startswith("torch.ops.")))
 
     def _environ_read(self, node: ast.AST) -> None:
         """os.environ only as os.environ['X'], os.environ.get(...) and friends, or `'X' in os.environ`."""

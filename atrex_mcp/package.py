@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from atrex_mcp import __version__
-from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract, strip_main_block
 from atrex_mcp.artifact_dir import write_fresh
+from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract, strip_main_block
 from atrex_mcp.problemset.catalog import Catalog
 
 ARTIFACT_MANIFEST = "manifest.json"

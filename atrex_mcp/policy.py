@@ -31,13 +31,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from atrex_mcp.problemset import roofline
-from atrex_mcp.problemset.catalog import Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.leakguard import mask_figures
 from atrex_mcp.evaluate.models import EvalResult, ShapeResult
 from atrex_mcp.knowledge import Knowledge, default_knowledge
 from atrex_mcp.package import PackageResult
+from atrex_mcp.problemset import roofline
+from atrex_mcp.problemset.catalog import Catalog, VisibleProblem
 from atrex_mcp.profiling.models import ProfileReport
 from atrex_mcp.runs.models import IterationRecord, KernelTimes, KernelView, RunState
 from atrex_mcp.server.models import (

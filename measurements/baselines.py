@@ -35,15 +35,24 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from measurements.eval_cost import (BASELINES, CostModel, fit_to_budget, jobs_for, load_reference_times, load_shape_traffic,  # noqa: E402
-                       predicted_seconds, representative_order, spread_order)
+from measurements.eval_cost import (  # noqa: E402
+    BASELINES,
+    CostModel,
+    fit_to_budget,
+    jobs_for,
+    load_reference_times,
+    load_shape_traffic,
+    predicted_seconds,
+    representative_order,
+    spread_order,
+)
 from measurements.multi_gpu import BUDGET_REASON  # noqa: E402
 
 PROFILES = ("h200", "h200-measured")
@@ -191,7 +200,7 @@ def _git_commit() -> str | None:
 def conditions(results: Sequence) -> dict[str, Any]:
     """Date, host, hardware and versions, read from the results themselves."""
     device = results[0].device if results else None
-    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(), "commit": _git_commit(),
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(), "commit": _git_commit(),
             "device": device.name if device else None, "driver": device.driver if device else None,
             "cuda": device.cuda if device else None, "versions": device.versions if device else {},
             "max_sm_clock_mhz": device.max_sm_clock_mhz if device else None}
@@ -224,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_lanes(args.lanes_per_gpu, timed=not args.no_timing)
     except ValueError as exc:
-        raise SystemExit(f"--lanes-per-gpu {args.lanes_per_gpu}: {exc} (timed work never shares a GPU; lanes need --no-timing)")
+        raise SystemExit(f"--lanes-per-gpu {args.lanes_per_gpu}: {exc} (timed work never shares a GPU; lanes need --no-timing)") from exc
     chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices) * args.lanes_per_gpu)
     jobs = jobs_for(chosen, times, model, args.baseline)
     request = {"baseline": args.baseline, "seeds": args.seeds, "hardware": "h200", "timeout_s": args.timeout,

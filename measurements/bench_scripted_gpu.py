@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +59,7 @@ def main() -> int:
         "report": step(cli + ["report", str(run_dir)]),
     }
     conditions = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "ops": args.ops.split(","), "shapes": args.shapes, "seeds": args.seeds, "seconds": seconds,

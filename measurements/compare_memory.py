@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -59,7 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "results")
     args = parser.parse_args()
-    results = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": torch.cuda.get_device_name(),
+    results = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "device": torch.cuda.get_device_name(),
                "torch": torch.__version__, "chunk_elements": CHUNK_ELEMENTS, "cases": {}}
     for name, (shape, dtype) in CASES.items():
         results["cases"][name] = row = measure(shape, dtype)

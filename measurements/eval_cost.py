@@ -33,8 +33,8 @@ import json
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.evaluator import CHECKED_TIMED_SETS, MAX_TIMED_CALLS, MIN_TIMED_CALLS, timing_sets
@@ -77,7 +77,7 @@ class CostModel:
     # (fitted on runs before the output arena of 2026-12-01 it holds their two host copies per output byte too)
     byte_s: float = 0.0
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
-    compile_by_op: Mapping[str, "CompileFit"] = field(default_factory=dict)  # per operator where measured
+    compile_by_op: Mapping[str, CompileFit] = field(default_factory=dict)  # per operator where measured
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
     stage_limit_s: float = 120.0  # the evaluator's limit per shape and stage (baselines.py --timeout): no compile costs more
     call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
@@ -130,7 +130,7 @@ class CostModel:
         return {"calls": full * t_ms / 1e3, "timed_call_overhead": self.loop_overhead_s(timed), "per_shape_fixed": self.shape_s,
                 "per_shape_traffic": self.byte_s * self.shape_traffic(op, shape), "compile": compile_s}
 
-    def calibrated(self, results: Iterable[EvalResult]) -> "CostModel":
+    def calibrated(self, results: Iterable[EvalResult]) -> CostModel:
         """Refit the fixed costs from finished evaluations (their overhead and per-shape seconds);
         with a traffic table, the per-shape cost is fitted as shape_s + byte_s × bytes (least
         squares), and with eager times each operator's compile cost as a + b × eager ms (least

@@ -21,15 +21,15 @@ import statistics
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, evaluate  # noqa: E402
 from atrex_mcp.evaluate import taxonomy as tx  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 
 EXPLOITS = ROOT / "tests" / "exploits"
 EXAMPLES = {"rms_norm": ROOT / "examples" / "rms_norm_triton.py", "silu_and_mul": ROOT / "examples" / "silu_and_mul_triton.py"}
@@ -115,7 +115,7 @@ def main() -> int:
     t0 = time.monotonic()
     deadline = t0 + args.budget_s
     catalog = Catalog()
-    report: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
+    report: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
                     "python": platform.python_version(), "steps": [], "examples": {}, "exploits": {}, "baselines": {}}
     import torch
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if gpu else "cpu"
     nbytes = int(args.gib * (1 << 30)) if gpu else 4 << 20
     rows = {"registered": measure(nbytes, device, register=True), "pageable": measure(nbytes, device, register=False)}
-    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    report = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
               "device": torch.cuda.get_device_name(0) if gpu else "cpu (dry run)", "repeats": REPEATS, "arena": rows}
     write_report(args.out, report)
     for name, row in rows.items():

@@ -23,7 +23,7 @@ import argparse
 import statistics
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ def measure(gib: float) -> dict[str, Any]:
     import torch
 
     gpu = interpret_without_gpu()
-    report: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__}
+    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__}
     if not gpu:
         built = cases(CPU_ELEMENTS, "cpu")
         for _, make, fn, _, _ in built.values():

@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +123,7 @@ def measure(calls: int = 200) -> dict[str, Any]:
 
     interpret_without_gpu()
 
-    report: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__}
+    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__}
     if not torch.cuda.is_available():
         cases = _cases("cpu")  # dry run: every case is built and called once
         inputs = cases.pop("_inputs")()

@@ -43,10 +43,9 @@ from typing import Any, Protocol
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from measurements.eval_cost import Job  # noqa: E402
-
 from atrex_mcp.cluster.engine import visible_devices as gpu_devices  # noqa: E402,F401  (baselines.py's name)
 from atrex_mcp.cluster.merge import merge_results  # noqa: E402,F401  (baselines.py's name)
+from measurements.eval_cost import Job  # noqa: E402
 
 BUDGET_REASON = "budget:"  # starts the not_run reason of a job the time left could not fit (never started)
 WORKER_CHECK_S = 1.0  # how often a runner waiting for its batch checks that its worker still lives
@@ -272,10 +271,10 @@ def run_spread(jobs: Sequence[Job], devices: Sequence[str], parts_dir: Path, req
     land in `parts_dir`."""
     import distributed
 
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.cluster.dispatch import problem_roots
     from atrex_mcp.cluster.engine import local_cluster, worker_name
     from atrex_mcp.cluster.shards import problem_digest
+    from atrex_mcp.problemset.catalog import Catalog
 
     check_lanes(lanes_per_device, timed=request.get("timing", True))
     parts_dir.mkdir(parents=True, exist_ok=True)

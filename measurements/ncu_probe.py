@@ -24,14 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.errors import AtrexError  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.profiling import ncu as ncu_mod  # noqa: E402
 from atrex_mcp.profiling.service import capture_counters  # noqa: E402
 from measurements.bench_env import write_report  # noqa: E402
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    record: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
+    record: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "python": platform.python_version(),
                     "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                     "ncu": ncu_mod.ncu_executable(), "shape": args.shape, "variants": []}
     if record["gpu"] is None or record["ncu"] is None:

@@ -159,14 +159,14 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
     """The loop; `save(result)` is called after every step with the result so far."""
     import torch
 
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.evaluate import EvalRequest, evaluate
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.profiling.service import profile_kernel
     from atrex_mcp.runs.audit import timeline
     from atrex_mcp.runs.evaluator_judge import EvaluatorJudge
+    from atrex_mcp.runs.iterations import RunService
     from atrex_mcp.runs.models import Plan
     from atrex_mcp.runs.store import RunStore
-    from atrex_mcp.runs.iterations import RunService
 
     t0 = time.perf_counter()
     elapsed = lambda: time.perf_counter() - t0  # noqa: E731
@@ -177,7 +177,7 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
     run = service.start_run(OP, shapes, "triton", "h200")
     log(f"run {run.run_id} on shapes {shapes}; deadline {deadline_s:.0f} s")
     result = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (Triton interpreter)",
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "triton": __import__("triton").__version__},
         "op": OP, "shapes": shapes, "rounds": rounds, "deadline_s": deadline_s, "status": "running",

@@ -19,7 +19,7 @@ import platform
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +67,7 @@ def run_op(op: str, deadline: float, reps: int) -> list[dict]:
             del inputs, out, outs
         except torch.OutOfMemoryError as exc:
             row.update(status="oom", reason=str(exc).splitlines()[0][:300])
-        except Exception as exc:  # recorded per shape; the next shape still runs
+        except Exception as exc:  # noqa: BLE001 - recorded per shape; the next shape still runs
             row.update(status="error", reason=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -116,7 +116,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
         "wall_s": round(time.time() - t0, 1), "reps": args.reps,
         "counts": {k: sum(r["status"] == k for r in rows) for k in ("ok", "oom", "error", "crashed", "not_run")},

@@ -17,13 +17,14 @@ Writes server_gpu_check.json (everything) and prints a short summary.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,18 +72,17 @@ async def _queue(workspace: Path) -> dict:
                                progress_callback=progress, read_timeout_seconds=580)
         events[i].append((time.monotonic() - t0, "returned"))
 
-    async with Client(build_server(cfg)) as client:
-        async with anyio.create_task_group() as tg:
-            for i in range(3):
-                tg.start_soon(one, client, i)
-                await anyio.sleep(0.2)
+    async with Client(build_server(cfg)) as client, anyio.create_task_group() as tg:
+        for i in range(3):
+            tg.start_soon(one, client, i)
+            await anyio.sleep(0.2)
     spans = []
     for i, evs in events.items():
         start = next(t for t, m in evs if "started on" in m)
         end = next(t for t, m in evs if m == "returned")
         spans.append((start, end, i))
     spans.sort()
-    overlaps = [f"job {a[2]} and job {b[2]}" for a, b in zip(spans, spans[1:]) if b[0] < a[1] - 0.05]
+    overlaps = [f"job {a[2]} and job {b[2]}" for a, b in itertools.pairwise(spans) if b[0] < a[1] - 0.05]
     return {"events": events, "spans": spans, "overlaps": overlaps,
             "positions_heard": {i: [m for _, m in evs if "queued" in m] for i, evs in events.items()}}
 
@@ -144,7 +144,7 @@ def main() -> int:
     shutil.copy(EXAMPLE, workspace / "kernel.py")
     shapes = args.shapes.split(",") if args.shapes else None
     record = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
         "validate_optimize": anyio.run(_validate_all, workspace, "optimize", shapes),
         "validate_benchmark": anyio.run(_validate_all, workspace, "benchmark", shapes),

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     interpret_without_gpu()
 
     specs = [dict(s) for s in CASE_SPECS if not args.cases or s["name"] in args.cases.split(",")]
-    report: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__}
+    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__}
     if not torch.cuda.is_available():
         for case in build_cases(specs, "cpu"):  # dry run: every case builds and runs once
             case.fn(case.make_inputs())

@@ -20,7 +20,7 @@ import gc
 import importlib.util
 import statistics
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def run(repeats: int) -> dict:
     device = "cuda" if gpu else "cpu"
     model = _model()
     fn = lambda inputs: model(**inputs)  # noqa: E731
-    report: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
+    report: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__,
                     "device": torch.cuda.get_device_name(0) if gpu else "cpu (dry run)", "cases": {}}
     for tokens, hidden in SHAPES:
         name = f"rms_norm_{tokens}x{hidden}"

@@ -26,15 +26,15 @@ import statistics
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from atrex_mcp.candidate_contract import check_contract  # noqa: E402
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, evaluate  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.wiki.corpus import kernel_front_matter  # noqa: E402
 
 KERNELS = ROOT / "gpu_wiki" / "kernels"
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in paths if p.stem in wanted]
     catalog = Catalog()
     deadline = time.time() + args.budget_s
-    report["meta"].update(date=datetime.now(timezone.utc).date().isoformat(), seeds=args.seeds, profile="h200",
+    report["meta"].update(date=datetime.now(UTC).date().isoformat(), seeds=args.seeds, profile="h200",
                           shapes=args.shapes or "all scored")
     todo = [p for p in paths if not (args.resume and p.stem in report["kernels"] and "error" not in report["kernels"][p.stem])]
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[run] {path.stem}", flush=True)
         try:
             entry = _evaluate_kernel(path, catalog, args.seeds, args.timeout_s, args.shapes.split(",") if args.shapes else None)
-        except Exception:  # a harness failure on one kernel must not lose the others
+        except Exception:  # noqa: BLE001 - a harness failure on one kernel must not lose the others
             report["kernels"][path.stem] = {"error": traceback.format_exc()[-1500:]}
             print(traceback.format_exc(), flush=True)
         else:

@@ -55,7 +55,7 @@ def apply_rlimits(limits: dict[str, int], report: IsolationReport) -> None:
         if name == "DATA_EXTRA":
             value = _vm_data_bytes() + value
         which = getattr(resource, resource_name)
-        soft, hard = resource.getrlimit(which)
+        _soft, hard = resource.getrlimit(which)
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         try:

@@ -38,12 +38,14 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from sandbox import landlock, protocol, scratch as scratch_files, syscall_filter
+from sandbox import landlock, protocol, syscall_filter
+from sandbox import scratch as scratch_files
 from sandbox.messages import ExitRequest, InitRequest, Request
 
 SANDBOX_UID = SANDBOX_GID = 65534

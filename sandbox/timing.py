@@ -96,7 +96,7 @@ class Primitives:
     bound: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def capture(cls) -> "Primitives":
+    def capture(cls) -> Primitives:
         snapshot = {}
         for name in WATCHED:
             try:
@@ -133,7 +133,7 @@ class HostEvent:
     def record(self, *, _clock: Callable[[], float] = time.perf_counter) -> None:
         self.t = _clock()
 
-    def elapsed_time(self, end: "HostEvent") -> float:
+    def elapsed_time(self, end: HostEvent) -> float:
         return (end.t - self.t) * 1e3
 
 

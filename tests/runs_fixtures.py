@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.paths import REPO_ROOT
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.measure import CheckResult

@@ -113,6 +113,6 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 90.0) -> N
             return
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}")
+                raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}") from None
             time.sleep(0.2)
     raise TimeoutError(f"nothing listens on port {port} after {timeout} s")

@@ -14,9 +14,9 @@ from atrex_mcp.agentbench.models import OpState, Submission
 from atrex_mcp.agentbench.report import build_report
 from atrex_mcp.agentbench.report_render import write_report
 from atrex_mcp.agentbench.runner import RunRequest, open_run
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, ShapeResult
+from atrex_mcp.problemset.catalog import Catalog
 
 PROFILE = "h200"
 
@@ -39,7 +39,7 @@ def timed(op: str, shape: str, factor: float, dsl_share: float | None = 0.9, cor
 
 
 def make_run(root: Path, name: str) -> Path:
-    config, layout = open_run(RunRequest(out=root / name, agent="/bin/true", ops="rms_norm,silu_and_mul,l2_norm", agent_uid="same"))
+    _config, layout = open_run(RunRequest(out=root / name, agent="/bin/true", ops="rms_norm,silu_and_mul,l2_norm", agent_uid="same"))
     store = RunStore(layout)
     for op, outcome, timed_out in (("rms_norm", "submitted", False), ("silu_and_mul", "submitted", False), ("l2_norm", "no_submission", True)):
         store.save_state(OpState(op=op, status="done", attempts=1, timed_out=timed_out, elapsed_s=60.0,

@@ -24,9 +24,9 @@ from atrex_mcp.agentbench.process import run_agent
 from atrex_mcp.agentbench.progress import ProgressBoard
 from atrex_mcp.agentbench.prompts import OPTIMIZER_TOOLS, VANILLA_TOOLS, render_prompt
 from atrex_mcp.agentbench.runner import RunRequest, open_run, parse_agent
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import package_source
+from atrex_mcp.problemset.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = (ROOT / "gpu_wiki" / "kernels" / "rms_norm.py").read_text()

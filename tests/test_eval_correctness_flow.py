@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate import evaluator
+from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.evaluator import Trial
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.transfer import OutputArena
+from atrex_mcp.problemset.catalog import Catalog
 from sandbox.handoff import ArenaWriter
 from sandbox.timing import input_checksums
 

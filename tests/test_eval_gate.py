@@ -8,12 +8,12 @@ import threading
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main as cli_main
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import EvalRequest, evaluate
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.session import classify
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import EXAMPLES, make_problem_root, run_eval
 
 REFERENCE_MATH = """

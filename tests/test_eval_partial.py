@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main as cli_main
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import EvalRequest, evaluate
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.session import classify
 from atrex_mcp.evaluate.stop import EvaluationCancelled
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import make_problem_root
 from server_fixtures import live_children
 from test_eval_gate import HEADER, REFERENCE_MATH

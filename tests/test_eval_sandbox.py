@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.dsl import CANDIDATE_DSL, FRAMEWORK, GENERATED, LIBRARY, TritonAdapter, dsl_share
 from atrex_mcp.evaluate.leakguard import MASK, LeakGuard
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import CANARY, EXAMPLES, ROOT, make_problem_root
 from sandbox import landlock, protocol
 from sandbox.launcher import LaunchSpec, import_paths, landlock_rules

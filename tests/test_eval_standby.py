@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import EvalRequest, Standby, evaluate, open_session
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import CANARY, EXAMPLES, make_problem_root
 from sandbox.messages import ProfileRequest
 

@@ -13,18 +13,19 @@ import time
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.models import Overhead
 from atrex_mcp.evaluate.scoring import floor_aware_score
+from atrex_mcp.problemset.catalog import Catalog
+from measurements import (
+    baselines,
+    compile_estimate,
+    eval_cost,
+    launch_floor,
+    stability,
+    timing_accuracy,
+    transfer_cost,
+)
 from measurements_support import MEASUREMENTS, result, shape, write_run
-
-from measurements import baselines  # noqa: E402
-from measurements import compile_estimate  # noqa: E402
-from measurements import eval_cost  # noqa: E402
-from measurements import launch_floor  # noqa: E402
-from measurements import stability  # noqa: E402
-from measurements import transfer_cost  # noqa: E402
-from measurements import timing_accuracy  # noqa: E402
 from sandbox.timing import Primitives, plan_calls
 
 
@@ -496,7 +497,7 @@ class _HostEvent:
     def record(self):
         self.t = time.perf_counter()
 
-    def elapsed_time(self, end: "_HostEvent") -> float:
+    def elapsed_time(self, end: _HostEvent) -> float:
         return (end.t - self.t) * 1e3
 
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.errors import AtrexError
 from atrex_mcp.candidate_contract import check_contract, strip_main_block
+from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import package_source
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
 from tests.runs_fixtures import KERNEL, OP, loop_with_iterations
 
 REFERENCE = Catalog().visible(OP).reference_source

@@ -10,10 +10,13 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
+
+from atrex_mcp.problemset.catalog import Shape
 from problem_contract import (
     BF16,
     F16,
@@ -29,8 +32,6 @@ from problem_contract import (
     same_bits,
     smoke,
 )
-
-from atrex_mcp.problemset.catalog import Shape
 
 OPS = catalog().names()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from problem_contract import BF16, FN, assert_one_rounding, f64, make_inputs, model, same_bits
 
 # ---------------------------------------------------------------- norms and SwiGLU against float64

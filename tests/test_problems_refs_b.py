@@ -12,9 +12,20 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from problem_contract import BF16, HALF_ULP, SLACK, assert_one_rounding, catalog, f64, make_inputs, model, same_bits, smoke
 
 from atrex_mcp.evaluate.compare import compare_outputs
+from problem_contract import (
+    BF16,
+    HALF_ULP,
+    SLACK,
+    assert_one_rounding,
+    catalog,
+    f64,
+    make_inputs,
+    model,
+    same_bits,
+    smoke,
+)
 
 # ---------------------------------------------------------------- against float64 loops
 

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+
 from problem_contract import BF16, FN, make_inputs, model, same_bits
 
 
@@ -169,14 +170,14 @@ def test_chunk_delta_rule_output_matches_naive_loop():
         for t in range(T):
             c, gi = t // 4, g[0, t, j].item()
             qv = q[0, t, hq].tolist()
-            gates = {l: g[0, l, j].item() for l in range(c * 4, t + 1)}
+            gates = {s: g[0, s, j].item() for s in range(c * 4, t + 1)}
             attn = {
-                l: bf16(sum(qv[i] * k[0, l, hq, i].item() for i in range(K)) * (math.exp(gi - gl) if gi - gl <= 0 else 0.0))
-                for l, gl in gates.items()
+                s: bf16(sum(qv[i] * k[0, s, hq, i].item() for i in range(K)) * (math.exp(gi - gl) if gi - gl <= 0 else 0.0))
+                for s, gl in gates.items()
             }
             for col in range(V):
                 inter = sum(qv[i] * h[0, c, j, i, col].item() for i in range(K)) * math.exp(gi)
-                intra = sum(a * v[0, l, j, col].item() for l, a in attn.items())
+                intra = sum(a * v[0, s, j, col].item() for s, a in attn.items())
                 expected[0, t, j, col] = (inter + intra) * K**-0.5
     assert_bf16_close(reference(**x), expected.to(BF16))
 

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from atrex_mcp.problemset.catalog import VISIBLE_FILES, Catalog
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.problemset.build import build, changes_sections, operator_roofline
+from atrex_mcp.problemset.catalog import VISIBLE_FILES, Catalog
 
 ROOT = problems_dir()
 

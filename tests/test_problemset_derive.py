@@ -3,8 +3,8 @@
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.derive import add_problem, derive_hidden, derive_missing, validate_problem
 from tests.problemset_fixtures import INPUT, REFERENCE, SHAPES, make_problem
 

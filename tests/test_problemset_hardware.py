@@ -6,8 +6,22 @@ from pathlib import Path
 import pytest
 
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.problemset.hardware import DEFAULT_PROFILE, DTYPE_PATHS, dtype_path, load_all_profiles, load_profile, profile_names
-from atrex_mcp.problemset.roofline import Workload, arithmetic_intensity, bound, compute_seconds, memory_seconds, t_sol_ms
+from atrex_mcp.problemset.hardware import (
+    DEFAULT_PROFILE,
+    DTYPE_PATHS,
+    dtype_path,
+    load_all_profiles,
+    load_profile,
+    profile_names,
+)
+from atrex_mcp.problemset.roofline import (
+    Workload,
+    arithmetic_intensity,
+    bound,
+    compute_seconds,
+    memory_seconds,
+    t_sol_ms,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCED_FIELDS = ("hbm_bandwidth", "sm_count", "l2_bytes", "sm_clock_mhz", "memory_clock_mhz")

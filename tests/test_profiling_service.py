@@ -12,10 +12,10 @@ import time
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.models import KernelTime, ShapeResult
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.profiling.service import PROFILED_CALLS, capture_counters, counters_from_eval, profile_kernel
 from atrex_mcp.runs.store import RunStore
 from tests.runs_fixtures import KERNEL, OP, make_problem_root
@@ -154,7 +154,7 @@ def test_ncu_past_its_time_limit_stops_with_the_tail(tmp_path):
                     "time.sleep(60)\n")
     slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
     started = time.monotonic()
-    with pytest.raises(AtrexError, match="did not finish within 3 s.*Connected to process 3") as caught:
+    with pytest.raises(AtrexError, match=r"did not finish within 3 s.*Connected to process 3") as caught:
         capture_counters(OP, KERNEL, "smoke", Catalog(), roofline=None, ncu=str(slow), timeout_s=3.0)
     assert caught.value.info.category == "profile_timeout" and time.monotonic() - started < 40
 

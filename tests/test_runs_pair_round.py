@@ -6,14 +6,22 @@ exercised by measurements/opt_loop_gpu.py."""
 import random
 import time
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Shape
+from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.timing_checks import side_stream
-from atrex_mcp.evaluate import taxonomy as tx
-from atrex_mcp.runs.evaluator_judge import CALLS_PER_ROUND, ROUNDS, EvaluatorJudge, Round, check_side_streams, timing_round
+from atrex_mcp.problemset.catalog import Shape
+from atrex_mcp.runs.evaluator_judge import (
+    CALLS_PER_ROUND,
+    ROUNDS,
+    EvaluatorJudge,
+    Round,
+    check_side_streams,
+    timing_round,
+)
 from atrex_mcp.runs.measure import MeasurementFailed
 
 
@@ -35,7 +43,7 @@ class _Trial:
 class _Session:
     """Answers after as long as the reply's calls claim to have taken (the judge times the request)."""
 
-    worker_device = {"l2_bytes": 50 << 20}
+    worker_device: ClassVar[dict[str, int]] = {"l2_bytes": 50 << 20}
 
     def __init__(self, reply, forged=False, claimed_s=None):
         self.reply, self.sent, self.forged, self.claimed_s = reply, [], forged, claimed_s

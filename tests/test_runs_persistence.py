@@ -8,11 +8,11 @@ import sys
 import textwrap
 import time
 
+from atrex_mcp.paths import REPO_ROOT
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.store import RunStore
 from tests.runs_fixtures import ScriptedJudge, loop_with_iterations, make_problem_root
-from atrex_mcp.paths import REPO_ROOT
 
 
 def test_everything_survives_a_restart(tmp_path):

@@ -19,10 +19,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.paths import REPO_ROOT, problems_dir
 from atrex_mcp.policy import WITHHELD, Policy
-from atrex_mcp.server.models import ProblemDetail
+from atrex_mcp.problemset.catalog import Catalog
 from tests.server_fixtures import free_port, hidden_figures, leaks, result_text, wait_for_port
 
 pytestmark = pytest.mark.anyio

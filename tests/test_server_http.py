@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.server.transport import HttpSettings, transport_security, build_http_app, check_settings
+from atrex_mcp.server.transport import HttpSettings, build_http_app, check_settings, transport_security
 from tests.server_fixtures import ERAS, config, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent

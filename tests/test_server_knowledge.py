@@ -13,11 +13,11 @@ from atrex_mcp.agentbench.endpoint import server_command
 from atrex_mcp.agentbench.prompts import allowed_tools, render_prompt
 from atrex_mcp.agentbench.report import MainRow
 from atrex_mcp.agentbench.report_render import _main_row
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.server.app import ServerConfig, build_server
 from atrex_mcp.wiki.corpus import WikiEntry
 from atrex_mcp.wiki.solutions import solved_names
@@ -117,8 +117,8 @@ def test_which_operators_a_document_solves(entry, solves):
 def test_every_kernel_of_a_served_operator_and_its_recipe_are_withheld():
     """Over the shipped wiki: each kernel whose operator is served is withheld under general, as
     is the recipe that names it; the hardware, pattern, pitfall and profiling articles stay."""
-    from atrex_mcp.wiki.corpus import READERS, wiki_files
     from atrex_mcp.paths import wiki_dir
+    from atrex_mcp.wiki.corpus import READERS, wiki_files
 
     served = set(Catalog().names())
     entries = [READERS[f.kind](f) for f in wiki_files(wiki_dir())]

@@ -12,12 +12,19 @@ import shutil
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, ShapeResult
-from atrex_mcp.problemset.hardware import load_profile
 from atrex_mcp.paths import REPO_ROOT, problems_dir
 from atrex_mcp.policy import Policy
-from atrex_mcp.problemset.roofline import Workload, arithmetic_intensity, bound, compute_seconds, memory_seconds, t_sol_ms
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.hardware import load_profile
+from atrex_mcp.problemset.roofline import (
+    Workload,
+    arithmetic_intensity,
+    bound,
+    compute_seconds,
+    memory_seconds,
+    t_sol_ms,
+)
 from tests.server_fixtures import config, connect, result_text
 
 pytestmark = pytest.mark.anyio

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from atrex_mcp.server.models import ProblemDetail, ToolOutput
 from atrex_mcp.server.app import fit_output
+from atrex_mcp.server.models import ProblemDetail, ToolOutput
 from tests.server_fixtures import ERAS, config, connect
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +29,7 @@ async def test_tool_surface(tmp_path, era):
     async with connect(config(tmp_path), era) as client:
         assert client.protocol_version == ("2025-11-25" if era == "legacy" else "2026-07-28")
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert TOOLS <= set(tools)
+    assert set(tools) >= TOOLS
     for name in TOOLS:
         tool = tools[name]
         assert tool.description and len(tool.description) > 60, name

@@ -73,11 +73,10 @@ async def test_concurrent_calls_queue_and_report_positions(tmp_path):
         result = await client.call_tool("validate", {**SMOKE, "source": EXAMPLE.read_text()}, progress_callback=progress)
         assert result.structured_content["passed"] == 1
 
-    async with connect(cfg) as client:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(one, client, 0)
-            await anyio.sleep(0.05)
-            tg.start_soon(one, client, 1)
+    async with connect(cfg) as client, anyio.create_task_group() as tg:
+        tg.start_soon(one, client, 0)
+        await anyio.sleep(0.05)
+        tg.start_soon(one, client, 1)
     assert any("started on cpu" in m for m in messages[0]) and any(m.endswith("done") for m in messages[0])
     assert any("queued, position 1 of 1" in m for m in messages[1])
 

@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace import TraceSpec, build_snapshot, import_traces
 from atrex_mcp.trace.synthetic import OpCall, Step, record_trace
 
@@ -100,7 +100,7 @@ def test_snapshot_is_a_problem_set(snapshot):
 
 
 def test_shape_ids_are_stable_across_imports(annotated_trace, snapshot, tmp_path):
-    out, manifest = snapshot
+    _out, manifest = snapshot
     again = import_traces([TraceSpec("chat", annotated_trace)], tmp_path / "again")
     assert {op: list(r.shapes) for op, r in again.operators.items()} == {op: list(r.shapes) for op, r in manifest.operators.items()}
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace import TraceSpec, expr, import_traces
 from atrex_mcp.trace.reference_ops import NAMESPACE, schema_arguments
 from atrex_mcp.trace.rules import DEFAULT_RULES, Rules, TokenBuckets

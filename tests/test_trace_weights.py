@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace import TraceSpec, build_snapshot, import_traces
 from atrex_mcp.trace.weights import read_app_shares
 from tests.trace_fixtures import KinetoBuilder, attention_args, mm_args, paged_args, rms_norm_args

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import EvalRequest, evaluate
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.wiki.corpus import kernel_front_matter
 from tests.server_fixtures import config, connect
 

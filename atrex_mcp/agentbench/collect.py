@@ -15,9 +15,9 @@ from pathlib import Path
 
 from atrex_mcp.agentbench.models import Submission
 from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import ARTIFACT_MANIFEST, last_refusal, package_source
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.workspace import Workspace
 
 PACKAGE_FORMAT = "atrex-mcp package 1"

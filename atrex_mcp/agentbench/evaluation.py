@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel, Field, ValidationError
 
 from atrex_mcp.agentbench.layout import RunLayout, RunStore, write_json_atomic
 from atrex_mcp.agentbench.progress import ProgressBoard
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.problemset.derive import derive_missing
 from atrex_mcp.cluster.dispatch import Job
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate import footprint
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.derive import derive_missing
 
 SETTINGS_FILE = "settings.json"
 BASELINES = ("eager", "torch-compile")
@@ -248,9 +248,9 @@ def _pending(layout: RunLayout, store: RunStore, ops: list[str]) -> list[str]:
     out = []
     for op in ops:
         state = store.load_state(op)
-        if state.status == "done" and state.submission is not None and state.submission.outcome == "submitted":
-            if not result_path(layout, op).is_file():
-                out.append(op)
+        submitted = state.status == "done" and state.submission is not None and state.submission.outcome == "submitted"
+        if submitted and not result_path(layout, op).is_file():
+            out.append(op)
     return out
 
 
@@ -300,7 +300,7 @@ def _judge_here(jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInf
                 for job in op_jobs:
                     board.stage(op, f"{job.kind}: starting")
                     result = evaluate(job.request, catalog, standby=standby,
-                                      progress=lambda message, fraction, kind=job.kind: board.stage(
+                                      progress=lambda message, fraction, kind=job.kind, op=op: board.stage(
                                           op, f"{kind}: {message} ({fraction:.0%})"))
                     result.knowledge = job.knowledge
                     write_json_atomic(job.path, result)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atrex_mcp.agentbench.models import Isolation, ServerTransport
-from atrex_mcp.problemset.catalog import HIDDEN_FILES, WEIGHTS_FILE
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import HIDDEN_FILES, WEIGHTS_FILE
 
 NOBODY = 65534
 _CHECK_TIMEOUT_S = 30
@@ -127,7 +127,7 @@ def hand_over(path: Path, identity: AgentIdentity) -> None:
     path.chmod(0o700)
     if not identity.switched:
         return
-    for dirpath, dirnames, filenames in os.walk(path):
+    for dirpath, _dirnames, filenames in os.walk(path):
         os.chown(dirpath, identity.uid, identity.gid)
         for name in filenames:
             os.chown(os.path.join(dirpath, name), identity.uid, identity.gid, follow_symlinks=False)

@@ -27,13 +27,13 @@ from atrex_mcp.agentbench.evaluation import SETTINGS_FILE, EvalError, StoredSett
 from atrex_mcp.agentbench.layout import RunLayout, RunStore, now_iso
 from atrex_mcp.agentbench.models import OpState, RunConfig
 from atrex_mcp.candidate_contract import RULES as CONTRACT_RULES
-from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
-from atrex_mcp.problemset.roofline import shape_roofline
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import scoring
 from atrex_mcp.evaluate.models import EvalResult
 from atrex_mcp.evaluate.table import OperatorRow, load_results, run_row
 from atrex_mcp.evaluate.taxonomy import STAGES
+from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
+from atrex_mcp.problemset.roofline import shape_roofline
 
 
 class OperatorLine(BaseModel):

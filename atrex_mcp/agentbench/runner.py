@@ -31,11 +31,11 @@ from atrex_mcp.agentbench.process import run_agent
 from atrex_mcp.agentbench.progress import ProgressBoard
 from atrex_mcp.agentbench.prompts import allowed_tools, render_prompt
 from atrex_mcp.candidate_contract import DSL_DECORATORS
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.problemset.derive import derive_missing
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.knowledge import default_knowledge
 from atrex_mcp.paths import problems_dir
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.derive import derive_missing
 
 DEFAULTS = {"dsl": "triton", "condition": "vanilla", "budget_minutes": 30.0, "hardware": "h200", "server": "auto",
             "knowledge": default_knowledge(benchmark=True)}

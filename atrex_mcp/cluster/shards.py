@@ -24,10 +24,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from atrex_mcp.problemset.catalog import HIDDEN_FILES, VISIBLE_FILES, Catalog
-from atrex_mcp.problemset.derive import derive_missing
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
+from atrex_mcp.problemset.catalog import HIDDEN_FILES, VISIBLE_FILES, Catalog
+from atrex_mcp.problemset.derive import derive_missing
 
 ATTEMPT_TOPIC = "atrex-shard-attempt"
 

@@ -105,12 +105,11 @@ def exit_code(result) -> int:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from atrex_mcp.errors import AtrexError
+    from atrex_mcp.evaluate import EvalRequest, evaluate, footprint
     from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.problemset.derive import derive_missing
     from atrex_mcp.progress import ShapeProgress, clock
-    from atrex_mcp.errors import AtrexError
-    from atrex_mcp.evaluate import EvalRequest, evaluate
-    from atrex_mcp.evaluate import footprint
 
     if (args.candidate is None) == (args.baseline is None):
         raise AtrexError("input", "missing_candidate", "Give either a candidate file or --baseline.",

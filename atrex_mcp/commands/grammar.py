@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from atrex_mcp.errors import AtrexError, did_you_mean
 

@@ -23,9 +23,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.errors import AtrexError
     from atrex_mcp.evaluate.table import main_table, render_markdown
+    from atrex_mcp.problemset.catalog import Catalog
 
     catalog = Catalog(args.problems) if args.problems else Catalog()
     if catalog.missing_hidden():  # a set never built (a trace snapshot): the explicit derive step

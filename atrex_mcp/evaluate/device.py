@@ -111,7 +111,7 @@ class ClockSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "ClockSampler":
+    def __enter__(self) -> ClockSampler:
         nvml = _nvml() if has_gpu() else None
         if nvml is not None:
             self._thread = threading.Thread(target=self._sample, args=(nvml,), daemon=True)

@@ -58,9 +58,10 @@ class TritonAdapter:
             return set()
         names = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                if any(_dotted(d).split(".")[-1] == "jit" for d in node.decorator_list):
-                    names.add(node.name)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                _dotted(d).split(".")[-1] == "jit" for d in node.decorator_list
+            ):
+                names.add(node.name)
         return names
 
     def origin(self, kernel: str, own: set[str]) -> str:

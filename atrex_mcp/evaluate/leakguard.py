@@ -19,8 +19,8 @@ import math
 import re
 from typing import Any
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 
 MASK = "<num>"
 _MIN_NUMBER_CHARS = 6
@@ -112,7 +112,7 @@ class LeakGuard:
                 self._by_prefix.setdefault(key, []).append(figure)
 
     @classmethod
-    def for_problem(cls, catalog: Catalog, op: str) -> "LeakGuard":
+    def for_problem(cls, catalog: Catalog, op: str) -> LeakGuard:
         figures: set[float] = set()
         strings: set[str] = set()
         try:

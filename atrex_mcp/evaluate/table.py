@@ -38,10 +38,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import scoring
 from atrex_mcp.evaluate.models import EvalResult
+from atrex_mcp.problemset.catalog import Catalog
 
 DSL_DOMINANT = 0.5
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atrex_mcp.errors import AtrexError
+from atrex_mcp.paths import REPO_ROOT, problems_dir
 from atrex_mcp.problemset import formulas as workload_formulas
 from atrex_mcp.problemset.catalog import WEIGHTS_FILE, Catalog, VisibleProblem
-from atrex_mcp.errors import AtrexError
-from atrex_mcp.problemset.hardware import load_all_profiles
-from atrex_mcp.paths import REPO_ROOT, problems_dir
 from atrex_mcp.problemset.files import PRODUCTION_NOTE, describe_output, roofline_document, run_reference, write_json
+from atrex_mcp.problemset.hardware import load_all_profiles
 from atrex_mcp.problemset.roofline import shape_record
 
 DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "atrex-ops"

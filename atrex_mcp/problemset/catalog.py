@@ -16,11 +16,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from atrex_mcp.errors import AtrexError, unknown_choice
 from atrex_mcp.paths import problems_dir

@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from atrex_mcp.problemset.catalog import VISIBLE_FILES, Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import VISIBLE_FILES, Catalog
+from atrex_mcp.problemset.files import describe_output, roofline_document, run_reference, write_json
 from atrex_mcp.problemset.flop_counter import count_problem
 from atrex_mcp.problemset.hardware import DtypePath
-from atrex_mcp.problemset.files import describe_output, roofline_document, run_reference, write_json
 from atrex_mcp.problemset.roofline import Workload
 
 COUNTING = "dispatch-level counter, SPEC §0.5 rules (atrex_mcp.problemset.flop_counter; conventions in docs/roofline.md)"
@@ -82,7 +82,7 @@ def validate_problem(problem_dir: Path) -> Catalog:
         make_inputs = catalog.load_make_inputs(op)
     except AtrexError:
         raise
-    except Exception as exc:  # noqa: BLE001 - an import error of the user's files is the answer
+    except Exception as exc:  # an import error of the user's files is the answer
         raise _invalid(problem_dir, f"cannot load reference.py/input.py: {type(exc).__name__}: {exc}.") from exc
     if not (isinstance(model_cls, type) and issubclass(model_cls, torch.nn.Module)):
         raise _invalid(problem_dir, "reference.py must define `class Model(nn.Module)`.")
@@ -106,7 +106,7 @@ def validate_problem(problem_dir: Path) -> Catalog:
                        "Draw from a local torch.Generator(device=device).manual_seed(seed), never the global RNG.")
     try:
         describe_output(run_reference(catalog, op, smoke[0]))
-    except Exception as exc:  # noqa: BLE001 - the reference's own failure is the answer
+    except Exception as exc:  # the reference's own failure is the answer
         raise _invalid(problem_dir, f"the reference fails at the smoke shape: {type(exc).__name__}: {exc}.") from exc
     return catalog
 
@@ -172,7 +172,7 @@ def derive_missing(catalog: Catalog, ops: Iterable[str] | None = None) -> list[s
             derive_hidden(catalog.problem_dir(op), catalog=catalog)
         except AtrexError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the user's reference failing to count is the answer
+        except Exception as exc:  # the user's reference failing to count is the answer
             raise AtrexError("input", "derive_failed",
                              f"Deriving the hidden files of problem {op} failed: {type(exc).__name__}: {exc}",
                              f"Run `atrex-mcp problems add {catalog.problem_dir(op)}` to validate it and see what "

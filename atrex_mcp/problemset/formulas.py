@@ -15,7 +15,8 @@ count taken from a generated input can be checked exactly.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from atrex_mcp.errors import unknown_choice
 from atrex_mcp.problemset.hardware import DtypePath
@@ -100,7 +101,7 @@ def _paged_dims(x: Params) -> tuple[int, int, int, int, int, int, int, DtypePath
     "(MB*S + 16 blocks), whose 16 spare blocks are never referenced.",
 )
 def paged_attention_decode(init: Params, x: Params) -> Workload:
-    s, ctx, hq, hkv, d, bs, mb, label = _paged_dims(x)
+    s, ctx, hq, hkv, d, _bs, mb, label = _paged_dims(x)
     q_read = 2 * s * hq * d + 2 * 2 * s * ctx * hkv * d + 4 * s * mb + 4 * s
     return _work(label, 4 * s * hq * ctx * d + 2 * s * ctx, q_read, 2 * s * hq * d)
 

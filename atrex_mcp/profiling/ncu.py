@@ -168,7 +168,7 @@ def parse_ncu_csv(text: str) -> ParsedCsv:
     for name, launches in by_kernel.items():
         metrics: dict[str, float] = {}
         for metric in seen_metrics:
-            values = [per_launch[l][metric] for l in launches if metric in per_launch[l]]
+            values = [per_launch[launch][metric] for launch in launches if metric in per_launch[launch]]
             if values:
                 metrics[BY_NAME[metric].key if metric in BY_NAME else metric] = statistics.median(values)
         _, block, grid = launch_info[launches[0]]

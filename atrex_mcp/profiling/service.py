@@ -20,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.problemset.roofline import shape_roofline
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.roofline import shape_roofline
 from atrex_mcp.profiling import ncu as ncu_mod
 from atrex_mcp.profiling.classify import classify, roofline_evidence
 from atrex_mcp.profiling.models import Bottleneck, KernelCounters, ProfileReport

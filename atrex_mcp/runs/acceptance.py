@@ -110,7 +110,7 @@ def decide(samples: dict[str, PairedSamples] | None, *, correct: bool, failure: 
     figures = {"speedup": aggregate, "ci_low": low, "ci_high": high, "shapes": shapes}
 
     regressed = [s for s in shapes if s.ci_high < 1.0 / (1.0 + rule.max_regression)]
-    pct = int(round(rule.confidence * 100))
+    pct = round(rule.confidence * 100)
     if regressed:
         worst = min(regressed, key=lambda s: s.speedup)
         reason = (f"shape {worst.id} is slower beyond noise ({worst.speedup:.3f}x, {pct}% CI up to {worst.ci_high:.3f}x),"

@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import device as eval_device
 from atrex_mcp.evaluate import taxonomy as tx
@@ -43,6 +42,7 @@ from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
 from atrex_mcp.evaluate.timing_checks import side_stream_pooled
 from atrex_mcp.evaluate.timing_witness import upper_bound_ok
+from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.measure import CheckResult, MeasurementFailed, Progress
 from atrex_mcp.runs.models import KernelTimes, ShapeCheck
@@ -148,8 +148,9 @@ class EvaluatorJudge:
                 shape_list = trials[0].shapes
                 for i, shape in enumerate(shape_list):
                     samples[shape.id] = self.pair_rounds(trials, sessions, shape,
-                                                    lambda r: report(f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
-                                                                     (i + r / self.rounds) / len(shape_list)))
+                                                    lambda r, shape=shape, i=i: report(
+                                                        f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
+                                                        (i + r / self.rounds) / len(shape_list)))
             except Cancelled:
                 raise AtrexError("runtime", "cancelled", "The paired timing was cancelled; its workers were killed.") from None
         return samples

@@ -209,7 +209,7 @@ class _ProgressBridge:
         """For the evaluator's thread; a call that has already ended is silently not told."""
         try:
             anyio.from_thread.run(self.send, message, fraction, token=self._token)
-        except Exception:  # the call was cancelled or the client left: progress has nobody to go to
+        except Exception:  # noqa: BLE001 - the call was cancelled or the client left: progress has nobody to go to
             logger.debug("progress dropped for %s", self._label)
 
 
@@ -276,13 +276,13 @@ class ServerContext:
             async def guarded(*args: Any, **kwargs: Any) -> Any:
                 try:
                     return self._finish(await fn(self, *args, **kwargs))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - every tool failure becomes one structured error
                     raise self._translate(name, exc) from None
         else:
             def guarded(*args: Any, **kwargs: Any) -> Any:  # the SDK runs sync tools on a worker thread
                 try:
                     return self._finish(fn(self, *args, **kwargs))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - every tool failure becomes one structured error
                     raise self._translate(name, exc) from None
 
         functools.update_wrapper(guarded, fn, updated=())

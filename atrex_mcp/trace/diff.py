@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from atrex_mcp.problemset.catalog import WEIGHTS_FILE, Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import WEIGHTS_FILE, Catalog
 from atrex_mcp.trace.models import Manifest, ShapeChanges, SnapshotDiff, WeightChange
 
 

@@ -8,6 +8,7 @@ and applies it. See docs/trace.md for the format and the reasoning behind each c
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -154,7 +155,7 @@ class TokenBuckets(BaseModel):
     @field_validator("bounds")
     @classmethod
     def _ascending(cls, value: list[int]) -> list[int]:
-        if any(b <= 0 for b in value) or any(b >= c for b, c in zip(value, value[1:])):
+        if any(b <= 0 for b in value) or any(b >= c for b, c in itertools.pairwise(value)):
             raise ValueError("bounds must be positive and strictly ascending")
         return value
 
@@ -320,7 +321,7 @@ class Rules:
                 for fusion in data.generated.fusions:
                     if fusion.get("operator") not in data.operators or not isinstance(fusion.get("all"), list):
                         raise expr.ExprError(f"fusion {fusion!r} needs a known 'operator' and an 'all' list")
-                for op, source in data.generated.shapes.items():
+                for source in data.generated.shapes.values():
                     _check_source(source, data, [])
             for category in data.unmapped_categories:
                 where = f"unmapped category {category.name}"
@@ -394,11 +395,11 @@ class Rules:
     def unmapped_category(self, names: list[str], device_name: str, device_cat: str) -> tuple[str, str]:
         """(category, the name that decided it) for unmapped device time: kernel names first, then the
         device event's category, then the launching host operator and its ancestors (innermost first)."""
-        for category, host, kernels, cats in self._categories:
+        for category, _host, kernels, cats in self._categories:
             if any(p.search(device_name) for p in kernels) or device_cat in cats:
                 return category, device_name
         for name in names:
-            for category, host, kernels, cats in self._categories:
+            for category, host, _kernels, _cats in self._categories:
                 if any(p.fullmatch(name) for p in host):
                     return category, name
         if names:

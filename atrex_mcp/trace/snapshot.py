@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from atrex_mcp import __version__
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace.attribution import Attribution, Call, attribute
 from atrex_mcp.trace.events import load_trace
 from atrex_mcp.trace.models import FusedKernel, Manifest, OperatorRecord, ShapeStats, TraceInput, UnmappedCategory

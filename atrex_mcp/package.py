@@ -72,8 +72,11 @@ def package_source(source: str, op: str, catalog: Catalog, out_dir: Path, *, dsl
         "atrex_mcp_version": __version__,
         "run": provenance,
     }
-    write_fresh(out_dir, {artifact.name: data, manifest_path.name: (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()},
-                denied=[*catalog.roots, *denied])
+    write_fresh(
+        out_dir,
+        {artifact.name: data, manifest_path.name: (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()},
+        denied=[*catalog.roots, *denied],
+    )
     return PackageResult(artifact=str(artifact), manifest=str(manifest_path), sha256=manifest["artifact"]["sha256"],
                          contract=report, manifest_data=manifest)
 

@@ -111,13 +111,17 @@ class Policy:
             "policy",
             "hidden_in_benchmark_mode",
             f"{what} is {HIDDEN}.",
-            hint or "Benchmark mode measures you; restart the server without --benchmark-mode to optimise with roofline figures.",
+            hint
+            or "Benchmark mode measures you; restart the server without --benchmark-mode to optimise with roofline "
+               "figures.",
         )
 
     def require_roofline(self, what: str) -> None:
         """Refuse a request for per-problem roofline figures in benchmark mode."""
         if self.benchmark:
-            raise self.refusal(what, "roofline_lookup still works as a calculator: pass your own flops, dtype_path and bytes.")
+            raise self.refusal(
+                what, "roofline_lookup still works as a calculator: pass your own flops, dtype_path and bytes."
+            )
 
     # ------------------------------------------------------------ views
     def shape_figures(self, op: str, shape_id: str, hardware: str) -> roofline.ShapeRoofline | None:
@@ -174,7 +178,9 @@ class Policy:
     def validate_view(self, result: EvalResult) -> ValidateResult:
         """A whole evaluation as this mode may show it."""
         verdicts = [self.verdict(s) for s in result.shapes]
-        device = f"cuda: {result.device.name}" if result.device.kind == "cuda" else "cpu (Triton interpreter, not timed)"
+        device = (
+            f"cuda: {result.device.name}" if result.device.kind == "cuda" else "cpu (Triton interpreter, not timed)"
+        )
         return ValidateResult(
             op=result.op,
             mode=self.mode,

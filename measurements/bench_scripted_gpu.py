@@ -51,11 +51,41 @@ def main() -> int:
         shutil.rmtree(run_dir)
     args.out.mkdir(parents=True, exist_ok=True)
     cli = [sys.executable, "-m", "atrex_mcp.cli", "bench"]
-    agent = f"{sys.executable} {ROOT / 'examples' / 'bench_scripted_agent.py'} --kernels {ROOT / 'gpu_wiki' / 'kernels'}"
+    agent = (
+        f"{sys.executable} {ROOT / 'examples' / 'bench_scripted_agent.py'} --kernels {ROOT / 'gpu_wiki' / 'kernels'}"
+    )
     seconds = {
-        "run": step(cli + ["run", "--agent", agent, "--ops", args.ops, "--budget-minutes", "10", "--plain", "--agent-uid", "same",
-                           "--out", str(run_dir)]),
-        "eval": step(cli + ["eval", str(run_dir), "--shapes", args.shapes, "--seeds", str(args.seeds), "--baselines", "yes", "--plain"]),
+        "run": step(
+            cli
+            + [
+                "run",
+                "--agent",
+                agent,
+                "--ops",
+                args.ops,
+                "--budget-minutes",
+                "10",
+                "--plain",
+                "--agent-uid",
+                "same",
+                "--out",
+                str(run_dir),
+            ]
+        ),
+        "eval": step(
+            cli
+            + [
+                "eval",
+                str(run_dir),
+                "--shapes",
+                args.shapes,
+                "--seeds",
+                str(args.seeds),
+                "--baselines",
+                "yes",
+                "--plain",
+            ]
+        ),
         "report": step(cli + ["report", str(run_dir)]),
     }
     conditions = {

@@ -50,9 +50,15 @@ def measure(shape: tuple[int, ...], dtype: torch.dtype) -> dict:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     detail = verdict.details[0]
-    return {"output_gib": ref.numel() * ref.element_size() / 2**30, "extra_peak_gib": (torch.cuda.max_memory_allocated() - before) / 2**30,
-            "seconds": seconds, "mismatches": detail.mismatches, "planted": len(PLANTED), "first_bad_flat": PLANTED[0],
-            "first_bad_index": detail.first_bad_index}
+    return {
+        "output_gib": ref.numel() * ref.element_size() / 2**30,
+        "extra_peak_gib": (torch.cuda.max_memory_allocated() - before) / 2**30,
+        "seconds": seconds,
+        "mismatches": detail.mismatches,
+        "planted": len(PLANTED),
+        "first_bad_flat": PLANTED[0],
+        "first_bad_index": detail.first_bad_index,
+    }
 
 
 def main() -> None:

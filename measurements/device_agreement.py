@@ -135,15 +135,29 @@ def agreement(op: str, shape, model_cls, make_inputs, seed: int, device: str) ->
     ]
 
 
-TABLE = (("op", "{}"), ("shape_id", "{}"), ("output", "{}"), ("dtype", "{}"), ("judge_ok", "{}"), ("bitwise_equal", "{}"),
-         ("differ_fraction", "{:.2e}"), ("max_last_places", "{}"), ("max_abs", "{:.3g}"), ("max_rel", "{:.3g}"),
-         ("device_has_nan", "{}"))  # (row key, cell format) of the printed table
+TABLE = (
+    ("op", "{}"),
+    ("shape_id", "{}"),
+    ("output", "{}"),
+    ("dtype", "{}"),
+    ("judge_ok", "{}"),
+    ("bitwise_equal", "{}"),
+    ("differ_fraction", "{:.2e}"),
+    ("max_last_places", "{}"),
+    ("max_abs", "{:.3g}"),
+    ("max_rel", "{:.3g}"),
+    ("device_has_nan", "{}"),
+)  # (row key, cell format) of the printed table
 
 
 def _table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(key for key, _ in TABLE) + f" |  ({meta['device']}, torch {meta['torch']})"]
     for r in rows:
-        cells = [r["op"], r["shape_id"], f"ERROR {r['error'][:80]}"] if "error" in r else [fmt.format(r[k]) for k, fmt in TABLE]
+        cells = (
+            [r["op"], r["shape_id"], f"ERROR {r['error'][:80]}"]
+            if "error" in r
+            else [fmt.format(r[k]) for k, fmt in TABLE]
+        )
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
 

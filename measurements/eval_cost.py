@@ -79,14 +79,20 @@ class CostModel:
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
     compile_by_op: Mapping[str, CompileFit] = field(default_factory=dict)  # per operator where measured
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
-    stage_limit_s: float = 120.0  # the evaluator's limit per shape and stage (baselines.py --timeout): no compile costs more
+    stage_limit_s: float = (
+        120.0  # the evaluator's limit per shape and stage (baselines.py --timeout): no compile costs more
+    )
     call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
     spin_s: float = 3e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
     seeds: int = 5
     device_memory_bytes: int = 141 * 10**9  # the H200's; sizes the timing input sets (evaluator.timing_sets)
     source: str = "assumed (no evaluator run on this GPU yet)"
-    traffic: Mapping[str, Mapping[str, float]] = field(default_factory=dict, repr=False)  # {op: {shape: bytes}}: load_shape_traffic()
-    eager_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict, repr=False)  # {op: {shape: ms}}: load_reference_times()
+    traffic: Mapping[str, Mapping[str, float]] = field(
+        default_factory=dict, repr=False
+    )  # {op: {shape: bytes}}: load_shape_traffic()
+    eager_ms: Mapping[str, Mapping[str, float]] = field(
+        default_factory=dict, repr=False
+    )  # {op: {shape: ms}}: load_reference_times()
 
     def shape_traffic(self, op: str, shape: str) -> float:
         return float(self.traffic.get(op, {}).get(shape, 0.0))
@@ -127,8 +133,13 @@ class CostModel:
         `shape` pick its traffic and its operator's compile cost."""
         full, timed = self.calls(t_ms, self.shape_traffic(op, shape))
         compile_s = self.compile_seconds(op, t_ms) if baseline == "torch-compile" else 0.0
-        return {"calls": full * t_ms / 1e3, "timed_call_overhead": self.loop_overhead_s(timed), "per_shape_fixed": self.shape_s,
-                "per_shape_traffic": self.byte_s * self.shape_traffic(op, shape), "compile": compile_s}
+        return {
+            "calls": full * t_ms / 1e3,
+            "timed_call_overhead": self.loop_overhead_s(timed),
+            "per_shape_fixed": self.shape_s,
+            "per_shape_traffic": self.byte_s * self.shape_traffic(op, shape),
+            "compile": compile_s,
+        }
 
     def calibrated(self, results: Iterable[EvalResult]) -> CostModel:
         """Refit the fixed costs from finished evaluations (their overhead and per-shape seconds);
@@ -150,7 +161,12 @@ class CostModel:
                 spent = sum(v for k, v in s.seconds.items() if k != "first_call_extra")  # correctness includes it
                 spent_on_shapes += spent
                 eager = self.eager_ms.get(r.op, {}).get(s.id)
-                if r.candidate == "torch-compile" and s.stage == tx.RUNTIME and s.category == tx.TIMEOUT and eager is not None:
+                if (
+                    r.candidate == "torch-compile"
+                    and s.stage == tx.RUNTIME
+                    and s.category == tx.TIMEOUT
+                    and eager is not None
+                ):
                     limit_from[r.op] = min(eager, limit_from.get(r.op, eager))
                 if not s.correct or s.time_ms is None or "timing" not in s.seconds:
                     continue
@@ -172,15 +188,23 @@ class CostModel:
         return replace(
             model,
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
-            shape_s=shape_s, byte_s=byte_s,
+            shape_s=shape_s,
+            byte_s=byte_s,
             compile_s=compile_s,
-            compile_by_op={**self.compile_by_op,
-                           **{op: _compile_fit(by_op.get(op, []), limit_from.get(op), compile_s, self.stage_limit_s)
-                              for op in by_op.keys() | limit_from.keys()}},
-            compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
-                             if first_compiles and compiles else self.compile_first_s),
-            source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} timed shapes, "
-                   f"{len(compiles)} torch.compile first calls)",
+            compile_by_op={
+                **self.compile_by_op,
+                **{
+                    op: _compile_fit(by_op.get(op, []), limit_from.get(op), compile_s, self.stage_limit_s)
+                    for op in by_op.keys() | limit_from.keys()
+                },
+            },
+            compile_first_s=(
+                max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
+                if first_compiles and compiles
+                else self.compile_first_s
+            ),
+            source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} "
+                   f"timed shapes, {len(compiles)} torch.compile first calls)",
         )
 
     def describe(self) -> dict:
@@ -239,8 +263,12 @@ def predicted_seconds(jobs: Iterable[Job], model: CostModel, baseline: str) -> f
     return len({j.op for j in jobs}) * model.evaluation_s(baseline) + sum(j.seconds for j in jobs)
 
 
-def representative_order(times: Mapping[str, Mapping[str, float]], weights: Mapping[str, float],
-                         large_shapes: int = 3, large_range_ms: tuple[float, float] = (1.0, 20.0)) -> list[tuple[str, str]]:
+def representative_order(
+    times: Mapping[str, Mapping[str, float]],
+    weights: Mapping[str, float],
+    large_shapes: int = 3,
+    large_range_ms: tuple[float, float] = (1.0, 20.0),
+) -> list[tuple[str, str]]:
     """Shapes in the order they are worth measuring when the budget is short: every operator's
     fastest shape (operators by weight), then every operator's median shape, then a few large
     shapes (one per operator, the heaviest operators first, eager time within `large_range_ms`)."""
@@ -257,7 +285,9 @@ def representative_order(times: Mapping[str, Mapping[str, float]], weights: Mapp
     return order + large[:large_shapes]
 
 
-def spread_order(times: Mapping[str, Mapping[str, float]], weights: Mapping[str, float], per_op: int) -> list[tuple[str, str]]:
+def spread_order(
+    times: Mapping[str, Mapping[str, float]], weights: Mapping[str, float], per_op: int
+) -> list[tuple[str, str]]:
     """Up to `per_op` shapes of every operator, evenly spaced over its shapes ranked by eager
     time (the ranks at quantiles (i + ½)/per_op), for estimating each operator's median S when
     its full set does not fit. Ordered median first, then outward in pairs, every operator's

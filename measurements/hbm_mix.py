@@ -68,7 +68,9 @@ def _kernels():
     return read_kernel, mul_kernel, copy_kernel, fill_kernel
 
 
-def cases(n: int, device: str) -> dict[str, tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], Any], int, int]]:
+def cases(
+    n: int, device: str
+) -> dict[str, tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], Any], int, int]]:
     """{name: (mix, make inputs, call, bytes read, bytes written)} over n bf16 elements a stream."""
     import torch
     import triton
@@ -130,8 +132,15 @@ def time_cases(prims, built: dict[str, tuple], flush_bytes: int, ceilings: dict[
         run = time_calls(prims, fn, make(), sets, CALLS, WARMUP, flush_bytes)
         ms = statistics.median(run.times_ms)
         rate = (read + written) / (ms * 1e-3)
-        timed[name] = {"mix": mix, "bytes_read": read, "bytes_written": written, "median_ms": ms, "min_ms": min(run.times_ms),
-                       "tb_per_s": rate / 1e12, **{f"of_{p}": rate / c for p, c in ceilings.items()}}
+        timed[name] = {
+            "mix": mix,
+            "bytes_read": read,
+            "bytes_written": written,
+            "median_ms": ms,
+            "min_ms": min(run.times_ms),
+            "tb_per_s": rate / 1e12,
+            **{f"of_{p}": rate / c for p, c in ceilings.items()},
+        }
         del sets, run
     best: dict[str, dict[str, Any]] = {}
     for name, case in timed.items():
@@ -159,7 +168,9 @@ def measure(gib: float) -> dict[str, Any]:
     flush = flush_bytes_for(getattr(props, "L2_cache_size", 0))
     n = int(gib * (1 << 30)) // 2
     ceilings = _ceilings()
-    report.update(device=props.name, triton=triton.__version__, elements=n, calls=CALLS, flush_bytes=flush, ceilings=ceilings)
+    report.update(
+        device=props.name, triton=triton.__version__, elements=n, calls=CALLS, flush_bytes=flush, ceilings=ceilings
+    )
     report.update(time_cases(Primitives.capture(), cases(n, "cuda"), flush, ceilings))
     return report
 
@@ -170,7 +181,10 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"HBM streams on {report['device']} ({report['date']}), {report['elements']} bf16 elements a stream",
              "", "| case | mix | median ms | TB/s | of h200 | of h200-measured |", "|---|---|---|---|---|---|"]
     for name, c in report["cases"].items():
-        lines.append(f"| {name} | {c['mix']} | {c['median_ms']:.4f} | {c['tb_per_s']:.3f} | {c['of_h200']:.3f} | {c['of_h200-measured']:.3f} |")
+        lines.append(
+            f"| {name} | {c['mix']} | {c['median_ms']:.4f} | {c['tb_per_s']:.3f} | {c['of_h200']:.3f} | "
+            f"{c['of_h200-measured']:.3f} |"
+        )
     return "\n".join(lines)
 
 

@@ -62,7 +62,9 @@ def openings_of(names: list[str]) -> ncu_mod.SandboxOpenings:
 
 
 EXAMPLE = ROOT / "examples" / "rms_norm_triton.py"
-TRUSTED = "import torch; x = torch.ones(1 << 20, device='cuda'); y = (x * 2).sum(); torch.cuda.synchronize(); print(float(y))"
+TRUSTED = (
+    "import torch; x = torch.ones(1 << 20, device='cuda'); y = (x * 2).sum(); torch.cuda.synchronize(); print(float(y))"
+)
 
 
 def _variant(names: list[str] | None, shape: str, timeout_s: float) -> dict:
@@ -129,9 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    record: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "python": platform.python_version(),
-                    "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                    "ncu": ncu_mod.ncu_executable(), "shape": args.shape, "variants": []}
+    record: dict = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "ncu": ncu_mod.ncu_executable(),
+        "shape": args.shape,
+        "variants": [],
+    }
     if record["gpu"] is None or record["ncu"] is None:
         record["skipped"] = "no GPU or no ncu: nothing to probe"
     else:

@@ -54,7 +54,9 @@ async def _profile(workspace: Path) -> dict:
     cfg = ServerConfig(workspaces=[workspace], state_dir=workspace / "state")
     async with Client(build_server(cfg)) as client:
         started = time.monotonic()
-        result = await client.call_tool("profile_kernel", {"op": "rms_norm", "path": "kernel.py", "shape": "0"}, read_timeout_seconds=580)
+        result = await client.call_tool(
+            "profile_kernel", {"op": "rms_norm", "path": "kernel.py", "shape": "0"}, read_timeout_seconds=580
+        )
         return {"wall_s": time.monotonic() - started, "is_error": result.is_error,
                 "result": result.structured_content or result.content[0].text}
 
@@ -112,8 +114,12 @@ async def _cancel(workspace: Path) -> dict:
 
             async def hang() -> None:
                 with scope:
-                    await client.call_tool("validate", {"op": "rms_norm", "path": "hang.py", "shapes": ["smoke"], "seeds": 1},
-                                           progress_callback=progress, read_timeout_seconds=580)
+                    await client.call_tool(
+                        "validate",
+                        {"op": "rms_norm", "path": "hang.py", "shapes": ["smoke"], "seeds": 1},
+                        progress_callback=progress,
+                        read_timeout_seconds=580,
+                    )
 
             tg.start_soon(hang)
             await running.wait()
@@ -157,11 +163,17 @@ def main() -> int:
     opt, bench = record["validate_optimize"]["result"], record["validate_benchmark"]["result"]
     print(f"{record['gpu']}: validate all shapes {record['validate_optimize']['wall_s']:.0f} s, "
           f"passed {opt.get('passed')} failed {opt.get('failed')}, S_i {opt.get('operator_score')}")
-    print(f"benchmark mode hides: t_sol/score all null = "
-          f"{all(s['t_sol_ms'] is None and s['score'] is None for s in bench.get('shapes', []))}, operator_score = {bench.get('operator_score')}")
+    print(
+        "benchmark mode hides: t_sol/score all null = "
+        f"{all(s['t_sol_ms'] is None and s['score'] is None for s in bench.get('shapes', []))}, operator_score = "
+        f"{bench.get('operator_score')}"
+    )
     profile = record["profile"]["result"]
     print(f"profile: {profile.get('tool') if isinstance(profile, dict) else profile}")
-    print(f"queue overlaps: {record['queue']['overlaps'] or 'none'}; positions heard: {record['queue']['positions_heard']}")
+    print(
+        f"queue overlaps: {record['queue']['overlaps'] or 'none'}; positions heard: "
+        f"{record['queue']['positions_heard']}"
+    )
     print(f"cancel: {record['cancel']}")
     return 0
 

@@ -76,21 +76,32 @@ def _markdown(report: dict) -> str:
     meta = report["meta"]
     subset = meta.get("shapes", "all scored") != "all scored"
     s_column = f"S over shapes {meta['shapes']} only (not the operator S)" if subset else "S"
-    lines = [f"# Wiki reference kernels on {meta.get('gpu') or 'the GPU'} — {meta['date']}", "",
-             f"{meta.get('versions')}; seeds per shape {meta['seeds']}; S = T_SOL / T on the {meta.get('profile', 'h200')} "
-             "profile, median over correct shapes (per-shape S is not published"
-             + ("; over a one-shape subset the median is that shape's S: evaluator-side only, never in the wiki" if subset else "")
-             + ").", "",
-             f"| kernel | operator | shapes correct | median time (ms) | {s_column} | DSL share | failures |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Wiki reference kernels on {meta.get('gpu') or 'the GPU'} — {meta['date']}",
+        "",
+        f"{meta.get('versions')}; seeds per shape {meta['seeds']}; S = T_SOL / T on the {meta.get('profile', 'h200')} "
+        "profile, median over correct shapes (per-shape S is not published"
+        + (
+            "; over a one-shape subset the median is that shape's S: evaluator-side only, never in the wiki"
+            if subset
+            else ""
+        )
+        + ").",
+        "",
+        f"| kernel | operator | shapes correct | median time (ms) | {s_column} | DSL share | failures |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, k in sorted(report["kernels"].items()):
         if "error" in k:
             lines.append(f"| {name} | — | — | — | — | — | harness error: {k['error'][:120]} |")
             continue
         fails = ", ".join(f"{s['id']}: {s['category'] or s['stage']}" for s in k["shapes"] if not s["correct"])[:200]
         fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
-        lines.append(f"| {name} | {k['operator']} | {k['shapes_correct']}/{k['shapes_total']} | {fmt(k['median_time_ms'], '.4g')} "
-                     f"| {fmt(k['operator_score'], '.3f')} | {fmt(k['median_dsl_share'], '.2f')} | {fails} |")
+        lines.append(
+            f"| {name} | {k['operator']} | {k['shapes_correct']}/{k['shapes_total']} | "
+            f"{fmt(k['median_time_ms'], '.4g')} | {fmt(k['operator_score'], '.3f')} | "
+            f"{fmt(k['median_dsl_share'], '.2f')} | {fails} |"
+        )
     lines += ["", f"Not run (budget): {', '.join(report.get('not_run', [])) or 'none'}"]
     return "\n".join(lines) + "\n"
 
@@ -98,11 +109,15 @@ def _markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "results")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting new kernels after this many seconds")
+    parser.add_argument(
+        "--budget-s", type=float, default=540.0, help="stop starting new kernels after this many seconds"
+    )
     parser.add_argument("--seeds", type=int, default=2, help="correctness seeds per shape")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per shape and stage")
     parser.add_argument("--only", default="", help="comma-separated kernel names (file stems)")
-    parser.add_argument("--shapes", default="", help="comma-separated shape ids (default: every scored shape); 'smoke' for a dry run")
+    parser.add_argument(
+        "--shapes", default="", help="comma-separated shape ids (default: every scored shape); 'smoke' for a dry run"
+    )
     parser.add_argument("--resume", action="store_true", help="keep kernels already in the JSON and run the rest")
     args = parser.parse_args(argv)
 
@@ -119,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.time() + args.budget_s
     report["meta"].update(date=datetime.now(UTC).date().isoformat(), seeds=args.seeds, profile="h200",
                           shapes=args.shapes or "all scored")
-    todo = [p for p in paths if not (args.resume and p.stem in report["kernels"] and "error" not in report["kernels"][p.stem])]
+    todo = [
+        p
+        for p in paths
+        if not (args.resume and p.stem in report["kernels"] and "error" not in report["kernels"][p.stem])
+    ]
 
     def save() -> None:
         report["not_run"] = [p.stem for p in paths if p.stem not in report["kernels"]]
@@ -132,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
             break
         print(f"[run] {path.stem}", flush=True)
         try:
-            entry = _evaluate_kernel(path, catalog, args.seeds, args.timeout_s, args.shapes.split(",") if args.shapes else None)
+            entry = _evaluate_kernel(
+                path, catalog, args.seeds, args.timeout_s, args.shapes.split(",") if args.shapes else None
+            )
         except Exception:  # noqa: BLE001 - a harness failure on one kernel must not lose the others
             report["kernels"][path.stem] = {"error": traceback.format_exc()[-1500:]}
             print(traceback.format_exc(), flush=True)

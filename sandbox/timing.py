@@ -306,15 +306,29 @@ def _reserve_cached_blocks(blocks: list[tuple[int, torch.device]], copies: int) 
     del held
 
 
-def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, Any]], Any],
-               warmup_inputs: dict[str, Any], input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
-               spin_us: float | None = None, flush_by_writing: bool = False, *,
-               _median: Callable[[list[float]], float] = statistics.median, _digest: Callable[[Any], Any] = digest,
-               _poison: Callable[[Any, set[int]], None] = poison, _storages: Callable[[Any], set[int]] = storages,
-               _call_order: Callable[[int, int], list[int]] = call_order, _empty: Callable[..., Any] = torch.empty,
-               _no_grad: Callable[[], Any] = torch.no_grad, _reserve: Callable[..., None] = _reserve_cached_blocks,
-               _blocks: Callable[..., Any] = _output_blocks, _device_of: Callable[..., Any] = _device_of,
-               _run: type = TimedRun) -> TimedRun:
+def time_calls(
+    prims: Primitives | Mapping[str, Any],
+    fn: Callable[[dict[str, Any]], Any],
+    warmup_inputs: dict[str, Any],
+    input_sets: list[dict[str, Any]],
+    calls: int,
+    warmup: int,
+    flush_bytes: int,
+    spin_us: float | None = None,
+    flush_by_writing: bool = False,
+    *,
+    _median: Callable[[list[float]], float] = statistics.median,
+    _digest: Callable[[Any], Any] = digest,
+    _poison: Callable[[Any, set[int]], None] = poison,
+    _storages: Callable[[Any], set[int]] = storages,
+    _call_order: Callable[[int, int], list[int]] = call_order,
+    _empty: Callable[..., Any] = torch.empty,
+    _no_grad: Callable[[], Any] = torch.no_grad,
+    _reserve: Callable[..., None] = _reserve_cached_blocks,
+    _blocks: Callable[..., Any] = _output_blocks,
+    _device_of: Callable[..., Any] = _device_of,
+    _run: type = TimedRun,
+) -> TimedRun:
     """Warm up on a separate input set, then `calls` timed calls over `input_sets` in `call_order`.
 
     Between `start` and `end` the host does nothing but the call: the input dict is looked up
@@ -327,7 +341,11 @@ def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, An
     call then writes back, which puts kernels streaming 32–128 MiB 10–35 % above Nsight
     Compute's invalidated-L2 time on the H200; reading brings them to 1–19 %
     (measurements/timing_accuracy.py)."""
-    Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
+    Event, record, elapsed = (
+        prims["torch.cuda.Event"],
+        prims["torch.cuda.Event.record"],
+        prims["torch.cuda.Event.elapsed_time"],
+    )
     sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
     flush = _empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))
     protected = _storages(warmup_inputs).union(*(_storages(s) for s in input_sets))
@@ -374,8 +392,13 @@ def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, An
                 _poison(outs[i - window], protected)
                 outs[i - window] = None
         sync()
-        return ([elapsed(starts[i], ends[i]) for i in range(n)], [elapsed(starts[i], afters[i]) for i in range(n)], outs, sums,
-                host)
+        return (
+            [elapsed(starts[i], ends[i]) for i in range(n)],
+            [elapsed(starts[i], afters[i]) for i in range(n)],
+            outs,
+            sums,
+            host,
+        )
 
     order = _call_order(len(input_sets), calls)
     with _no_grad():

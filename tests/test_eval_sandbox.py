@@ -87,7 +87,10 @@ def test_leak_guard_output_never_depends_on_hidden_values(tmp_path):
     catalog = Catalog(make_problem_root(tmp_path / "problems"))
     guard = LeakGuard.for_problem(catalog, "rms_norm")
     assert guard.scrub(f"ValueError: {CANARY}") == (f"ValueError: {CANARY}", True)
-    assert guard.scrub("ValueError: rms_norm failed at shape (4, 64)") == ("ValueError: rms_norm failed at shape (4, 64)", False)
+    assert guard.scrub("ValueError: rms_norm failed at shape (4, 64)") == (
+        "ValueError: rms_norm failed at shape (4, 64)",
+        False,
+    )
 
 
 def test_leak_guard_finds_hidden_figures_in_any_rounding_unit_or_notation():
@@ -95,7 +98,13 @@ def test_leak_guard_finds_hidden_figures_in_any_rounding_unit_or_notation():
     for quoted in ("t = 0.0043521.", "0.00435 ms", "4.352 us", "4352.1 ns", "4.35e-3", "4.3521E-03", "t_0.00435x",
                    "1253400.0", "17.254", "0.0172539 s", "from ATREX-HIDDEN-PROVENANCE-TEXT/x"):
         assert guard.leaks(quoted), quoted
-    for honest in ("max abs error 0.5", "size 2147483648 overflows int32; 12582912 bytes", "line 435", "0.004", "x 3.6.0"):
+    for honest in (
+        "max abs error 0.5",
+        "size 2147483648 overflows int32; 12582912 bytes",
+        "line 435",
+        "0.004",
+        "x 3.6.0",
+    ):
         assert not guard.leaks(honest), honest
     assert guard.scrub("t = 0.0043521 ms")[0] == guard.scrub("t = 0.0099999 ms")[0] == f"t = {MASK} ms"
 

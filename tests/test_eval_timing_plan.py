@@ -64,7 +64,10 @@ def test_large_inputs_get_enough_sets_for_the_reuse_check_where_the_gpu_holds_th
 
 
 def test_a_manifest_says_how_many_bytes_its_output_holds():
-    manifest = {"structure": "tuple", "tensors": [{"dtype": "float32", "shape": [4, 8]}, {"dtype": "int8", "shape": [3]}]}
+    manifest = {
+        "structure": "tuple",
+        "tensors": [{"dtype": "float32", "shape": [4, 8]}, {"dtype": "int8", "shape": [3]}],
+    }
     assert manifest_bytes(manifest) == 4 * 8 * 4 + 3
     with pytest.raises(OutputRejected):
         manifest_bytes({"structure": "tensor", "tensors": [{"dtype": "object", "shape": [1]}]})
@@ -125,7 +128,9 @@ def test_an_honest_kernel_is_timed_on_every_call():
 
 
 def test_a_reply_that_reused_sets_the_check_cannot_judge_is_voided():
-    result = _timed(_reply(calls=20, fresh_ms=2.0, reused_ms=0.05), sets=3)  # the old plan: 17 of 20 calls on reused sets
+    result = _timed(
+        _reply(calls=20, fresh_ms=2.0, reused_ms=0.05), sets=3
+    )  # the old plan: 17 of 20 calls on reused sets
     assert tx.REUSE_UNCHECKED in result.integrity and not result.timing.reuse_compared
     assert not result.correct and (result.stage, result.category) == (tx.PERFORMANCE, tx.TIMING_TAMPERED)
     assert result.time_ms is None and result.timing_note == "time voided by an integrity failure"

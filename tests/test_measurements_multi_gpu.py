@@ -25,7 +25,11 @@ def test_queue_hands_out_the_largest_job_first_with_more_of_its_operator_under_t
     first = queue.take(None)
     assert (first.op, first.shapes) == ("b", ["0"])  # 1 + 9 is over the cap already: alone
     second = queue.take(None)
-    assert (second.op, second.shapes, second.predicted_s) == ("a", ["1", "2"], 8.0)  # 1 + 5 + 2; the 1.0 job would pass 8
+    assert (second.op, second.shapes, second.predicted_s) == (
+        "a",
+        ["1", "2"],
+        8.0,
+    )  # 1 + 5 + 2; the 1.0 job would pass 8
     assert [(b.op, b.shapes) for b in iter(lambda: queue.take(None), None)] == [("a", ["0"]), ("b", ["1"])]
 
 
@@ -98,10 +102,18 @@ def test_a_worker_whose_process_died_stops_and_the_others_finish():
 
 
 def test_merge_orders_shapes_recomputes_the_operator_score_and_sums_overheads():
-    early = result("rms_norm", [shape("3", 1.0, score=0.4), shape("1", 1.0, correct=False)], overhead=Overhead(worker_start_s=5.0, total_s=9.0),
-                   started_at="2026-01-01T00:00:00+00:00")
-    late = result("rms_norm", [shape("2", 1.0, score=0.2), shape("0", 1.0, score=0.8)], overhead=Overhead(worker_start_s=4.0, total_s=7.0),
-                  started_at="2026-01-01T00:01:00+00:00")
+    early = result(
+        "rms_norm",
+        [shape("3", 1.0, score=0.4), shape("1", 1.0, correct=False)],
+        overhead=Overhead(worker_start_s=5.0, total_s=9.0),
+        started_at="2026-01-01T00:00:00+00:00",
+    )
+    late = result(
+        "rms_norm",
+        [shape("2", 1.0, score=0.2), shape("0", 1.0, score=0.8)],
+        overhead=Overhead(worker_start_s=4.0, total_s=7.0),
+        started_at="2026-01-01T00:01:00+00:00",
+    )
     merged = multi_gpu.merge_results([late, early], ["0", "1", "2", "3"])
     assert [s.id for s in merged.shapes] == ["0", "1", "2", "3"]
     assert merged.operator_score == pytest.approx(0.4)  # median of 0.8, 0.2, 0.4 (shape 1 is wrong)
@@ -123,8 +135,9 @@ def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_
     from atrex_mcp.problemset.catalog import Catalog
 
     jobs = [Job("rms_norm", "smoke", 2.0), Job("silu_and_mul", "smoke", 1.0), Job("l2_norm", "smoke", 1.5)]
-    schedule = multi_gpu.run_spread(jobs, ["0", "1"], tmp_path / "parts", {"baseline": "eager", "seeds": 1}, batch_fixed_s=5.0,
-                                    deadline_s=None)
+    schedule = multi_gpu.run_spread(
+        jobs, ["0", "1"], tmp_path / "parts", {"baseline": "eager", "seeds": 1}, batch_fixed_s=5.0, deadline_s=None
+    )
     assert schedule.not_run == []
     assert len(schedule.outcomes) == 3 and {o.status for o in schedule.outcomes} == {"ok"}
     adopted = 0
@@ -137,8 +150,14 @@ def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_
     # a process's later batches adopt the worker spawned during the batch before (evaluate.standby)
     assert adopted == len(schedule.outcomes) - len({o.worker for o in schedule.outcomes})
     catalog = Catalog()
-    merged = multi_gpu.merge_results([EvalResult.model_validate_json(Path(o.result_file).read_text()) for o in schedule.outcomes
-                                      if o.op == "rms_norm"], [s.id for s in catalog.visible("rms_norm").shapes])
+    merged = multi_gpu.merge_results(
+        [
+            EvalResult.model_validate_json(Path(o.result_file).read_text())
+            for o in schedule.outcomes
+            if o.op == "rms_norm"
+        ],
+        [s.id for s in catalog.visible("rms_norm").shapes],
+    )
     assert merged.candidate == "eager" and merged.compiled
 
 

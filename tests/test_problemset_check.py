@@ -40,8 +40,12 @@ def _toy_problem(root, op: str, returns: str, shapes: str) -> Catalog:
 
 def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
     """A reference whose output ignores its input: seed-insensitive, and 'other seed' passes."""
-    catalog = _toy_problem(tmp_path, "constant_op", "torch.ones_like(x) * 3",
-                           '{"id": "0", "init": {}, "inputs": {"n": 8}}, {"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 8}}')
+    catalog = _toy_problem(
+        tmp_path,
+        "constant_op",
+        "torch.ones_like(x) * 3",
+        '{"id": "0", "init": {}, "inputs": {"n": 8}}, {"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 8}}',
+    )
     result = check_problem(catalog, "constant_op")
     verdicts = {c.name: c.passed for c in result.checks}
     assert not result.passed
@@ -52,6 +56,8 @@ def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
 
 
 def test_nan_output_fails_finite(tmp_path):
-    catalog = _toy_problem(tmp_path, "nan_op", "x.log()", '{"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 64}}')
+    catalog = _toy_problem(
+        tmp_path, "nan_op", "x.log()", '{"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 64}}'
+    )
     finite = check_problem(catalog, "nan_op").checks[0]
     assert finite.name == "finite" and not finite.passed and "NaN" in finite.detail

@@ -57,7 +57,12 @@ class _Session:
 
 
 def _reply(times, gaps=0.004, noop=0.004, replaced=()):
-    return {"times_ms": times, "synced_ms": [t + gaps for t in times], "noop_gap_ms": [noop] * 5, "replaced": list(replaced)}
+    return {
+        "times_ms": times,
+        "synced_ms": [t + gaps for t in times],
+        "noop_gap_ms": [noop] * 5,
+        "replaced": list(replaced),
+    }
 
 
 def _shape():
@@ -75,7 +80,9 @@ def test_a_round_is_the_median_of_a_fixed_number_of_calls_each_on_its_own_fresh_
 
 def test_a_round_of_a_large_shape_makes_one_call_per_set_the_gpu_holds():
     session = _Session(_reply([5.0, 5.1]))
-    timing_round(_Trial(), session, _shape(), "candidate", 24, 20 * 10**9)  # 20 GB sets: the 2 the evaluator keeps at least
+    timing_round(
+        _Trial(), session, _shape(), "candidate", 24, 20 * 10**9
+    )  # 20 GB sets: the 2 the evaluator keeps at least
     (_, payload), = session.sent
     assert payload["min_calls"] == payload["max_calls"] == len(payload["seeds"]) == 2
 
@@ -144,5 +151,7 @@ class _GateEvaluation:
 def test_a_candidate_the_gate_found_faster_on_reused_inputs_gets_no_rounds():
     sessions = [_Session(_reply([0.1] * 5)), _Session(_reply([0.1] * 5))]
     with pytest.raises(MeasurementFailed, match="faster on inputs it has seen"):
-        EvaluatorJudge(catalog=None).pair_rounds([_GateEvaluation(), _GateEvaluation()], sessions, _shape(), lambda r: None)
+        EvaluatorJudge(catalog=None).pair_rounds(
+            [_GateEvaluation(), _GateEvaluation()], sessions, _shape(), lambda r: None
+        )
     assert all(not s.sent for s in sessions)  # not one round was timed

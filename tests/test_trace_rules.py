@@ -131,7 +131,14 @@ def test_expressions():
     assert err.value.name == "y"
     with pytest.raises(expr.ExprError, match="IndexError"):
         expr.evaluate("x[5]", names)
-    for hostile in ("x.__class__", "__import__('os')", "[a for a in x]", "(lambda: 1)()", "open('f')", "max(x, key=len)"):
+    for hostile in (
+        "x.__class__",
+        "__import__('os')",
+        "[a for a in x]",
+        "(lambda: 1)()",
+        "open('f')",
+        "max(x, key=len)",
+    ):
         with pytest.raises(expr.ExprError):
             expr.evaluate(hostile, names)
 

@@ -151,7 +151,9 @@ def test_added_root_is_indexed_as_source(wiki, tmp_path):
     root, state = wiki
     upstream = tmp_path / "upstream"
     (upstream / "csrc").mkdir(parents=True)
-    (upstream / "csrc" / "layernorm.cu").write_text("__global__ void rms_norm_kernel(float* out) { /* warp reduce */ }\n")
+    (upstream / "csrc" / "layernorm.cu").write_text(
+        "__global__ void rms_norm_kernel(float* out) { /* warp reduce */ }\n"
+    )
     (upstream / ".git").mkdir()
     (upstream / ".git" / "notes.md").write_text("rms_norm_kernel\n")
     (upstream / "image.png").write_bytes(b"\x89PNG")

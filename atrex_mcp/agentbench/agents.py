@@ -21,7 +21,18 @@ from atrex_mcp.errors import AtrexError
 
 MCP_CONFIG_FILE = "mcp.json"
 PROMPT_FILE = "PROMPT.md"
-_BASE_ENV = ("PATH", "LANG", "LC_ALL", "TERM", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")
+_BASE_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "TZ",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+)
 MCP_STARTUP_S = 120  # the server imports torch and the evaluator before it answers
 
 
@@ -231,7 +242,9 @@ class CommandDriver:
 
     def __init__(self, spec: AgentSpec):
         if not spec.command:
-            raise AtrexError("input", "empty_agent_command", "The agent command is empty.", 'e.g. --agent "python3 my_agent.py"')
+            raise AtrexError(
+                "input", "empty_agent_command", "The agent command is empty.", 'e.g. --agent "python3 my_agent.py"'
+            )
         self.spec = spec
 
     def executable(self) -> Path | None:
@@ -259,7 +272,11 @@ class CommandDriver:
 
 
 Driver = ClaudeDriver | CodexDriver | CommandDriver
-DRIVERS: dict[str, Callable[[AgentSpec], Driver]] = {"claude": ClaudeDriver, "codex": CodexDriver, "command": CommandDriver}
+DRIVERS: dict[str, Callable[[AgentSpec], Driver]] = {
+    "claude": ClaudeDriver,
+    "codex": CodexDriver,
+    "command": CommandDriver,
+}
 
 
 def driver_for(spec: AgentSpec) -> Driver:

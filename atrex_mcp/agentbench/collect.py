@@ -86,11 +86,16 @@ def collect_submission(workspace: Path, op: str, catalog: Catalog, dest: Path, r
     if dest.exists():
         shutil.rmtree(dest)
     try:
-        packaged = package_source(text, op, catalog, dest, dsl=dsl, provenance={"collected_from": where, "matches_manifest": matches})
+        packaged = package_source(
+            text, op, catalog, dest, dsl=dsl, provenance={"collected_from": where, "matches_manifest": matches}
+        )
     except ContractRefused as refused:
-        return Submission(outcome="contract_failed", found=where, matches_manifest=matches,
-                          violations=contract_lines(refused.report))
+        return Submission(
+            outcome="contract_failed", found=where, matches_manifest=matches, violations=contract_lines(refused.report)
+        )
     except AtrexError as exc:
-        return Submission(outcome="contract_failed", found=where, matches_manifest=matches, violations=[exc.info.message])
+        return Submission(
+            outcome="contract_failed", found=where, matches_manifest=matches, violations=[exc.info.message]
+        )
     return Submission(outcome="submitted", found=where, artifact=str(Path(packaged.artifact).relative_to(run_root)),
                       sha256=packaged.sha256, matches_manifest=matches)

@@ -39,7 +39,9 @@ class EvalSettings(BaseModel):
     shapes: str = Field(default="all", description="all (every scored shape), smoke, or comma-separated shape ids.")
     seeds: int = Field(default=5, ge=1, le=64, description="Fresh random input seeds per shape.")
     timeout_s: float = Field(default=120.0, gt=0, description="Wall-clock limit per shape and stage.")
-    baselines: Literal["auto", "yes", "no"] = Field(default="auto", description="Time the eager and torch.compile references (auto: with a GPU).")
+    baselines: Literal["auto", "yes", "no"] = Field(
+        default="auto", description="Time the eager and torch.compile references (auto: with a GPU)."
+    )
 
 
 class StoredSettings(BaseModel):
@@ -159,9 +161,12 @@ def _settings(layout: RunLayout, wanted: StoredSettings, force: bool) -> None:
         except (ValidationError, ValueError):
             previous = None
         if previous is not None and previous != wanted and _results_exist(layout):
-            raise AtrexError("input", "eval_settings_differ",
-                             f"{layout.eval_dir} holds results made with other settings ({previous.model_dump()}).",
-                             "Repeat the earlier options, or pass --force to evaluate everything again with the new ones.")
+            raise AtrexError(
+                "input",
+                "eval_settings_differ",
+                f"{layout.eval_dir} holds results made with other settings ({previous.model_dump()}).",
+                "Repeat the earlier options, or pass --force to evaluate everything again with the new ones.",
+            )
     layout.eval_dir.mkdir(parents=True, exist_ok=True)
     layout.eval_dir.chmod(0o700)
     write_json_atomic(path, wanted)
@@ -180,8 +185,14 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
     catalog = Catalog([Path(p) for p in config.problems])
     derive_missing(catalog, config.ops)
     baselines = settings.baselines == "yes" or (settings.baselines == "auto" and _has_gpu(cluster))
-    wanted = StoredSettings(shapes=settings.shapes, seeds=settings.seeds, timeout_s=settings.timeout_s, hardware=config.hardware,
-                            dsl=config.dsl, baselines=baselines)
+    wanted = StoredSettings(
+        shapes=settings.shapes,
+        seeds=settings.seeds,
+        timeout_s=settings.timeout_s,
+        hardware=config.hardware,
+        dsl=config.dsl,
+        baselines=baselines,
+    )
     _settings(layout, wanted, force)
     summary = EvalSummary()
     where = footprint.room()
@@ -207,7 +218,12 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
     for op in config.ops:
         state = store.load_state(op)
         submission = state.submission
-        if state.status != "done" or submission is None or submission.outcome != "submitted" or submission.artifact is None:
+        if (
+            state.status != "done"
+            or submission is None
+            or submission.outcome != "submitted"
+            or submission.artifact is None
+        ):
             summary.not_submitted.append(op)
             board.finish(op, "no submission to evaluate" if state.status == "done" else f"not run yet ({state.status})")
             continue
@@ -318,5 +334,7 @@ def _verdict(path: Path) -> str:
         return f"did not compile ({result.compile_error.category if result.compile_error else 'unknown'})"
     correct = sum(s.correct for s in result.shapes)
     timed = [s for s in result.shapes if s.time_ms is not None]
-    note = "" if timed else f", {result.shapes[0].timing_note}" if result.shapes and result.shapes[0].timing_note else ""
+    note = (
+        "" if timed else f", {result.shapes[0].timing_note}" if result.shapes and result.shapes[0].timing_note else ""
+    )
     return f"{correct}/{len(result.shapes)} shapes correct{note}"

@@ -93,7 +93,8 @@ def _same_figure(number: float, digits: int, integer: bool, figure: float) -> bo
         rounded = float(f"{scaled:.{digits - 1}e}")
         truncated = _mantissa(scaled)[:digits]
         if math.isclose(number, rounded, rel_tol=1e-9) or (
-                _mantissa(number)[:digits] == truncated and math.floor(math.log10(number)) == math.floor(math.log10(scaled))):
+            _mantissa(number)[:digits] == truncated and math.floor(math.log10(number)) == math.floor(math.log10(scaled))
+        ):
             return True
     return False
 
@@ -108,7 +109,10 @@ class LeakGuard:
         # number is compared only with the few figures it could be, so a long text costs little.
         self._by_prefix: dict[str, list[float]] = {}
         for figure in self.figures:
-            for key in {_mantissa(figure)[:_MIN_SIGNIFICANT], _mantissa(float(f"{figure:.{_MIN_SIGNIFICANT - 1}e}"))[:_MIN_SIGNIFICANT]}:
+            for key in {
+                _mantissa(figure)[:_MIN_SIGNIFICANT],
+                _mantissa(float(f"{figure:.{_MIN_SIGNIFICANT - 1}e}"))[:_MIN_SIGNIFICANT],
+            }:
                 self._by_prefix.setdefault(key, []).append(figure)
 
     @classmethod

@@ -28,7 +28,9 @@ from atrex_mcp.problemset.catalog import Catalog
 from sandbox.launcher import Cancelled
 from sandbox.messages import ForwardsRequest
 
-NVTX_FORWARD = "atrex_forward"  # the NVTX range each `forwards` call runs in (ncu: --nvtx --nvtx-include atrex_forward/)
+NVTX_FORWARD = (
+    "atrex_forward"  # the NVTX range each `forwards` call runs in (ncu: --nvtx --nvtx-include atrex_forward/)
+)
 
 
 class CandidateFailed(Exception):

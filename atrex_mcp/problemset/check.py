@@ -79,8 +79,11 @@ def _seed_varies(out: Any, other: Any) -> CheckResult:
     a, b = flatten_outputs(out), flatten_outputs(other)
     same = [n for n in a if torch.equal(a[n], b[n])]
     changed = len(a) - len(same)
-    return CheckResult(name="seed_varies", passed=changed > 0,
-                       detail=f"{changed}/{len(a)} outputs change with the seed" + (f"; unchanged: {same}" if same else ""))
+    return CheckResult(
+        name="seed_varies",
+        passed=changed > 0,
+        detail=f"{changed}/{len(a)} outputs change with the seed" + (f"; unchanged: {same}" if same else ""),
+    )
 
 
 def _constant_like(ref: torch.Tensor, learnt_from: torch.Tensor) -> torch.Tensor:
@@ -121,7 +124,9 @@ def check_problem(catalog: Catalog, op: str) -> ProblemCheck:
     if used:
         checks.append(_must_fail("input", out, candidate, op, f"returned inputs {used}"))
     else:
-        checks.append(CheckResult(name="input", passed=True, detail="not applicable: no input has an output's shape and dtype"))
+        checks.append(
+            CheckResult(name="input", passed=True, detail="not applicable: no input has an output's shape and dtype")
+        )
     checks.append(_must_fail("other_seed", out, other, op))
     checks.append(_stored_roofline(catalog, op))
     return ProblemCheck(op=op, shape_id=catalog.visible(op).smoke_shape.id, checks=checks)

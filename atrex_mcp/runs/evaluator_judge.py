@@ -118,14 +118,27 @@ class EvaluatorJudge:
         request = EvalRequest(op=op, source=source, shapes=shapes, seeds=self.seeds, hardware=hardware, timing=timing,
                               dsl=dsl, measure_dsl=False)
         result = evaluate(request, self.catalog, progress=progress, cancel=cancel, launch=self.launch)
-        checks = [ShapeCheck(id=s.id, correct=s.correct, category=s.category, message=s.message[:1000]) for s in result.shapes]
-        times = KernelTimes(time_ms={s.id: s.time_ms for s in result.shapes}, score={s.id: s.score for s in result.shapes})
+        checks = [
+            ShapeCheck(id=s.id, correct=s.correct, category=s.category, message=s.message[:1000]) for s in result.shapes
+        ]
+        times = KernelTimes(
+            time_ms={s.id: s.time_ms for s in result.shapes}, score={s.id: s.score for s in result.shapes}
+        )
         return CheckResult(compiled=result.compiled, checks=checks, times=times,
                            compile_error=result.compile_error.message[:2000] if result.compile_error else "",
                            detail={"device": result.device.name, "integrity": result.integrity})
 
-    def time_pair(self, op: str, accepted_source: str, candidate_source: str, shapes: list[str], *, hardware: str,
-                  progress: Progress | None = None, cancel: threading.Event | None = None) -> dict[str, PairedSamples] | None:
+    def time_pair(
+        self,
+        op: str,
+        accepted_source: str,
+        candidate_source: str,
+        shapes: list[str],
+        *,
+        hardware: str,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> dict[str, PairedSamples] | None:
         """Paired samples per shape (see the module docstring); None without a GPU. Raises
         MeasurementFailed when either kernel fails to load, check or time."""
         if not eval_device.has_gpu():
@@ -152,7 +165,9 @@ class EvaluatorJudge:
                                                         f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
                                                         (i + r / self.rounds) / len(shape_list)))
             except Cancelled:
-                raise AtrexError("runtime", "cancelled", "The paired timing was cancelled; its workers were killed.") from None
+                raise AtrexError(
+                    "runtime", "cancelled", "The paired timing was cancelled; its workers were killed."
+                ) from None
         return samples
 
     def pair_rounds(self, trials: list[Trial], sessions: list[Session], shape: Shape,
@@ -188,4 +203,6 @@ class EvaluatorJudge:
             tick(r + 1)
         for name, kernel_rounds in zip(NAMES, rounds):
             check_side_streams(name, shape.id, kernel_rounds)
-        return PairedSamples(accepted_ms=[r.median_ms for r in rounds[0]], candidate_ms=[r.median_ms for r in rounds[1]])
+        return PairedSamples(
+            accepted_ms=[r.median_ms for r in rounds[0]], candidate_ms=[r.median_ms for r in rounds[1]]
+        )

@@ -105,7 +105,9 @@ def format_error(info: ErrorInfo) -> str:
     return f"{text}\nhint: {info.hint}" if info.hint else text
 
 
-_SDK_ARGUMENT_ERROR = re.compile(r"^Error executing tool (?P<tool>[\w.-]+): (?P<detail>\d+ validation errors? for .*)", re.S)
+_SDK_ARGUMENT_ERROR = re.compile(
+    r"^Error executing tool (?P<tool>[\w.-]+): (?P<detail>\d+ validation errors? for .*)", re.S
+)
 _SDK_UNKNOWN_TOOL = re.compile(r"^Unknown tool: (?P<tool>.*)$", re.S)
 
 
@@ -119,7 +121,11 @@ def _without_input(line: str) -> str:
     dict key) is replaced by a placeholder."""
     if m := _PYDANTIC_DETAIL.match(line):
         return f"{m['message']} [type={m['type']}]"
-    if line.startswith(" ") or line.endswith(("validation error for", "validation errors for")) or "validation error" in line:
+    if (
+        line.startswith(" ")
+        or line.endswith(("validation error for", "validation errors for"))
+        or "validation error" in line
+    ):
         return line
     return line if _LOCATION.match(line) and len(line) <= 128 else "<argument>"
 
@@ -128,9 +134,15 @@ def _sdk_error_info(text: str, tools: list[str]) -> ErrorInfo | None:
     """The SDK's own tool errors (arguments that fail the schema, an unknown tool name) in the
     four-field form every other error has; None for errors that already have it."""
     if m := _SDK_ARGUMENT_ERROR.match(text):
-        detail = "\n".join(_without_input(line) for line in m["detail"].splitlines() if "errors.pydantic.dev" not in line)
-        return ErrorInfo(stage="input", category="invalid_arguments", message=detail,
-                         hint=f"Fix the named argument; {m['tool']}'s input schema gives every argument's type, range and default.")
+        detail = "\n".join(
+            _without_input(line) for line in m["detail"].splitlines() if "errors.pydantic.dev" not in line
+        )
+        return ErrorInfo(
+            stage="input",
+            category="invalid_arguments",
+            message=detail,
+            hint=f"Fix the named argument; {m['tool']}'s input schema gives every argument's type, range and default.",
+        )
     if m := _SDK_UNKNOWN_TOOL.match(text):
         return ErrorInfo(stage="input", category="unknown_tool", message="Unknown tool.",
                          hint=f"Valid choices: {', '.join(sorted(tools))}")
@@ -252,9 +264,14 @@ class ServerContext:
         if isinstance(exc, ToolError):
             return self._tool_error(ErrorInfo(stage="input", category="tool_error", message=str(exc)))
         logger.exception("tool %s failed unexpectedly", name)
-        return self._tool_error(ErrorInfo(stage="internal", category="unexpected_error",
-                                          message=f"The server hit an unexpected error in {name}; the details are in the server's log.",
-                                          hint="Retry once; if it persists, report it with the server log."))
+        return self._tool_error(
+            ErrorInfo(
+                stage="internal",
+                category="unexpected_error",
+                message=f"The server hit an unexpected error in {name}; the details are in the server's log.",
+                hint="Retry once; if it persists, report it with the server log.",
+            )
+        )
 
     def _finish(self, result: Any) -> Any:
         if isinstance(result, BaseModel):
@@ -307,7 +324,10 @@ class ServerContext:
             if info is not None:
                 tool = (ctx.params or {}).get("name", "?")
                 shown = tool if tool in {t.name for t in await self.server.list_tools()} else "(unknown)"
-                return {**result, "content": [{"type": "text", "text": f"Error executing tool {shown}: {self._error_text(info)}"}]}
+                return {
+                    **result,
+                    "content": [{"type": "text", "text": f"Error executing tool {shown}: {self._error_text(info)}"}],
+                }
         return result
 
     # ------------------------------------------------------------ services
@@ -336,8 +356,12 @@ class ServerContext:
     def candidate_source(self, source: str | None, path: str | None) -> str:
         """The candidate's text from exactly one of `source` or a workspace `path`."""
         if (source is None) == (path is None):
-            raise AtrexError("input", "source_or_path", "Give exactly one of `source` (the file's text) or `path` (a file in the workspace).",
-                             f"Workspace root: {self.workspace.roots[0]}")
+            raise AtrexError(
+                "input",
+                "source_or_path",
+                "Give exactly one of `source` (the file's text) or `path` (a file in the workspace).",
+                f"Workspace root: {self.workspace.roots[0]}",
+            )
         if source is not None:
             return self.workspace.check_source(source)
         return self.workspace.read_source(path)  # type: ignore[arg-type]
@@ -385,7 +409,10 @@ class ServerContext:
             return await _run_cancellable(work, "cluster", bridge)
 
         async def on_position(position: int, waiting: int) -> None:
-            await bridge.send(f"queued, position {position} of {waiting} waiting ({'a GPU to itself' if kind == 'timed' else 'a worker slot'})")
+            await bridge.send(
+                f"queued, position {position} of {waiting} waiting "
+                f"({'a GPU to itself' if kind == 'timed' else 'a worker slot'})"
+            )
 
         queue = await self.queue()
         async with queue.slot(kind, on_position) as device:
@@ -447,8 +474,12 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
         app.add_tool(spec)
     unknown = sorted(set(config.tools or ()) - set(app.offered))
     if app.knowledge == "none" and set(config.tools or ()) & set(WIKI_TOOLS):
-        raise AtrexError("input", "wiki_disabled", "The allow-list names wiki tools, but the knowledge condition 'none' has no wiki.",
-                         "Drop wiki_search/wiki_read from --tools, or choose --knowledge general or full.")
+        raise AtrexError(
+            "input",
+            "wiki_disabled",
+            "The allow-list names wiki tools, but the knowledge condition 'none' has no wiki.",
+            "Drop wiki_search/wiki_read from --tools, or choose --knowledge general or full.",
+        )
     if unknown:
         raise AtrexError("input", "unknown_tool", f"Unknown tool(s) in the allow-list: {', '.join(unknown)}.",
                          f"Valid choices: {', '.join(sorted(app.offered))}")

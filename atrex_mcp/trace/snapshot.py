@@ -90,12 +90,15 @@ def import_traces(specs: list[TraceSpec], out: Path, *, phase: PhaseMode = "auto
         for rec in content.manifest.operators.values():
             reasons.update(rec.unresolved_reasons if rec.unresolved_reasons else {rec.dropped_reason or "": 1})
         found = ", ".join(content.manifest.operators) or "none"
-        raise AtrexError("input", "no_operators",
-                         f"No benchmark operator could be kept (operators found: {found}; "
-                         f"unmapped share {100 * content.manifest.unmapped_share:.1f}%).",
-                         "Shapes come from named host operators with recorded arguments (record_shapes=True); "
-                         f"most frequent reasons: {'; '.join(r for r, _ in reasons.most_common(3)) or 'no operator matched the rules'}. "
-                         "See docs/trace.md, 'The rules table'.")
+        raise AtrexError(
+            "input",
+            "no_operators",
+            f"No benchmark operator could be kept (operators found: {found}; "
+            f"unmapped share {100 * content.manifest.unmapped_share:.1f}%).",
+            "Shapes come from named host operators with recorded arguments (record_shapes=True); most frequent "
+            f"reasons: {'; '.join(r for r, _ in reasons.most_common(3)) or 'no operator matched the rules'}. See "
+            "docs/trace.md, 'The rules table'.",
+        )
     _write_atomically(out, content.files)
     return content.manifest
 
@@ -119,8 +122,12 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         app_shares = {a: 1.0 for a in apps}
     missing = [a for a in apps if a not in app_shares]
     if missing:
-        raise AtrexError("input", "app_without_share", f"No card-hour share for application(s) {', '.join(missing)} in {apps_file}.",
-                         f"Add a line `{missing[0]}: <share>` to the apps file.")
+        raise AtrexError(
+            "input",
+            "app_without_share",
+            f"No card-hour share for application(s) {', '.join(missing)} in {apps_file}.",
+            f"Add a line `{missing[0]}: <share>` to the apps file.",
+        )
 
     forced = None if phase == "auto" else phase
     results: list[tuple[TraceSpec, Attribution]] = []
@@ -135,8 +142,12 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
     devices = {r.device for _, r in results}
     if len(devices) > 1:
         cpu = [str(s.path) for s, r in results if r.device == "cpu"]
-        raise AtrexError("input", "mixed_devices", f"Some traces hold device activity and some are CPU-only ({', '.join(cpu)}).",
-                         "Import GPU traces and CPU-only traces into separate snapshots: their times are not comparable.")
+        raise AtrexError(
+            "input",
+            "mixed_devices",
+            f"Some traces hold device activity and some are CPU-only ({', '.join(cpu)}).",
+            "Import GPU traces and CPU-only traces into separate snapshots: their times are not comparable.",
+        )
 
     times: Times = {}
     category_times: Times = {}

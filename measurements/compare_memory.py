@@ -1,7 +1,7 @@
 """GPU memory and time of the trusted side's output comparison at the largest benchmark outputs.
 
-On the H200 (2026-11-30) comparing whole outputs in float64 ran the evaluator out of memory
-(unified_attention: 12 GiB for one float64 copy; block_scaled_mm: 9 GiB). compare_outputs now
+On the H200, comparing whole outputs in float64 runs the evaluator out of memory
+(unified_attention: 12 GiB for one float64 copy; block_scaled_mm: 9 GiB), so compare_outputs
 works in chunks of compare.CHUNK_ELEMENTS; this measures, per case, the GPU memory it allocates
 beyond the reference output (torch.cuda.max_memory_allocated) and its wall time, with the
 candidate in host memory as the evaluator loads it, and checks the planted mismatches are found.

@@ -14,15 +14,15 @@ handed over from the worker to the trusted side and compared, K times: `shape_s`
 the operator reads and writes), a fixed cost per evaluation (sandbox worker start, candidate
 import) and, for torch.compile, a compile per shape (one static graph per shape), fitted per
 operator as a + b × the shape's eager time: where a reference loops in Python, Dynamo unrolls
-the loop, so the graph and its compile grow with the shape (attention_forward on the H200,
-2026-12-01: 1.5 s at 0.3 ms eager, 82 s at 1.3 s eager); never more than the evaluator's stage
+the loop, so the graph and its compile grow with the shape (attention_forward on the H200:
+1.5 s at 0.3 ms eager, 82 s at 1.3 s eager); never more than the evaluator's stage
 limit, which every shape from the smallest that ran into it is predicted to reach. On the H200
-(2026-11-30, `calibrated` over 289 timed shapes) that per-shape cost fitted to 0.46 s + 3.2 s per
+(`calibrated` over 289 timed shapes) that per-shape cost fitted to 0.46 s + 3.2 s per
 GB; per_token_group_quant_fp8 shape 9 (19 GB) spent 76 s there, which a constant per-shape cost
 put at 0.3 s.
 
-Per-call times come from measurements/results/references/2026-11-30_h200.json (the eager reference measured on
-the H200); torch.compile is predicted with the eager time, which is an upper bound for most
+Per-call times are the eager reference's, measured on the H200 by measurements/run_references.py
+(REFERENCE_TIMES); torch.compile is predicted with the eager time, which is an upper bound for most
 operators. The three fixed costs start as stated assumptions and are refitted from the
 evaluator's own overhead fields once a run exists (`CostModel.calibrated`).
 """
@@ -74,7 +74,7 @@ class CostModel:
     worker_s: float = 6.0  # sandbox worker start + candidate import, once per evaluate() call
     shape_s: float = 1.0  # per shape, besides the calls: profiler set-up, small transfers
     # per byte the shape's operator reads and writes: inputs generated twice, outputs handed over and compared, K seeds
-    # (fitted on runs before the output arena of 2026-12-01 it holds their two host copies per output byte too)
+    # (left at zero: with the output arena the per-byte cost is within the per-shape figure)
     byte_s: float = 0.0
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
     compile_by_op: Mapping[str, CompileFit] = field(default_factory=dict)  # per operator where measured

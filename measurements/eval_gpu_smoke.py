@@ -6,7 +6,7 @@ the exploit corpus's GPU outcomes, and the evaluator's own overhead split.
 
 Steps run in order of value; each is wrapped so a failure is recorded and the next step
 runs; a step that would start past the budget is recorded as skipped. Results:
-measurements/results/eval_gpu_smoke/2026-11-30T1919_h200.json (everything) and eval_gpu_smoke.md (the summary).
+eval_gpu_smoke.json under --out (everything) and eval_gpu_smoke.md (the summary).
 If the positive example fails on every shape, one shape is re-run with Landlock off
 (ATREX_SANDBOX_LANDLOCK=0) to tell a sandbox problem from a kernel problem.
 """

@@ -3,7 +3,7 @@
 
 The `h200-measured` profile's memory ceiling (4.26 TB/s) is a 1:1 fp32 copy, but torch.compile's
 silu_and_mul (two bf16 read, one written per output element) moved 4.42 TB/s through the
-evaluator on the same H200 (measurements/results/baselines/2026-12-01_h200/README.md, section 3), scoring S 1.02–1.04
+evaluator on the same H200 (measured by measurements/baselines.py), scoring S 1.02–1.04
 against that profile. A speed-of-light time must be a lower bound for every operator, so the
 measured ceiling should be the best rate over the mixes the benchmark's operators have. This
 measures read-only, 2:1, 1:1 and write-only streams, each as a PyTorch op and as a plain Triton

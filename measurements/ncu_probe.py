@@ -1,8 +1,8 @@
 """Which sandbox setting lets Nsight Compute profile the sandboxed worker, on this machine.
 
-    python3 measurements/ncu_probe.py [--out measurements/results/ncu_probe/2026-11-30_h200.json] [--shape 2]
+    python3 measurements/ncu_probe.py [--out measurements/results/ncu_probe/<date>_<gpu>.json] [--shape 2]
 
-profile_kernel wraps the evaluator's sandbox worker in ncu. On the H200 (2026-11-30) ncu
+profile_kernel wraps the evaluator's sandbox worker in ncu. On the H200 ncu
 captured kernels with Landlock off and crashed the worker (SIGSEGV in "Failed to profile") with
 the worker's normal domain, with or without ncu's TCP ports and abstract unix sockets open. So
 this probe layers openings on the normal domain until a capture succeeds, then drops each

@@ -162,8 +162,7 @@ def calibrate_spin(specs: list[dict[str, Any]]) -> None:
 def evaluator_times(cases: list[Case], prims, flush_bytes: int) -> dict[str, dict[str, Any]]:
     """Each case through the worker's timing loop, sized as the evaluator sizes it (the
     estimate call, too, is timed with `prims`, as the worker times it); once with the
-    evaluator's read flush and once flushing by writing (`write_flush_median_ms`, the evaluator's
-    flush until 2026-11-30)."""
+    evaluator's read flush and once flushing by writing (`write_flush_median_ms`, for comparison)."""
     import torch
 
     from atrex_mcp.evaluate.evaluator import MAX_TIMED_CALLS, MIN_TIMED_CALLS, timing_sets

@@ -4,14 +4,14 @@ shape of its operator, on the GPU, with timing and DSL attribution.
     python3 measurements/wiki_kernels_gpu.py [--out measurements/results] [--budget-s 540] [--seeds 2]
                                       [--only rms_norm,fused_moe] [--shapes smoke] [--resume]
 
-Writes measurements/results/wiki_kernels/2026-11-30_h200.json (per kernel: correctness per shape, median time
+Writes wiki_kernels_h200.json under --out (per kernel: correctness per shape, median time
 and IQR per shape, DSL share, the operator score S, conditions) and wiki_kernels_h200.md (the
 table), rewritten after every kernel so a budget stop keeps what was done. --resume skips
 kernels already in the JSON, so a second run finishes the rest. Per-shape S is not recorded:
 together with the time it would give away the shape's speed-of-light figure; the operator
 score (median S over correct shapes) is. Afterwards, write the figures into the kernels:
 
-    python3 -m atrex_mcp.wiki.stamp measurements/results/wiki_kernels/2026-11-30_h200.json
+    python3 -m atrex_mcp.wiki.stamp OUT/wiki_kernels_h200.json
 
 A run restricted with --shapes is stamped as a subset: shapes, correctness and times go in,
 the operator score is marked pending (over a subset it is not the operator's S).

@@ -251,8 +251,8 @@ def fit_calls_to_sets(calls: int, sets: int) -> int:
     """The timed calls to make over `sets` input sets when `calls` were planned: a set is timed
     again only where the reuse check can then tell an output cache from honest work. With too
     few sets for that (large inputs), one call per set; else enough reused calls to decide.
-    Before 2026-12-01 a shape with 2-8 sets timed 20 calls, 12-18 of them on reused sets, with
-    the check undecided: a candidate caching its output per input set was timed on cache hits."""
+    Timing 20 calls over 2-8 sets without that would put 12-18 of them on reused sets with the
+    check undecided, and a candidate caching its output per input set would be timed on cache hits."""
     if calls <= sets or reuse_checkable(sets, calls):
         return calls
     more = max(calls, sets + REUSE_MIN_CALLS)

@@ -33,7 +33,7 @@ def test_allow_list_never_reaches_a_protected_root(tmp_path):
 
 
 def test_profiler_openings_never_reach_a_protected_root(tmp_path):
-    """ncu needs the whole file system readable (measurements/results/ncu_probe/2026-11-30_h200.json); the opening
+    """ncu needs the whole file system readable (measured on the H200 by measurements/ncu_probe.py); the opening
     still leaves out every protected root and the checkout, and opens nothing for writing."""
     from atrex_mcp.profiling.ncu import NCU_OPENINGS
 

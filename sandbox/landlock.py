@@ -146,13 +146,13 @@ def restrict(
             finally:
                 os.close(fd)
         for port in tcp_ports if report.abi >= 4 else ():
-            rule = _NetPortAttr(allowed_access=_NET_BIND_TCP | _NET_CONNECT_TCP, port=port)
+            port_rule = _NetPortAttr(allowed_access=_NET_BIND_TCP | _NET_CONNECT_TCP, port=port)
             if (
                 libc.syscall(
                     add_rule,
                     ctypes.c_int(ruleset),
                     ctypes.c_int(_RULE_NET_PORT),
-                    ctypes.byref(rule),
+                    ctypes.byref(port_rule),
                     ctypes.c_uint32(0),
                 )
                 != 0

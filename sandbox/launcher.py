@@ -157,7 +157,7 @@ def import_paths() -> list[str]:
     PYTHONPATH does not reach it, and a checkout that is not installed is found only through
     the cwd). In a checkout Landlock still allows only the sandbox package under that
     directory (`landlock_rules`)."""
-    paths = []
+    paths: list[str] = []
     for entry in [*sys.path, str(Path(__file__).resolve().parent.parent)]:
         if entry and os.path.isdir(entry) and _real(entry) not in [_real(p) for p in paths]:
             paths.append(str(_real(entry)))
@@ -262,7 +262,7 @@ def _namespaces() -> Namespaces:
     tool, sh = shutil.which("unshare"), shutil.which("sh")
     if os.geteuid() != 0 or tool is None:
         return Namespaces()
-    base = (tool, "--pid", "--fork", "--kill-child")
+    base: tuple[str, ...] = (tool, "--pid", "--fork", "--kill-child")
     network = subprocess.run([*base, "--net", "true"], capture_output=True, timeout=20).returncode == 0
     if network:
         base = (*base, "--net")

@@ -74,7 +74,8 @@ def _bound_cuda(snapshot: dict[str, Any]) -> dict[str, Any]:
     stream = snapshot.get("torch.cuda.current_stream")
     if base is None or sync is None or stream is None or not isinstance(base, type) or base.__module__ != "torch._C":
         return {}
-    record_c, elapsed_c = base.record, base.elapsed_time
+    event_type: Any = base
+    record_c, elapsed_c = event_type.record, event_type.elapsed_time
 
     def record(event: Any, *, _record: Callable[..., Any] = record_c, _stream: Callable[[], Any] = stream) -> None:
         _record(event, _stream())
@@ -364,7 +365,7 @@ def time_calls(
         spin_us = min(SPIN_MAX_US, max(SPIN_MIN_US, 3.0 * _median(host_s) * 1e6 + 100.0))
     cycles = int(spin_us * SPIN_CYCLES_PER_US)
 
-    def loop(call: Callable[[dict[str, Any] | None], Any], plan: list[dict[str, Any] | None],
+    def loop(call: Callable[[Any], Any], plan: list[dict[str, Any] | None],
              check: bool) -> tuple[list[float], list[float], list[Any], list[Any], list[float]]:
         n = len(plan)
         starts = [Event(enable_timing=True) for _ in range(n)]

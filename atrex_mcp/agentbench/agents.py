@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from atrex_mcp.agentbench.endpoint import TOKEN_ENV, McpEndpoint
 from atrex_mcp.agentbench.isolation import which
@@ -178,8 +179,10 @@ class CodexDriver:
     def invocation(self, task: AgentTask, executable: Path) -> Invocation:
         key = f"mcp_servers.{SERVER_NAME}"
         ep = task.endpoint
-        server = ({"command": ep.command[0], "args": ep.command[1:], "env": ep.env} if ep.transport == "stdio"
-                  else {"url": ep.url, "bearer_token_env_var": TOKEN_ENV})
+        server: dict[str, Any] = (
+            {"command": ep.command[0], "args": ep.command[1:], "env": ep.env} if ep.transport == "stdio"
+            else {"url": ep.url, "bearer_token_env_var": TOKEN_ENV}
+        )
         server.update({"required": True, "startup_timeout_sec": MCP_STARTUP_S, "tool_timeout_sec": int(task.budget_s),
                        "default_tools_approval_mode": "approve", "enabled_tools": list(task.tools)})
         overrides = [f"{key}.{name}={_toml(value)}" for name, value in server.items()]

@@ -284,7 +284,7 @@ def _op_jobs(layout: RunLayout, catalog: Catalog, config: Any, settings: EvalSet
 
     sha = hashlib.sha256(source.encode()).hexdigest()
     shapes = _shape_ids(settings.shapes, catalog, op)
-    targets = [("candidate", result_path(layout, op), sha)]
+    targets: list[tuple[str, Path, str | None]] = [("candidate", result_path(layout, op), sha)]
     if baselines:
         targets += [(kind, baseline_path(layout, op, kind), None) for kind in BASELINES]
     jobs = []

@@ -311,7 +311,7 @@ def run_report(run: LoadedRun, name: str, profile: str, baselines: dict[tuple[st
         compile_rate=row.compile_rate * share,
         correctness=row.correctness * share,
         fully_correct=row.fully_correct * share,
-        dsl_adoption=row.dsl_adoption * share if dsl_measured else None,
+        dsl_adoption=row.dsl_adoption * share if dsl_measured and row.dsl_adoption is not None else None,
         s=s,
         s_agg=s_agg,
         vs_torch_compile=row.vs_torch_compile if timed else None,
@@ -366,7 +366,7 @@ def _baseline_rows(runs: list[LoadedRun], profile: str, baselines: dict[tuple[st
 
 
 def _unique_names(runs: list[LoadedRun]) -> list[str]:
-    names, seen = [], Counter()
+    names, seen = list[str](), Counter[str]()
     for run in runs:
         seen[run.config.name] += 1
         names.append(run.config.name if seen[run.config.name] == 1 else f"{run.config.name}#{seen[run.config.name]}")
@@ -394,8 +394,8 @@ def build_report(
         for result in run.results.values():
             for shape in result.shapes:
                 if not shape.correct and shape.category:
-                    key = f"{shape.stage}/{shape.category}"
-                    entry = failures.setdefault(key, FailureRow(failure=key, operators={}, shapes={}))
+                    failure = f"{shape.stage}/{shape.category}"
+                    entry = failures.setdefault(failure, FailureRow(failure=failure, operators={}, shapes={}))
                     entry.shapes[name] = entry.shapes.get(name, 0) + 1
     notes = [
         "Rates are operator-balanced over every operator a run was given; an operator without an evaluated "

@@ -224,8 +224,14 @@ def _environment(figure_dir: Path | None = None) -> Environment:
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=StrictUndefined)
     for kind in (Heading, Paragraph, Table, Bullets, Figure):
         env.tests[kind.__name__.lower()] = lambda item, kind=kind: isinstance(item, kind)
+
+    def png_base64(name: str) -> str:
+        if figure_dir is None:
+            raise ValueError("a report with figures renders to HTML with a figure directory")
+        return base64.b64encode((Path(figure_dir) / name).read_bytes()).decode()
+
     env.filters |= {"md_cell": _md_cell, "inline": _inline, "esc": lambda text: Markup(html.escape(text)),
-                    "png_base64": lambda name: base64.b64encode((Path(figure_dir) / name).read_bytes()).decode()}
+                    "png_base64": png_base64}
     return env
 
 

@@ -18,7 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, Literal, TextIO
 
 from atrex_mcp import __version__
 from atrex_mcp.agentbench import isolation
@@ -26,19 +26,19 @@ from atrex_mcp.agentbench.agents import PROMPT_FILE, AgentTask, driver_for
 from atrex_mcp.agentbench.collect import collect_submission
 from atrex_mcp.agentbench.endpoint import McpEndpoint, http_server, stdio_endpoint
 from atrex_mcp.agentbench.layout import RunLayout, RunStore, now_iso
-from atrex_mcp.agentbench.models import AgentSpec, OpState, RunConfig
+from atrex_mcp.agentbench.models import AgentSpec, Condition, OpState, RunConfig
 from atrex_mcp.agentbench.process import run_agent
 from atrex_mcp.agentbench.progress import ProgressBoard
 from atrex_mcp.agentbench.prompts import allowed_tools, render_prompt
 from atrex_mcp.candidate_contract import DSL_DECORATORS
 from atrex_mcp.errors import AtrexError, ErrorInfo
-from atrex_mcp.knowledge import default_knowledge
+from atrex_mcp.knowledge import Knowledge, default_knowledge
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.derive import derive_missing
 
-DEFAULTS = {"dsl": "triton", "condition": "vanilla", "budget_minutes": 30.0, "hardware": "h200", "server": "auto",
-            "knowledge": default_knowledge(benchmark=True)}
+DEFAULTS: dict[str, Any] = {"dsl": "triton", "condition": "vanilla", "budget_minutes": 30.0, "hardware": "h200",
+                            "server": "auto", "knowledge": default_knowledge(benchmark=True)}
 VISIBLE = {"reference.py": "reference_source", "input.py": "input_source", "shapes.json": "shapes_json"}
 
 
@@ -50,8 +50,8 @@ class RunRequest:
     agent: str | None = None
     ops: str | None = None
     dsl: str | None = None
-    condition: str | None = None
-    knowledge: str | None = None
+    condition: Condition | None = None
+    knowledge: Knowledge | None = None
     model: str | None = None
     budget_minutes: float | None = None
     problems: list[Path] | None = None
@@ -70,7 +70,8 @@ def parse_agent(
     """`claude`, `codex`, or a command line. A command's arguments that name existing files
     relative to here are made absolute, since the agent runs in its workspace."""
     if agent in ("claude", "codex"):
-        return AgentSpec(kind=agent, binary=str(Path(binary).resolve()) if binary else None, model=model,
+        kind: Literal["claude", "codex"] = "claude" if agent == "claude" else "codex"
+        return AgentSpec(kind=kind, binary=str(Path(binary).resolve()) if binary else None, model=model,
                          extra_args=extra_args, pass_env=pass_env)
     argv = shlex.split(agent)
     if not argv:

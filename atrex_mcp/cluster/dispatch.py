@@ -313,6 +313,8 @@ def judge_on_cluster(
             spec, sha = futures[future]
             evaluation = owner[spec.key]
             reply: ShardReply | None = None
+            status: Literal["judged", "failed", "error"]
+            error: ErrorInfo | None
             attempts = history.setdefault(spec.key, [])
             try:
                 reply = future.result()

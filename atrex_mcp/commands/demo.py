@@ -88,7 +88,8 @@ async def _demo(args: argparse.Namespace, kernel: Path) -> int:
     _say(f"$ {' '.join(serve)}   (an MCP server on stdio; this command is its client)")
     async with Client(params) as client:
         info = client.server_info
-        _say(f"connected: {info.name} {info.version}, protocol {client.protocol_version}")
+        name = f"{info.name} {info.version}" if info is not None else "a server that did not name itself"
+        _say(f"connected: {name}, protocol {client.protocol_version}")
         _say(f"tools: {', '.join(t.name for t in (await client.list_tools()).tools)}")
         listed = (await client.call_tool("list_problems", {})).structured_content
         _say(f"list_problems: {len(listed['problems'])} problems in {listed['mode']} mode: "

@@ -27,7 +27,7 @@ def one_line(text: str) -> str:
 class Parser(argparse.ArgumentParser):
     """argparse with errors raised instead of printed, and a suggestion for a mistyped choice."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:

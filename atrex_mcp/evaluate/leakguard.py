@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from atrex_mcp.errors import AtrexError
@@ -102,7 +103,7 @@ def _same_figure(number: float, digits: int, integer: bool, figure: float) -> bo
 class LeakGuard:
     """The hidden figures and strings of one problem, to tell whether a text quoted them."""
 
-    def __init__(self, figures: set[float], strings: set[str] = frozenset()):
+    def __init__(self, figures: set[float], strings: Iterable[str] = ()):
         self.figures = frozenset(figures)
         self.strings = tuple(strings)
         # By leading digits (truncated and rounded), which no unit or power of ten changes: a

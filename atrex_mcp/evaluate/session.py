@@ -174,6 +174,7 @@ class Session:
                 return None
             outcome = Failure(tx.COMPILE, tx.NO_MODEL, "The worker reported the candidate loaded, but its source "
                               "defines no `Model` (a class, assignment or import of that name).")
+            assert self.worker is not None  # the call above ran in it
             self.worker.kill()  # whatever loaded there is not the file the judge was given
             return outcome
         if outcome.category == tx.OOM:
@@ -194,8 +195,8 @@ class Session:
             capabilities_dropped=bool(report.get("capabilities_dropped")), rlimits=dict(report.get("rlimits", {})),
             seccomp_enforced=bool((report.get("seccomp") or {}).get("enforced")),
             network_namespace=bool(plan.get("net_namespace")), task_limit=report.get("task_limit"),
-            scratch_bytes=(self.worker.spec.scratch_bytes if plan.get("scratch_quota") and not self.worker.spec.wrapper
-                           else None),
+            scratch_bytes=(self.worker.spec.scratch_bytes
+                           if self.worker and plan.get("scratch_quota") and not self.worker.spec.wrapper else None),
             warnings=[*plan.get("notes", []), *report.get("warnings", [])])
         self.versions = reply.get("versions", {})
         self.worker_device = reply.get("device", {})

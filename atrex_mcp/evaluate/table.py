@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
@@ -145,7 +146,10 @@ def _ratios(result: EvalResult, baseline: EvalResult | None) -> float | None:
 def operator_row(result: EvalResult, catalog: Catalog | None, profile: str,
                  eager: EvalResult | None, compiled: EvalResult | None, floor_ms: float | None = None) -> OperatorRow:
     reason = "no catalog" if catalog is None else scoring.profile_mismatch(profile, result.device.name)
-    roofline = scoring.Roofline(None, profile, reason) if reason else scoring.Roofline.load(catalog, result.op, profile)
+    if reason or catalog is None:
+        roofline = scoring.Roofline(None, profile, reason)
+    else:
+        roofline = scoring.Roofline.load(catalog, result.op, profile)
     pairs, aware, above = [], [], 0
     judged = [s for s in result.shapes if s.judged]
     not_run = len(result.shapes) - len(judged)
@@ -192,7 +196,7 @@ def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profi
     n = len(ran) or 1
     failures = Counter(f"{s.stage}/{s.category}" for r in results for s in r.shapes if s.category and s.judged)
     profiled = any(s.dsl_share is not None for r in results for s in r.shapes)
-    s_agg, s_floor_agg, missing = None, None, []
+    s_agg, s_floor_agg, missing = None, None, list[str]()
     if catalog is not None:
         s_agg, missing = scoring.aggregate({row.op: row.score for row in ran}, catalog.weights())
         if floor_ms is not None:
@@ -200,8 +204,8 @@ def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profi
     return RunRow(
         run=name,
         operators=len(rows),
-        compile_rate=sum(r.compiled for r in ran) / n,
-        correctness=sum(r.correctness for r in ran) / n,
+        compile_rate=sum(bool(r.compiled) for r in ran) / n,
+        correctness=sum(r.correctness or 0.0 for r in ran) / n,  # set on every row that ran
         fully_correct=sum(r.correct == r.shapes and r.shapes > 0 and not r.not_run for r in ran) / n,
         dsl_adoption=sum(r.dsl_dominant for r in ran) / n if profiled else None,
         s_agg=s_agg,
@@ -215,7 +219,7 @@ def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profi
     )
 
 
-def main_table(run_dirs: list[Path], catalog: Catalog | None, profile: str, baseline_dirs: list[Path] = (),
+def main_table(run_dirs: list[Path], catalog: Catalog | None, profile: str, baseline_dirs: Sequence[Path] = (),
                floor_ms: float | None = None) -> MainTable:
     """Rows for each run's candidates, plus a row per baseline found among the results; with
     `floor_ms`, the S_floor columns beside S."""
@@ -253,7 +257,7 @@ def render_markdown(table: MainTable) -> str:
     floor = table.floor_ms is not None
     lines = [
         f"Scores against the `{table.hardware}` profile. Rates are operator-balanced."
-        + (f" S_floor uses T_floor = {table.floor_ms * 1e3:.2f} µs." if floor else ""),
+        + (f" S_floor uses T_floor = {table.floor_ms * 1e3:.2f} µs." if table.floor_ms is not None else ""),
         "",
         "| run | ops | compile | correct | fully correct | DSL adoption | S_agg |"
         + (" S_floor_agg |" if floor else "")

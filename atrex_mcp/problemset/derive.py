@@ -48,14 +48,14 @@ def _catalog_of(problem_dir: Path) -> Catalog:
     return Catalog(problem_dir.parent)
 
 
-def _forward_params(problem_dir: Path, model_cls: type) -> list[str]:
+def _forward_params(problem_dir: Path, model_cls: type[Any]) -> list[str]:
     params = list(inspect.signature(model_cls.forward).parameters.values())[1:]
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
         raise _invalid(problem_dir, "Model.forward must name its inputs (no *args/**kwargs).")
     return [p.name for p in params]
 
 
-def _check_signatures(problem_dir: Path, model_cls: type, make_inputs: Any, shapes: tuple) -> None:
+def _check_signatures(problem_dir: Path, model_cls: type[Any], make_inputs: Any, shapes: tuple) -> None:
     sig = inspect.signature(make_inputs)
     params = sig.parameters
     if "seed" not in params or params["seed"].kind not in (

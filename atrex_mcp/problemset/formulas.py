@@ -194,7 +194,8 @@ _FP8_MOE_STORED_ACTIVE = {"2": 8, "3": 164, "4": 8}
 
 
 def _fp8_moe_spec(shape_id: str, init: Params, x: Params) -> Workload:
-    return _fp8_moe(x, _FP8_MOE_STORED_ACTIVE.get(shape_id, x["num_experts"]))
+    stored = _FP8_MOE_STORED_ACTIVE.get(shape_id)
+    return _fp8_moe(x, x["num_experts"] if stored is None else stored)
 
 
 SPEC_FIGURES["fp8_blockscale_fused_moe"] = _fp8_moe_spec

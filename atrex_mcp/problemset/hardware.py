@@ -30,7 +30,7 @@ _LABEL_ALIASES: dict[str, DtypePath] = {"int32": "int", "int64": "int", "int8": 
 def dtype_path(label: str) -> DtypePath:
     """The peak a SPEC dtype label selects (`int32` -> `int`, `fp8_e4m3` -> the fp8 peak, ...)."""
     if label in DTYPE_PATHS:
-        return label  # type: ignore[return-value]
+        return label
     try:
         return _LABEL_ALIASES[label]
     except KeyError:

@@ -17,6 +17,8 @@ roofline predicts. Thresholds are documented in docs/runs.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from atrex_mcp.profiling.metrics import STALL_REASONS
 from atrex_mcp.profiling.models import Bottleneck, KernelCounters, SassFacts
 from atrex_mcp.runs.models import BottleneckKind
@@ -104,7 +106,9 @@ def _without_counters(roofline: dict | None, measured_ns: float) -> tuple[Bottle
     return "unknown", "no hardware throughput counters: the bottleneck cannot be measured here"
 
 
-def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sass: list[SassFacts] = ()) -> Bottleneck:
+def classify(
+    kernels: list[KernelCounters], *, roofline: dict | None = None, sass: Sequence[SassFacts] = ()
+) -> Bottleneck:
     """Classify one forward call from its kernels' counters (and the roofline, when revealed)."""
     if not kernels:
         return Bottleneck(
@@ -132,6 +136,7 @@ def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sas
     if roofline and roofline.get("t_sol_ms") and total_ns:
         evidence.append(roofline_evidence(roofline, total_ns))
 
+    kind: BottleneckKind
     busiest = max(v for v in (mem, comp, 0.0) if v is not None)
     if all(k.metrics.get("duration_ns", 0.0) < LAUNCH_FLOOR_NS for k in kernels) and busiest < SATURATED:
         kind = "launch"

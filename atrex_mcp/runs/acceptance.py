@@ -19,7 +19,7 @@ Pure and deterministic (the bootstrap seed is an argument), so tests inject timi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from atrex_mcp.runs.models import Decision, ShapeTiming
 
@@ -118,7 +118,7 @@ def decide(samples: dict[str, PairedSamples] | None, *, correct: bool, failure: 
         replicate_sum += replicates
     aggregate = float(np.exp(np.mean([np.log(s.speedup) for s in shapes])))
     low, high = (float(np.exp(v)) for v in _interval(replicate_sum / len(shapes), rule.confidence))
-    figures = {"speedup": aggregate, "ci_low": low, "ci_high": high, "shapes": shapes}
+    figures: dict[str, Any] = {"speedup": aggregate, "ci_low": low, "ci_high": high, "shapes": shapes}
 
     regressed = [s for s in shapes if s.ci_high < 1.0 / (1.0 + rule.max_regression)]
     pct = round(rule.confidence * 100)

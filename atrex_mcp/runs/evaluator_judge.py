@@ -160,10 +160,12 @@ class EvaluatorJudge:
                         raise MeasurementFailed(f"the {name} did not load: {failure.category}: {failure.message[:500]}")
                 shape_list = trials[0].shapes
                 for i, shape in enumerate(shape_list):
-                    samples[shape.id] = self.pair_rounds(trials, sessions, shape,
-                                                    lambda r, shape=shape, i=i: report(
-                                                        f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
-                                                        (i + r / self.rounds) / len(shape_list)))
+
+                    def tick(r: int, shape: Shape = shape, i: int = i) -> None:
+                        report(f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
+                               (i + r / self.rounds) / len(shape_list))
+
+                    samples[shape.id] = self.pair_rounds(trials, sessions, shape, tick)
             except Cancelled:
                 raise AtrexError(
                     "runtime", "cancelled", "The paired timing was cancelled; its workers were killed."

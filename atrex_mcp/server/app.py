@@ -31,7 +31,6 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel
 
 from atrex_mcp import __version__
 from atrex_mcp.errors import AtrexError, ErrorInfo
@@ -43,7 +42,7 @@ from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.store import RunStore
 from atrex_mcp.server import run_tools, tools
 from atrex_mcp.server.gpu_queue import GpuQueue, JobKind
-from atrex_mcp.server.models import Mode, ToolSpec
+from atrex_mcp.server.models import Mode, ToolOutput, ToolSpec
 from atrex_mcp.server.transport import LOCAL_CLIENT
 from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
 
@@ -53,7 +52,7 @@ if TYPE_CHECKING:  # opened on first use (see ServerContext.wiki)
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-OutputT = TypeVar("OutputT", bound=BaseModel)
+OutputT = TypeVar("OutputT", bound=ToolOutput)
 ThreadProgress = Callable[[str, float], None]
 
 DEFAULT_MAX_OUTPUT_CHARS = 60_000  # ~15k tokens: inside Claude Code's 25k-token default for one tool result
@@ -274,7 +273,7 @@ class ServerContext:
         )
 
     def _finish(self, result: Any) -> Any:
-        if isinstance(result, BaseModel):
+        if isinstance(result, ToolOutput):
             return fit_output(result, self.config.max_output_chars)
         return result
 
@@ -289,22 +288,27 @@ class ServerContext:
         self.offered.append(name)
         if self.config.tools is not None and name not in self.config.tools:
             return
+        guarded: Any
         if inspect.iscoroutinefunction(fn):
-            async def guarded(*args: Any, **kwargs: Any) -> Any:
+            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
                 try:
                     return self._finish(await fn(self, *args, **kwargs))
                 except Exception as exc:  # noqa: BLE001 - every tool failure becomes one structured error
                     raise self._translate(name, exc) from None
+
+            guarded = guarded_async
         else:
-            def guarded(*args: Any, **kwargs: Any) -> Any:  # the SDK runs sync tools on a worker thread
+            def guarded_sync(*args: Any, **kwargs: Any) -> Any:  # the SDK runs sync tools on a worker thread
                 try:
                     return self._finish(fn(self, *args, **kwargs))
                 except Exception as exc:  # noqa: BLE001 - every tool failure becomes one structured error
                     raise self._translate(name, exc) from None
 
+            guarded = guarded_sync
+
         functools.update_wrapper(guarded, fn, updated=())
         del guarded.__wrapped__  # the SDK reads the bound signature below, not the function's
-        guarded.__signature__, guarded.__annotations__ = _bound_signature(fn)  # type: ignore[attr-defined]
+        guarded.__signature__, guarded.__annotations__ = _bound_signature(fn)
         self.server.add_tool(
             guarded,
             name=name,
@@ -368,7 +372,9 @@ class ServerContext:
 
     async def queue(self) -> GpuQueue:
         if self._queue is None:
-            devices = self.config.devices or await anyio.to_thread.run_sync(_detect_devices)
+            devices = self.config.devices
+            if not devices:
+                devices = await anyio.to_thread.run_sync(_detect_devices)
             if self._queue is None:
                 self._queue = GpuQueue(devices, self.config.correctness_limit)
         return self._queue

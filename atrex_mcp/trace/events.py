@@ -14,7 +14,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from atrex_mcp.errors import AtrexError
 
@@ -121,7 +121,7 @@ def _unclosed(raw: bytes) -> bool:
     return in_string or depth > 0
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     """A finite int or float (not a bool); `v - v == 0` is false for NaN and ±inf."""
     return (type(value) is float or type(value) is int) and value - value == 0
 

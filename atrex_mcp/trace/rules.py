@@ -347,8 +347,8 @@ class Rules:
                 for fusion in data.generated.fusions:
                     if fusion.get("operator") not in data.operators or not isinstance(fusion.get("all"), list):
                         raise expr.ExprError(f"fusion {fusion!r} needs a known 'operator' and an 'all' list")
-                for source in data.generated.shapes.values():
-                    _check_source(source, data, [])
+                for shape_source in data.generated.shapes.values():
+                    _check_source(shape_source, data, [])
             for category in data.unmapped_categories:
                 where = f"unmapped category {category.name}"
                 for regex in [*category.host, *category.kernels]:
@@ -412,6 +412,7 @@ class Rules:
         if self.data.generated is None:
             return None
         if name not in self._generated_cache:
+            assert self._generated_pattern is not None  # compiled whenever data.generated is set
             found = self._generated_pattern.search(name)
             if found is None:
                 self._generated_cache[name] = None

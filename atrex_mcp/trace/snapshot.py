@@ -162,7 +162,7 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
             if s.op == OTHER and s.category is not None:
                 per_category = category_times.setdefault(spec.app, {}).setdefault(s.phase, {})
                 per_category[s.category] = per_category.get(s.category, 0.0) + s.us
-                category_names[s.category][s.name or ""] += s.us
+                category_names[s.category][s.name or ""] += s.us  # type: ignore[assignment]  # µs in a Counter
         for call in result.calls:
             calls_by_op[call.op].append(call)
         for kernel, record in result.fused.items():
@@ -191,18 +191,18 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         calls = calls_by_op.get(op, [])
         unresolved = [c for c in calls if c.shape is None]
         reasons = Counter(c.problem or "unknown" for c in unresolved)
-        per_phase: dict[str, float] = defaultdict(float)
+        op_us: dict[str, float] = defaultdict(float)
         for per_app in times.values():
             for ph, per_op in per_app.items():
                 if op in per_op:
-                    per_phase[ph] += per_op[op]
+                    op_us[ph] += per_op[op]
         ordered = sorted(shapes.get(op, {}).items(), key=lambda kv: (-kv[1].device_us, kv[0]))
         operators[op] = OperatorRecord(
             retained=op in retained,
             dropped_reason=None if op in retained else (
                 f"{op} is not in the problem set {catalog.roots[-1]}" if op not in available
                 else "no call's shape could be read from the trace"),
-            device_us=dict(sorted(per_phase.items())), calls=len(calls), unresolved_calls=len(unresolved),
+            device_us=dict(sorted(op_us.items())), calls=len(calls), unresolved_calls=len(unresolved),
             unresolved_us=sum(c.device_us for c in unresolved), unresolved_reasons=dict(reasons.most_common(5)),
             shapes={sid: ShapeStats(count=a.count, device_us=a.device_us, phases=sorted(a.phases),
                                     defaulted=list(a.shape.defaulted)) for sid, a in ordered},
@@ -235,7 +235,7 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
                              "weights.json": json.dumps(weights_doc, indent=2, sort_keys=True) + "\n"}
     for op in sorted(retained):
         v = visible[op]
-        rows = [{"id": sid, "init": a.shape.init, "inputs": a.shape.inputs}
+        rows: list[dict[str, Any]] = [{"id": sid, "init": a.shape.init, "inputs": a.shape.inputs}
                 for sid, a in sorted(shapes[op].items(), key=lambda kv: (-kv[1].device_us, kv[0]))]
         smoke = v.smoke_shape
         rows.append({"id": smoke.id, "smoke": True, "init": smoke.init, "inputs": smoke.inputs})

@@ -78,8 +78,11 @@ def cases(
     read_kernel, mul_kernel, copy_kernel, fill_kernel = _kernels()
     grid = (triton.cdiv(n, BLOCK),)
     one = lambda: {"x": torch.randn(n, device=device, dtype=torch.bfloat16)}  # noqa: E731
-    two = lambda: {"a": torch.randn(n, device=device, dtype=torch.bfloat16),  # noqa: E731
-                   "b": torch.randn(n, device=device, dtype=torch.bfloat16)}
+
+    def two() -> dict[str, Any]:
+        return {"a": torch.randn(n, device=device, dtype=torch.bfloat16),
+                "b": torch.randn(n, device=device, dtype=torch.bfloat16)}
+
     none = lambda: {"size": torch.zeros(1, device=device)}  # noqa: E731  (the loop needs a tensor to find the device)
 
     def triton_read(inputs):

@@ -111,8 +111,11 @@ def build_cases(specs: list[dict[str, Any]], device: str) -> list[Case]:
             size = 2 * n
         elif kind == "gemm":
             m, nn, k = [min(v, CPU_LIMIT["gemm"]) for v in spec["mnk"]] if cpu else spec["mnk"]
-            make = lambda m=m, nn=nn, k=k: {"a": torch.randn(m, k, device=device, dtype=torch.bfloat16),  # noqa: E731
-                                            "b": torch.randn(k, nn, device=device, dtype=torch.bfloat16)}
+
+            def make(m: int = m, nn: int = nn, k: int = k) -> dict[str, Any]:
+                return {"a": torch.randn(m, k, device=device, dtype=torch.bfloat16),
+                        "b": torch.randn(k, nn, device=device, dtype=torch.bfloat16)}
+
             fn = lambda inp: torch.matmul(inp["a"], inp["b"])  # noqa: E731
             size = 2 * (m * k + k * nn)
         else:

@@ -469,8 +469,9 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
     tools. `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.server.transport)."""
     config = config or ServerConfig()
     instructions = INSTRUCTIONS if config.knowledge != "none" else INSTRUCTIONS.replace(WIKI_SENTENCE, "")
+    log_level: Any = os.environ.get("ATREX_LOG_LEVEL", "INFO")  # the SDK checks the level name
     server = MCPServer("atrex-mcp", version=__version__, instructions=instructions, token_verifier=token_verifier,
-                       auth=auth, log_level=os.environ.get("ATREX_LOG_LEVEL", "INFO"))  # type: ignore[arg-type]
+                       auth=auth, log_level=log_level)
     app = ServerContext(config, server)
     server.middleware.append(app.uniform_errors)
     for spec in (*tools.TOOLS, *run_tools.RUN_TOOLS):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from atrex_mcp.errors import AtrexError
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.check import check_problem, check_problems
 
@@ -61,3 +62,14 @@ def test_nan_output_fails_finite(tmp_path):
     )
     finite = check_problem(catalog, "nan_op").checks[0]
     assert finite.name == "finite" and not finite.passed and "NaN" in finite.detail
+
+
+def test_a_reference_output_that_is_not_tensors_is_a_clear_error(tmp_path):
+    """`problems check` on a reference that returns a float names the problem instead of failing inside a check."""
+    catalog = _toy_problem(
+        tmp_path, "scalar_op", "float(x.sum())", '{"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 8}}'
+    )
+    with pytest.raises(AtrexError) as caught:
+        check_problem(catalog, "scalar_op")
+    info = caught.value.info
+    assert info.category == "bad_reference_output" and "float" in info.message and "Model.forward" in info.hint

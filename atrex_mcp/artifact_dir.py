@@ -53,7 +53,7 @@ def _component_error(parent: int, name: str, exc: OSError) -> AtrexError:
         mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
     except OSError:
         mode = None
-    if mode is not None and stat.S_ISLNK(mode) or exc.errno == errno.ELOOP:
+    if (mode is not None and stat.S_ISLNK(mode)) or exc.errno == errno.ELOOP:
         return _refuse("output_is_a_link", "a part of it is a symbolic link")
     if mode is not None and not stat.S_ISDIR(mode):
         return _refuse("output_not_a_folder", "a part of it is an existing file, not a folder")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from pydantic import BaseModel, Field
 
@@ -185,8 +186,13 @@ def _literal_name(call: ast.Call) -> str | None:
     return None
 
 
-def _is_attribute_call(node: ast.AST) -> bool:
+def _is_attribute_call(node: ast.AST | None) -> TypeGuard[ast.Call]:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_FUNCTIONS
+
+
+def _called_name(call: ast.Call) -> str:
+    """The plain name a call calls (`getattr` in getattr(...)), or "" for anything else."""
+    return call.func.id if isinstance(call.func, ast.Name) else ""
 
 
 @dataclass
@@ -242,8 +248,10 @@ class _ContractScan:
             if isinstance(node, ast.Attribute):
                 parts.append(node.attr)
                 node = node.value
-            elif _is_attribute_call(node) and node.func.id == "getattr" and _literal_name(node) and node.args:
-                parts.append(_literal_name(node))
+            elif _is_attribute_call(node) and _called_name(node) == "getattr" and node.args and (
+                name := _literal_name(node)
+            ):
+                parts.append(name)
                 node = node.args[0]
             else:
                 break
@@ -277,7 +285,7 @@ class _ContractScan:
                 if is_module:
                     self.modules.add(bound)
                 if full.endswith(".*"):
-                    self.add("import_not_allowed", f"from {node.module} import *: import the names you use", node)
+                    self.add("import_not_allowed", f"from {full[:-2]} import *: import the names you use", node)
                 elif root in ACCESS_MODULES:
                     self.add("file_or_network_access", f"import of {root}: {REACHES}", node)
                 elif root not in ALLOWED_IMPORTS:
@@ -339,12 +347,12 @@ class _ContractScan:
     def _attribute_call(self, node: ast.Call) -> None:
         name = _literal_name(node)
         if name is None:
-            self.add("dynamic_attribute", f"{node.func.id} with a computed attribute name", node)
+            self.add("dynamic_attribute", f"{_called_name(node)} with a computed attribute name", node)
             return
-        ctx = ast.Load() if node.func.id in ("getattr", "hasattr") else ast.Store()
+        ctx = ast.Load() if _called_name(node) in ("getattr", "hasattr") else ast.Store()
         self._attribute(node, name, node.args[0], ctx)
 
-    def _attribute(self, node: ast.AST, attr: str, value: ast.AST, ctx: ast.expr_context) -> None:
+    def _attribute(self, node: ast.expr, attr: str, value: ast.AST, ctx: ast.expr_context) -> None:
         root = self._root_name(value)
         base = self.dotted(value)
         dotted = f"{base}.{attr}" if base else None
@@ -378,7 +386,7 @@ class _ContractScan:
         torch.ops.<ns>._x(…) (torch._scaled_mm), which are operators, not internals."""
         if isinstance(value, ast.Name) and value.id in ("self", "cls"):
             return True
-        return called and (base == "torch" or (base or "").count(".") == 2 and (base or "").startswith("torch.ops."))
+        return called and (base == "torch" or ((base or "").count(".") == 2 and (base or "").startswith("torch.ops.")))
 
     def _environ_read(self, node: ast.AST) -> None:
         """os.environ only as os.environ['X'], os.environ.get(...) and friends, or `'X' in os.environ`."""
@@ -402,7 +410,7 @@ class _ContractScan:
 
     def _string_annotations(self, root: ast.AST, depth: int) -> Iterator[ast.AST]:
         for node in ast.walk(root):
-            annotations = []
+            annotations: list[ast.AST] = []
             if isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
                 annotations.append(node.annotation)
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
@@ -420,7 +428,7 @@ class _ContractScan:
             yield node
         elif isinstance(node, ast.Subscript):
             yield from self._annotation_strings(node.value)
-            if not (self.dotted(node.value) or getattr(node.value, "id", "")).endswith("Literal"):
+            if not str(self.dotted(node.value) or getattr(node.value, "id", "")).endswith("Literal"):
                 yield from self._annotation_strings(node.slice)
         elif isinstance(node, ast.Tuple | ast.List | ast.BinOp):
             for child in ast.iter_child_nodes(node):
@@ -430,10 +438,11 @@ class _ContractScan:
         if depth >= MAX_ANNOTATION_DEPTH:
             self.add("string_annotation", "string annotation nested too deeply", constant)
             return
+        text = str(constant.value)  # _annotation_strings yields string constants only
         try:
-            expression = ast.parse(constant.value.strip(), mode="eval").body
+            expression = ast.parse(text.strip(), mode="eval").body
         except SyntaxError:
-            self.add("string_annotation", f"string annotation {constant.value[:40]!r} is not an expression", constant)
+            self.add("string_annotation", f"string annotation {text[:40]!r} is not an expression", constant)
             return
         for inner in ast.walk(expression):
             if hasattr(inner, "lineno"):

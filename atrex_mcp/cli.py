@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
-    except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback on request
+    except Exception as exc:  # a bug: one line, the traceback on request
         if os.environ.get(DEBUG_ENV):
             raise
         _error(f"[internal/{type(exc).__name__}] {exc} (set {DEBUG_ENV}=1 for the traceback)", as_json)

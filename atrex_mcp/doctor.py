@@ -226,10 +226,10 @@ def _seccomp_check(launcher_says: dict | None) -> Check:
 
 def worker_probe() -> Check:
     """Judge the shipped example at its smoke shape: what a real worker got, end to end."""
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.errors import AtrexError
     from atrex_mcp.evaluate import EvalRequest, evaluate
     from atrex_mcp.paths import examples_dir
+    from atrex_mcp.problemset.catalog import Catalog
 
     example = examples_dir() / "rms_norm_triton.py"
     try:
@@ -368,8 +368,8 @@ def ncu_check(plan: dict, has_gpu: bool) -> Check:
 
 # ------------------------------------------------------------------ data and state
 def problems_check() -> Check:
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.errors import AtrexError
+    from atrex_mcp.problemset.catalog import Catalog
 
     try:
         catalog = Catalog()

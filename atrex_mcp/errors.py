@@ -13,8 +13,13 @@ Stage = Literal["input", "compile", "runtime", "correctness", "performance", "po
 class ErrorInfo(BaseModel):
     """What went wrong, where, and what to do about it."""
 
-    stage: Stage = Field(description="Pipeline stage that failed: input (bad argument), compile, runtime, correctness, performance, policy (refused by the mode), internal.")
-    category: str = Field(description="Stable machine-readable failure category, e.g. unknown_problem, syntax_error, numeric_mismatch.")
+    stage: Stage = Field(
+        description="Pipeline stage that failed: input (bad argument), compile, runtime, correctness, performance, "
+                    "policy (refused by the mode), internal."
+    )
+    category: str = Field(
+        description="Stable machine-readable failure category, e.g. unknown_problem, syntax_error, numeric_mismatch."
+    )
     message: str = Field(description="What went wrong, in one or two sentences.")
     hint: str = Field(default="", description="What the caller can do about it.")
 

@@ -8,7 +8,8 @@
   retrying a tool that can only fail.
 
 Every validate result, evaluation and benchmark report carries the condition, so a score is
-always stated with the knowledge that produced it. How the wiki tells which documents solve an operator: atrex_mcp.wiki.solutions.
+always stated with the knowledge that produced it. How the wiki tells which documents solve an operator:
+atrex_mcp.wiki.solutions.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from typing import Literal
 
 Knowledge = Literal["none", "general", "full"]
 KNOWLEDGE_CONDITIONS: tuple[Knowledge, ...] = ("none", "general", "full")
-KNOWLEDGE_HELP = ("what the wiki gives the agent: none (no wiki tools), general (articles and kernels, but none that "
-                  "solves a served operator; the default in benchmark mode) or full (everything; the default in optimize mode)")
+KNOWLEDGE_HELP = (
+    "what the wiki gives the agent: none (no wiki tools), general (articles and kernels, but none that "
+    "solves a served operator; the default in benchmark mode) or full (everything; the default in optimize mode)"
+)
 
 
 def default_knowledge(benchmark: bool) -> Knowledge:

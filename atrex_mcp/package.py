@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from atrex_mcp import __version__
-from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract, strip_main_block
 from atrex_mcp.artifact_dir import write_fresh
+from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract, strip_main_block
 from atrex_mcp.problemset.catalog import Catalog
 
 ARTIFACT_MANIFEST = "manifest.json"
@@ -72,8 +72,11 @@ def package_source(source: str, op: str, catalog: Catalog, out_dir: Path, *, dsl
         "atrex_mcp_version": __version__,
         "run": provenance,
     }
-    write_fresh(out_dir, {artifact.name: data, manifest_path.name: (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()},
-                denied=[*catalog.roots, *denied])
+    write_fresh(
+        out_dir,
+        {artifact.name: data, manifest_path.name: (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()},
+        denied=[*catalog.roots, *denied],
+    )
     return PackageResult(artifact=str(artifact), manifest=str(manifest_path), sha256=manifest["artifact"]["sha256"],
                          contract=report, manifest_data=manifest)
 

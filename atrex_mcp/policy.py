@@ -31,13 +31,13 @@ import re
 from collections.abc import Callable, Collection
 from typing import Any
 
-from atrex_mcp.problemset import roofline
-from atrex_mcp.problemset.catalog import Catalog, VisibleProblem
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.leakguard import mask_figures
 from atrex_mcp.evaluate.models import EvalResult, ShapeResult
 from atrex_mcp.knowledge import Knowledge, default_knowledge
 from atrex_mcp.package import PackageResult
+from atrex_mcp.problemset import roofline
+from atrex_mcp.problemset.catalog import Catalog, VisibleProblem
 from atrex_mcp.profiling.models import ProfileReport
 from atrex_mcp.runs.models import IterationRecord, KernelTimes, KernelView, RunState
 from atrex_mcp.server.models import (
@@ -111,13 +111,17 @@ class Policy:
             "policy",
             "hidden_in_benchmark_mode",
             f"{what} is {HIDDEN}.",
-            hint or "Benchmark mode measures you; restart the server without --benchmark-mode to optimise with roofline figures.",
+            hint
+            or "Benchmark mode measures you; restart the server without --benchmark-mode to optimise with roofline "
+               "figures.",
         )
 
     def require_roofline(self, what: str) -> None:
         """Refuse a request for per-problem roofline figures in benchmark mode."""
         if self.benchmark:
-            raise self.refusal(what, "roofline_lookup still works as a calculator: pass your own flops, dtype_path and bytes.")
+            raise self.refusal(
+                what, "roofline_lookup still works as a calculator: pass your own flops, dtype_path and bytes."
+            )
 
     # ------------------------------------------------------------ views
     def shape_figures(self, op: str, shape_id: str, hardware: str) -> roofline.ShapeRoofline | None:
@@ -176,7 +180,9 @@ class Policy:
         (already in an earlier answer to this caller) are left out: they are the operator's to
         act on, not the agent's, and repeating them on every call is noise."""
         verdicts = [self.verdict(s) for s in result.shapes]
-        device = f"cuda: {result.device.name}" if result.device.kind == "cuda" else "cpu (Triton interpreter, not timed)"
+        device = (
+            f"cuda: {result.device.name}" if result.device.kind == "cuda" else "cpu (Triton interpreter, not timed)"
+        )
         return ValidateResult(
             op=result.op,
             mode=self.mode,

@@ -9,7 +9,7 @@ import time
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 
 def clock(seconds: float) -> str:
@@ -29,7 +29,7 @@ class ShapeProgress:
         self.start = time.monotonic()
         self.first_shape_at: float | None = None
         self.bar: Progress | None = None
-        self.task = None
+        self.task: TaskID | None = None
 
     def __enter__(self) -> ShapeProgress:
         if self.live:
@@ -56,7 +56,7 @@ class ShapeProgress:
             self.first_shape_at = time.monotonic()
         step = f"[{min(done + 1, self.total)}/{self.total}] {message}" if message.startswith("shape ") else message
         elapsed = clock(time.monotonic() - self.start)
-        if self.bar is not None:
+        if self.bar is not None and self.task is not None:
             self.bar.update(self.task, completed=done, description=message, eta=clock(self.eta(done)))
         else:
             left = "" if fraction >= 1 else f", ETA {clock(self.eta(done))}"

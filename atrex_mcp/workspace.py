@@ -26,7 +26,9 @@ def _inside(path: Path, roots: Sequence[Path]) -> bool:
 class Workspace:
     """The roots a tool may read candidate files from and write artifacts into."""
 
-    def __init__(self, roots: Sequence[Path], denied: Sequence[Path] = (), max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES):
+    def __init__(
+        self, roots: Sequence[Path], denied: Sequence[Path] = (), max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+    ):
         if not roots:
             raise AtrexError("input", "no_workspace", "At least one workspace root is needed.", "Pass --workspace DIR.")
         self.roots = [Path(r).resolve() for r in roots]
@@ -58,7 +60,12 @@ class Workspace:
         try:
             real = candidate.resolve(strict=must_exist)
         except FileNotFoundError:
-            raise AtrexError("input", "file_not_found", "No file at the given path.", "Check the path; relative paths start at the first workspace root.") from None
+            raise AtrexError(
+                "input",
+                "file_not_found",
+                "No file at the given path.",
+                "Check the path; relative paths start at the first workspace root.",
+            ) from None
         except (OSError, RuntimeError) as exc:
             raise self._refuse(path, f"it cannot be resolved ({exc.__class__.__name__})") from None
         self._check(path, real)

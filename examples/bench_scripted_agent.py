@@ -40,7 +40,11 @@ def connect() -> Client:
         env = {**json.loads(os.environ.get("ATREX_MCP_ENV") or "{}"), "HOME": os.environ["HOME"]}
         return Client(StdioServerParameters(command=argv[0], args=argv[1:], env=env))
     headers = {"Authorization": f"Bearer {os.environ['ATREX_MCP_TOKEN']}"}
-    return Client(streamable_http_client(os.environ["ATREX_MCP_URL"], http_client=httpx2.AsyncClient(headers=headers, timeout=None)))
+    return Client(
+        streamable_http_client(
+            os.environ["ATREX_MCP_URL"], http_client=httpx2.AsyncClient(headers=headers, timeout=None)
+        )
+    )
 
 
 async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +90,9 @@ async def solve(op: str, workspace: Path, kernels: Path | None) -> str | None:
             print(f"get_problem: {op}, {len(problem['shapes'])} shapes", flush=True)
             (workspace / "kernel.py").write_text(await known_kernel(client, op, kernels))
             verdict = await call(client, "validate", {"op": op, "path": "kernel.py", "shapes": ["smoke"], "seeds": 1})
-            print(f"validate: {verdict['passed']} passed, {verdict['failed']} failed on {verdict['device']}", flush=True)
+            print(
+                f"validate: {verdict['passed']} passed, {verdict['failed']} failed on {verdict['device']}", flush=True
+            )
             contract = verdict.get("contract") or {"passed": True, "violations": []}
             print(f"contract: {'passed' if contract['passed'] else 'refused'}", flush=True)
             for v in contract["violations"]:

@@ -38,5 +38,7 @@ class Model(nn.Module):
         T, H = x.shape
         block = triton.next_power_of_2(H)
         num_warps = min(16, max(1, block // 256))
-        _rms_norm_rows[(T,)](x, weight, out, x.stride(0), out.stride(0), H, self.eps, BLOCK_H=block, num_warps=num_warps)
+        _rms_norm_rows[(T,)](
+            x, weight, out, x.stride(0), out.stride(0), H, self.eps, BLOCK_H=block, num_warps=num_warps
+        )
         return out

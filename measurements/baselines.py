@@ -3,12 +3,15 @@
 and shapes, within a time budget; the main table against the `h200` (datasheet) and
 `h200-measured` profiles; the evaluator's throughput split; every shape near the roofline.
 
-    python3 measurements/baselines.py plan [--baseline both] [--select representative --budget-s 300] [--calibrate DIR…] [--gpus N]
+    python3 measurements/baselines.py plan [--baseline both] [--select representative --budget-s 300]
+                                   [--calibrate DIR…] [--gpus N]
     python3 measurements/baselines.py run --baseline eager --out DIR [--ops a,b] [--shapes all|ID,…]
-                                   [--select representative|spread [--per-op K]] [--shapes-from DIR] [--budget-s S] [--gpus N] [--seeds 5] [--timeout 120]
+                                   [--select representative|spread [--per-op K]] [--shapes-from DIR] [--budget-s S]
+                                   [--gpus N] [--seeds 5] [--timeout 120]
                                    [--no-timing [--lanes-per-gpu K]]
     python3 measurements/baselines.py table DIR… [--out PREFIX]
-    python3 measurements/baselines.py combine DIR… --out DIR [--exclude OP:ID,… --why TEXT]    # runs of several device calls, one result per operator
+    # runs of several device calls, one result per operator:
+    python3 measurements/baselines.py combine DIR… --out DIR [--exclude OP:ID,… --why TEXT]
 
 `run` writes one EvalResult JSON per operator (`<op>.<baseline>.json`, as `atrex-mcp eval
 --out` names them, so `atrex-mcp score --baselines DIR` reads them), `run.json` (conditions,
@@ -35,15 +38,24 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from measurements.eval_cost import (BASELINES, CostModel, fit_to_budget, jobs_for, load_reference_times, load_shape_traffic,  # noqa: E402
-                       predicted_seconds, representative_order, spread_order)
+from measurements.eval_cost import (  # noqa: E402
+    BASELINES,
+    CostModel,
+    fit_to_budget,
+    jobs_for,
+    load_reference_times,
+    load_shape_traffic,
+    predicted_seconds,
+    representative_order,
+    spread_order,
+)
 from measurements.multi_gpu import BUDGET_REASON  # noqa: E402
 
 PROFILES = ("h200", "h200-measured")
@@ -134,7 +146,9 @@ def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseli
 
 def throughput_split(results: Sequence) -> dict[str, float]:
     """Where the evaluator's wall time went, summed over evaluations."""
-    split = dict.fromkeys(("start_up", "candidate_load", "compile", "correctness", "timing", "profile", "other", "total"), 0.0)
+    split = dict.fromkeys(
+        ("start_up", "candidate_load", "compile", "correctness", "timing", "profile", "other", "total"), 0.0
+    )
     for r in results:
         split["start_up"] += r.overhead.worker_start_s + r.overhead.restart_s
         split["candidate_load"] += r.overhead.candidate_load_s
@@ -142,14 +156,18 @@ def throughput_split(results: Sequence) -> dict[str, float]:
         for s in r.shapes:
             first = s.seconds.get("first_call_extra", 0.0)
             split["compile"] += first
-            split["correctness"] += s.seconds.get("correctness", 0.0) - first + s.seconds.get("reference_and_compare", 0.0)
+            split["correctness"] += (
+                s.seconds.get("correctness", 0.0) - first + s.seconds.get("reference_and_compare", 0.0)
+            )
             split["timing"] += s.seconds.get("timing", 0.0) + s.seconds.get("timed_output_checks", 0.0)
             split["profile"] += s.seconds.get("profile", 0.0)
     split["other"] = split["total"] - sum(v for k, v in split.items() if k not in ("other", "total"))
     return {k: round(v, 2) for k, v in split.items()}
 
 
-def near_roofline(results: Sequence, catalog, profile: str = "h200", threshold: float = NEAR_ROOFLINE) -> list[dict[str, Any]]:
+def near_roofline(
+    results: Sequence, catalog, profile: str = "h200", threshold: float = NEAR_ROOFLINE
+) -> list[dict[str, Any]]:
     """Every correct, timed shape with S_j above `threshold` (item 4: none may exceed 1)."""
     from atrex_mcp.evaluate import scoring
 
@@ -162,9 +180,18 @@ def near_roofline(results: Sequence, catalog, profile: str = "h200", threshold: 
             score = scoring.shape_score(t_sol, s.time_ms) if s.correct else None
             if score is not None and score > threshold:
                 entry = shapes.get(s.id, {})
-                rows.append({"op": r.op, "candidate": r.candidate, "shape": s.id, "time_ms": s.time_ms, "t_sol_ms": t_sol,
-                             "score": round(score, 4), "bound": (entry.get("bound") or {}).get(profile),
-                             "arithmetic_intensity": entry.get("arithmetic_intensity")})
+                rows.append(
+                    {
+                        "op": r.op,
+                        "candidate": r.candidate,
+                        "shape": s.id,
+                        "time_ms": s.time_ms,
+                        "t_sol_ms": t_sol,
+                        "score": round(score, 4),
+                        "bound": (entry.get("bound") or {}).get(profile),
+                        "arithmetic_intensity": entry.get("arithmetic_intensity"),
+                    }
+                )
     return sorted(rows, key=lambda row: -row["score"])
 
 
@@ -183,7 +210,12 @@ def write_tables(dirs: Sequence[Path], catalog, prefix: Path) -> dict[str, Any]:
 
 def _git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -191,7 +223,7 @@ def _git_commit() -> str | None:
 def conditions(results: Sequence) -> dict[str, Any]:
     """Date, host, hardware and versions, read from the results themselves."""
     device = results[0].device if results else None
-    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(), "commit": _git_commit(),
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(), "commit": _git_commit(),
             "device": device.name if device else None, "driver": device.driver if device else None,
             "cuda": device.cuda if device else None, "versions": device.versions if device else {},
             "max_sm_clock_mhz": device.max_sm_clock_mhz if device else None}
@@ -224,7 +256,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_lanes(args.lanes_per_gpu, timed=not args.no_timing)
     except ValueError as exc:
-        raise SystemExit(f"--lanes-per-gpu {args.lanes_per_gpu}: {exc} (timed work never shares a GPU; lanes need --no-timing)")
+        raise SystemExit(
+            f"--lanes-per-gpu {args.lanes_per_gpu}: {exc} (timed work never shares a GPU; lanes need --no-timing)"
+        ) from exc
     chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices) * args.lanes_per_gpu)
     jobs = jobs_for(chosen, times, model, args.baseline)
     request = {"baseline": args.baseline, "seeds": args.seeds, "hardware": "h200", "timeout_s": args.timeout,
@@ -246,12 +280,21 @@ def run(args: argparse.Namespace) -> int:
         (args.out / f"{op}.{args.baseline}.json").write_text(merged.model_dump_json(indent=1))
         results.append(merged)
     not_run = left_out + schedule.not_run
-    report = {"conditions": conditions(results), "baseline": args.baseline, "budget_s": args.budget_s, "devices": devices,
-              "timing": not args.no_timing, "lanes_per_gpu": args.lanes_per_gpu,
-              "cost_model": model.describe(), "predicted_s": round(predicted_seconds(jobs, model, args.baseline), 1),
-              "selection": chosen, "schedule": schedule.summary(), "not_run": not_run,
-              "throughput": throughput_split(calibration_results([args.out])),
-              "near_roofline": near_roofline(results, catalog)}
+    report = {
+        "conditions": conditions(results),
+        "baseline": args.baseline,
+        "budget_s": args.budget_s,
+        "devices": devices,
+        "timing": not args.no_timing,
+        "lanes_per_gpu": args.lanes_per_gpu,
+        "cost_model": model.describe(),
+        "predicted_s": round(predicted_seconds(jobs, model, args.baseline), 1),
+        "selection": chosen,
+        "schedule": schedule.summary(),
+        "not_run": not_run,
+        "throughput": throughput_split(calibration_results([args.out])),
+        "near_roofline": near_roofline(results, catalog),
+    }
     report["s_agg"] = write_tables([args.out], catalog, args.out / "table")
     (args.out / "run.json").write_text(json.dumps(report, indent=1))
     timed = sum(1 for r in results for s in r.shapes if s.time_ms is not None)
@@ -297,27 +340,39 @@ def plan(args: argparse.Namespace) -> int:
             for sid in ids:
                 for part, value in model.parts(times.get(op, {}).get(sid, 1.0), k, op, sid).items():
                     split[k][part] = split[k].get(part, 0.0) + value
-        print(f"| {op} | {len(ids)} | {sum(times.get(op, {}).values()):.1f} | " + " | ".join(f"{per_op[k][op]:.0f}" for k in kinds) + " |")
+        print(
+            f"| {op} | {len(ids)} | {sum(times.get(op, {}).values()):.1f} | "
+            + " | ".join(f"{per_op[k][op]:.0f}" for k in kinds)
+            + " |"
+        )
     totals = {k: sum(per_op[k].values()) for k in kinds}
     print("| **all** | | | " + " | ".join(f"**{totals[k]:.0f}**" for k in kinds) + " |\n")
     for k in kinds:
         print(f"{k} predicted split (s): " + ", ".join(f"{part} {value:.0f}" for part, value in split[k].items()))
     if set(kinds) == set(BASELINES):
         issue = LAUNCH_FLOOR_S + TIMING_ACCURACY_S + totals["eager"] + 2 * totals["torch-compile"]
-        print(f"\nfull issue on one GPU (launch floor {LAUNCH_FLOOR_S:.0f} s + timing accuracy {TIMING_ACCURACY_S:.0f} s + eager "
-              f"+ torch.compile twice for stability): {issue:.0f} s = {issue / 60:.1f} min, plus {MACHINE_START_S:.0f} s machine "
-              f"start per lease; on {gpus} GPU(s) about {issue / gpus / 60:.1f} min if the work splits evenly")
+        print(
+            f"\nfull issue on one GPU (launch floor {LAUNCH_FLOOR_S:.0f} s + timing accuracy {TIMING_ACCURACY_S:.0f} "
+            f"s + eager + torch.compile twice for stability): {issue:.0f} s = {issue / 60:.1f} min, plus "
+            f"{MACHINE_START_S:.0f} s machine start per lease; on {gpus} GPU(s) about {issue / gpus / 60:.1f} min if "
+            "the work splits evenly"
+        )
     selections = {k: selection(args, catalog, times, model, k, gpus) for k in kinds}
     selected = {k: chosen for k, (chosen, _) in selections.items()}
     if args.select or args.ops or args.shapes or args.skip_judged:
         for k, (_, left) in selections.items():
             jobs = jobs_for(selected[k], times, model, k)
-            print(f"\n{k}, selection within {args.budget_s} s on {gpus} GPU(s): {len(jobs)} shapes of {len(selected[k])} operators, "
-                  f"predicted {predicted_seconds(jobs, model, k):.0f} s sequential; {len(left)} left out")
+            print(
+                f"\n{k}, selection within {args.budget_s} s on {gpus} GPU(s): {len(jobs)} shapes of "
+                f"{len(selected[k])} operators, predicted {predicted_seconds(jobs, model, k):.0f} s sequential; "
+                f"{len(left)} left out"
+            )
             print("  " + "; ".join(f"{op}: {','.join(ids)}" for op, ids in selected[k].items()))
     if args.split_s:
         for k in kinds:
-            per_op[k] = {op: predicted_seconds(jobs_for({op: ids}, times, model, k), model, k) for op, ids in selected[k].items()}
+            per_op[k] = {
+                op: predicted_seconds(jobs_for({op: ids}, times, model, k), model, k) for op, ids in selected[k].items()
+            }
             sessions = session_split(per_op[k], args.split_s * gpus)
             print(f"\n{k} in sessions of {args.split_s:.0f} s × {gpus} GPU(s): {len(sessions)} sessions")
             for n, ops in enumerate(sessions, 1):
@@ -369,8 +424,13 @@ def _not_judged(shape_id: str, lost: bool, probed: bool, excluded: str | None = 
         message = "Not judged: in none of the combined runs' results (see their run.json not_run for why)."
     else:
         message = "Not judged: in none of the combined runs' results (no run selected it, or its budget left it out)."
-    return ShapeResult(id=shape_id, correct=False, stage=tx.NOT_RUN, message=message,
-                       category=tx.NOT_RUN_DEADLINE if lost or probed or excluded is not None else tx.NOT_RUN_UNSELECTED)
+    return ShapeResult(
+        id=shape_id,
+        correct=False,
+        stage=tx.NOT_RUN,
+        message=message,
+        category=tx.NOT_RUN_DEADLINE if lost or probed or excluded is not None else tx.NOT_RUN_UNSELECTED,
+    )
 
 
 def combine(args: argparse.Namespace) -> int:
@@ -406,7 +466,9 @@ def combine(args: argparse.Namespace) -> int:
         for k, r in enumerate(results):
             part = r.model_copy(deep=True)
             part.shapes = [shape for shape_id, (j, shape) in chosen.items() if j == k and shape_id not in missing]
-            if part.shapes or (k == len(results) - 1 and not parts):  # the last run carries the unjudged if none else does
+            if part.shapes or (
+                k == len(results) - 1 and not parts
+            ):  # the last run carries the unjudged if none else does
                 parts.append(part)
         if missing:  # no verdict in any run (never selected, lost, only probed, or set aside): not run, said once
             parts[-1].shapes += [_not_judged(sid, (op, sid, candidate) in stopped, sid in probed,
@@ -425,12 +487,17 @@ def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--problems", type=Path, help="problem set root (default: the embedded set)")
     common.add_argument("--seeds", type=int, default=5, help="correctness seeds per shape (default 5)")
-    common.add_argument("--calibrate", nargs="*", type=Path, default=[], help="refit the cost model from these finished runs")
+    common.add_argument(
+        "--calibrate", nargs="*", type=Path, default=[], help="refit the cost model from these finished runs"
+    )
     common.add_argument("--gpus", type=int, help="GPUs to spread over (default: all visible)")
     common.add_argument("--budget-s", type=float, help="wall-clock budget in seconds (default: none)")
-    common.add_argument("--select", choices=("representative", "spread"),
-                        help="choose shapes within the budget: representative (each operator's fastest and median shapes, "
-                             "a few large ones) or spread (--per-op shapes per operator, evenly spaced by eager time)")
+    common.add_argument(
+        "--select",
+        choices=("representative", "spread"),
+        help="choose shapes within the budget: representative (each operator's fastest and median shapes, "
+        "a few large ones) or spread (--per-op shapes per operator, evenly spaced by eager time)",
+    )
     common.add_argument("--per-op", type=int, default=5, help="shapes per operator for --select spread (default 5)")
     common.add_argument("--ops", help="comma-separated operators (default all)")
     common.add_argument("--shapes", help="'all' (default), or comma-separated shape ids for every operator given, or "
@@ -440,16 +507,24 @@ def main(argv: list[str] | None = None) -> int:
     run_p = sub.add_parser("run", parents=[common], help="evaluate a baseline")
     run_p.add_argument("--baseline", choices=BASELINES, required=True)
     run_p.add_argument("--out", type=Path, required=True)
-    run_p.add_argument("--shapes-from", type=Path, help="evaluate exactly the shapes this earlier run judged (of --ops when given)")
+    run_p.add_argument(
+        "--shapes-from", type=Path, help="evaluate exactly the shapes this earlier run judged (of --ops when given)"
+    )
     run_p.add_argument("--timeout", type=float, default=120.0, help="seconds per shape and stage (default 120)")
-    run_p.add_argument("--no-timing", action="store_true",
-                       help="compile and correctness only (a compile probe): a shape that passes is not a verdict until a "
-                            "timed run judges it; its failures are")
+    run_p.add_argument(
+        "--no-timing",
+        action="store_true",
+        help="compile and correctness only (a compile probe): a shape that passes is not a verdict until a "
+        "timed run judges it; its failures are",
+    )
     run_p.add_argument("--lanes-per-gpu", type=int, default=1,
                        help="untimed evaluations sharing each GPU (only with --no-timing; default 1)")
-    run_p.add_argument("--no-profile", action="store_true",
-                       help="skip the profiled forward per shape (a baseline's DSL share is 0 by definition; a candidate "
-                            "evaluation includes it, so leave it on for the throughput figure)")
+    run_p.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="skip the profiled forward per shape (a baseline's DSL share is 0 by definition; a candidate "
+        "evaluation includes it, so leave it on for the throughput figure)",
+    )
     run_p.set_defaults(func=run)
     plan_p = sub.add_parser("plan", parents=[common], help="predicted device seconds per operator")
     plan_p.add_argument("--baseline", choices=(*BASELINES, "both"), default="both")

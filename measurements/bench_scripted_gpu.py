@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,15 +51,45 @@ def main() -> int:
         shutil.rmtree(run_dir)
     args.out.mkdir(parents=True, exist_ok=True)
     cli = [sys.executable, "-m", "atrex_mcp.cli", "bench"]
-    agent = f"{sys.executable} {ROOT / 'examples' / 'bench_scripted_agent.py'} --kernels {ROOT / 'gpu_wiki' / 'kernels'}"
+    agent = (
+        f"{sys.executable} {ROOT / 'examples' / 'bench_scripted_agent.py'} --kernels {ROOT / 'gpu_wiki' / 'kernels'}"
+    )
     seconds = {
-        "run": step(cli + ["run", "--agent", agent, "--ops", args.ops, "--budget-minutes", "10", "--plain", "--agent-uid", "same",
-                           "--out", str(run_dir)]),
-        "eval": step(cli + ["eval", str(run_dir), "--shapes", args.shapes, "--seeds", str(args.seeds), "--baselines", "yes", "--plain"]),
+        "run": step(
+            cli
+            + [
+                "run",
+                "--agent",
+                agent,
+                "--ops",
+                args.ops,
+                "--budget-minutes",
+                "10",
+                "--plain",
+                "--agent-uid",
+                "same",
+                "--out",
+                str(run_dir),
+            ]
+        ),
+        "eval": step(
+            cli
+            + [
+                "eval",
+                str(run_dir),
+                "--shapes",
+                args.shapes,
+                "--seeds",
+                str(args.seeds),
+                "--baselines",
+                "yes",
+                "--plain",
+            ]
+        ),
         "report": step(cli + ["report", str(run_dir)]),
     }
     conditions = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "ops": args.ops.split(","), "shapes": args.shapes, "seeds": args.seeds, "seconds": seconds,

@@ -7,7 +7,8 @@ checks its exit codes and output:
   binary file, --seeds 0          -> 2, one `error:` line
   a shape larger than the GPU     -> 2, refused before any work, with its size
 
-    python3 measurements/cli_gate_gpu.py            # prints one line per check and a JSON summary; exit 1 on a failed check
+    # prints one line per check and a JSON summary; exit 1 on a failed check:
+    python3 measurements/cli_gate_gpu.py
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ def main() -> int:
     checks["progress lines carry an ETA"] = "[56/56] shape" in err and "ETA" in err
 
     code, out, _, _ = cli("eval", str(tmp / "wrong.py"), "--op", "rms_norm", "--shapes", "0,1", "--plain")
-    checks["wrong result exits 1 with mismatch figures"] = code == 1 and "max abs error" in out and "first bad index" in out
+    checks["wrong result exits 1 with mismatch figures"] = (
+        code == 1 and "max abs error" in out and "first bad index" in out
+    )
     code, out, _, _ = cli("eval", str(tmp / "raises.py"), "--op", "rms_norm", "--shapes", "0", "--plain")
     checks["runtime error exits 1 naming the user's file"] = (code == 1 and f'File "{tmp / "raises.py"}"' in out
                                                              and "candidate.py" not in out)
@@ -66,7 +69,9 @@ def main() -> int:
     shapes_file.write_text(json.dumps(doc))
     code, _, err, wall = cli("eval", str(EXAMPLE), "--op", "big_op", "--problems", str(tmp), "--shapes", "huge")
     summary["too_large"] = err.strip()
-    checks["a shape larger than the GPU is refused (exit 2)"] = code == 2 and "shape_too_large" in err and "cuda:0" in err
+    checks["a shape larger than the GPU is refused (exit 2)"] = (
+        code == 2 and "shape_too_large" in err and "cuda:0" in err
+    )
 
     for name, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {name}")

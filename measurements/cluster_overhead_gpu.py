@@ -27,9 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from measurements.cluster_runs import candidate_set, differences, make_run, times, verdicts  # noqa: E402
-
 from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run  # noqa: E402
+from measurements.cluster_runs import candidate_set, differences, make_run, times, verdicts  # noqa: E402
 
 
 def measure(out: Path, ops: list[str], shapes: str, seeds: int, shard_shapes: int | None, device: str) -> dict:

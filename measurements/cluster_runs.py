@@ -20,9 +20,9 @@ if str(ROOT) not in sys.path:
 from atrex_mcp.agentbench.layout import RunLayout, RunStore  # noqa: E402
 from atrex_mcp.agentbench.models import OpState, Submission  # noqa: E402
 from atrex_mcp.agentbench.runner import RunRequest, open_run  # noqa: E402
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.cluster.dispatch import ShardFile, shards_dir  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 
 KERNELS = ROOT / "gpu_wiki" / "kernels"
 

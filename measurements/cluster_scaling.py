@@ -30,12 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from measurements.cluster_runs import busy_seconds, candidate_set, differences, make_run, verdicts  # noqa: E402
-
 import distributed  # noqa: E402
 
 from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run  # noqa: E402
 from atrex_mcp.cluster.engine import local_cluster, visible_devices  # noqa: E402
+from measurements.cluster_runs import busy_seconds, candidate_set, differences, make_run, verdicts  # noqa: E402
 
 PHASE_FILE = "phase.json"
 TARGET_EFFICIENCY = 0.9
@@ -100,7 +99,7 @@ def run_phase(
 
 
 def _import_judge() -> None:
-    import atrex_mcp.cluster.shards  # noqa: F401
+    import atrex_mcp.cluster.shards
     import atrex_mcp.evaluate.evaluator  # noqa: F401
 
 

@@ -27,13 +27,13 @@ sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
 import anyio  # noqa: E402
 import distributed  # noqa: E402
-from measurements.cluster_runs import candidate_set  # noqa: E402
 from mcp import Client  # noqa: E402
 
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.cluster.engine import connect, local_cluster, visible_devices  # noqa: E402
 from atrex_mcp.cluster.remote import ClusterPool  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.server.app import ServerConfig, build_server  # noqa: E402
+from measurements.cluster_runs import candidate_set  # noqa: E402
 
 DEFAULT_OPS = "rms_norm,silu_and_mul,l2_norm,layer_norm,fused_add_rms_norm,gated_rms_norm,moe_sum_reduce,mrope"
 
@@ -73,11 +73,11 @@ def measure(workers: int, ops: list[str], shapes: list[str] | None, seeds: int) 
     devices = visible_devices(workers)
     with local_cluster(devices) as cluster, connect(cluster.scheduler_address) as connection:
         pool = ClusterPool(connection, Catalog())
-        with tempfile.TemporaryDirectory(prefix="atrex-pool-") as state:
-            with distributed.get_task_stream(client=connection.client) as stream:
-                t0 = time.monotonic()
-                calls = anyio.run(_calls, pool, ops, shapes, seeds, Path(state))
-                wall = time.monotonic() - t0
+        with tempfile.TemporaryDirectory(prefix="atrex-pool-") as state, \
+                distributed.get_task_stream(client=connection.client) as stream:
+            t0 = time.monotonic()
+            calls = anyio.run(_calls, pool, ops, shapes, seeds, Path(state))
+            wall = time.monotonic() - t0
         names = {a: w["name"] for a, w in connection.workers().items()}
     busy: dict[str, float] = {}
     for task in stream.data:

@@ -1,7 +1,7 @@
 """GPU memory and time of the trusted side's output comparison at the largest benchmark outputs.
 
-On the H200 (2026-11-30) comparing whole outputs in float64 ran the evaluator out of memory
-(unified_attention: 12 GiB for one float64 copy; block_scaled_mm: 9 GiB). compare_outputs now
+On the H200, comparing whole outputs in float64 runs the evaluator out of memory
+(unified_attention: 12 GiB for one float64 copy; block_scaled_mm: 9 GiB), so compare_outputs
 works in chunks of compare.CHUNK_ELEMENTS; this measures, per case, the GPU memory it allocates
 beyond the reference output (torch.cuda.max_memory_allocated) and its wall time, with the
 candidate in host memory as the evaluator loads it, and checks the planted mismatches are found.
@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -50,16 +50,22 @@ def measure(shape: tuple[int, ...], dtype: torch.dtype) -> dict:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     detail = verdict.details[0]
-    return {"output_gib": ref.numel() * ref.element_size() / 2**30, "extra_peak_gib": (torch.cuda.max_memory_allocated() - before) / 2**30,
-            "seconds": seconds, "mismatches": detail.mismatches, "planted": len(PLANTED), "first_bad_flat": PLANTED[0],
-            "first_bad_index": detail.first_bad_index}
+    return {
+        "output_gib": ref.numel() * ref.element_size() / 2**30,
+        "extra_peak_gib": (torch.cuda.max_memory_allocated() - before) / 2**30,
+        "seconds": seconds,
+        "mismatches": detail.mismatches,
+        "planted": len(PLANTED),
+        "first_bad_flat": PLANTED[0],
+        "first_bad_index": detail.first_bad_index,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "results")
     args = parser.parse_args()
-    results = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": torch.cuda.get_device_name(),
+    results = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "device": torch.cuda.get_device_name(),
                "torch": torch.__version__, "chunk_elements": CHUNK_ELEMENTS, "cases": {}}
     for name, (shape, dtype) in CASES.items():
         results["cases"][name] = row = measure(shape, dtype)

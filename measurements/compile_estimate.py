@@ -65,8 +65,11 @@ def estimate(eager_dir: Path, compiled_dir: Path) -> dict[str, Any]:
     for op in sorted(weights):
         e = {s.id: s for s in eager[op].shapes} if op in eager else {}
         sample = [s for s in compiled[op].shapes if s.judged] if op in compiled else []
-        report["failures"] += [{"op": op, "shape": s.id, "stage": s.stage, "category": s.category, "message": s.message[:300]}
-                               for s in sample if not s.correct]
+        report["failures"] += [
+            {"op": op, "shape": s.id, "stage": s.stage, "category": s.category, "message": s.message[:300]}
+            for s in sample
+            if not s.correct
+        ]
         for s in sample:
             if s.correct and s.time_ms and e.get(s.id) and e[s.id].time_ms:
                 speedups.append(e[s.id].time_ms / s.time_ms)
@@ -74,21 +77,31 @@ def estimate(eager_dir: Path, compiled_dir: Path) -> dict[str, Any]:
         rows = {}
         for op in sorted(weights):
             sample_ids = {s.id for s in compiled[op].shapes if s.judged} if op in compiled else set()
-            rows[op] = {"weight": weights[op], "sample": len(sample_ids),
-                        "torch_compile": _s_i(compiled[op], catalog, profile) if op in compiled else None,
-                        "eager_sample": _s_i(eager[op], catalog, profile, sample_ids) if sample_ids and op in eager else None,
-                        "eager_full": _s_i(eager[op], catalog, profile) if op in eager else None}
+            rows[op] = {
+                "weight": weights[op],
+                "sample": len(sample_ids),
+                "torch_compile": _s_i(compiled[op], catalog, profile) if op in compiled else None,
+                "eager_sample": _s_i(eager[op], catalog, profile, sample_ids) if sample_ids and op in eager else None,
+                "eager_full": _s_i(eager[op], catalog, profile) if op in eager else None,
+            }
         report["profiles"][profile] = {
             "operators": rows,
             "torch_compile": _aggregates({op: r["torch_compile"] for op, r in rows.items()}, weights),
             "eager_sample": _aggregates({op: r["eager_sample"] for op, r in rows.items()}, weights),
             "eager_full": _aggregates({op: r["eager_full"] for op, r in rows.items()}, weights),
-            "eager_full_sampled_operators": _aggregates({op: r["eager_full"] if r["sample"] else None for op, r in rows.items()}, weights),
+            "eager_full_sampled_operators": _aggregates(
+                {op: r["eager_full"] if r["sample"] else None for op, r in rows.items()}, weights
+            ),
         }
     if speedups:
-        report["speedup"] = {"shapes": len(speedups), "geomean": math.exp(statistics.fmean(math.log(x) for x in speedups)),
-                             "median": statistics.median(speedups), "min": min(speedups), "max": max(speedups),
-                             "slower_than_eager": sum(x < 1 for x in speedups)}
+        report["speedup"] = {
+            "shapes": len(speedups),
+            "geomean": math.exp(statistics.fmean(math.log(x) for x in speedups)),
+            "median": statistics.median(speedups),
+            "min": min(speedups),
+            "max": max(speedups),
+            "slower_than_eager": sum(x < 1 for x in speedups),
+        }
     return report
 
 
@@ -99,29 +112,48 @@ def render(report: dict[str, Any]) -> str:
     lines = []
     for profile, p in report["profiles"].items():
         tc, es, ef, eo = p["torch_compile"], p["eager_sample"], p["eager_full"], p["eager_full_sampled_operators"]
-        lines += [f"## against `{profile}`", "",
-                  "| | S_agg, missing as 0 | S_agg over measured weight | weight measured |", "|---|---|---|---|",
-                  f"| torch.compile (sample) | {f(tc['lower_bound'])} | {f(tc['renormalised'])} | {f(tc['weight_measured'], 3)} |",
-                  f"| eager (same sample) | {f(es['lower_bound'])} | {f(es['renormalised'])} | {f(es['weight_measured'], 3)} |",
-                  f"| eager (all shapes of the sampled operators) | {f(eo['lower_bound'])} | {f(eo['renormalised'])} | {f(eo['weight_measured'], 3)} |",
-                  f"| eager (all 440 shapes) | {f(ef['lower_bound'])} | {f(ef['renormalised'])} | {f(ef['weight_measured'], 3)} |", "",
-                  "| operator | weight | sample | S_i torch.compile | S_i eager, sample | S_i eager, all |", "|---|---|---|---|---|---|"]
-        lines += [f"| {op} | {r['weight']:.4f} | {r['sample']} | {f(r['torch_compile'])} | {f(r['eager_sample'])} | {f(r['eager_full'])} |"
-                  for op, r in p["operators"].items()]
+        lines += [
+            f"## against `{profile}`",
+            "",
+            "| | S_agg, missing as 0 | S_agg over measured weight | weight measured |",
+            "|---|---|---|---|",
+            f"| torch.compile (sample) | {f(tc['lower_bound'])} | {f(tc['renormalised'])} | "
+            f"{f(tc['weight_measured'], 3)} |",
+            f"| eager (same sample) | {f(es['lower_bound'])} | {f(es['renormalised'])} | "
+            f"{f(es['weight_measured'], 3)} |",
+            f"| eager (all shapes of the sampled operators) | {f(eo['lower_bound'])} | {f(eo['renormalised'])} | "
+            f"{f(eo['weight_measured'], 3)} |",
+            f"| eager (all 440 shapes) | {f(ef['lower_bound'])} | {f(ef['renormalised'])} | "
+            f"{f(ef['weight_measured'], 3)} |",
+            "",
+            "| operator | weight | sample | S_i torch.compile | S_i eager, sample | S_i eager, all |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {op} | {r['weight']:.4f} | {r['sample']} | {f(r['torch_compile'])} | {f(r['eager_sample'])} | "
+            f"{f(r['eager_full'])} |"
+            for op, r in p["operators"].items()
+        ]
         lines.append("")
     s = report["speedup"]
     if s:
-        lines.append(f"Per-shape speed-up eager → torch.compile over {s['shapes']} shapes: geomean {s['geomean']:.2f}×, median "
-                     f"{s['median']:.2f}×, range {s['min']:.2f}–{s['max']:.2f}×, slower than eager on {s['slower_than_eager']}.")
+        lines.append(
+            f"Per-shape speed-up eager → torch.compile over {s['shapes']} shapes: geomean {s['geomean']:.2f}×, median "
+            f"{s['median']:.2f}×, range {s['min']:.2f}–{s['max']:.2f}×, slower than eager on {s['slower_than_eager']}."
+        )
     if report["failures"]:
         lines += ["", "torch.compile failures:", ""]
-        lines += [f"* {x['op']} shape {x['shape']}: {x['stage']}/{x['category']}: {x['message']}" for x in report["failures"]]
+        lines += [
+            f"* {x['op']} shape {x['shape']}: {x['stage']}/{x['category']}: {x['message']}" for x in report["failures"]
+        ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--eager", type=Path, required=True, help="eager results, every shape (one EvalResult per operator)")
+    parser.add_argument(
+        "--eager", type=Path, required=True, help="eager results, every shape (one EvalResult per operator)"
+    )
     parser.add_argument("--compiled", type=Path, required=True, help="torch.compile results on a sample of shapes")
     parser.add_argument("--out", type=Path, help="prefix for <prefix>.md and <prefix>.json")
     args = parser.parse_args(argv)

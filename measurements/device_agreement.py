@@ -25,7 +25,7 @@ import json
 import platform
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.evaluate.compare import compare_outputs, flatten_outputs  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 
 # op -> the scored shapes run besides the smoke shape: large enough to show the device's own
 # arithmetic, small enough that the CPU run takes seconds.
@@ -135,15 +135,29 @@ def agreement(op: str, shape, model_cls, make_inputs, seed: int, device: str) ->
     ]
 
 
-TABLE = (("op", "{}"), ("shape_id", "{}"), ("output", "{}"), ("dtype", "{}"), ("judge_ok", "{}"), ("bitwise_equal", "{}"),
-         ("differ_fraction", "{:.2e}"), ("max_last_places", "{}"), ("max_abs", "{:.3g}"), ("max_rel", "{:.3g}"),
-         ("device_has_nan", "{}"))  # (row key, cell format) of the printed table
+TABLE = (
+    ("op", "{}"),
+    ("shape_id", "{}"),
+    ("output", "{}"),
+    ("dtype", "{}"),
+    ("judge_ok", "{}"),
+    ("bitwise_equal", "{}"),
+    ("differ_fraction", "{:.2e}"),
+    ("max_last_places", "{}"),
+    ("max_abs", "{:.3g}"),
+    ("max_rel", "{:.3g}"),
+    ("device_has_nan", "{}"),
+)  # (row key, cell format) of the printed table
 
 
 def _table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(key for key, _ in TABLE) + f" |  ({meta['device']}, torch {meta['torch']})"]
     for r in rows:
-        cells = [r["op"], r["shape_id"], f"ERROR {r['error'][:80]}"] if "error" in r else [fmt.format(r[k]) for k, fmt in TABLE]
+        cells = (
+            [r["op"], r["shape_id"], f"ERROR {r['error'][:80]}"]
+            if "error" in r
+            else [fmt.format(r[k]) for k, fmt in TABLE]
+        )
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
 
@@ -168,7 +182,7 @@ def main() -> int:
         for shape in (problem.smoke_shape, *(problem.shape(i) for i in SHAPES[op])):
             try:
                 shape_rows = agreement(op, shape, model_cls, make_inputs, args.seed, args.device)
-            except Exception as exc:  # recorded per shape; the next shape still runs
+            except Exception as exc:  # noqa: BLE001 - recorded per shape; the next shape still runs
                 shape_rows = [{"op": op, "shape_id": shape.id, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}]
             for row in shape_rows:
                 print(json.dumps(row), flush=True)
@@ -176,7 +190,7 @@ def main() -> int:
             if args.device == "cuda":
                 torch.cuda.empty_cache()
     meta = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
         "torch": torch.__version__, "python": platform.python_version(), "seed": args.seed, "ops": ops,
     }

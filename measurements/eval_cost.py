@@ -14,15 +14,15 @@ handed over from the worker to the trusted side and compared, K times: `shape_s`
 the operator reads and writes), a fixed cost per evaluation (sandbox worker start, candidate
 import) and, for torch.compile, a compile per shape (one static graph per shape), fitted per
 operator as a + b × the shape's eager time: where a reference loops in Python, Dynamo unrolls
-the loop, so the graph and its compile grow with the shape (attention_forward on the H200,
-2026-12-01: 1.5 s at 0.3 ms eager, 82 s at 1.3 s eager); never more than the evaluator's stage
+the loop, so the graph and its compile grow with the shape (attention_forward on the H200:
+1.5 s at 0.3 ms eager, 82 s at 1.3 s eager); never more than the evaluator's stage
 limit, which every shape from the smallest that ran into it is predicted to reach. On the H200
-(2026-11-30, `calibrated` over 289 timed shapes) that per-shape cost fitted to 0.46 s + 3.2 s per
+(`calibrated` over 289 timed shapes) that per-shape cost fitted to 0.46 s + 3.2 s per
 GB; per_token_group_quant_fp8 shape 9 (19 GB) spent 76 s there, which a constant per-shape cost
 put at 0.3 s.
 
-Per-call times come from measurements/results/references/2026-11-30_h200.json (the eager reference measured on
-the H200); torch.compile is predicted with the eager time, which is an upper bound for most
+Per-call times are the eager reference's, measured on the H200 by measurements/run_references.py
+(REFERENCE_TIMES); torch.compile is predicted with the eager time, which is an upper bound for most
 operators. The three fixed costs start as stated assumptions and are refitted from the
 evaluator's own overhead fields once a run exists (`CostModel.calibrated`).
 """
@@ -33,8 +33,8 @@ import json
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.evaluator import CHECKED_TIMED_SETS, MAX_TIMED_CALLS, MIN_TIMED_CALLS, timing_sets
@@ -74,19 +74,25 @@ class CostModel:
     worker_s: float = 6.0  # sandbox worker start + candidate import, once per evaluate() call
     shape_s: float = 1.0  # per shape, besides the calls: profiler set-up, small transfers
     # per byte the shape's operator reads and writes: inputs generated twice, outputs handed over and compared, K seeds
-    # (fitted on runs before the output arena of 2026-12-01 it holds their two host copies per output byte too)
+    # (left at zero: with the output arena the per-byte cost is within the per-shape figure)
     byte_s: float = 0.0
     compile_s: float = 4.0  # per shape, torch.compile only: one static graph per shape
-    compile_by_op: Mapping[str, "CompileFit"] = field(default_factory=dict)  # per operator where measured
+    compile_by_op: Mapping[str, CompileFit] = field(default_factory=dict)  # per operator where measured
     compile_first_s: float = 10.0  # per evaluation, torch.compile only: Inductor's imports and a cold cache
-    stage_limit_s: float = 120.0  # the evaluator's limit per shape and stage (baselines.py --timeout): no compile costs more
+    stage_limit_s: float = (
+        120.0  # the evaluator's limit per shape and stage (baselines.py --timeout): no compile costs more
+    )
     call_overhead_s: float = 1.5e-4  # per timed or no-op call: flush, synchronisation, event reads, output digest
     spin_s: float = 3e-4  # per timed or no-op call: the GPU spin (TimingStats.spin_us once measured)
     seeds: int = 5
     device_memory_bytes: int = 141 * 10**9  # the H200's; sizes the timing input sets (evaluator.timing_sets)
     source: str = "assumed (no evaluator run on this GPU yet)"
-    traffic: Mapping[str, Mapping[str, float]] = field(default_factory=dict, repr=False)  # {op: {shape: bytes}}: load_shape_traffic()
-    eager_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict, repr=False)  # {op: {shape: ms}}: load_reference_times()
+    traffic: Mapping[str, Mapping[str, float]] = field(
+        default_factory=dict, repr=False
+    )  # {op: {shape: bytes}}: load_shape_traffic()
+    eager_ms: Mapping[str, Mapping[str, float]] = field(
+        default_factory=dict, repr=False
+    )  # {op: {shape: ms}}: load_reference_times()
 
     def shape_traffic(self, op: str, shape: str) -> float:
         return float(self.traffic.get(op, {}).get(shape, 0.0))
@@ -127,10 +133,15 @@ class CostModel:
         `shape` pick its traffic and its operator's compile cost."""
         full, timed = self.calls(t_ms, self.shape_traffic(op, shape))
         compile_s = self.compile_seconds(op, t_ms) if baseline == "torch-compile" else 0.0
-        return {"calls": full * t_ms / 1e3, "timed_call_overhead": self.loop_overhead_s(timed), "per_shape_fixed": self.shape_s,
-                "per_shape_traffic": self.byte_s * self.shape_traffic(op, shape), "compile": compile_s}
+        return {
+            "calls": full * t_ms / 1e3,
+            "timed_call_overhead": self.loop_overhead_s(timed),
+            "per_shape_fixed": self.shape_s,
+            "per_shape_traffic": self.byte_s * self.shape_traffic(op, shape),
+            "compile": compile_s,
+        }
 
-    def calibrated(self, results: Iterable[EvalResult]) -> "CostModel":
+    def calibrated(self, results: Iterable[EvalResult]) -> CostModel:
         """Refit the fixed costs from finished evaluations (their overhead and per-shape seconds);
         with a traffic table, the per-shape cost is fitted as shape_s + byte_s × bytes (least
         squares), and with eager times each operator's compile cost as a + b × eager ms (least
@@ -150,7 +161,12 @@ class CostModel:
                 spent = sum(v for k, v in s.seconds.items() if k != "first_call_extra")  # correctness includes it
                 spent_on_shapes += spent
                 eager = self.eager_ms.get(r.op, {}).get(s.id)
-                if r.candidate == "torch-compile" and s.stage == tx.RUNTIME and s.category == tx.TIMEOUT and eager is not None:
+                if (
+                    r.candidate == "torch-compile"
+                    and s.stage == tx.RUNTIME
+                    and s.category == tx.TIMEOUT
+                    and eager is not None
+                ):
                     limit_from[r.op] = min(eager, limit_from.get(r.op, eager))
                 if not s.correct or s.time_ms is None or "timing" not in s.seconds:
                     continue
@@ -172,15 +188,23 @@ class CostModel:
         return replace(
             model,
             worker_s=statistics.median(per_evaluation) if per_evaluation else self.worker_s,
-            shape_s=shape_s, byte_s=byte_s,
+            shape_s=shape_s,
+            byte_s=byte_s,
             compile_s=compile_s,
-            compile_by_op={**self.compile_by_op,
-                           **{op: _compile_fit(by_op.get(op, []), limit_from.get(op), compile_s, self.stage_limit_s)
-                              for op in by_op.keys() | limit_from.keys()}},
-            compile_first_s=(max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
-                             if first_compiles and compiles else self.compile_first_s),
-            source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} timed shapes, "
-                   f"{len(compiles)} torch.compile first calls)",
+            compile_by_op={
+                **self.compile_by_op,
+                **{
+                    op: _compile_fit(by_op.get(op, []), limit_from.get(op), compile_s, self.stage_limit_s)
+                    for op in by_op.keys() | limit_from.keys()
+                },
+            },
+            compile_first_s=(
+                max(0.0, statistics.median(first_compiles) - statistics.median(compiles))
+                if first_compiles and compiles
+                else self.compile_first_s
+            ),
+            source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} "
+                   f"timed shapes, {len(compiles)} torch.compile first calls)",
         )
 
     def describe(self) -> dict:
@@ -239,8 +263,12 @@ def predicted_seconds(jobs: Iterable[Job], model: CostModel, baseline: str) -> f
     return len({j.op for j in jobs}) * model.evaluation_s(baseline) + sum(j.seconds for j in jobs)
 
 
-def representative_order(times: Mapping[str, Mapping[str, float]], weights: Mapping[str, float],
-                         large_shapes: int = 3, large_range_ms: tuple[float, float] = (1.0, 20.0)) -> list[tuple[str, str]]:
+def representative_order(
+    times: Mapping[str, Mapping[str, float]],
+    weights: Mapping[str, float],
+    large_shapes: int = 3,
+    large_range_ms: tuple[float, float] = (1.0, 20.0),
+) -> list[tuple[str, str]]:
     """Shapes in the order they are worth measuring when the budget is short: every operator's
     fastest shape (operators by weight), then every operator's median shape, then a few large
     shapes (one per operator, the heaviest operators first, eager time within `large_range_ms`)."""
@@ -257,7 +285,9 @@ def representative_order(times: Mapping[str, Mapping[str, float]], weights: Mapp
     return order + large[:large_shapes]
 
 
-def spread_order(times: Mapping[str, Mapping[str, float]], weights: Mapping[str, float], per_op: int) -> list[tuple[str, str]]:
+def spread_order(
+    times: Mapping[str, Mapping[str, float]], weights: Mapping[str, float], per_op: int
+) -> list[tuple[str, str]]:
     """Up to `per_op` shapes of every operator, evenly spaced over its shapes ranked by eager
     time (the ranks at quantiles (i + ½)/per_op), for estimating each operator's median S when
     its full set does not fit. Ordered median first, then outward in pairs, every operator's

@@ -3,8 +3,8 @@
 reader (sandbox.handoff.ArenaWriter → atrex_mcp.evaluate.transfer.OutputArena).
 
 The correctness stage hands every seed's output from the sandboxed worker to the judge. Through
-raw files in the scratch directory that cost 0.55 s per GB on the H200 (2026-12-01: two host
-copies at 3-4 GB/s; `runs/c12/scratch_transfer_h200.json`). Through the shared arena it is one
+raw files in the scratch directory that costs 0.55 s per GB on the H200 (two host copies at
+3-4 GB/s). Through the shared arena it is one
 GPU → host DMA on the worker's side and one host → GPU DMA on the judge's, when both processes
 have the arena registered with CUDA. Both ends run in this one process here (the DMA paths are
 the same as across two), with the arena registered and, for comparison, left pageable.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if gpu else "cpu"
     nbytes = int(args.gib * (1 << 30)) if gpu else 4 << 20
     rows = {"registered": measure(nbytes, device, register=True), "pageable": measure(nbytes, device, register=False)}
-    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    report = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
               "device": torch.cuda.get_device_name(0) if gpu else "cpu (dry run)", "repeats": REPEATS, "arena": rows}
     write_report(args.out, report)
     for name, row in rows.items():

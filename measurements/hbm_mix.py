@@ -3,7 +3,7 @@
 
 The `h200-measured` profile's memory ceiling (4.26 TB/s) is a 1:1 fp32 copy, but torch.compile's
 silu_and_mul (two bf16 read, one written per output element) moved 4.42 TB/s through the
-evaluator on the same H200 (measurements/results/baselines/2026-12-01_h200/README.md, section 3), scoring S 1.02–1.04
+evaluator on the same H200 (measured by measurements/baselines.py), scoring S 1.02–1.04
 against that profile. A speed-of-light time must be a lower bound for every operator, so the
 measured ceiling should be the best rate over the mixes the benchmark's operators have. This
 measures read-only, 2:1, 1:1 and write-only streams, each as a PyTorch op and as a plain Triton
@@ -23,7 +23,7 @@ import argparse
 import statistics
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,9 @@ def _kernels():
     return read_kernel, mul_kernel, copy_kernel, fill_kernel
 
 
-def cases(n: int, device: str) -> dict[str, tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], Any], int, int]]:
+def cases(
+    n: int, device: str
+) -> dict[str, tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], Any], int, int]]:
     """{name: (mix, make inputs, call, bytes read, bytes written)} over n bf16 elements a stream."""
     import torch
     import triton
@@ -76,8 +78,11 @@ def cases(n: int, device: str) -> dict[str, tuple[str, Callable[[], dict[str, An
     read_kernel, mul_kernel, copy_kernel, fill_kernel = _kernels()
     grid = (triton.cdiv(n, BLOCK),)
     one = lambda: {"x": torch.randn(n, device=device, dtype=torch.bfloat16)}  # noqa: E731
-    two = lambda: {"a": torch.randn(n, device=device, dtype=torch.bfloat16),  # noqa: E731
-                   "b": torch.randn(n, device=device, dtype=torch.bfloat16)}
+
+    def two() -> dict[str, Any]:
+        return {"a": torch.randn(n, device=device, dtype=torch.bfloat16),
+                "b": torch.randn(n, device=device, dtype=torch.bfloat16)}
+
     none = lambda: {"size": torch.zeros(1, device=device)}  # noqa: E731  (the loop needs a tensor to find the device)
 
     def triton_read(inputs):
@@ -130,8 +135,15 @@ def time_cases(prims, built: dict[str, tuple], flush_bytes: int, ceilings: dict[
         run = time_calls(prims, fn, make(), sets, CALLS, WARMUP, flush_bytes)
         ms = statistics.median(run.times_ms)
         rate = (read + written) / (ms * 1e-3)
-        timed[name] = {"mix": mix, "bytes_read": read, "bytes_written": written, "median_ms": ms, "min_ms": min(run.times_ms),
-                       "tb_per_s": rate / 1e12, **{f"of_{p}": rate / c for p, c in ceilings.items()}}
+        timed[name] = {
+            "mix": mix,
+            "bytes_read": read,
+            "bytes_written": written,
+            "median_ms": ms,
+            "min_ms": min(run.times_ms),
+            "tb_per_s": rate / 1e12,
+            **{f"of_{p}": rate / c for p, c in ceilings.items()},
+        }
         del sets, run
     best: dict[str, dict[str, Any]] = {}
     for name, case in timed.items():
@@ -144,7 +156,7 @@ def measure(gib: float) -> dict[str, Any]:
     import torch
 
     gpu = interpret_without_gpu()
-    report: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__}
+    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__}
     if not gpu:
         built = cases(CPU_ELEMENTS, "cpu")
         for _, make, fn, _, _ in built.values():
@@ -159,7 +171,9 @@ def measure(gib: float) -> dict[str, Any]:
     flush = flush_bytes_for(getattr(props, "L2_cache_size", 0))
     n = int(gib * (1 << 30)) // 2
     ceilings = _ceilings()
-    report.update(device=props.name, triton=triton.__version__, elements=n, calls=CALLS, flush_bytes=flush, ceilings=ceilings)
+    report.update(
+        device=props.name, triton=triton.__version__, elements=n, calls=CALLS, flush_bytes=flush, ceilings=ceilings
+    )
     report.update(time_cases(Primitives.capture(), cases(n, "cuda"), flush, ceilings))
     return report
 
@@ -170,7 +184,10 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"HBM streams on {report['device']} ({report['date']}), {report['elements']} bf16 elements a stream",
              "", "| case | mix | median ms | TB/s | of h200 | of h200-measured |", "|---|---|---|---|---|---|"]
     for name, c in report["cases"].items():
-        lines.append(f"| {name} | {c['mix']} | {c['median_ms']:.4f} | {c['tb_per_s']:.3f} | {c['of_h200']:.3f} | {c['of_h200-measured']:.3f} |")
+        lines.append(
+            f"| {name} | {c['mix']} | {c['median_ms']:.4f} | {c['tb_per_s']:.3f} | {c['of_h200']:.3f} | "
+            f"{c['of_h200-measured']:.3f} |"
+        )
     return "\n".join(lines)
 
 

@@ -46,7 +46,9 @@ def judge_parts(evaluations, adopted_start: float) -> dict[str, float]:
     for call, r in evaluations:
         skip = SUPERSEDED.get((call, r.op), set())
         first = r is next(e for c, e in evaluations if c == call)
-        parts[keys[0]] += (r.overhead.worker_start_s if first or call != "c20" else adopted_start) + (0.0 if skip else r.overhead.restart_s)
+        parts[keys[0]] += (r.overhead.worker_start_s if first or call != "c20" else adopted_start) + (
+            0.0 if skip else r.overhead.restart_s
+        )
         rest = r.overhead.total_s - r.overhead.worker_start_s - r.overhead.restart_s
         for shape in r.shapes:
             rest -= shape_seconds(shape)
@@ -55,7 +57,9 @@ def judge_parts(evaluations, adopted_start: float) -> dict[str, float]:
             t, n, sec = shape.time_ms / 1e3, len(shape.seeds), shape.seconds
             parts[keys[1]] += sec.get("correctness", 0.0) - n * t
             parts[keys[2]] += sec.get("reference_and_compare", 0.0) - n * t
-            parts[keys[3]] += sec.get("timing", 0.0) - (ESTIMATE_CALLS + shape.timing.warmup_calls + shape.timing.calls) * t
+            parts[keys[3]] += (
+                sec.get("timing", 0.0) - (ESTIMATE_CALLS + shape.timing.warmup_calls + shape.timing.calls) * t
+            )
             if "timed_output_checks" in sec:
                 parts[keys[4]] += sec["timed_output_checks"] - CHECKED_TIMED_SETS * t
             else:
@@ -91,28 +95,46 @@ def main() -> int:
     adopted = sorted(r.overhead.worker_start_s for call, r in evaluations if r.overhead.spawned_ahead_s > 0)
     adopted_start = adopted[len(adopted) // 2] if adopted else 0.0
     c20 = [r for call, r in evaluations if call == "c20"]
-    start_saved = sum(r.overhead.worker_start_s - adopted_start for r in c20) - (c20[0].overhead.worker_start_s - adopted_start if c20 else 0)
-    profile_forward_s = sum(s.time_ms / 1e3 for r in c20 for s in r.shapes if s.time_ms is not None and "profile" in s.seconds)
+    start_saved = sum(r.overhead.worker_start_s - adopted_start for r in c20) - (
+        c20[0].overhead.worker_start_s - adopted_start if c20 else 0
+    )
+    profile_forward_s = sum(
+        s.time_ms / 1e3 for r in c20 for s in r.shapes if s.time_ms is not None and "profile" in s.seconds
+    )
     shapes = {(r.op, s.id) for _, r in evaluations for s in r.shapes if s.judged}
     one_set = wall - superseded_s - start_saved - profile_forward_s
     # The calls themselves (the eager reference is both the candidate and the reference): per timed
     # shape, the candidate's seeds, 2 estimates, warm-up, timed calls and one profiled forward, and
     # the reference's seeds and checked timed sets, at the shape's measured time
-    calls_s = sum((2 * seeds + ESTIMATE_CALLS + s.timing.warmup_calls + s.timing.calls + 1 + CHECKED_TIMED_SETS) * s.time_ms / 1e3
-                  for call, r in evaluations for s in r.shapes if s.time_ms is not None and s.timing is not None
-                  and s.id not in SUPERSEDED.get((call, r.op), set()) for seeds in [len(s.seeds)])
+    calls_s = sum(
+        (2 * seeds + ESTIMATE_CALLS + s.timing.warmup_calls + s.timing.calls + 1 + CHECKED_TIMED_SETS) * s.time_ms / 1e3
+        for call, r in evaluations
+        for s in r.shapes
+        if s.time_ms is not None and s.timing is not None and s.id not in SUPERSEDED.get((call, r.op), set())
+        for seeds in [len(s.seeds)]
+    )
     summary = {
-        "calls": rows, "shapes_judged_distinct": len(shapes), "wall_s_sum": round(wall, 1),
-        "superseded_s": round(superseded_s, 1), "adopted_worker_start_s_median": round(adopted_start, 3),
-        "c20_worker_start_beyond_standby_s": round(start_saved, 1), "c20_extra_profile_forwards_s": round(profile_forward_s, 1),
+        "calls": rows,
+        "shapes_judged_distinct": len(shapes),
+        "wall_s_sum": round(wall, 1),
+        "superseded_s": round(superseded_s, 1),
+        "adopted_worker_start_s_median": round(adopted_start, 3),
+        "c20_worker_start_beyond_standby_s": round(start_saved, 1),
+        "c20_extra_profile_forwards_s": round(profile_forward_s, 1),
         "one_candidate_set_s_current_code": round(one_set, 1),
-        "calls_s": round(calls_s, 1), "judge_overhead_s": round(one_set - calls_s, 1),
-        "note": "one_candidate_set_s_current_code = the calls' evaluation wall, less the superseded shapes' work, less what "
-                "c20 paid that the code since removes (worker starts after the first beyond an adopted start; one untimed "
-                "forward per profiled shape). Per call, the split is throughput_split over that call's evaluations.",
+        "calls_s": round(calls_s, 1),
+        "judge_overhead_s": round(one_set - calls_s, 1),
+        "note": (
+            "one_candidate_set_s_current_code = the calls' evaluation wall, less the superseded shapes' work, less "
+            "what c20 paid that the code since removes (worker starts after the first beyond an adopted start; one "
+            "untimed forward per profiled shape). Per call, the split is throughput_split over that call's "
+            "evaluations."
+        ),
     }
     parts = judge_parts(evaluations, adopted_start)
-    parts["the runner's process and scheduling (wall less the evaluations)"] = wall - sum(r.overhead.total_s for _, r in evaluations)
+    parts["the runner's process and scheduling (wall less the evaluations)"] = wall - sum(
+        r.overhead.total_s for _, r in evaluations
+    )
     summary["judge_parts_s"] = {k: round(v, 1) for k, v in parts.items()}
     (HERE / "eager_arena_throughput.json").write_text(json.dumps(summary, indent=1))
     keys = ["start_up", "candidate_load", "compile", "correctness", "timing", "profile", "other", "total"]
@@ -123,16 +145,29 @@ def main() -> int:
         lines.append(f"| {r['call']}/{r['run']} | {r['evaluations']} | {r['shapes_judged']} | {r['makespan_s']:.1f} | "
                      + " | ".join(f"{r['split'][k]:.1f}" for k in keys) + " |")
     totals = {k: sum(r["split"][k] for r in rows) for k in keys}
-    lines.append(f"| **all** | {sum(r['evaluations'] for r in rows)} | {sum(r['shapes_judged'] for r in rows)} | **{wall:.1f}** | "
-                 + " | ".join(f"{totals[k]:.1f}" for k in keys) + " |")
-    lines += ["", f"Distinct shapes judged: {len(shapes)}.", "",
-              f"* superseded work (per_token_group_quant_fp8 8 and 9 in c20, with their restarts): {superseded_s:.1f} s",
-              f"* c20's worker starts beyond an adopted start ({adopted_start:.2f} s, median of c21/c22): {start_saved:.1f} s",
-              f"* c20's untimed forward before each profiled shape: {profile_forward_s:.1f} s",
-              f"* **one candidate set (the eager reference) with the code as it is now: {one_set:.0f} s "
-              f"({one_set / 60:.1f} min)**",
-              f"* of which the calls themselves (eager as candidate and as reference, at their measured times): {calls_s:.0f} s;"
-              f" the judge's own work: {one_set - calls_s:.0f} s, by part:", "", "| part | s |", "|---|---|"]
+    lines.append(
+        f"| **all** | {sum(r['evaluations'] for r in rows)} | {sum(r['shapes_judged'] for r in rows)} | "
+        f"**{wall:.1f}** | "
+        + " | ".join(f"{totals[k]:.1f}" for k in keys)
+        + " |"
+    )
+    lines += [
+        "",
+        f"Distinct shapes judged: {len(shapes)}.",
+        "",
+        f"* superseded work (per_token_group_quant_fp8 8 and 9 in c20, with their restarts): {superseded_s:.1f} s",
+        f"* c20's worker starts beyond an adopted start ({adopted_start:.2f} s, median of c21/c22): "
+        f"{start_saved:.1f} s",
+        f"* c20's untimed forward before each profiled shape: {profile_forward_s:.1f} s",
+        f"* **one candidate set (the eager reference) with the code as it is now: {one_set:.0f} s "
+        f"({one_set / 60:.1f} min)**",
+        f"* of which the calls themselves (eager as candidate and as reference, at their measured times): "
+        f"{calls_s:.0f} s;"
+        f" the judge's own work: {one_set - calls_s:.0f} s, by part:",
+        "",
+        "| part | s |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {v:.1f} |" for k, v in summary["judge_parts_s"].items()] + [""]
     (HERE / "eager_arena_throughput.md").write_text("\n".join(lines))
     print("\n".join(lines))

@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,13 @@ def floor_scores(results: Sequence, catalog, profile: str, t_floor_ms: float) ->
 def _stats(values: Sequence[float]) -> dict[str, float]:
     ordered = sorted(values)
     deciles = statistics.quantiles(ordered, n=10, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 9
-    return {"median_ms": statistics.median(ordered), "min_ms": ordered[0], "p10_ms": deciles[0], "p90_ms": deciles[-1], "n": len(ordered)}
+    return {
+        "median_ms": statistics.median(ordered),
+        "min_ms": ordered[0],
+        "p10_ms": deciles[0],
+        "p90_ms": deciles[-1],
+        "n": len(ordered),
+    }
 
 
 def _cases(device: str) -> dict[str, Any]:
@@ -123,7 +129,7 @@ def measure(calls: int = 200) -> dict[str, Any]:
 
     interpret_without_gpu()
 
-    report: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__}
+    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__}
     if not torch.cuda.is_available():
         cases = _cases("cpu")  # dry run: every case is built and called once
         inputs = cases.pop("_inputs")()
@@ -180,8 +186,13 @@ def render_scores(floor_ms: float, counts: dict[str, dict[str, int]], scores: di
     for profile, by_kind in scores.items():
         for kind, block in by_kind.items():
             fmt = lambda v: "—" if v is None else f"{v:.4f}"  # noqa: E731
-            lines += ["", f"### {kind} against `{profile}`: S_agg {fmt(block['s_agg'])}, S_floor_agg {fmt(block['s_floor_agg'])}", "",
-                      "| operator | S_i | S_floor_i |", "|---|---|---|"]
+            lines += [
+                "",
+                f"### {kind} against `{profile}`: S_agg {fmt(block['s_agg'])}, S_floor_agg {fmt(block['s_floor_agg'])}",
+                "",
+                "| operator | S_i | S_floor_i |",
+                "|---|---|---|",
+            ]
             lines += [f"| {op} | {fmt(v['s'])} | {fmt(v['s_floor'])} |" for op, v in sorted(block["operators"].items())]
     return "\n".join(lines) + "\n"
 
@@ -220,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     text = render_scores(floor["floor_ms"], counts, scores)
     if args.out:
         Path(f"{args.out}.md").write_text(text)
-        Path(f"{args.out}.json").write_text(json.dumps({"floor_ms": floor["floor_ms"], "below_floor": counts, "scores": scores}, indent=1))
+        Path(f"{args.out}.json").write_text(
+            json.dumps({"floor_ms": floor["floor_ms"], "below_floor": counts, "scores": scores}, indent=1)
+        )
     print(text)
     return 0
 

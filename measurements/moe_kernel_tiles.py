@@ -164,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         shapes = {s["id"]: s for s in json.loads((ROOT / "problems" / op / "shapes.json").read_text())["shapes"]}
         results[op] = []
         for sid, why in SHAPES[op]:
-            results[op].append(dict(_measure_shape(op, shapes[sid], kernel, reference, compare_outputs, deadline), why=why))
+            results[op].append(
+                dict(_measure_shape(op, shapes[sid], kernel, reference, compare_outputs, deadline), why=why)
+            )
             torch.cuda.empty_cache()  # the shape's inputs are gone with its frame
     report = {"question": "which tile configs should the MoE kernels use, and are they correct",
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,

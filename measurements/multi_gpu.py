@@ -43,10 +43,9 @@ from typing import Any, Protocol
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from measurements.eval_cost import Job  # noqa: E402
-
 from atrex_mcp.cluster.engine import visible_devices as gpu_devices  # noqa: E402,F401  (baselines.py's name)
 from atrex_mcp.cluster.merge import merge_results  # noqa: E402,F401  (baselines.py's name)
+from measurements.eval_cost import Job  # noqa: E402
 
 BUDGET_REASON = "budget:"  # starts the not_run reason of a job the time left could not fit (never started)
 WORKER_CHECK_S = 1.0  # how often a runner waiting for its batch checks that its worker still lives
@@ -137,10 +136,15 @@ class Schedule:
 
     def summary(self) -> dict[str, Any]:
         busy = {w: sum(o.ended_s - o.started_s for o in self.outcomes if o.worker == w) for w in self.workers}
-        return {"workers": self.workers, "makespan_s": round(self.makespan_s, 2), "sequential_s": round(self.sequential_s, 2),
-                "speedup_vs_sequential": round(self.sequential_s / self.makespan_s, 3) if self.makespan_s > 0 else None,
-                "busy_s": {w: round(b, 2) for w, b in busy.items()}, "batches": [asdict(o) for o in self.outcomes],
-                "not_run": self.not_run}
+        return {
+            "workers": self.workers,
+            "makespan_s": round(self.makespan_s, 2),
+            "sequential_s": round(self.sequential_s, 2),
+            "speedup_vs_sequential": round(self.sequential_s / self.makespan_s, 3) if self.makespan_s > 0 else None,
+            "busy_s": {w: round(b, 2) for w, b in busy.items()},
+            "batches": [asdict(o) for o in self.outcomes],
+            "not_run": self.not_run,
+        }
 
 
 def batch_cap(jobs: Sequence[Job], workers: int, batch_fixed_s: float) -> float | None:
@@ -153,7 +157,9 @@ def batch_cap(jobs: Sequence[Job], workers: int, batch_fixed_s: float) -> float 
     return (sum(j.seconds for j in jobs) + len(ops) * batch_fixed_s) / (2 * workers)
 
 
-def run_jobs(jobs: Sequence[Job], runners: Sequence[Runner], batch_fixed_s: float, deadline_s: float | None = None) -> Schedule:
+def run_jobs(
+    jobs: Sequence[Job], runners: Sequence[Runner], batch_fixed_s: float, deadline_s: float | None = None
+) -> Schedule:
     """Run every job on the runners (one thread per runner, each pulling batches) within
     `deadline_s` seconds from now (None: no deadline)."""
     queue = JobQueue(jobs, batch_fixed_s, batch_cap(jobs, len(runners), batch_fixed_s))
@@ -174,15 +180,25 @@ def run_jobs(jobs: Sequence[Job], runners: Sequence[Runner], batch_fixed_s: floa
                 reply = runner.run(batch, deadline_epoch)
             except Exception as exc:  # noqa: BLE001 — a broken GPU process loses its batch, not the run
                 reply = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
-            outcome = BatchOutcome(worker=runner.label, op=batch.op, shapes=batch.shapes, predicted_s=round(batch.predicted_s, 2),
-                                   status=reply.get("status", "error"), started_s=round(started, 2),
-                                   ended_s=round(time.monotonic() - t0, 2), result_file=reply.get("result_file"),
-                                   message=str(reply.get("message", ""))[-2000:], visible_devices=reply.get("visible_devices"),
-                                   device_name=reply.get("device_name"))
+            outcome = BatchOutcome(
+                worker=runner.label,
+                op=batch.op,
+                shapes=batch.shapes,
+                predicted_s=round(batch.predicted_s, 2),
+                status=reply.get("status", "error"),
+                started_s=round(started, 2),
+                ended_s=round(time.monotonic() - t0, 2),
+                result_file=reply.get("result_file"),
+                message=str(reply.get("message", ""))[-2000:],
+                visible_devices=reply.get("visible_devices"),
+                device_name=reply.get("device_name"),
+            )
             with lock:
                 schedule.outcomes.append(outcome)
                 if outcome.status == "partial":
-                    schedule.not_run += [{"op": batch.op, "shape": n["shape"], "reason": n["reason"]} for n in reply.get("not_run", [])]
+                    schedule.not_run += [
+                        {"op": batch.op, "shape": n["shape"], "reason": n["reason"]} for n in reply.get("not_run", [])
+                    ]
                 elif outcome.status != "ok":
                     schedule.not_run += [{"op": batch.op, "shape": s, "reason": f"error: {outcome.message[:300]}"}
                                          for s in batch.shapes]
@@ -264,18 +280,26 @@ def check_lanes(lanes_per_device: int, timed: bool) -> None:
         raise ValueError("several lanes per GPU are for untimed evaluations (timing: false) only")
 
 
-def run_spread(jobs: Sequence[Job], devices: Sequence[str], parts_dir: Path, request: dict[str, Any], batch_fixed_s: float,
-               deadline_s: float | None, problems: Path | None = None, lanes_per_device: int = 1) -> Schedule:
+def run_spread(
+    jobs: Sequence[Job],
+    devices: Sequence[str],
+    parts_dir: Path,
+    request: dict[str, Any],
+    batch_fixed_s: float,
+    deadline_s: float | None,
+    problems: Path | None = None,
+    lanes_per_device: int = 1,
+) -> Schedule:
     """`run_jobs` over the workers of a local cluster: one per device (labelled by the device),
     or several per device (labelled DEVICE-LANE) for untimed work only: timed work never shares
     a GPU, since another process's kernels or host load would land in its times. Part results
     land in `parts_dir`."""
     import distributed
 
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.cluster.dispatch import problem_roots
     from atrex_mcp.cluster.engine import local_cluster, worker_name
     from atrex_mcp.cluster.shards import problem_digest
+    from atrex_mcp.problemset.catalog import Catalog
 
     check_lanes(lanes_per_device, timed=request.get("timing", True))
     parts_dir.mkdir(parents=True, exist_ok=True)
@@ -295,8 +319,12 @@ def speedup(one_gpu: Path, multi_gpu: Path) -> dict[str, Any]:
     from measurements.stability import compare_runs
 
     walls = [json.loads((d / "run.json").read_text())["schedule"]["makespan_s"] for d in (one_gpu, multi_gpu)]
-    return {"one_gpu_wall_s": walls[0], "multi_gpu_wall_s": walls[1],
-            "speedup": round(walls[0] / walls[1], 3) if walls[1] else None, "agreement": compare_runs(one_gpu, multi_gpu)}
+    return {
+        "one_gpu_wall_s": walls[0],
+        "multi_gpu_wall_s": walls[1],
+        "speedup": round(walls[0] / walls[1], 3) if walls[1] else None,
+        "agreement": compare_runs(one_gpu, multi_gpu),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """Which sandbox setting lets Nsight Compute profile the sandboxed worker, on this machine.
 
-    python3 measurements/ncu_probe.py [--out measurements/results/ncu_probe/2026-11-30_h200.json] [--shape 2]
+    python3 measurements/ncu_probe.py [--out measurements/results/ncu_probe/<date>_<gpu>.json] [--shape 2]
 
-profile_kernel wraps the evaluator's sandbox worker in ncu. On the H200 (2026-11-30) ncu
+profile_kernel wraps the evaluator's sandbox worker in ncu. On the H200 ncu
 captured kernels with Landlock off and crashed the worker (SIGSEGV in "Failed to profile") with
 the worker's normal domain, with or without ncu's TCP ports and abstract unix sockets open. So
 this probe layers openings on the normal domain until a capture succeeds, then drops each
@@ -24,14 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.errors import AtrexError  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.profiling import ncu as ncu_mod  # noqa: E402
 from atrex_mcp.profiling.service import capture_counters  # noqa: E402
 from measurements.bench_env import write_report  # noqa: E402
@@ -62,7 +62,9 @@ def openings_of(names: list[str]) -> ncu_mod.SandboxOpenings:
 
 
 EXAMPLE = ROOT / "examples" / "rms_norm_triton.py"
-TRUSTED = "import torch; x = torch.ones(1 << 20, device='cuda'); y = (x * 2).sum(); torch.cuda.synchronize(); print(float(y))"
+TRUSTED = (
+    "import torch; x = torch.ones(1 << 20, device='cuda'); y = (x * 2).sum(); torch.cuda.synchronize(); print(float(y))"
+)
 
 
 def _variant(names: list[str] | None, shape: str, timeout_s: float) -> dict:
@@ -129,9 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    record: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
-                    "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                    "ncu": ncu_mod.ncu_executable(), "shape": args.shape, "variants": []}
+    record: dict = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "ncu": ncu_mod.ncu_executable(),
+        "shape": args.shape,
+        "variants": [],
+    }
     if record["gpu"] is None or record["ncu"] is None:
         record["skipped"] = "no GPU or no ncu: nothing to probe"
     else:

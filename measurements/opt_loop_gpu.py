@@ -102,17 +102,23 @@ def kernel_source(cfg: dict) -> str:
     warps = cfg["warps"]
     if cfg["two_pass"]:
         hint = "\n        cols = tl.max_contiguous(tl.multiple_of(cols, CHUNK), CHUNK)" if cfg["hints"] else ""
-        inv = "tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)" if cfg["rsqrt"] else "1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)"
+        inv = (
+            "tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)"
+            if cfg["rsqrt"]
+            else "1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)"
+        )
         kernel = TWO_PASS.format(hint=hint, inv=inv)
-        launch = f"        _rms_norm_kernel[(n_rows,)](x, weight, out, n_cols, self.eps, CHUNK={cfg['chunk']}, num_warps={warps})"
+        launch = (f"        _rms_norm_kernel[(n_rows,)](x, weight, out, n_cols, self.eps, CHUNK={cfg['chunk']}, "
+                  f"num_warps={warps})")
         summary = f"two passes over the row in chunks of {cfg['chunk']}, num_warps={warps}"
     else:
         hint = "\n    cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK), BLOCK)" if cfg["hints"] else ""
         inv = "tl.rsqrt(ms + eps)" if cfg["rsqrt"] else "1.0 / tl.sqrt(ms + eps)"
         kernel = ONE_PASS.format(hint=hint, inv=inv)
-        launch = (f"        ROWS = {cfg['rows']}\n"
-                  f"        _rms_norm_kernel[(triton.cdiv(n_rows, ROWS),)](x, weight, out, n_rows, n_cols, self.eps, BLOCK=BLOCK, "
-                  f"ROWS=ROWS, num_warps={warps})")
+        launch = (
+            f"        ROWS = {cfg['rows']}\n        _rms_norm_kernel[(triton.cdiv(n_rows, ROWS),)](x, weight, out, "
+            f"n_rows, n_cols, self.eps, BLOCK=BLOCK, ROWS=ROWS, num_warps={warps})"
+        )
         summary = f"one pass with the row in registers, {cfg['rows']} row(s) per program, num_warps={warps}"
     summary += (", rsqrt" if cfg["rsqrt"] else "") + (", contiguity hints" if cfg["hints"] else "")
     return TEMPLATE.format(summary=summary, kernel=kernel, launch=launch)
@@ -123,22 +129,63 @@ BASELINE = {"two_pass": True, "chunk": 128, "warps": "4", "rsqrt": False, "hints
 # fusion is accepted (rows per program only exists in the one-pass form, chunk size only in the
 # two-pass form); a step that would not change the accepted kernel is not submitted.
 STEPS = [
-    ("split_fusion", {"two_pass": False}, 1.4, "One pass: load the whole row once into registers instead of reading x twice.",
-     ["register pressure at hidden size 7168 (BLOCK 8192)"], ["docs/patterns/row-reductions", "docs/patterns/kernel-fusion"]),
-    ("launch_configuration", {"warps": "max(4, min(16, BLOCK // 512))"}, 1.15,
-     "Scale num_warps with the row length (4 up to 2048 columns, 16 at 8192) so long rows are split over more threads.",
-     ["fewer resident blocks per SM"], ["docs/patterns/num-warps", "docs/patterns/occupancy"]),
-    ("instruction_selection", {"rsqrt": True}, 1.02, "tl.rsqrt instead of 1/sqrt: one MUFU instruction for the row scale.",
-     ["differs in the last bit from 1/sqrt"], []),
-    ("vectorisation", {"hints": True}, 1.05, "Contiguity and alignment hints on the column offsets so loads become 128-bit.",
-     ["none: the compiler may already vectorise"], ["docs/patterns/coalesced-vectorized-access"]),
-    ("tiling", {"rows": "4 if BLOCK <= 1024 else 1"}, 1.15,
-     "Several rows per program for short rows (4 rows when the row fits 1024 columns): fewer, fuller programs.",
-     ["tail rows masked", "more registers"], ["docs/patterns/row-reductions", "docs/patterns/small-shapes-launch-overhead"]),
-    ("tiling", {"chunk": 1024}, 1.3, "Loop chunks of 1024 instead of 128: fewer loop trips and wider loads per thread.",
-     ["more registers per thread"], ["docs/patterns/row-reductions"]),
-    ("launch_configuration", {"warps": "8"}, 1.05, "A fixed 8 warps per program: more loads in flight for every row length.",
-     ["too many threads for the 1024-column rows"], ["docs/patterns/num-warps"]),
+    (
+        "split_fusion",
+        {"two_pass": False},
+        1.4,
+        "One pass: load the whole row once into registers instead of reading x twice.",
+        ["register pressure at hidden size 7168 (BLOCK 8192)"],
+        ["docs/patterns/row-reductions", "docs/patterns/kernel-fusion"],
+    ),
+    (
+        "launch_configuration",
+        {"warps": "max(4, min(16, BLOCK // 512))"},
+        1.15,
+        "Scale num_warps with the row length (4 up to 2048 columns, 16 at 8192) so long rows are split over more "
+        "threads.",
+        ["fewer resident blocks per SM"],
+        ["docs/patterns/num-warps", "docs/patterns/occupancy"],
+    ),
+    (
+        "instruction_selection",
+        {"rsqrt": True},
+        1.02,
+        "tl.rsqrt instead of 1/sqrt: one MUFU instruction for the row scale.",
+        ["differs in the last bit from 1/sqrt"],
+        [],
+    ),
+    (
+        "vectorisation",
+        {"hints": True},
+        1.05,
+        "Contiguity and alignment hints on the column offsets so loads become 128-bit.",
+        ["none: the compiler may already vectorise"],
+        ["docs/patterns/coalesced-vectorized-access"],
+    ),
+    (
+        "tiling",
+        {"rows": "4 if BLOCK <= 1024 else 1"},
+        1.15,
+        "Several rows per program for short rows (4 rows when the row fits 1024 columns): fewer, fuller programs.",
+        ["tail rows masked", "more registers"],
+        ["docs/patterns/row-reductions", "docs/patterns/small-shapes-launch-overhead"],
+    ),
+    (
+        "tiling",
+        {"chunk": 1024},
+        1.3,
+        "Loop chunks of 1024 instead of 128: fewer loop trips and wider loads per thread.",
+        ["more registers per thread"],
+        ["docs/patterns/row-reductions"],
+    ),
+    (
+        "launch_configuration",
+        {"warps": "8"},
+        1.05,
+        "A fixed 8 warps per program: more loads in flight for every row length.",
+        ["too many threads for the 1024-column rows"],
+        ["docs/patterns/num-warps"],
+    ),
 ]
 
 
@@ -159,14 +206,14 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
     """The loop; `save(result)` is called after every step with the result so far."""
     import torch
 
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.evaluate import EvalRequest, evaluate
+    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.profiling.service import profile_kernel
     from atrex_mcp.runs.audit import timeline
     from atrex_mcp.runs.evaluator_judge import EvaluatorJudge
+    from atrex_mcp.runs.iterations import RunService
     from atrex_mcp.runs.models import Plan
     from atrex_mcp.runs.store import RunStore
-    from atrex_mcp.runs.iterations import RunService
 
     t0 = time.perf_counter()
     elapsed = lambda: time.perf_counter() - t0  # noqa: E731
@@ -177,11 +224,22 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
     run = service.start_run(OP, shapes, "triton", "h200")
     log(f"run {run.run_id} on shapes {shapes}; deadline {deadline_s:.0f} s")
     result = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (Triton interpreter)",
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "triton": __import__("triton").__version__},
-        "op": OP, "shapes": shapes, "rounds": rounds, "deadline_s": deadline_s, "status": "running",
-        "planned_steps": [s[0] for s in STEPS], "not_run": [], "iteration_s": [], "profiles": [],
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "triton": __import__("triton").__version__,
+        },
+        "op": OP,
+        "shapes": shapes,
+        "rounds": rounds,
+        "deadline_s": deadline_s,
+        "status": "running",
+        "planned_steps": [s[0] for s in STEPS],
+        "not_run": [],
+        "iteration_s": [],
+        "profiles": [],
     }
 
     def checkpoint(status: str = "running") -> None:
@@ -198,13 +256,27 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
     ncu_state = {"use": True}
 
     def profile(cfg: dict, label: str):
-        report = profile_kernel(OP, kernel_source(cfg), shapes[0], catalog, hardware="h200", store=store, run_id=run.run_id,
-                                use_ncu=ncu_state["use"], ncu_timeout_s=ncu_timeout_s)
+        report = profile_kernel(
+            OP,
+            kernel_source(cfg),
+            shapes[0],
+            catalog,
+            hardware="h200",
+            store=store,
+            run_id=run.run_id,
+            use_ncu=ncu_state["use"],
+            ncu_timeout_s=ncu_timeout_s,
+        )
         if report.fallback and "Nsight Compute was tried and failed" in report.note:
             ncu_state["use"] = False  # do not pay for a failing capture again; the note says why
             log(f"ncu failed, later profiles use the fallback: {report.note[:1200]}")
-        result["profiles"].append({"label": label, "config": dict(cfg), "elapsed_s": elapsed(), **report.model_dump(mode="json")})
-        log(f"profile {report.profile_id} ({report.tool}{', fallback' if report.fallback else ''}): {report.bottleneck.kind}")
+        result["profiles"].append(
+            {"label": label, "config": dict(cfg), "elapsed_s": elapsed(), **report.model_dump(mode="json")}
+        )
+        log(
+            f"profile {report.profile_id} ({report.tool}{', fallback' if report.fallback else ''}): "
+            f"{report.bottleneck.kind}"
+        )
         checkpoint()
         return report
 
@@ -216,7 +288,9 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
     for index, (category, change, expected, text, risks, docs) in enumerate(STEPS):
         candidate_cfg = {**accepted_cfg, **change}
         if kernel_source(candidate_cfg) == kernel_source(accepted_cfg):
-            result["not_run"].append({"step": index + 1, "category": category, "why": "would not change the accepted kernel"})
+            result["not_run"].append(
+                {"step": index + 1, "category": category, "why": "would not change the accepted kernel"}
+            )
             log(f"step {index + 1} {category}: not applicable to the accepted kernel")
             continue
         if elapsed() + estimate() > deadline_s - FINAL_RESERVE_S:
@@ -224,15 +298,30 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
                                   for j, s in enumerate(STEPS) if j >= index]
             log(f"deadline: steps {index + 1}..{len(STEPS)} not run")
             break
-        plan = Plan(change=text, bottleneck=current.bottleneck.kind, bottleneck_detail="; ".join(current.bottleneck.evidence[:3]),
-                    evidence=[current.profile_id], knowledge=_existing(docs), expected_effect=expected, risks=risks, category=category)
+        plan = Plan(
+            change=text,
+            bottleneck=current.bottleneck.kind,
+            bottleneck_detail="; ".join(current.bottleneck.evidence[:3]),
+            evidence=[current.profile_id],
+            knowledge=_existing(docs),
+            expected_effect=expected,
+            risks=risks,
+            category=category,
+        )
         started = elapsed()
         record = service.record_iteration(run.run_id, plan, kernel_source(candidate_cfg))
         result["iteration_s"].append(elapsed() - started)
         done += 1
         speedup = record.decision.speedup if record.decision else None
-        ci = f", CI [{record.decision.ci_low:.3f}, {record.decision.ci_high:.3f}]" if record.decision and record.decision.ci_low else ""
-        log(f"#{record.number} {category}: {record.status} ({_fmt(speedup, '.3f')}x{ci}) in {result['iteration_s'][-1]:.1f} s — {record.reason}")
+        ci = (
+            f", CI [{record.decision.ci_low:.3f}, {record.decision.ci_high:.3f}]"
+            if record.decision and record.decision.ci_low
+            else ""
+        )
+        log(
+            f"#{record.number} {category}: {record.status} ({_fmt(speedup, '.3f')}x{ci}) in "
+            f"{result['iteration_s'][-1]:.1f} s — {record.reason}"
+        )
         if record.status == "accepted":
             accepted_cfg = candidate_cfg
             result["accepted_config"] = accepted_cfg
@@ -245,10 +334,29 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
     result["accepted_config"] = accepted_cfg
     result["accepted_source"] = kernel_source(accepted_cfg)
     if elapsed() < deadline_s:
-        final = evaluate(EvalRequest(op=OP, source=result["accepted_source"], shapes=shapes, seeds=2, hardware="h200", timing=True,
-                                     measure_dsl=True), catalog)
-        result["final_eval"] = {s.id: {"correct": s.correct, "time_ms": s.time_ms, "iqr_ms": s.iqr_ms, "score": s.score,
-                                       "dsl_share": s.dsl_share, "note": s.timing_note or s.message[:300]} for s in final.shapes}
+        final = evaluate(
+            EvalRequest(
+                op=OP,
+                source=result["accepted_source"],
+                shapes=shapes,
+                seeds=2,
+                hardware="h200",
+                timing=True,
+                measure_dsl=True,
+            ),
+            catalog,
+        )
+        result["final_eval"] = {
+            s.id: {
+                "correct": s.correct,
+                "time_ms": s.time_ms,
+                "iqr_ms": s.iqr_ms,
+                "score": s.score,
+                "dsl_share": s.dsl_share,
+                "note": s.timing_note or s.message[:300],
+            }
+            for s in final.shapes
+        }
     else:
         log("deadline: the final evaluate() of the accepted kernel was not run")
     result["manifest"] = service.package(run.run_id, work / "package").manifest_data
@@ -258,42 +366,75 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
 
 def render_markdown(result: dict) -> str:
     t = result["timeline"]
-    lines = [f"# Optimisation loop on {result['device']}: {result['op']}", "",
-             f"{result['date']}; Python {result['versions']['python']}, torch {result['versions']['torch']}, "
-             f"Triton {result['versions']['triton']}; shapes {', '.join(result['shapes'])}; "
-             f"{result['rounds']} interleaved rounds per shape and iteration; wall time {result['wall_s']:.0f} s.", "",
-             "Produced by `measurements/opt_loop_gpu.py` through the run API (RunService + EvaluatorJudge + profile_kernel).", "",
-             "## Timeline", "",
-             "| # | category | status | speed-up vs accepted | 95% CI | expected | reason |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Optimisation loop on {result['device']}: {result['op']}",
+        "",
+        f"{result['date']}; Python {result['versions']['python']}, torch {result['versions']['torch']}, "
+        f"Triton {result['versions']['triton']}; shapes {', '.join(result['shapes'])}; "
+        f"{result['rounds']} interleaved rounds per shape and iteration; wall time {result['wall_s']:.0f} s.",
+        "",
+        "Produced by `measurements/opt_loop_gpu.py` through the run API (RunService + EvaluatorJudge + "
+        "profile_kernel).",
+        "",
+        "## Timeline",
+        "",
+        "| # | category | status | speed-up vs accepted | 95% CI | expected | reason |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for it in t["iterations"]:
         d = it.get("decision") or {}
         ci = f"[{d['ci_low']:.3f}, {d['ci_high']:.3f}]" if d.get("ci_low") is not None else "—"
         category = it["plan"]["category"] if it.get("plan") else "baseline"
         expected = f"{it['plan']['expected_effect']:.2f}x" if it.get("plan") else "—"
-        lines.append(f"| {it['number']} | {category} | {it['status']} | {_fmt(d.get('speedup'), '.3f')} | {ci} | {expected} | {it['reason']} |")
+        lines.append(
+            f"| {it['number']} | {category} | {it['status']} | {_fmt(d.get('speedup'), '.3f')} | {ci} | {expected} | "
+            f"{it['reason']} |"
+        )
     lines += ["", f"Status: **{result['status']}**; {len(t['iterations']) - 1} iterations recorded "
               f"(per-iteration wall times: {', '.join(f'{v:.0f}' for v in result['iteration_s']) or '—'} s)."]
     if result["not_run"]:
-        lines += ["", "Planned steps not run: " + "; ".join(f"{n['step']} {n['category']} ({n['why']})" for n in result["not_run"]) + "."]
-    lines += ["", f"Accepted chain: {' → '.join('#' + str(n) for n in t['chain'])}; "
-              f"speed-up vs baseline (product of paired speed-ups): {_fmt(t['speedup_vs_baseline'], '.3f')}x", "",
-              "## Baseline → accepted kernel (evaluator figures, h200 datasheet roofline)", "",
-              "| shape | baseline ms | baseline S | accepted ms | accepted S | accepted DSL share |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Planned steps not run: "
+            + "; ".join(f"{n['step']} {n['category']} ({n['why']})" for n in result["not_run"])
+            + ".",
+        ]
+    lines += [
+        "",
+        f"Accepted chain: {' → '.join('#' + str(n) for n in t['chain'])}; "
+        f"speed-up vs baseline (product of paired speed-ups): {_fmt(t['speedup_vs_baseline'], '.3f')}x",
+        "",
+        "## Baseline → accepted kernel (evaluator figures, h200 datasheet roofline)",
+        "",
+        "| shape | baseline ms | baseline S | accepted ms | accepted S | accepted DSL share |",
+        "|---|---|---|---|---|---|",
+    ]
     for shape in result["shapes"]:
         fin = result.get("final_eval", {}).get(shape, {"time_ms": None, "score": None, "dsl_share": None})
         lines.append(f"| {shape} | {_fmt(result['baseline_eval']['time_ms'].get(shape), '.4f')} | "
                      f"{_fmt(result['baseline_eval']['score'].get(shape), '.3f')} | {_fmt(fin['time_ms'], '.4f')} | "
                      f"{_fmt(fin['score'], '.3f')} | {_fmt(fin['dsl_share'], '.2f')} |")
-    lines += ["", f"Median S over the shapes: {_fmt(_median(result['baseline_eval']['score']), '.3f')} (baseline) → "
-              f"{_fmt(_median({k: v['score'] for k, v in result.get('final_eval', {}).items()}), '.3f')} (accepted).", "",
-              "## What the profiler reported", ""]
+    lines += [
+        "",
+        f"Median S over the shapes: {_fmt(_median(result['baseline_eval']['score']), '.3f')} (baseline) → "
+        f"{_fmt(_median({k: v['score'] for k, v in result.get('final_eval', {}).items()}), '.3f')} (accepted).",
+        "",
+        "## What the profiler reported",
+        "",
+    ]
     for p in result["profiles"]:
-        lines.append(f"### {p['label']} — profile {p['profile_id']} ({p['tool']}{', fallback' if p['fallback'] else ''}), shape {p['shape']}")
+        lines.append(
+            f"### {p['label']} — profile {p['profile_id']} ({p['tool']}{', fallback' if p['fallback'] else ''}), "
+            f"shape {p['shape']}"
+        )
         lines.append("")
         lines.append(f"Bottleneck: **{p['bottleneck']['kind']}**. {p['note']}")
         lines += [f"- {e}" for e in p["bottleneck"]["evidence"]]
-        lines += [f"- kernel {k['name']} ({k.get('origin') or 'origin not recorded'}): {k['launches']} launch(es) per forward, "
-                  f"{_fmt(k['metrics'].get('duration_ns'), '.0f')} ns each" for k in p.get("kernels", [])]
+        lines += [
+            f"- kernel {k['name']} ({k.get('origin') or 'origin not recorded'}): {k['launches']} launch(es) per "
+            f"forward, {_fmt(k['metrics'].get('duration_ns'), '.0f')} ns each"
+            for k in p.get("kernels", [])
+        ]
         if p.get("dsl_share") is not None:
             lines.append(f"- DSL share of the profiled device time: {p['dsl_share']:.0%}")
         for facts in p.get("sass", []):
@@ -306,10 +447,19 @@ def render_markdown(result: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out-dir", type=Path, default=None, help="where to write opt_loop_h200.{json,md} (default measurements/results; /tmp for --cpu-smoke)")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="where to write opt_loop_h200.{json,md} (default measurements/results; /tmp for --cpu-smoke)",
+    )
     parser.add_argument("--rounds", type=int, default=16, help="paired rounds per shape and iteration (at least 10)")
-    parser.add_argument("--deadline-s", type=float, default=220.0, help="no step starts that would likely end after this many seconds")
-    parser.add_argument("--ncu-timeout-s", type=float, default=40.0, help="limit of one Nsight Compute capture (then the fallback)")
+    parser.add_argument(
+        "--deadline-s", type=float, default=220.0, help="no step starts that would likely end after this many seconds"
+    )
+    parser.add_argument(
+        "--ncu-timeout-s", type=float, default=40.0, help="limit of one Nsight Compute capture (then the fallback)"
+    )
     parser.add_argument("--cpu-smoke", action="store_true", help="dry run on CPU with the smoke shape (no timing)")
     args = parser.parse_args()
     if args.cpu_smoke:

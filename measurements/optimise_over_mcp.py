@@ -184,7 +184,7 @@ class Recorder:
                 result.structured_content if not result.is_error and result.structured_content is not None else text
             )
             entry["error"] = text if result.is_error else None
-        except Exception as exc:  # a timeout past the budget, or the server went away
+        except Exception as exc:  # noqa: BLE001 - a timeout past the budget, or the server went away
             entry["is_error"] = True
             entry["answer"] = None
             entry["error"] = f"{type(exc).__name__}: {exc}"
@@ -236,9 +236,8 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
     found = await step("wiki_search", "wiki_search", {"query": wiki_query(op)})
     hits = [h["doc_id"] for h in found.get("hits", [])]
     read: list[str] = []
-    if hits:
-        if await step("wiki_read", "wiki_read", {"doc_id": hits[0]}):
-            read.append(hits[0])
+    if hits and await step("wiki_read", "wiki_read", {"doc_id": hits[0]}):
+        read.append(hits[0])
     checked = await step(
         "validate_baseline", "validate", {"op": op, "source": baseline_src, "shapes": shapes, "seeds": 1}
     )
@@ -419,7 +418,7 @@ async def main_async(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     meta = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": _device_name(),
         "server_command": serve,
         "budget_s": args.budget_s,

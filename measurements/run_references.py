@@ -19,7 +19,7 @@ import platform
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,8 +67,10 @@ def run_op(op: str, deadline: float, reps: int) -> list[dict]:
             del inputs, out, outs
         except torch.OutOfMemoryError as exc:
             row.update(status="oom", reason=str(exc).splitlines()[0][:300])
-        except Exception as exc:  # recorded per shape; the next shape still runs
-            row.update(status="error", reason=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+        except Exception as exc:  # noqa: BLE001 - recorded per shape; the next shape still runs
+            row.update(
+                status="error", reason=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            )
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -99,24 +101,38 @@ def main() -> int:
     for op in ops:
         shapes = [s.id for s in cat.visible(op).scored_shapes]
         if time.time() > deadline:
-            rows += [{"op": op, "shape_id": s, "status": "not_run", "reason": "global deadline reached"} for s in shapes]
+            rows += [
+                {"op": op, "shape_id": s, "status": "not_run", "reason": "global deadline reached"} for s in shapes
+            ]
             continue
         budget = max(10.0, deadline - time.time() + 30)
-        proc = subprocess.run([sys.executable, __file__, "--child", op, "--deadline-at", str(deadline), "--reps", str(args.reps)],
-                              capture_output=True, text=True, timeout=budget)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", op, "--deadline-at", str(deadline), "--reps", str(args.reps)],
+            capture_output=True,
+            text=True,
+            timeout=budget,
+        )
         got = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         done = {r["shape_id"] for r in got}
         if proc.returncode != 0:
             tail = proc.stderr.strip().splitlines()[-1:] or ["no stderr"]
-            got += [{"op": op, "shape_id": s, "status": "crashed", "reason": f"process exit {proc.returncode}: {tail[0][:300]}"}
-                    for s in shapes if s not in done]
+            got += [
+                {
+                    "op": op,
+                    "shape_id": s,
+                    "status": "crashed",
+                    "reason": f"process exit {proc.returncode}: {tail[0][:300]}",
+                }
+                for s in shapes
+                if s not in done
+            ]
         rows += got
         print(f"{op}: {sum(r['status'] == 'ok' for r in got)}/{len(shapes)} ok ({time.time() - t0:.0f}s)", flush=True)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
         "wall_s": round(time.time() - t0, 1), "reps": args.reps,
         "counts": {k: sum(r["status"] == k for r in rows) for k in ("ok", "oom", "error", "crashed", "not_run")},
@@ -128,7 +144,9 @@ def main() -> int:
     for op in ops:
         rs = [r for r in rows if r["op"] == op]
         ok = [r for r in rs if r["status"] == "ok"]
-        bad = "; ".join(f"{r['shape_id']}: {r['status']} {r.get('reason', '')}"[:120] for r in rs if r["status"] != "ok")
+        bad = "; ".join(
+            f"{r['shape_id']}: {r['status']} {r.get('reason', '')}"[:120] for r in rs if r["status"] != "ok"
+        )
         lines.append(f"| {op} | {len(ok)}/{len(rs)} | {sum(r['eager_ms'] for r in ok):.3f} | "
                      f"{max((r['peak_mem_gib'] for r in ok), default=0):.2f} | {bad} |")
     (out / "references_h200.md").write_text("\n".join(lines) + "\n")

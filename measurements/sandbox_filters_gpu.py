@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, evaluate  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from measurements.bench_env import write_report  # noqa: E402
 
 EXPLOITS = ROOT / "tests" / "exploits"

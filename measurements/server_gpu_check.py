@@ -17,13 +17,14 @@ Writes server_gpu_check.json (everything) and prints a short summary.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +54,9 @@ async def _profile(workspace: Path) -> dict:
     cfg = ServerConfig(workspaces=[workspace], state_dir=workspace / "state")
     async with Client(build_server(cfg)) as client:
         started = time.monotonic()
-        result = await client.call_tool("profile_kernel", {"op": "rms_norm", "path": "kernel.py", "shape": "0"}, read_timeout_seconds=580)
+        result = await client.call_tool(
+            "profile_kernel", {"op": "rms_norm", "path": "kernel.py", "shape": "0"}, read_timeout_seconds=580
+        )
         return {"wall_s": time.monotonic() - started, "is_error": result.is_error,
                 "result": result.structured_content or result.content[0].text}
 
@@ -71,18 +74,17 @@ async def _queue(workspace: Path) -> dict:
                                progress_callback=progress, read_timeout_seconds=580)
         events[i].append((time.monotonic() - t0, "returned"))
 
-    async with Client(build_server(cfg)) as client:
-        async with anyio.create_task_group() as tg:
-            for i in range(3):
-                tg.start_soon(one, client, i)
-                await anyio.sleep(0.2)
+    async with Client(build_server(cfg)) as client, anyio.create_task_group() as tg:
+        for i in range(3):
+            tg.start_soon(one, client, i)
+            await anyio.sleep(0.2)
     spans = []
     for i, evs in events.items():
         start = next(t for t, m in evs if "started on" in m)
         end = next(t for t, m in evs if m == "returned")
         spans.append((start, end, i))
     spans.sort()
-    overlaps = [f"job {a[2]} and job {b[2]}" for a, b in zip(spans, spans[1:]) if b[0] < a[1] - 0.05]
+    overlaps = [f"job {a[2]} and job {b[2]}" for a, b in itertools.pairwise(spans) if b[0] < a[1] - 0.05]
     return {"events": events, "spans": spans, "overlaps": overlaps,
             "positions_heard": {i: [m for _, m in evs if "queued" in m] for i, evs in events.items()}}
 
@@ -112,8 +114,12 @@ async def _cancel(workspace: Path) -> dict:
 
             async def hang() -> None:
                 with scope:
-                    await client.call_tool("validate", {"op": "rms_norm", "path": "hang.py", "shapes": ["smoke"], "seeds": 1},
-                                           progress_callback=progress, read_timeout_seconds=580)
+                    await client.call_tool(
+                        "validate",
+                        {"op": "rms_norm", "path": "hang.py", "shapes": ["smoke"], "seeds": 1},
+                        progress_callback=progress,
+                        read_timeout_seconds=580,
+                    )
 
             tg.start_soon(hang)
             await running.wait()
@@ -144,7 +150,7 @@ def main() -> int:
     shutil.copy(EXAMPLE, workspace / "kernel.py")
     shapes = args.shapes.split(",") if args.shapes else None
     record = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
         "validate_optimize": anyio.run(_validate_all, workspace, "optimize", shapes),
         "validate_benchmark": anyio.run(_validate_all, workspace, "benchmark", shapes),
@@ -157,11 +163,17 @@ def main() -> int:
     opt, bench = record["validate_optimize"]["result"], record["validate_benchmark"]["result"]
     print(f"{record['gpu']}: validate all shapes {record['validate_optimize']['wall_s']:.0f} s, "
           f"passed {opt.get('passed')} failed {opt.get('failed')}, S_i {opt.get('operator_score')}")
-    print(f"benchmark mode hides: t_sol/score all null = "
-          f"{all(s['t_sol_ms'] is None and s['score'] is None for s in bench.get('shapes', []))}, operator_score = {bench.get('operator_score')}")
+    print(
+        "benchmark mode hides: t_sol/score all null = "
+        f"{all(s['t_sol_ms'] is None and s['score'] is None for s in bench.get('shapes', []))}, operator_score = "
+        f"{bench.get('operator_score')}"
+    )
     profile = record["profile"]["result"]
     print(f"profile: {profile.get('tool') if isinstance(profile, dict) else profile}")
-    print(f"queue overlaps: {record['queue']['overlaps'] or 'none'}; positions heard: {record['queue']['positions_heard']}")
+    print(
+        f"queue overlaps: {record['queue']['overlaps'] or 'none'}; positions heard: "
+        f"{record['queue']['positions_heard']}"
+    )
     print(f"cancel: {record['cancel']}")
     return 0
 

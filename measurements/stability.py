@@ -46,7 +46,9 @@ def _devices(run_dir: Path) -> dict[tuple[str, str], str]:
     if not path.is_file():
         return {}
     batches = json.loads(path.read_text()).get("schedule", {}).get("batches", [])
-    return {(b["op"], s): str(b.get("visible_devices")) for b in batches if b.get("status") == "ok" for s in b["shapes"]}
+    return {
+        (b["op"], s): str(b.get("visible_devices")) for b in batches if b.get("status") == "ok" for s in b["shapes"]
+    }
 
 
 def _timed(results) -> tuple[dict[tuple[str, str, str], float], dict[tuple[str, str, str], bool]]:
@@ -75,8 +77,18 @@ def compare_runs(run_a: Path, run_b: Path, above_ms: float = ABOVE_MS) -> dict[s
         op, candidate, sid = key
         a, b = times_a[key], times_b[key]
         da, db = dev_a.get((op, sid)), dev_b.get((op, sid))
-        pairs.append({"op": op, "candidate": candidate, "shape": sid, "a_ms": a, "b_ms": b, "ratio": b / a,
-                      "same_gpu": None if da is None or db is None else da == db, "host_bound": host_a[key] or host_b[key]})
+        pairs.append(
+            {
+                "op": op,
+                "candidate": candidate,
+                "shape": sid,
+                "a_ms": a,
+                "b_ms": b,
+                "ratio": b / a,
+                "same_gpu": None if da is None or db is None else da == db,
+                "host_bound": host_a[key] or host_b[key],
+            }
+        )
     above = [p for p in pairs if min(p["a_ms"], p["b_ms"]) > above_ms]
     report: dict[str, Any] = {
         "runs": [str(run_a), str(run_b)], "above_ms": above_ms, "pairs": len(pairs),
@@ -94,7 +106,9 @@ def compare_runs(run_a: Path, run_b: Path, above_ms: float = ABOVE_MS) -> dict[s
     if any(p["same_gpu"] is not None for p in pairs):
         report["above_same_gpu"] = deviation_stats([p["ratio"] for p in above if p["same_gpu"]])
         report["above_other_gpu"] = deviation_stats([p["ratio"] for p in above if p["same_gpu"] is False])
-    report["ratios"] = [{k: p[k] for k in ("op", "candidate", "shape", "a_ms", "b_ms", "ratio", "host_bound")} for p in pairs]
+    report["ratios"] = [
+        {k: p[k] for k in ("op", "candidate", "shape", "a_ms", "b_ms", "ratio", "host_bound")} for p in pairs
+    ]
     return report
 
 
@@ -102,20 +116,31 @@ def render(report: dict[str, Any]) -> str:
     def pct(v: float | None) -> str:
         return "—" if v is None else f"{100 * v:.2f} %"
 
-    lines = [f"Stability: {report['pairs']} shapes timed in both runs ({report['only_in_a']} only in A, {report['only_in_b']} only in B)", "",
-             "| shapes | n | median abs(1-ratio) | p90 | max |", "|---|---|---|---|---|"]
+    lines = [
+        f"Stability: {report['pairs']} shapes timed in both runs ({report['only_in_a']} only in A, "
+        f"{report['only_in_b']} only in B)",
+        "",
+        "| shapes | n | median abs(1-ratio) | p90 | max |",
+        "|---|---|---|---|---|",
+    ]
     for key, label in (("above", f"> {report['above_ms'] * 1e3:.0f} µs"), ("all", "all"),
                        ("above_gpu_bound", "> 20 µs, GPU-bound"), ("above_host_bound", "> 20 µs, host-bound"),
                        ("above_same_gpu", "> 20 µs, same GPU"), ("above_other_gpu", "> 20 µs, other GPU")):
         if key in report:
             s = report[key]
-            lines.append(f"| {label} | {s['n']} | {pct(s['median_abs_dev'])} | {pct(s['p90_abs_dev'])} | {pct(s['max_abs_dev'])} |")
+            lines.append(
+                f"| {label} | {s['n']} | {pct(s['median_abs_dev'])} | {pct(s['p90_abs_dev'])} | "
+                f"{pct(s['max_abs_dev'])} |"
+            )
     lines += ["", f"Target (median < 2 %, p90 < 5 % above 20 µs) met: {report['meets_target']}", "",
               "Host-bound: the host outran the GPU spin on more than half of the timed calls in either run, so the",
               "GPU waited for launches inside the timed region and the time follows the host's speed.", "",
               "| worst op | shape | A ms | B ms | B/A | host-bound |", "|---|---|---|---|---|---|"]
-    lines += [f"| {p['op']} | {p['shape']} | {p['a_ms']:.4f} | {p['b_ms']:.4f} | {p['ratio']:.3f} | {'yes' if p['host_bound'] else 'no'} |"
-              for p in report["worst"]]
+    lines += [
+        f"| {p['op']} | {p['shape']} | {p['a_ms']:.4f} | {p['b_ms']:.4f} | {p['ratio']:.3f} | "
+        f"{'yes' if p['host_bound'] else 'no'} |"
+        for p in report["worst"]
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -134,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         if first.returncode != 0:
             return first.returncode
         # --shapes-from overrides any selection in `passthrough`: B times exactly what A timed.
-        second = subprocess.run([sys.executable, script, "run", "--out", str(run_b), *passthrough, "--shapes-from", str(run_a)])
+        second = subprocess.run(
+            [sys.executable, script, "run", "--out", str(run_b), *passthrough, "--shapes-from", str(run_a)]
+        )
         if second.returncode != 0:
             return second.returncode
         out = args.out or args.work / "stability.json"

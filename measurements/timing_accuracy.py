@@ -29,7 +29,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +111,11 @@ def build_cases(specs: list[dict[str, Any]], device: str) -> list[Case]:
             size = 2 * n
         elif kind == "gemm":
             m, nn, k = [min(v, CPU_LIMIT["gemm"]) for v in spec["mnk"]] if cpu else spec["mnk"]
-            make = lambda m=m, nn=nn, k=k: {"a": torch.randn(m, k, device=device, dtype=torch.bfloat16),  # noqa: E731
-                                            "b": torch.randn(k, nn, device=device, dtype=torch.bfloat16)}
+
+            def make(m: int = m, nn: int = nn, k: int = k) -> dict[str, Any]:
+                return {"a": torch.randn(m, k, device=device, dtype=torch.bfloat16),
+                        "b": torch.randn(k, nn, device=device, dtype=torch.bfloat16)}
+
             fn = lambda inp: torch.matmul(inp["a"], inp["b"])  # noqa: E731
             size = 2 * (m * k + k * nn)
         else:
@@ -162,8 +165,7 @@ def calibrate_spin(specs: list[dict[str, Any]]) -> None:
 def evaluator_times(cases: list[Case], prims, flush_bytes: int) -> dict[str, dict[str, Any]]:
     """Each case through the worker's timing loop, sized as the evaluator sizes it (the
     estimate call, too, is timed with `prims`, as the worker times it); once with the
-    evaluator's read flush and once flushing by writing (`write_flush_median_ms`, the evaluator's
-    flush until 2026-11-30)."""
+    evaluator's read flush and once flushing by writing (`write_flush_median_ms`, for comparison)."""
     import torch
 
     from atrex_mcp.evaluate.evaluator import MAX_TIMED_CALLS, MIN_TIMED_CALLS, timing_sets
@@ -188,8 +190,14 @@ def evaluator_times(cases: list[Case], prims, flush_bytes: int) -> dict[str, dic
         run = time_calls(prims, case.fn, warm, sets, calls, warmup, flush_bytes)
         q1, med, q3 = statistics.quantiles(run.times_ms, n=4, method="inclusive")
         written = time_calls(prims, case.fn, warm, sets, calls, warmup, flush_bytes, flush_by_writing=True)
-        out[case.name] = {"median_ms": med, "iqr_ms": q3 - q1, "min_ms": min(run.times_ms), "calls": calls, "input_sets": sets_n,
-                          "write_flush_median_ms": statistics.median(written.times_ms)}
+        out[case.name] = {
+            "median_ms": med,
+            "iqr_ms": q3 - q1,
+            "min_ms": min(run.times_ms),
+            "calls": calls,
+            "input_sets": sets_n,
+            "write_flush_median_ms": statistics.median(written.times_ms),
+        }
         del warm, sets, run, written
         torch.cuda.empty_cache()  # the next case's sets may need the space (a no-op without CUDA)
     return out
@@ -235,10 +243,19 @@ def launches(csv_text: str) -> list[tuple[str, float]]:
     start = next((i for i, line in enumerate(lines) if line.startswith(HEADER_START)), None)
     if start is None:
         return []
-    rows = [r for r in csv.DictReader(line for line in lines[start:] if line.startswith('"')) if r.get("Metric Name") == METRIC]
+    rows = [
+        r
+        for r in csv.DictReader(line for line in lines[start:] if line.startswith('"'))
+        if r.get("Metric Name") == METRIC
+    ]
     rows.sort(key=lambda r: int(r["ID"]))
-    return [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")) * UNIT_SCALE.get(r.get("Metric Unit", "").strip(), 1.0))
-            for r in rows]
+    return [
+        (
+            r["Kernel Name"],
+            float(r["Metric Value"].replace(",", "")) * UNIT_SCALE.get(r.get("Metric Unit", "").strip(), 1.0),
+        )
+        for r in rows
+    ]
 
 
 def per_case_ncu(rows: list[tuple[str, float]], names: list[str], reps: int = NCU_REPS) -> dict[str, dict[str, Any]]:
@@ -257,7 +274,11 @@ def per_case_ncu(rows: list[tuple[str, float]], names: list[str], reps: int = NC
             continue
         per = len(group) // reps
         calls = [sum(ns for _, ns in group[i * per:(i + 1) * per]) / 1e6 for i in range(reps)]
-        out[case] = {"median_ms": statistics.median(calls), "kernels_per_call": per, "kernels": sorted({n[:80] for n, _ in group})}
+        out[case] = {
+            "median_ms": statistics.median(calls),
+            "kernels_per_call": per,
+            "kernels": sorted({n[:80] for n, _ in group}),
+        }
     return out
 
 
@@ -269,26 +290,40 @@ def run_ncu(specs: list[dict[str, Any]], work: Path) -> tuple[dict[str, dict[str
         return {}, "ncu not found"
     spec_file, log = work / "cases.json", work / "ncu.csv"
     spec_file.write_text(json.dumps(specs))
-    cmd = ncu_command([sys.executable, str(Path(__file__).resolve()), "--ncu-child", str(spec_file)], [METRIC], log, ncu=ncu, launch_count=None)
+    cmd = ncu_command(
+        [sys.executable, str(Path(__file__).resolve()), "--ncu-child", str(spec_file)],
+        [METRIC],
+        log,
+        ncu=ncu,
+        launch_count=None,
+    )
     cmd[1:1] = ["--profile-from-start", "off", "--cache-control", "all"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NCU_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {}, f"ncu did not finish within {NCU_TIMEOUT_S} s"
     text = log.read_text(errors="replace") if log.exists() else ""
-    tail = "\n".join(line for line in (proc.stdout + proc.stderr + text).splitlines() if not line.startswith('"'))[-3000:]
+    tail = "\n".join(line for line in (proc.stdout + proc.stderr + text).splitlines() if not line.startswith('"'))[
+        -3000:
+    ]
     if proc.returncode != 0:
         return {}, f"ncu exited with {proc.returncode}: {tail}"
     return per_case_ncu(launches(text), [s["name"] for s in specs]), tail
 
 
-def combine(specs: list[dict[str, Any]], evaluator: dict[str, dict[str, Any]], ncu: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def combine(
+    specs: list[dict[str, Any]], evaluator: dict[str, dict[str, Any]], ncu: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Per case: both medians and their ratio (evaluator / ncu; None when either is missing)."""
     cases = {}
     for s in specs:
         e, n = evaluator.get(s["name"], {}), ncu.get(s["name"], {})
         ratio = e["median_ms"] / n["median_ms"] if e.get("median_ms") and n.get("median_ms") else None
-        write_ratio = e["write_flush_median_ms"] / n["median_ms"] if e.get("write_flush_median_ms") and n.get("median_ms") else None
+        write_ratio = (
+            e["write_flush_median_ms"] / n["median_ms"]
+            if e.get("write_flush_median_ms") and n.get("median_ms")
+            else None
+        )
         cases[s["name"]] = {"spec": s, "evaluator": e, "ncu": n, "ratio": ratio, "write_flush_ratio": write_ratio}
     return cases
 
@@ -299,8 +334,10 @@ def render(report: dict[str, Any]) -> str:
 
     lines = ["| case | evaluator ms | ncu ms | kernels/call | ratio | write-flush ratio |", "|---|---|---|---|---|---|"]
     for name, c in report["cases"].items():
-        lines.append(f"| {name} | {fmt(c['evaluator'].get('median_ms'), 5)} | {fmt(c['ncu'].get('median_ms'), 5)} | "
-                     f"{c['ncu'].get('kernels_per_call', '—')} | {fmt(c['ratio'], 3)} | {fmt(c.get('write_flush_ratio'), 3)} |")
+        lines.append(
+            f"| {name} | {fmt(c['evaluator'].get('median_ms'), 5)} | {fmt(c['ncu'].get('median_ms'), 5)} | "
+            f"{c['ncu'].get('kernels_per_call', '—')} | {fmt(c['ratio'], 3)} | {fmt(c.get('write_flush_ratio'), 3)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -317,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     interpret_without_gpu()
 
     specs = [dict(s) for s in CASE_SPECS if not args.cases or s["name"] in args.cases.split(",")]
-    report: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__}
+    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__}
     if not torch.cuda.is_available():
         for case in build_cases(specs, "cpu"):  # dry run: every case builds and runs once
             case.fn(case.make_inputs())

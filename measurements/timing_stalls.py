@@ -20,7 +20,7 @@ import gc
 import importlib.util
 import statistics
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,9 +55,18 @@ def _summary(times: list[float], host_us: list[float], spin_us: float, slow_ms: 
     q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
     slow = [i for i, t in enumerate(times) if t > slow_ms]
     late = [i for i, h in enumerate(host_us) if h > spin_us]
-    return {"median_us": statistics.median(times) * 1e3, "iqr_us": (q3 - q1) * 1e3, "p90_us": q[-1] * 1e3,
-            "slow_calls": len(slow), "host_late_calls": len(late), "slow_and_late": len(set(slow) & set(late)),
-            "host_us_median": statistics.median(host_us), "host_us_max": max(host_us), "spin_us": spin_us, "calls": len(times)}
+    return {
+        "median_us": statistics.median(times) * 1e3,
+        "iqr_us": (q3 - q1) * 1e3,
+        "p90_us": q[-1] * 1e3,
+        "slow_calls": len(slow),
+        "host_late_calls": len(late),
+        "slow_and_late": len(set(slow) & set(late)),
+        "host_us_median": statistics.median(host_us),
+        "host_us_max": max(host_us),
+        "spin_us": spin_us,
+        "calls": len(times),
+    }
 
 
 def run(repeats: int) -> dict:
@@ -70,7 +79,7 @@ def run(repeats: int) -> dict:
     device = "cuda" if gpu else "cpu"
     model = _model()
     fn = lambda inputs: model(**inputs)  # noqa: E731
-    report: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
+    report: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__,
                     "device": torch.cuda.get_device_name(0) if gpu else "cpu (dry run)", "cases": {}}
     for tokens, hidden in SHAPES:
         name = f"rms_norm_{tokens}x{hidden}"
@@ -104,9 +113,17 @@ def run(repeats: int) -> dict:
                 runs[label].append((timed.times_ms, timed.host_us, timed.spin_us))
                 del input_sets
         best = min(statistics.median(t) for per in runs.values() for t, _, _ in per)
-        report["cases"][name] = {"sets": sets, "calls": calls, "best_median_us": best * 1e3,
-                                 "runs": {label: [_summary(t, h, s, 1.5 * best) for t, h, s in per] for label, per in runs.items()}}
-        print(name, {label: [round(x["median_us"], 1) for x in v] for label, v in report["cases"][name]["runs"].items()}, flush=True)
+        report["cases"][name] = {
+            "sets": sets,
+            "calls": calls,
+            "best_median_us": best * 1e3,
+            "runs": {label: [_summary(t, h, s, 1.5 * best) for t, h, s in per] for label, per in runs.items()},
+        }
+        print(
+            name,
+            {label: [round(x["median_us"], 1) for x in v] for label, v in report["cases"][name]["runs"].items()},
+            flush=True,
+        )
     return report
 
 

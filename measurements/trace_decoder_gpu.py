@@ -96,12 +96,25 @@ def decoder_steps(device: str, quick: bool):
         items += [gemm(tokens, heads * head_dim, hidden),
                   OpCall("fused_add_rms_norm", {"token_count": tokens, "hidden_size": hidden}, {"eps": 1e-6})]
         if moe:
-            items += [gemm(tokens, hidden, experts),
-                      OpCall("moe_topk_gating_softmax", {"token_count": tokens, "num_experts": experts},
-                             {"top_k": 2, "num_expert_groups": 0, "topk_group": 0}),
-                      OpCall("fused_moe", {"token_count": tokens, "hidden_size": hidden, "intermediate_size": inter // 4,
-                                           "num_experts": experts, "top_k": 2},
-                             {"num_experts": experts, "intermediate_size": inter // 4, "top_k": 2})]
+            items += [
+                gemm(tokens, hidden, experts),
+                OpCall(
+                    "moe_topk_gating_softmax",
+                    {"token_count": tokens, "num_experts": experts},
+                    {"top_k": 2, "num_expert_groups": 0, "topk_group": 0},
+                ),
+                OpCall(
+                    "fused_moe",
+                    {
+                        "token_count": tokens,
+                        "hidden_size": hidden,
+                        "intermediate_size": inter // 4,
+                        "num_experts": experts,
+                        "top_k": 2,
+                    },
+                    {"num_experts": experts, "intermediate_size": inter // 4, "top_k": 2},
+                ),
+            ]
         else:
             items += [gemm(tokens, hidden, 2 * inter), OpCall("silu_and_mul", {"shape": [tokens, 2 * inter]}),
                       gemm(tokens, inter, hidden)]
@@ -109,7 +122,10 @@ def decoder_steps(device: str, quick: bool):
 
     def step(tokens: int, seqs: int, prefill: bool) -> Step:
         items = layer(tokens, seqs, prefill, moe=False) + layer(tokens, seqs, prefill, moe=True)
-        items += [gemm(seqs, hidden, vocab), OpCall("topk_filter", {"seq_len": seqs, "hidden_size": vocab}, {"top_k": 50})]
+        items += [
+            gemm(seqs, hidden, vocab),
+            OpCall("topk_filter", {"seq_len": seqs, "hidden_size": vocab}, {"top_k": 50}),
+        ]
         return Step("prefill" if prefill else "decode", items)
 
     big = 256 if quick else 1024
@@ -130,10 +146,18 @@ def summarise(content) -> dict:
         "operators_found": sorted(manifest.operators),
         "operators_retained": sorted(op for op, r in manifest.operators.items() if r.retained),
         "weights": dict(sorted(weights.items(), key=lambda kv: -kv[1])),
-        "shapes": {op: {"count": len(r.shapes), "calls": r.calls, "unresolved_calls": r.unresolved_calls,
-                        "buckets": [{"id": sid, "count": s.count, "device_us": round(s.device_us, 1), "phases": s.phases}
-                                    for sid, s in r.shapes.items()]}
-                   for op, r in manifest.operators.items()},
+        "shapes": {
+            op: {
+                "count": len(r.shapes),
+                "calls": r.calls,
+                "unresolved_calls": r.unresolved_calls,
+                "buckets": [
+                    {"id": sid, "count": s.count, "device_us": round(s.device_us, 1), "phases": s.phases}
+                    for sid, s in r.shapes.items()
+                ],
+            }
+            for op, r in manifest.operators.items()
+        },
     }
 
 
@@ -150,18 +174,33 @@ def markdown(summary: dict) -> str:
         if "error" in v:
             lines.append(f"| {name} | — | — | — | error: {v['error'][:80]} | | |")
             continue
-        lines.append(f"| {name} | {100 * v['device_time_coverage']:.1f}% | {100 * v['unmapped_share']:.1f}% | "
-                     f"{100 * v['excluded_share']:.1f}% | {len(v['operators_found'])} | {len(v['operators_retained'])} | "
-                     f"{v['seconds']:.0f} |")
-    for name, v in [*summary["variants"].items(), ("eager+compiled (two apps, equal shares)", summary.get("combined", {}))]:
+        lines.append(
+            f"| {name} | {100 * v['device_time_coverage']:.1f}% | {100 * v['unmapped_share']:.1f}% | "
+            f"{100 * v['excluded_share']:.1f}% | {len(v['operators_found'])} | {len(v['operators_retained'])} | "
+            f"{v['seconds']:.0f} |"
+        )
+    for name, v in [
+        *summary["variants"].items(),
+        ("eager+compiled (two apps, equal shares)", summary.get("combined", {})),
+    ]:
         if not v or "error" in v:
             continue
-        lines += ["", f"## {name}", "", f"links: {v['links']}", "", "| operator | weight | shapes | calls | unresolved |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## {name}",
+            "",
+            f"links: {v['links']}",
+            "",
+            "| operator | weight | shapes | calls | unresolved |",
+            "|---|---|---|---|---|",
+        ]
         for op in v["operators_found"]:
             s = v["shapes"][op]
             w = v["weights"].get(op)
-            lines.append(f"| {op} | {'—' if w is None else f'{100 * w:.2f}%'} | {s['count']} | {s['calls']} | {s['unresolved_calls']} |")
+            lines.append(
+                f"| {op} | {'—' if w is None else f'{100 * w:.2f}%'} | {s['count']} | {s['calls']} | "
+                f"{s['unresolved_calls']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -169,7 +208,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="small sizes (CPU smoke run)")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS)
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "results")
     parser.add_argument("--keep", type=Path, help="keep the traces in this directory")
     parser.add_argument("--deadline-s", type=float, default=120.0,
@@ -195,7 +236,10 @@ def main() -> int:
         form, compiled = VARIANTS[name]
         started = time.time()
         if started - begin > args.deadline_s:
-            summary["variants"][name] = {"error": f"not run: the {args.deadline_s:.0f} s deadline was reached", "seconds": 0.0}
+            summary["variants"][name] = {
+                "error": f"not run: the {args.deadline_s:.0f} s deadline was reached",
+                "seconds": 0.0,
+            }
             continue
         try:
             for step in steps:
@@ -210,7 +254,8 @@ def main() -> int:
             traces[name] = trace
         except Exception as exc:  # noqa: BLE001 - one failing variant is reported, the others still run
             summary["variants"][name] = {"error": f"{type(exc).__name__}: {exc}", "seconds": time.time() - started}
-        print(f"{name}: {json.dumps({k: v for k, v in summary['variants'][name].items() if k in ('unmapped_share', 'operators_retained', 'error', 'seconds')})}", flush=True)
+        shown = ("unmapped_share", "operators_retained", "error", "seconds")
+        print(f"{name}: {json.dumps({k: v for k, v in summary['variants'][name].items() if k in shown})}", flush=True)
     if "eager" in traces and "compiled" in traces:
         apps = work / "apps.yaml"
         apps.write_text("eager: 0.5\ncompiled: 0.5\n")

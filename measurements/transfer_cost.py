@@ -54,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     catalog = Catalog()
     print("| results | shapes | s per GB of output per seed (median) | range |\n|---|---|---|---|")
     for group in args.groups:
-        per_gb = sorted(x[0] for d in group.split(",") for x in seconds_per_output_gb(Path(d), catalog, args.min_output_gb, args.seeds))
+        per_gb = sorted(
+            x[0]
+            for d in group.split(",")
+            for x in seconds_per_output_gb(Path(d), catalog, args.min_output_gb, args.seeds)
+        )
         if per_gb:
             print(f"| {group} | {len(per_gb)} | {statistics.median(per_gb):.2f} | {per_gb[0]:.2f}–{per_gb[-1]:.2f} |")
         else:

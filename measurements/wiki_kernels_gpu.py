@@ -4,14 +4,14 @@ shape of its operator, on the GPU, with timing and DSL attribution.
     python3 measurements/wiki_kernels_gpu.py [--out measurements/results] [--budget-s 540] [--seeds 2]
                                       [--only rms_norm,fused_moe] [--shapes smoke] [--resume]
 
-Writes measurements/results/wiki_kernels/2026-11-30_h200.json (per kernel: correctness per shape, median time
+Writes wiki_kernels_h200.json under --out (per kernel: correctness per shape, median time
 and IQR per shape, DSL share, the operator score S, conditions) and wiki_kernels_h200.md (the
 table), rewritten after every kernel so a budget stop keeps what was done. --resume skips
 kernels already in the JSON, so a second run finishes the rest. Per-shape S is not recorded:
 together with the time it would give away the shape's speed-of-light figure; the operator
 score (median S over correct shapes) is. Afterwards, write the figures into the kernels:
 
-    python3 -m atrex_mcp.wiki.stamp measurements/results/wiki_kernels/2026-11-30_h200.json
+    python3 -m atrex_mcp.wiki.stamp OUT/wiki_kernels_h200.json
 
 A run restricted with --shapes is stamped as a subset: shapes, correctness and times go in,
 the operator score is marked pending (over a subset it is not the operator's S).
@@ -26,15 +26,15 @@ import statistics
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from atrex_mcp.candidate_contract import check_contract  # noqa: E402
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, evaluate  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.wiki.corpus import kernel_front_matter  # noqa: E402
 
 KERNELS = ROOT / "gpu_wiki" / "kernels"
@@ -76,21 +76,32 @@ def _markdown(report: dict) -> str:
     meta = report["meta"]
     subset = meta.get("shapes", "all scored") != "all scored"
     s_column = f"S over shapes {meta['shapes']} only (not the operator S)" if subset else "S"
-    lines = [f"# Wiki reference kernels on {meta.get('gpu') or 'the GPU'} — {meta['date']}", "",
-             f"{meta.get('versions')}; seeds per shape {meta['seeds']}; S = T_SOL / T on the {meta.get('profile', 'h200')} "
-             "profile, median over correct shapes (per-shape S is not published"
-             + ("; over a one-shape subset the median is that shape's S: evaluator-side only, never in the wiki" if subset else "")
-             + ").", "",
-             f"| kernel | operator | shapes correct | median time (ms) | {s_column} | DSL share | failures |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Wiki reference kernels on {meta.get('gpu') or 'the GPU'} — {meta['date']}",
+        "",
+        f"{meta.get('versions')}; seeds per shape {meta['seeds']}; S = T_SOL / T on the {meta.get('profile', 'h200')} "
+        "profile, median over correct shapes (per-shape S is not published"
+        + (
+            "; over a one-shape subset the median is that shape's S: evaluator-side only, never in the wiki"
+            if subset
+            else ""
+        )
+        + ").",
+        "",
+        f"| kernel | operator | shapes correct | median time (ms) | {s_column} | DSL share | failures |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, k in sorted(report["kernels"].items()):
         if "error" in k:
             lines.append(f"| {name} | — | — | — | — | — | harness error: {k['error'][:120]} |")
             continue
         fails = ", ".join(f"{s['id']}: {s['category'] or s['stage']}" for s in k["shapes"] if not s["correct"])[:200]
         fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
-        lines.append(f"| {name} | {k['operator']} | {k['shapes_correct']}/{k['shapes_total']} | {fmt(k['median_time_ms'], '.4g')} "
-                     f"| {fmt(k['operator_score'], '.3f')} | {fmt(k['median_dsl_share'], '.2f')} | {fails} |")
+        lines.append(
+            f"| {name} | {k['operator']} | {k['shapes_correct']}/{k['shapes_total']} | "
+            f"{fmt(k['median_time_ms'], '.4g')} | {fmt(k['operator_score'], '.3f')} | "
+            f"{fmt(k['median_dsl_share'], '.2f')} | {fails} |"
+        )
     lines += ["", f"Not run (budget): {', '.join(report.get('not_run', [])) or 'none'}"]
     return "\n".join(lines) + "\n"
 
@@ -98,11 +109,15 @@ def _markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "results")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting new kernels after this many seconds")
+    parser.add_argument(
+        "--budget-s", type=float, default=540.0, help="stop starting new kernels after this many seconds"
+    )
     parser.add_argument("--seeds", type=int, default=2, help="correctness seeds per shape")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per shape and stage")
     parser.add_argument("--only", default="", help="comma-separated kernel names (file stems)")
-    parser.add_argument("--shapes", default="", help="comma-separated shape ids (default: every scored shape); 'smoke' for a dry run")
+    parser.add_argument(
+        "--shapes", default="", help="comma-separated shape ids (default: every scored shape); 'smoke' for a dry run"
+    )
     parser.add_argument("--resume", action="store_true", help="keep kernels already in the JSON and run the rest")
     args = parser.parse_args(argv)
 
@@ -117,9 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in paths if p.stem in wanted]
     catalog = Catalog()
     deadline = time.time() + args.budget_s
-    report["meta"].update(date=datetime.now(timezone.utc).date().isoformat(), seeds=args.seeds, profile="h200",
+    report["meta"].update(date=datetime.now(UTC).date().isoformat(), seeds=args.seeds, profile="h200",
                           shapes=args.shapes or "all scored")
-    todo = [p for p in paths if not (args.resume and p.stem in report["kernels"] and "error" not in report["kernels"][p.stem])]
+    todo = [
+        p
+        for p in paths
+        if not (args.resume and p.stem in report["kernels"] and "error" not in report["kernels"][p.stem])
+    ]
 
     def save() -> None:
         report["not_run"] = [p.stem for p in paths if p.stem not in report["kernels"]]
@@ -132,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             break
         print(f"[run] {path.stem}", flush=True)
         try:
-            entry = _evaluate_kernel(path, catalog, args.seeds, args.timeout_s, args.shapes.split(",") if args.shapes else None)
-        except Exception:  # a harness failure on one kernel must not lose the others
+            entry = _evaluate_kernel(
+                path, catalog, args.seeds, args.timeout_s, args.shapes.split(",") if args.shapes else None
+            )
+        except Exception:  # noqa: BLE001 - a harness failure on one kernel must not lose the others
             report["kernels"][path.stem] = {"error": traceback.format_exc()[-1500:]}
             print(traceback.format_exc(), flush=True)
         else:

@@ -110,7 +110,9 @@ class ArenaWriter:
         """Copy every tensor of a checked output into the first `arena_bytes` of the arena when
         it fits; returns its manifest, whose `written` says whether it did."""
         structure, items = output_items(value)
-        entries = [{"key": key, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for key, t in items]
+        entries = [
+            {"key": key, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)} for key, t in items
+        ]
         offsets, span = layout(tensor_sizes(value))
         written = span <= arena_bytes
         if written and span:

@@ -55,7 +55,7 @@ def apply_rlimits(limits: dict[str, int], report: IsolationReport) -> None:
         if name == "DATA_EXTRA":
             value = _vm_data_bytes() + value
         which = getattr(resource, resource_name)
-        soft, hard = resource.getrlimit(which)
+        _soft, hard = resource.getrlimit(which)
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         try:
@@ -117,8 +117,12 @@ def enter(rlimits: dict[str, int], landlock_rules: dict[str, int] | None, tcp_po
         report.warnings.append(f"seccomp filter not enforced ({filtered.error}): file metadata, sockets and shared "
                                "memory are limited by uid, Landlock and the network namespace only")
     if landlock_rules is None:
-        report.landlock = asdict(landlock.LandlockReport(abi=landlock.abi_version(), error="disabled by ATREX_SANDBOX_LANDLOCK=0"))
-        report.warnings.append("Landlock disabled by ATREX_SANDBOX_LANDLOCK=0: hidden files are protected by uid and permissions only")
+        report.landlock = asdict(
+            landlock.LandlockReport(abi=landlock.abi_version(), error="disabled by ATREX_SANDBOX_LANDLOCK=0")
+        )
+        report.warnings.append(
+            "Landlock disabled by ATREX_SANDBOX_LANDLOCK=0: hidden files are protected by uid and permissions only"
+        )
         return report
     result = landlock.restrict(landlock_rules, tcp_ports=tcp_ports or [], abstract_unix=abstract_unix)
     report.landlock = asdict(result)

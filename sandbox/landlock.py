@@ -31,12 +31,28 @@ _SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1, 2
 
 READ = READ_FILE | READ_DIR
 READ_EXEC = READ | EXECUTE
-READ_WRITE = READ_EXEC | WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MAKE_SYM | MAKE_FIFO | MAKE_SOCK | REFER | TRUNCATE
+READ_WRITE = (
+    READ_EXEC
+    | WRITE_FILE
+    | REMOVE_DIR
+    | REMOVE_FILE
+    | MAKE_DIR
+    | MAKE_REG
+    | MAKE_SYM
+    | MAKE_FIFO
+    | MAKE_SOCK
+    | REFER
+    | TRUNCATE
+)
 DEVICE = READ_FILE | WRITE_FILE | TRUNCATE
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -74,7 +90,9 @@ def abi_version() -> int:
     return max(int(version), 0)
 
 
-def restrict(rules: dict[str, int], tcp_ports: list[int] | tuple[int, ...] = (), abstract_unix: bool = False) -> LandlockReport:
+def restrict(
+    rules: dict[str, int], tcp_ports: list[int] | tuple[int, ...] = (), abstract_unix: bool = False
+) -> LandlockReport:
     """Allow only `rules` (path → rights, applied beneath a directory); deny all other file
     access, TCP, and signals/abstract sockets leaving the sandbox where the ABI can.
 
@@ -114,13 +132,31 @@ def restrict(rules: dict[str, int], tcp_ports: list[int] | tuple[int, ...] = (),
                 if not stat.S_ISDIR(os.fstat(fd).st_mode):
                     allowed &= _FILE_RIGHTS
                 rule = _PathBeneathAttr(allowed_access=allowed, parent_fd=fd)
-                if libc.syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                if (
+                    libc.syscall(
+                        add_rule,
+                        ctypes.c_int(ruleset),
+                        ctypes.c_int(_RULE_PATH_BENEATH),
+                        ctypes.byref(rule),
+                        ctypes.c_uint32(0),
+                    )
+                    != 0
+                ):
                     report.skipped_paths.append(f"{path} ({os.strerror(ctypes.get_errno())})")
             finally:
                 os.close(fd)
         for port in tcp_ports if report.abi >= 4 else ():
-            rule = _NetPortAttr(allowed_access=_NET_BIND_TCP | _NET_CONNECT_TCP, port=port)
-            if libc.syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+            port_rule = _NetPortAttr(allowed_access=_NET_BIND_TCP | _NET_CONNECT_TCP, port=port)
+            if (
+                libc.syscall(
+                    add_rule,
+                    ctypes.c_int(ruleset),
+                    ctypes.c_int(_RULE_NET_PORT),
+                    ctypes.byref(port_rule),
+                    ctypes.c_uint32(0),
+                )
+                != 0
+            ):
                 report.error = f"landlock_add_rule(port {port}): {os.strerror(ctypes.get_errno())}"
                 return report
             report.tcp_ports.append(port)

@@ -38,17 +38,29 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from sandbox import landlock, protocol, scratch as scratch_files, syscall_filter
+from sandbox import landlock, protocol, syscall_filter
+from sandbox import scratch as scratch_files
 from sandbox.messages import ExitRequest, InitRequest, Request
 
 SANDBOX_UID = SANDBOX_GID = 65534
-_PASS_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
-             "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "OMP_NUM_THREADS")
+_PASS_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "LD_LIBRARY_PATH",
+    "TRITON_PTXAS_PATH",
+    "TRITON_CUOBJDUMP_PATH",
+    "TRITON_NVDISASM_PATH",
+    "TRITON_LIBCUDA_PATH",
+    "OMP_NUM_THREADS",
+)
 _SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd", "/etc/group",
               "/etc/nsswitch.conf", "/etc/localtime", "/etc/host.conf", "/etc/hosts")
@@ -91,12 +103,16 @@ class LaunchSpec:
     # A command the worker's interpreter runs under (e.g. ncu and its options): inside the
     # namespaces and after the uid switch, so it is confined with the worker it wraps.
     wrapper: list[str] = field(default_factory=list)
-    read_roots: list[Path] = field(default_factory=list)  # extra read/execute roots for the worker (a wrapper's injected libraries)
+    read_roots: list[Path] = field(
+        default_factory=list
+    )  # extra read/execute roots for the worker (a wrapper's injected libraries)
     # Openings a wrapper's injected library needs to talk to its front end (ncu: TCP from port 49152,
     # abstract unix sockets); both stay closed unless the wrapper asks for them.
     tcp_ports: list[int] = field(default_factory=list)
     abstract_unix: bool = False
-    extra_rules: dict[str, int] = field(default_factory=dict)  # more Landlock paths (path → rights), never a protected root
+    extra_rules: dict[str, int] = field(
+        default_factory=dict
+    )  # more Landlock paths (path → rights), never a protected root
     file_size_bytes: int = 16 << 30
     # What the worker may write: tmp/ and .cache/ of the scratch directory share a tmpfs of this
     # size in its mount namespace. Not for a wrapped worker: a profiler's log and the compiler
@@ -141,7 +157,7 @@ def import_paths() -> list[str]:
     PYTHONPATH does not reach it, and a checkout that is not installed is found only through
     the cwd). In a checkout Landlock still allows only the sandbox package under that
     directory (`landlock_rules`)."""
-    paths = []
+    paths: list[str] = []
     for entry in [*sys.path, str(Path(__file__).resolve().parent.parent)]:
         if entry and os.path.isdir(entry) and _real(entry) not in [_real(p) for p in paths]:
             paths.append(str(_real(entry)))
@@ -246,7 +262,7 @@ def _namespaces() -> Namespaces:
     tool, sh = shutil.which("unshare"), shutil.which("sh")
     if os.geteuid() != 0 or tool is None:
         return Namespaces()
-    base = (tool, "--pid", "--fork", "--kill-child")
+    base: tuple[str, ...] = (tool, "--pid", "--fork", "--kill-child")
     network = subprocess.run([*base, "--net", "true"], capture_output=True, timeout=20).returncode == 0
     if network:
         base = (*base, "--net")
@@ -294,8 +310,10 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
     else:
         blocked = [p for p in [sys.executable, *sys_path] if not _reachable_by_others(_real(p))]
         if blocked:
-            notes.append(f"uid 65534 cannot reach {blocked[0]} (e.g. an interpreter under /root): the worker stays uid 0 "
-                         "with every capability dropped")
+            notes.append(
+                f"uid 65534 cannot reach {blocked[0]} (e.g. an interpreter under /root): the worker stays uid 0 "
+                "with every capability dropped"
+            )
         else:
             drop_uid = True
     spaces = _namespaces()
@@ -305,7 +323,10 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
         prefix, hides, network, quota = [], False, False, False
         notes.append("setpriv missing: no namespaces (the uid switch needs it after unshare)")
     elif not prefix:
-        notes.append("no PID namespace (needs root and util-linux unshare): a child that leaves the process group survives a kill")
+        notes.append(
+            "no PID namespace (needs root and util-linux unshare): a child that leaves the process group survives a "
+            "kill"
+        )
     elif not hides:
         notes.append("no mount namespace: protected directories are hidden by Landlock alone")
     if not network:
@@ -415,7 +436,9 @@ class Worker:
         if self.plan["prefix"]:
             uid_switch = ([self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
                           if self.plan["drop_uid"] else [])
-            hide = (["sh", "-c", HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else [])
+            hide = (
+                ["sh", "-c", HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else []
+            )
             argv = [*self.plan["prefix"], *hide, *self._root_prelude(), *uid_switch, *argv]
         elif self.plan["drop_uid"]:
             kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}

@@ -125,8 +125,13 @@ def build(report: SeccompReport, *, unix_sockets: bool, tcp: bool, shared_map_by
             _deny(flt, name, report)
     report.shared_map_bytes = shared_map_bytes
     for shared in (_MAP_SHARED, _MAP_SHARED_VALIDATE):
-        _deny(flt, "mmap", report, _arg(3, pyseccomp.MASKED_EQ, _MAP_TYPE_MASK | _MAP_ANONYMOUS, shared | _MAP_ANONYMOUS),
-              _arg(1, pyseccomp.GT, shared_map_bytes))
+        _deny(
+            flt,
+            "mmap",
+            report,
+            _arg(3, pyseccomp.MASKED_EQ, _MAP_TYPE_MASK | _MAP_ANONYMOUS, shared | _MAP_ANONYMOUS),
+            _arg(1, pyseccomp.GT, shared_map_bytes),
+        )
     _deny(flt, "mremap", report, _arg(2, pyseccomp.GT, shared_map_bytes))
     return flt
 

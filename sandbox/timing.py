@@ -74,7 +74,8 @@ def _bound_cuda(snapshot: dict[str, Any]) -> dict[str, Any]:
     stream = snapshot.get("torch.cuda.current_stream")
     if base is None or sync is None or stream is None or not isinstance(base, type) or base.__module__ != "torch._C":
         return {}
-    record_c, elapsed_c = base.record, base.elapsed_time
+    event_type: Any = base
+    record_c, elapsed_c = event_type.record, event_type.elapsed_time
 
     def record(event: Any, *, _record: Callable[..., Any] = record_c, _stream: Callable[[], Any] = stream) -> None:
         _record(event, _stream())
@@ -96,7 +97,7 @@ class Primitives:
     bound: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def capture(cls) -> "Primitives":
+    def capture(cls) -> Primitives:
         snapshot = {}
         for name in WATCHED:
             try:
@@ -133,7 +134,7 @@ class HostEvent:
     def record(self, *, _clock: Callable[[], float] = time.perf_counter) -> None:
         self.t = _clock()
 
-    def elapsed_time(self, end: "HostEvent") -> float:
+    def elapsed_time(self, end: HostEvent) -> float:
         return (end.t - self.t) * 1e3
 
 
@@ -251,8 +252,8 @@ def fit_calls_to_sets(calls: int, sets: int) -> int:
     """The timed calls to make over `sets` input sets when `calls` were planned: a set is timed
     again only where the reuse check can then tell an output cache from honest work. With too
     few sets for that (large inputs), one call per set; else enough reused calls to decide.
-    Before 2026-12-01 a shape with 2-8 sets timed 20 calls, 12-18 of them on reused sets, with
-    the check undecided: a candidate caching its output per input set was timed on cache hits."""
+    Timing 20 calls over 2-8 sets without that would put 12-18 of them on reused sets with the
+    check undecided, and a candidate caching its output per input set would be timed on cache hits."""
     if calls <= sets or reuse_checkable(sets, calls):
         return calls
     more = max(calls, sets + REUSE_MIN_CALLS)
@@ -306,15 +307,29 @@ def _reserve_cached_blocks(blocks: list[tuple[int, torch.device]], copies: int) 
     del held
 
 
-def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, Any]], Any],
-               warmup_inputs: dict[str, Any], input_sets: list[dict[str, Any]], calls: int, warmup: int, flush_bytes: int,
-               spin_us: float | None = None, flush_by_writing: bool = False, *,
-               _median: Callable[[list[float]], float] = statistics.median, _digest: Callable[[Any], Any] = digest,
-               _poison: Callable[[Any, set[int]], None] = poison, _storages: Callable[[Any], set[int]] = storages,
-               _call_order: Callable[[int, int], list[int]] = call_order, _empty: Callable[..., Any] = torch.empty,
-               _no_grad: Callable[[], Any] = torch.no_grad, _reserve: Callable[..., None] = _reserve_cached_blocks,
-               _blocks: Callable[..., Any] = _output_blocks, _device_of: Callable[..., Any] = _device_of,
-               _run: type = TimedRun) -> TimedRun:
+def time_calls(
+    prims: Primitives | Mapping[str, Any],
+    fn: Callable[[dict[str, Any]], Any],
+    warmup_inputs: dict[str, Any],
+    input_sets: list[dict[str, Any]],
+    calls: int,
+    warmup: int,
+    flush_bytes: int,
+    spin_us: float | None = None,
+    flush_by_writing: bool = False,
+    *,
+    _median: Callable[[list[float]], float] = statistics.median,
+    _digest: Callable[[Any], Any] = digest,
+    _poison: Callable[[Any, set[int]], None] = poison,
+    _storages: Callable[[Any], set[int]] = storages,
+    _call_order: Callable[[int, int], list[int]] = call_order,
+    _empty: Callable[..., Any] = torch.empty,
+    _no_grad: Callable[[], Any] = torch.no_grad,
+    _reserve: Callable[..., None] = _reserve_cached_blocks,
+    _blocks: Callable[..., Any] = _output_blocks,
+    _device_of: Callable[..., Any] = _device_of,
+    _run: type = TimedRun,
+) -> TimedRun:
     """Warm up on a separate input set, then `calls` timed calls over `input_sets` in `call_order`.
 
     Between `start` and `end` the host does nothing but the call: the input dict is looked up
@@ -327,7 +342,11 @@ def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, An
     call then writes back, which puts kernels streaming 32–128 MiB 10–35 % above Nsight
     Compute's invalidated-L2 time on the H200; reading brings them to 1–19 %
     (measurements/timing_accuracy.py)."""
-    Event, record, elapsed = prims["torch.cuda.Event"], prims["torch.cuda.Event.record"], prims["torch.cuda.Event.elapsed_time"]
+    Event, record, elapsed = (
+        prims["torch.cuda.Event"],
+        prims["torch.cuda.Event.record"],
+        prims["torch.cuda.Event.elapsed_time"],
+    )
     sync, perf, spin = prims["torch.cuda.synchronize"], prims["time.perf_counter"], prims["torch.cuda._sleep"]
     flush = _empty(flush_bytes, dtype=torch.uint8, device=_device_of(warmup_inputs))
     protected = _storages(warmup_inputs).union(*(_storages(s) for s in input_sets))
@@ -346,7 +365,7 @@ def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, An
         spin_us = min(SPIN_MAX_US, max(SPIN_MIN_US, 3.0 * _median(host_s) * 1e6 + 100.0))
     cycles = int(spin_us * SPIN_CYCLES_PER_US)
 
-    def loop(call: Callable[[dict[str, Any] | None], Any], plan: list[dict[str, Any] | None],
+    def loop(call: Callable[[Any], Any], plan: list[dict[str, Any] | None],
              check: bool) -> tuple[list[float], list[float], list[Any], list[Any], list[float]]:
         n = len(plan)
         starts = [Event(enable_timing=True) for _ in range(n)]
@@ -374,8 +393,13 @@ def time_calls(prims: Primitives | Mapping[str, Any], fn: Callable[[dict[str, An
                 _poison(outs[i - window], protected)
                 outs[i - window] = None
         sync()
-        return ([elapsed(starts[i], ends[i]) for i in range(n)], [elapsed(starts[i], afters[i]) for i in range(n)], outs, sums,
-                host)
+        return (
+            [elapsed(starts[i], ends[i]) for i in range(n)],
+            [elapsed(starts[i], afters[i]) for i in range(n)],
+            outs,
+            sums,
+            host,
+        )
 
     order = _call_order(len(input_sets), calls)
     with _no_grad():

@@ -7,10 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
+from atrex_mcp.evaluate import EvalRequest, EvalResult, evaluate
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.hardware import load_profile
 from atrex_mcp.problemset.roofline import Workload, shape_record
-from atrex_mcp.evaluate import EvalRequest, EvalResult, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPLOITS = Path(__file__).resolve().parent / "exploits"

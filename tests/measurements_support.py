@@ -18,9 +18,19 @@ def shape(sid: str, time_ms: float | None = None, correct: bool = True, seconds:
 
 def result(op: str, shapes: list[ShapeResult], candidate: str = "eager", overhead: Overhead | None = None,
            started_at: str = "2026-01-01T00:00:00+00:00", device: str = "NVIDIA H200") -> EvalResult:
-    return EvalResult(op=op, candidate=candidate, candidate_sha256="0" * 64, dsl="triton", hardware="h200", compiled=True,
-                      shapes=shapes, device=DeviceInfo(kind="cuda", name=device), isolation=Isolation(),
-                      overhead=overhead or Overhead(), started_at=started_at)
+    return EvalResult(
+        op=op,
+        candidate=candidate,
+        candidate_sha256="0" * 64,
+        dsl="triton",
+        hardware="h200",
+        compiled=True,
+        shapes=shapes,
+        device=DeviceInfo(kind="cuda", name=device),
+        isolation=Isolation(),
+        overhead=overhead or Overhead(),
+        started_at=started_at,
+    )
 
 
 def write_run(directory: Path, results: list[EvalResult]) -> Path:

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.paths import REPO_ROOT
+from atrex_mcp.problemset.catalog import Catalog, Shape
 
 PROBLEMS = REPO_ROOT / "problems"
 SHARED_SHAPES = REPO_ROOT.parent / "shared" / "atrex-ops" / "shapes"

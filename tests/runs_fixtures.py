@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.paths import REPO_ROOT
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.measure import CheckResult
@@ -79,8 +79,15 @@ class ScriptedJudge:
         with self._lock:
             self.calls["check"] += 1
         wrong = "# wrong" in source
-        checks = [ShapeCheck(id=s, correct=not (wrong and s == "1"), category="numeric_mismatch" if wrong and s == "1" else None,
-                             message="max abs err 0.5" if wrong and s == "1" else "") for s in shapes]
+        checks = [
+            ShapeCheck(
+                id=s,
+                correct=not (wrong and s == "1"),
+                category="numeric_mismatch" if wrong and s == "1" else None,
+                message="max abs err 0.5" if wrong and s == "1" else "",
+            )
+            for s in shapes
+        ]
         times = KernelTimes(time_ms={s: BASE_MS[s] / _speed(source) for s in shapes}) if timing else KernelTimes()
         return CheckResult(compiled=True, checks=checks, times=times)
 
@@ -101,8 +108,16 @@ class ScriptedJudge:
 
 
 def plan(profile_id: str, category: Category = Category.tiling, expected: float = 1.1) -> Plan:
-    return Plan(change="bigger row block", bottleneck="memory", bottleneck_detail="DRAM 40% of peak", evidence=[profile_id],
-                knowledge=["patterns/row-reductions"], expected_effect=expected, risks=["register pressure"], category=category)
+    return Plan(
+        change="bigger row block",
+        bottleneck="memory",
+        bottleneck_detail="DRAM 40% of peak",
+        evidence=[profile_id],
+        knowledge=["patterns/row-reductions"],
+        expected_effect=expected,
+        risks=["register pressure"],
+        category=category,
+    )
 
 
 def make_service(tmp_path: Path, judge: ScriptedJudge | None = None) -> RunService:

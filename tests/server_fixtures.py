@@ -26,7 +26,9 @@ ERAS = ("auto", "legacy")  # 2026-07-28 (Claude Code) and the 2025 handshake (Co
 def config(tmp_path: Path, mode: str = "optimize", **overrides: Any) -> ServerConfig:
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
-    base = dict(mode=mode, problems=[problems_dir()], state_dir=tmp_path / "state", workspaces=[workspace], devices=["cpu"])
+    base = dict(
+        mode=mode, problems=[problems_dir()], state_dir=tmp_path / "state", workspaces=[workspace], devices=["cpu"]
+    )
     return ServerConfig(**{**base, **overrides})
 
 
@@ -82,7 +84,9 @@ def leaks(text: str, numbers: set[float], strings: set[str]) -> list[str]:
 def with_hanging_forward(source: str, seconds: int) -> str:
     """A candidate whose forward sleeps `seconds` before its work: only cancellation ends its
     evaluation early."""
-    return re.sub(r"(\n    def forward\(self.*\n)", rf"\1        time.sleep({seconds})\n", "import time\n" + source, count=1)
+    return re.sub(
+        r"(\n    def forward\(self.*\n)", rf"\1        time.sleep({seconds})\n", "import time\n" + source, count=1
+    )
 
 
 def live_children() -> set[int]:
@@ -113,6 +117,6 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 90.0) -> N
             return
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}")
+                raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}") from None
             time.sleep(0.2)
     raise TimeoutError(f"nothing listens on port {port} after {timeout} s")

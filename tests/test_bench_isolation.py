@@ -26,8 +26,18 @@ def test_scripted_agent_over_http_with_a_token_in_the_optimizer_condition(tmp_pa
     optimizer condition allows, and only the full knowledge condition hands a served operator's
     kernel out (general, the default, withholds it)."""
     agent = f"{sys.executable} {ROOT / 'examples' / 'bench_scripted_agent.py'}"
-    config, layout = open_run(RunRequest(out=tmp_path / "run", agent=agent, ops="rms_norm", server="http", agent_uid="same",
-                                         condition="optimizer", knowledge="full", budget_minutes=4))
+    config, layout = open_run(
+        RunRequest(
+            out=tmp_path / "run",
+            agent=agent,
+            ops="rms_norm",
+            server="http",
+            agent_uid="same",
+            condition="optimizer",
+            knowledge="full",
+            budget_minutes=4,
+        )
+    )
     summary = BenchRunner(config, layout, live=False).run()
     state = summary.states["rms_norm"]
     assert config.server == "http" and state.submission.outcome == "submitted", state
@@ -80,10 +90,16 @@ def test_agent_of_another_uid_reaches_only_its_workspace_and_the_server(monkeypa
         assert state.status == "done" and state.agent_uid == 65534 and state.submission.outcome == "no_submission"
         lines = layout.transcript("rms_norm").read_text().splitlines()
         assert lines[0] == "65534"
-        assert f"DENIED {private / 'rms_norm' / 'roofline.json'}" in lines and f"DENIED {layout.state_file('rms_norm')}" in lines
+        assert (
+            f"DENIED {private / 'rms_norm' / 'roofline.json'}" in lines
+            and f"DENIED {layout.state_file('rms_norm')}" in lines
+        )
         assert "PROMPT.md input.py reference.py shapes.json" in lines[3] and "WROTE workspace" in lines
         assert "transport=http" in lines and lines[-1].startswith("HTTP/1.1 401"), lines  # up, and it wants the token
         assert layout.workspace("rms_norm").stat().st_uid == 65534
-        assert stat.S_IMODE(layout.ops_dir.stat().st_mode) == 0o700 and RunStore(RunLayout(run)).load_state("rms_norm").attempts == 1
+        assert (
+            stat.S_IMODE(layout.ops_dir.stat().st_mode) == 0o700
+            and RunStore(RunLayout(run)).load_state("rms_norm").attempts == 1
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -55,7 +55,10 @@ def check_run(out: Path, fake) -> None:
     layout = RunLayout(out)
     state = RunStore(layout).load_state(OP)
     assert fake.tool_calls() == STEPS, [e.answer for e in fake.exchanges]
-    assert state.status == "done" and state.submission.outcome == "submitted", (state, layout.agent_log(OP).read_text()[-2000:])
+    assert state.status == "done" and state.submission.outcome == "submitted", (
+        state,
+        layout.agent_log(OP).read_text()[-2000:],
+    )
     assert (out / state.submission.artifact).read_text() == (ROOT / "gpu_wiki" / "kernels" / f"{OP}.py").read_text()
     assert state.usage is not None and state.usage.input_tokens > 0 and state.usage.output_tokens > 0
     assert not state.timed_out and state.elapsed_s < 240
@@ -66,15 +69,36 @@ def test_claude_code_plays_a_whole_operator(base, monkeypatch):
     with fake_anthropic(operator_script()) as fake:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-key-for-tests")
-        code = main(["bench", "run", "--agent", "claude", "--agent-bin", str(binary), "--ops", OP, "--budget-minutes", "4",
-                     "--plain", "--out", str(base / "claude")])
+        code = main(
+            [
+                "bench",
+                "run",
+                "--agent",
+                "claude",
+                "--agent-bin",
+                str(binary),
+                "--ops",
+                OP,
+                "--budget-minutes",
+                "4",
+                "--plain",
+                "--out",
+                str(base / "claude"),
+            ]
+        )
         assert code == 0
     check_run(base / "claude", fake)
-    events = [json.loads(line) for line in RunLayout(base / "claude").transcript(OP).read_text().splitlines() if line.startswith("{")]
+    events = [
+        json.loads(line)
+        for line in RunLayout(base / "claude").transcript(OP).read_text().splitlines()
+        if line.startswith("{")
+    ]
     assert events[-1]["type"] == "result" and events[-1]["result"] == "Finished: the kernel is packaged."
     first = next(e for e in fake.exchanges if e.answer == "tool:list_problems").body
     offered = {t["name"] for t in first["tools"] if t["name"].startswith("mcp__")}
-    assert offered == {f"mcp__atrex__{t}" for t in ("list_problems", "get_problem", "validate", "package")}  # vanilla tools only
+    assert offered == {
+        f"mcp__atrex__{t}" for t in ("list_problems", "get_problem", "validate", "package")
+    }  # vanilla tools only
 
 
 def test_codex_plays_a_whole_operator(base, monkeypatch):
@@ -83,9 +107,29 @@ def test_codex_plays_a_whole_operator(base, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-key-for-tests")
         provider = (f'model_providers.fake={{name="fake", base_url="{fake.base_url}/v1", wire_api="responses", '
                     'env_key="OPENAI_API_KEY"}')
-        code = main(["bench", "run", "--agent", "codex", "--agent-bin", str(binary), "--model", "fake-model", "--ops", OP,
-                     "--agent-arg=-c", '--agent-arg=model_provider="fake"', "--agent-arg=-c", f"--agent-arg={provider}",
-                     "--budget-minutes", "4", "--plain", "--out", str(base / "codex")])
+        code = main(
+            [
+                "bench",
+                "run",
+                "--agent",
+                "codex",
+                "--agent-bin",
+                str(binary),
+                "--model",
+                "fake-model",
+                "--ops",
+                OP,
+                "--agent-arg=-c",
+                '--agent-arg=model_provider="fake"',
+                "--agent-arg=-c",
+                f"--agent-arg={provider}",
+                "--budget-minutes",
+                "4",
+                "--plain",
+                "--out",
+                str(base / "codex"),
+            ]
+        )
         assert code == 0
     check_run(base / "codex", fake)
     transcript = RunLayout(base / "codex").transcript(OP).read_text()

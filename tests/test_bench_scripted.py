@@ -52,9 +52,13 @@ def test_each_operator_ran_in_its_own_workspace_and_was_collected(run_dir):
         state = states[op]
         assert state.status == "done" and state.submission.outcome == "submitted", state
         assert state.exit_code == 0 and not state.timed_out and state.attempts == 1
-        assert (run_dir / state.submission.artifact).read_text() == (ROOT / "gpu_wiki" / "kernels" / f"{op}.py").read_text()
+        assert (run_dir / state.submission.artifact).read_text() == (
+            ROOT / "gpu_wiki" / "kernels" / f"{op}.py"
+        ).read_text()
         transcript = layout.transcript(op).read_text()
-        assert "list_problems:" in transcript and "validate: 1 passed, 0 failed" in transcript and "package:" in transcript
+        assert (
+            "list_problems:" in transcript and "validate: 1 passed, 0 failed" in transcript and "package:" in transcript
+        )
         names = {p.name for p in layout.workspace(op).iterdir()}
         assert names == {"reference.py", "input.py", "shapes.json", "PROMPT.md", "kernel.py", "atrex-package"}
         assert not [p for p in layout.workspace(op).rglob("*") if p.name in HIDDEN_NAMES]
@@ -121,7 +125,11 @@ def test_eval_judges_each_submission_once_and_the_report_says_what_was_not_measu
     assert failures["agent/no_submission"]["operators"] == {"scripted": 1}
     assert failures["contract/file_or_network_access"]["operators"] == {"scripted": 1}
     lines = {line["op"]: line for line in report["runs"][0]["operators"]}
-    assert lines["rms_norm"]["regime"] == "memory" and lines["rms_norm"]["weight"] > 0 and lines[UNKNOWN]["evaluated"] is False
+    assert (
+        lines["rms_norm"]["regime"] == "memory"
+        and lines["rms_norm"]["weight"] > 0
+        and lines[UNKNOWN]["evaluated"] is False
+    )
     html = (out_dir / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 3 and "n/a" in html and "<script" not in html
     markdown = (out_dir / "report.md").read_text()

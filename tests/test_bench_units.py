@@ -24,9 +24,9 @@ from atrex_mcp.agentbench.process import run_agent
 from atrex_mcp.agentbench.progress import ProgressBoard
 from atrex_mcp.agentbench.prompts import OPTIMIZER_TOOLS, VANILLA_TOOLS, render_prompt
 from atrex_mcp.agentbench.runner import RunRequest, open_run, parse_agent
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import package_source
+from atrex_mcp.problemset.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = (ROOT / "gpu_wiki" / "kernels" / "rms_norm.py").read_text()
@@ -35,8 +35,17 @@ ME = isolation.AgentIdentity(os.geteuid(), os.getegid())
 
 def task(tmp_path: Path, endpoint: McpEndpoint, condition: str = "vanilla") -> AgentTask:
     tools = VANILLA_TOOLS if condition == "vanilla" else OPTIMIZER_TOOLS
-    return AgentTask(op="rms_norm", prompt="do it", workspace=tmp_path / "work", home=tmp_path / "home", endpoint=endpoint,
-                     tools=tools, budget_s=600, condition=condition, dsl="triton")
+    return AgentTask(
+        op="rms_norm",
+        prompt="do it",
+        workspace=tmp_path / "work",
+        home=tmp_path / "home",
+        endpoint=endpoint,
+        tools=tools,
+        budget_s=600,
+        condition=condition,
+        dsl="triton",
+    )
 
 
 STDIO = McpEndpoint("stdio", command=["/usr/bin/python3", "-m", "atrex_mcp.cli", "serve"], env={"PYTHONPATH": "/x"})
@@ -72,18 +81,30 @@ def test_the_condition_tool_lists_cover_every_tool_of_the_server(tmp_path):
 def test_claude_command_line_allows_only_the_condition_tools(tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
     monkeypatch.setenv("UNRELATED_SECRET", "do-not-pass")
-    inv = ClaudeDriver(AgentSpec(kind="claude", model="some-model")).invocation(task(tmp_path, STDIO), Path("/bin/claude"))
+    inv = ClaudeDriver(AgentSpec(kind="claude", model="some-model")).invocation(
+        task(tmp_path, STDIO), Path("/bin/claude")
+    )
     argv = inv.argv
     assert argv[:2] == ["/bin/claude", "-p"] and "--strict-mcp-config" in argv
     allowed = argv[argv.index("--allowedTools") + 1].split(",")
     assert {a for a in allowed if a.startswith("mcp__")} == {f"mcp__atrex__{t}" for t in VANILLA_TOOLS}
     denied = argv[argv.index("--disallowedTools") + 1].split(",")
-    assert "Bash" not in allowed and "Bash" in denied and "mcp__atrex__wiki_search" in denied and "mcp__atrex__validate" not in denied
+    assert (
+        "Bash" not in allowed
+        and "Bash" in denied
+        and "mcp__atrex__wiki_search" in denied
+        and "mcp__atrex__validate" not in denied
+    )
     assert argv[argv.index("--model") + 1] == "some-model"
     assert inv.env["ANTHROPIC_API_KEY"] == "sk-test" and "UNRELATED_SECRET" not in inv.env
     assert inv.env["HOME"] == str(tmp_path / "home") and inv.env["ENABLE_TOOL_SEARCH"] == "false"
     config = json.loads(inv.files[tmp_path / "home" / "mcp.json"])["mcpServers"]["atrex"]
-    assert config == {"type": "stdio", "command": "/usr/bin/python3", "args": ["-m", "atrex_mcp.cli", "serve"], "env": {"PYTHONPATH": "/x"}}
+    assert config == {
+        "type": "stdio",
+        "command": "/usr/bin/python3",
+        "args": ["-m", "atrex_mcp.cli", "serve"],
+        "env": {"PYTHONPATH": "/x"},
+    }
 
 
 def test_claude_http_config_carries_the_token(tmp_path):
@@ -94,57 +115,111 @@ def test_claude_http_config_carries_the_token(tmp_path):
 
 @pytest.mark.parametrize("endpoint", [STDIO, HTTP], ids=["stdio", "http"])
 def test_codex_overrides_require_the_server_and_approve_its_tools(tmp_path, endpoint):
-    inv = CodexDriver(AgentSpec(kind="codex", extra_args=["-c", "x=1"])).invocation(task(tmp_path, endpoint, "optimizer"), Path("/bin/codex"))
+    inv = CodexDriver(AgentSpec(kind="codex", extra_args=["-c", "x=1"])).invocation(
+        task(tmp_path, endpoint, "optimizer"), Path("/bin/codex")
+    )
     overrides = [inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "-c"]
     assert "mcp_servers.atrex.required=true" in overrides
     assert 'mcp_servers.atrex.default_tools_approval_mode="approve"' in overrides
     assert f"mcp_servers.atrex.enabled_tools={json.dumps(list(OPTIMIZER_TOOLS))}" in overrides
     assert inv.argv[-1] == "do it" and inv.argv[-3:-1] == ["-c", "x=1"]
     assert inv.env["CODEX_HOME"] == str(tmp_path / "home" / ".codex") and inv.argv.count("--sandbox") == 1
-    replaced = CodexDriver(AgentSpec(kind="codex", extra_args=["--sandbox", "read-only"])).invocation(task(tmp_path, endpoint), Path("/bin/codex"))
+    replaced = CodexDriver(AgentSpec(kind="codex", extra_args=["--sandbox", "read-only"])).invocation(
+        task(tmp_path, endpoint), Path("/bin/codex")
+    )
     assert replaced.argv.count("--sandbox") == 1 and "workspace-write" not in replaced.argv
     if endpoint.transport == "http":
-        assert 'mcp_servers.atrex.bearer_token_env_var="ATREX_MCP_TOKEN"' in overrides and inv.env["ATREX_MCP_TOKEN"] == HTTP.token
+        assert (
+            'mcp_servers.atrex.bearer_token_env_var="ATREX_MCP_TOKEN"' in overrides
+            and inv.env["ATREX_MCP_TOKEN"] == HTTP.token
+        )
     else:
         assert 'mcp_servers.atrex.env={PYTHONPATH = "/x"}' in overrides
 
 
 def test_command_driver_tells_the_task_in_the_environment(tmp_path):
-    inv = CommandDriver(AgentSpec(kind="command", command=["agent", "--x"])).invocation(task(tmp_path, STDIO), Path("/usr/bin/agent"))
+    inv = CommandDriver(AgentSpec(kind="command", command=["agent", "--x"])).invocation(
+        task(tmp_path, STDIO), Path("/usr/bin/agent")
+    )
     assert inv.argv == ["/usr/bin/agent", "--x"]
     env = inv.env
     assert env["ATREX_OP"] == "rms_norm" and env["ATREX_WORKSPACE"] == str(tmp_path / "work")
-    assert json.loads(env["ATREX_MCP_COMMAND"]) == STDIO.command and env["ATREX_ALLOWED_TOOLS"] == ",".join(VANILLA_TOOLS)
+    assert json.loads(env["ATREX_MCP_COMMAND"]) == STDIO.command and env["ATREX_ALLOWED_TOOLS"] == ",".join(
+        VANILLA_TOOLS
+    )
     assert Path(env["ATREX_MCP_CONFIG"]) in inv.files and env["ATREX_PROMPT_FILE"].endswith("PROMPT.md")
 
 
 def test_parse_agent_makes_existing_relative_paths_absolute(monkeypatch):
     monkeypatch.chdir(ROOT)
-    spec = parse_agent("python3 examples/bench_scripted_agent.py --kernels gpu_wiki/kernels --flag", binary=None, model=None,
-                       extra_args=[], pass_env=[])
+    spec = parse_agent(
+        "python3 examples/bench_scripted_agent.py --kernels gpu_wiki/kernels --flag",
+        binary=None,
+        model=None,
+        extra_args=[],
+        pass_env=[],
+    )
     assert spec.kind == "command"
-    assert spec.command == ["python3", str(ROOT / "examples/bench_scripted_agent.py"), "--kernels", str(ROOT / "gpu_wiki/kernels"), "--flag"]
+    assert spec.command == [
+        "python3",
+        str(ROOT / "examples/bench_scripted_agent.py"),
+        "--kernels",
+        str(ROOT / "gpu_wiki/kernels"),
+        "--flag",
+    ]
     assert parse_agent("claude", binary=None, model="m", extra_args=[], pass_env=[]).kind == "claude"
 
 
 def test_usage_from_transcripts(tmp_path):
     claude = tmp_path / "claude.log"
-    claude.write_text("\n".join([json.dumps({"type": "system"}), "not json",
-                                 json.dumps({"type": "result", "num_turns": 3, "total_cost_usd": 0.25,
-                                             "usage": {"input_tokens": 10, "output_tokens": 4, "cache_read_input_tokens": 7,
-                                                       "cache_creation_input_tokens": 2}})]))
+    claude.write_text(
+        "\n".join(
+            [
+                json.dumps({"type": "system"}),
+                "not json",
+                json.dumps(
+                    {
+                        "type": "result",
+                        "num_turns": 3,
+                        "total_cost_usd": 0.25,
+                        "usage": {
+                            "input_tokens": 10,
+                            "output_tokens": 4,
+                            "cache_read_input_tokens": 7,
+                            "cache_creation_input_tokens": 2,
+                        },
+                    }
+                ),
+            ]
+        )
+    )
     usage = ClaudeDriver.usage(claude)
-    assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.cost_usd, usage.turns) == (10, 4, 7, 2, 0.25, 3)
+    assert (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.cost_usd,
+        usage.turns,
+    ) == (10, 4, 7, 2, 0.25, 3)
     codex = tmp_path / "codex.log"
-    codex.write_text("\n".join(json.dumps({"type": "turn.completed", "usage": {"input_tokens": n, "cached_input_tokens": 5, "output_tokens": 3}})
-                               for n in (20, 30)))
+    codex.write_text(
+        "\n".join(
+            json.dumps(
+                {"type": "turn.completed", "usage": {"input_tokens": n, "cached_input_tokens": 5, "output_tokens": 3}}
+            )
+            for n in (20, 30)
+        )
+    )
     usage = CodexDriver.usage(codex)
     assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens, usage.turns) == (40, 10, 6, 2)
     assert ClaudeDriver.usage(tmp_path / "missing.log") is None and CommandDriver.usage(codex) is None
 
 
 def test_progress_text_from_transcript_lines():
-    line = json.dumps({"type": "assistant", "message": {"content": [{"type": "tool_use", "name": "mcp__atrex__validate"}]}})
+    line = json.dumps(
+        {"type": "assistant", "message": {"content": [{"type": "tool_use", "name": "mcp__atrex__validate"}]}}
+    )
     assert ClaudeDriver.describe(line) == "tool validate"
     line = json.dumps({"type": "item.started", "item": {"type": "mcp_tool_call", "tool": "package"}})
     assert CodexDriver.describe(line) == "tool package"
@@ -167,7 +242,9 @@ def test_collect_repackages_the_newest_package_and_notices_edits(tmp_path):
     ws, catalog = _workspace(tmp_path), Catalog()
     package_source(KERNEL, "rms_norm", catalog, ws / "atrex-package" / "old", created_at="2000-01-01T00:00:00+00:00")
     newest = package_source(KERNEL + "\n# v2\n", "rms_norm", catalog, ws / "atrex-package" / "new")
-    package_source((ROOT / "gpu_wiki" / "kernels" / "silu_and_mul.py").read_text(), "silu_and_mul", catalog, ws / "other")  # not this op
+    package_source(
+        (ROOT / "gpu_wiki" / "kernels" / "silu_and_mul.py").read_text(), "silu_and_mul", catalog, ws / "other"
+    )  # not this op
     sub = collect_submission(ws, "rms_norm", catalog, tmp_path / "run" / "sub", tmp_path / "run", "triton")
     assert sub.outcome == "submitted" and sub.found == "atrex-package/new/rms_norm.py" and sub.matches_manifest
     assert (tmp_path / "run" / sub.artifact).read_text().endswith("# v2\n")
@@ -180,7 +257,9 @@ def test_collect_refuses_a_hand_made_package_that_breaks_the_contract(tmp_path):
     ws = _workspace(tmp_path)
     (ws / "pkg").mkdir()
     (ws / "pkg" / "rms_norm.py").write_text("import os\nclass Model:\n    pass\n")
-    (ws / "pkg" / "manifest.json").write_text(json.dumps({"format": "atrex-mcp package 1", "op": "rms_norm", "artifact": {"file": "rms_norm.py"}}))
+    (ws / "pkg" / "manifest.json").write_text(
+        json.dumps({"format": "atrex-mcp package 1", "op": "rms_norm", "artifact": {"file": "rms_norm.py"}})
+    )
     sub = collect_submission(ws, "rms_norm", Catalog(), tmp_path / "sub", tmp_path, "triton")
     assert sub.outcome == "contract_failed" and sub.violations and not (tmp_path / "sub").exists()
 
@@ -191,8 +270,12 @@ def test_collect_ignores_a_symlinked_artifact(tmp_path):
     secret = tmp_path / "elsewhere.py"
     secret.write_text(KERNEL)
     (ws / "pkg" / "rms_norm.py").symlink_to(secret)
-    (ws / "pkg" / "manifest.json").write_text(json.dumps({"format": "atrex-mcp package 1", "op": "rms_norm", "artifact": {"file": "rms_norm.py"}}))
-    assert collect_submission(ws, "rms_norm", Catalog(), tmp_path / "sub", tmp_path, "triton").outcome == "no_submission"
+    (ws / "pkg" / "manifest.json").write_text(
+        json.dumps({"format": "atrex-mcp package 1", "op": "rms_norm", "artifact": {"file": "rms_norm.py"}})
+    )
+    assert (
+        collect_submission(ws, "rms_norm", Catalog(), tmp_path / "sub", tmp_path, "triton").outcome == "no_submission"
+    )
 
 
 # ------------------------------------------------------------------ run settings

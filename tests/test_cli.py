@@ -228,25 +228,50 @@ def test_options_work_after_the_action_and_the_old_flag_still_does(tmp_path, cap
     assert "no runs in" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["evl"], "error: atrex-mcp: argument COMMAND: invalid choice 'evl' (did you mean 'eval'?); choose from bench, config, "
-              "demo, doctor, eval, problems, roofline, runs, score, serve, trace, wiki (see atrex-mcp --help)"),
-    (["problems", "lst"], "error: atrex-mcp problems: argument ACTION: invalid choice 'lst' (did you mean 'list'?); "
-                          "choose from list, show, init, add, build, check (see atrex-mcp problems --help)"),
-    (["eval", "--baseline", "eager", "--op", "rms_nrom"], "error: [input/unknown_problem] Unknown problem 'rms_nrom' "
-                                                          "(did you mean 'rms_norm'?). Hint: Valid choices: "),
-    (["eval", str(EXAMPLE), "--op", "rms_norm", "--shapes", "smok"],
-     "error: [input/unknown_shape] Unknown shape 'smok' (did you mean 'smoke'?). Hint: Valid choices: 0, 1,"),
-    (["eval", str(EXAMPLE), "--op", "rms_norm", "--seeds", "0"],
-     "error: atrex-mcp eval: argument --seeds: must be at least 1 and at most 64, got 0 (see atrex-mcp eval --help)"),
-    (["eval", str(EXAMPLE), "--op", "rms_norm", "--seeds", "-2"],
-     "error: atrex-mcp eval: argument --seeds: must be at least 1 and at most 64, got -2 (see atrex-mcp eval --help)"),
-    (["eval", str(EXAMPLE), "--op", "rms_norm", "--timeout", "nan"],
-     "error: atrex-mcp eval: argument --timeout: must be a number of seconds above 0, got nan "
-     "(see atrex-mcp eval --help)"),
-    (["problems", "show"], "error: atrex-mcp problems show: the following arguments are required: op "
-                           "(see atrex-mcp problems show --help)"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["evl"],
+            "error: atrex-mcp: argument COMMAND: invalid choice 'evl' (did you mean 'eval'?); choose from bench, "
+            "config, demo, doctor, eval, problems, roofline, runs, score, serve, trace, wiki (see atrex-mcp --help)",
+        ),
+        (
+            ["problems", "lst"],
+            "error: atrex-mcp problems: argument ACTION: invalid choice 'lst' (did you mean 'list'?); "
+            "choose from list, show, init, add, build, check (see atrex-mcp problems --help)",
+        ),
+        (
+            ["eval", "--baseline", "eager", "--op", "rms_nrom"],
+            "error: [input/unknown_problem] Unknown problem 'rms_nrom' "
+            "(did you mean 'rms_norm'?). Hint: Valid choices: ",
+        ),
+        (
+            ["eval", str(EXAMPLE), "--op", "rms_norm", "--shapes", "smok"],
+            "error: [input/unknown_shape] Unknown shape 'smok' (did you mean 'smoke'?). Hint: Valid choices: 0, 1,",
+        ),
+        (
+            ["eval", str(EXAMPLE), "--op", "rms_norm", "--seeds", "0"],
+            "error: atrex-mcp eval: argument --seeds: must be at least 1 and at most 64, got 0 (see atrex-mcp eval "
+            "--help)",
+        ),
+        (
+            ["eval", str(EXAMPLE), "--op", "rms_norm", "--seeds", "-2"],
+            "error: atrex-mcp eval: argument --seeds: must be at least 1 and at most 64, got -2 (see atrex-mcp eval "
+            "--help)",
+        ),
+        (
+            ["eval", str(EXAMPLE), "--op", "rms_norm", "--timeout", "nan"],
+            "error: atrex-mcp eval: argument --timeout: must be a number of seconds above 0, got nan "
+            "(see atrex-mcp eval --help)",
+        ),
+        (
+            ["problems", "show"],
+            "error: atrex-mcp problems show: the following arguments are required: op "
+            "(see atrex-mcp problems show --help)",
+        ),
+    ],
+)
 def test_usage_and_input_errors_are_one_line_and_exit_2(argv, expected, capsys):
     assert main(argv) == 2
     assert error_line(capsys).startswith(expected)
@@ -366,8 +391,14 @@ async def test_a_benchmark_mode_server_serves_the_new_problem_without_its_hidden
 
 
 def test_a_chained_exception_shows_the_one_that_ended_the_call():
-    text = ('Traceback (most recent call last):\n  File "/s/candidate.py", line 3, in f\n    d[1]\nKeyError: 1\n\n'
-            'During handling of the above exception, another exception occurred:\n\n'
-            'Traceback (most recent call last):\n  File "/s/candidate.py", line 5, in forward\n    raise ValueError("x")\n'
-            'ValueError: x\n')
-    assert traceback_tail(text, "k.py") == ['  File "k.py", line 5, in forward', '    raise ValueError("x")', "ValueError: x"]
+    text = (
+        'Traceback (most recent call last):\n  File "/s/candidate.py", line 3, in f\n    d[1]\nKeyError: 1\n\n'
+        "During handling of the above exception, another exception occurred:\n\n"
+        'Traceback (most recent call last):\n  File "/s/candidate.py", line 5, in forward\n    raise ValueError("x")\n'
+        "ValueError: x\n"
+    )
+    assert traceback_tail(text, "k.py") == [
+        '  File "k.py", line 5, in forward',
+        '    raise ValueError("x")',
+        "ValueError: x",
+    ]

@@ -24,8 +24,8 @@ from atrex_mcp.cluster.merge import merge_results  # noqa: E402
 from atrex_mcp.cluster.shards import ATTEMPT_TOPIC  # noqa: E402
 from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
-from measurements_support import result, shape  # noqa: E402  (also puts measurements/ on the path)
 from measurements.cluster_runs import make_run  # noqa: E402
+from measurements_support import result, shape  # noqa: E402  (also puts measurements/ on the path)
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every output NaN: the verdict and its figures (all elements mismatch) do not depend on the seeds.
@@ -192,7 +192,7 @@ def test_cluster_targets_and_their_errors(monkeypatch, tmp_path, capsys):
     assert engine.parse_target("local:3") == engine.ClusterTarget(None, 3)
     assert engine.parse_target("tcp://10.0.0.5:8786").address == "tcp://10.0.0.5:8786"
     for bad in ("local:0", "local:x", "gpu-host:8786"):
-        with pytest.raises(AtrexError, match="bad_cluster|neither|whole number"):
+        with pytest.raises(AtrexError, match=r"bad_cluster|neither|whole number"):
             engine.parse_target(bad)
     monkeypatch.setitem(__import__("sys").modules, "distributed", None)
     with pytest.raises(AtrexError) as missing:

@@ -11,9 +11,11 @@ import pytest
 
 pytest.importorskip("distributed")
 
-import measurements_support  # noqa: E402,F401  (puts measurements/ on the path)
-from measurements import cluster_overhead_gpu  # noqa: E402
-from measurements import cluster_scaling  # noqa: E402
+import measurements_support  # noqa: F401  (puts measurements/ on the path)
+from measurements import (
+    cluster_overhead_gpu,
+    cluster_scaling,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -13,11 +13,11 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from atrex_mcp.cluster.engine import connect as connect_cluster  # noqa: E402
 from atrex_mcp.cluster.engine import local_cluster  # noqa: E402
 from atrex_mcp.cluster.remote import ClusterPool  # noqa: E402
 from atrex_mcp.paths import REPO_ROOT  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from tests.server_fixtures import (  # noqa: E402
     config,
     connect,
@@ -40,9 +40,9 @@ def anyio_backend():
 
 @pytest.fixture(scope="module")
 def pool():
-    with local_cluster(["0", "1"]) as cluster:  # worker processes: every job spec and result crosses by pickle
-        with connect_cluster(cluster.scheduler_address) as connection:
-            yield ClusterPool(connection, Catalog()), cluster
+    # worker processes: every job spec and result crosses by pickle
+    with local_cluster(["0", "1"]) as cluster, connect_cluster(cluster.scheduler_address) as connection:
+        yield ClusterPool(connection, Catalog()), cluster
 
 
 def descendants() -> set[int]:
@@ -66,7 +66,7 @@ def _cluster_config(tmp_path, pool, mode="optimize"):
 
 @pytest.mark.slow
 async def test_two_servers_share_the_pool_with_the_local_verdicts(tmp_path, pool):
-    cluster_pool, cluster = pool
+    cluster_pool, _cluster = pool
     (tmp_path / "local").mkdir()
     local_cfg = config(tmp_path / "local")
     wrong = EXAMPLE.read_text().replace("y = x * inv_rms * w", "y = x * inv_rms * w * 1.5")

@@ -170,8 +170,16 @@ def test_chunked_comparison_equals_the_one_chunk_comparison(case):
 
 def test_single_element_chunks_over_several_outputs_and_rules():
     ints, ints_cand = _planted_ints()
-    ref = {"scores": torch.tensor([[1.0, float("nan")], [0.0, 2.0]]), "ids": ints[3:5], "flags": torch.tensor([True, False, True])}
-    cand = {"scores": torch.tensor([[1.01, float("nan")], [0.5, 2.0]]), "ids": ints_cand[3:5], "flags": torch.tensor([True, True, True])}
+    ref = {
+        "scores": torch.tensor([[1.0, float("nan")], [0.0, 2.0]]),
+        "ids": ints[3:5],
+        "flags": torch.tensor([True, False, True]),
+    }
+    cand = {
+        "scores": torch.tensor([[1.01, float("nan")], [0.5, 2.0]]),
+        "ids": ints_cand[3:5],
+        "flags": torch.tensor([True, True, True]),
+    }
     whole = compare_outputs(ref, cand, "x")
     assert [d.mismatches for d in whole.details] == [1, 1, 1]
     assert compare_outputs(ref, cand, "x", chunk=1) == whole

@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate import evaluator
+from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.evaluator import Trial
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.transfer import OutputArena
+from atrex_mcp.problemset.catalog import Catalog
 from sandbox.handoff import ArenaWriter
 from sandbox.timing import input_checksums
 
@@ -41,7 +41,9 @@ class _Session:
 
 
 def _correctness(answer, seeds=5):
-    evaluation = Trial(EvalRequest(op="rms_norm", source="# stand-in", shapes=["0"], seeds=seeds), Catalog(), None, None)
+    evaluation = Trial(
+        EvalRequest(op="rms_norm", source="# stand-in", shapes=["0"], seeds=seeds), Catalog(), None, None
+    )
     session, result = _Session(evaluation, answer), ShapeResult(id="0", correct=False)
     set_bytes = evaluation.correctness(session, evaluation.shapes[0], result)
     session.arena.close()
@@ -59,11 +61,15 @@ def test_every_seed_is_judged_when_the_outputs_are_right():
 def test_the_first_wrong_seed_ends_the_stage():
     result, set_bytes, runs = _correctness(lambda reference: torch.zeros_like(reference))
     assert set_bytes is None and len(runs) == 1
-    assert (result.stage, result.category) == (tx.CORRECTNESS, tx.NUMERIC_MISMATCH) and result.message.startswith("seed #0")
+    assert (result.stage, result.category) == (tx.CORRECTNESS, tx.NUMERIC_MISMATCH) and result.message.startswith(
+        "seed #0"
+    )
 
 
 def test_an_output_that_cannot_fit_is_judged_by_its_manifest():
-    result, _, runs = _correctness(lambda reference: reference.float())  # float32 where bf16 is expected: twice the bytes
+    result, _, runs = _correctness(
+        lambda reference: reference.float()
+    )  # float32 where bf16 is expected: twice the bytes
     assert len(runs) == 1 and (result.stage, result.category) == (tx.RUNTIME, tx.WRONG_DTYPE), result.message
 
 
@@ -84,7 +90,9 @@ def test_a_reference_output_in_a_fragmented_cache_is_moved_and_still_judged(monk
     moves = []
     copy = evaluator._copy_structure
     monkeypatch.setattr(evaluator, "_cache_pins_memory", lambda: True)
-    monkeypatch.setattr(evaluator, "_copy_structure", lambda value, device=None: moves.append(device) or copy(value, device))
+    monkeypatch.setattr(
+        evaluator, "_copy_structure", lambda value, device=None: moves.append(device) or copy(value, device)
+    )
     result, _, runs = _correctness(lambda reference: reference.clone())
     assert result.correct and len(runs) == 5 and moves == ["cpu", "cpu"] * 5  # out to the host and back, per seed
     result, _, runs = _correctness(lambda reference: torch.zeros_like(reference))
@@ -94,6 +102,9 @@ def test_a_reference_output_in_a_fragmented_cache_is_moved_and_still_judged(monk
 def test_the_cache_pins_memory_only_beyond_the_slack(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 1 << 30)
-    for reserved, pinned in (((1 << 30) + evaluator.PINNED_SLACK_BYTES, False), ((2 << 30) + evaluator.PINNED_SLACK_BYTES, True)):
+    for reserved, pinned in (
+        ((1 << 30) + evaluator.PINNED_SLACK_BYTES, False),
+        ((2 << 30) + evaluator.PINNED_SLACK_BYTES, True),
+    ):
         monkeypatch.setattr(torch.cuda, "memory_reserved", lambda reserved=reserved: reserved)
         assert evaluator._cache_pins_memory() is pinned

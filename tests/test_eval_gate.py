@@ -8,12 +8,12 @@ import threading
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main as cli_main
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import EvalRequest, evaluate
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.session import classify
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import EXAMPLES, make_problem_root, run_eval
 
 REFERENCE_MATH = """
@@ -21,7 +21,8 @@ REFERENCE_MATH = """
         xf = x.float()
         return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps) * weight.float()).to(x.dtype)
 """
-HEADER = "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self, *, eps=1e-6):\n        super().__init__()\n        self.eps = eps\n"
+HEADER = ("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self, *, eps=1e-6):\n   "
+          "     super().__init__()\n        self.eps = eps\n")
 
 
 @pytest.fixture(scope="module")
@@ -89,14 +90,29 @@ def test_import_that_hangs_or_exhausts_memory_fails_at_compile(catalog):
 @pytest.mark.parametrize(
     ("error", "expected"),
     [
-        ({"type": "triton.compiler.errors.CompilationError", "message": "at 3:4: ..."}, (tx.COMPILE, tx.KERNEL_COMPILE_ERROR)),
-        ({"type": "torch.AcceleratorError", "message": "CUDA error: an illegal memory access was encountered"}, (tx.RUNTIME, tx.CUDA_FAULT)),
-        ({"type": "builtins.RuntimeError", "message": "CUDA error: device-side assert triggered"}, (tx.RUNTIME, tx.CUDA_FAULT)),
+        (
+            {"type": "triton.compiler.errors.CompilationError", "message": "at 3:4: ..."},
+            (tx.COMPILE, tx.KERNEL_COMPILE_ERROR),
+        ),
+        (
+            {"type": "torch.AcceleratorError", "message": "CUDA error: an illegal memory access was encountered"},
+            (tx.RUNTIME, tx.CUDA_FAULT),
+        ),
+        (
+            {"type": "builtins.RuntimeError", "message": "CUDA error: device-side assert triggered"},
+            (tx.RUNTIME, tx.CUDA_FAULT),
+        ),
         ({"type": "torch.OutOfMemoryError", "message": "CUDA out of memory."}, (tx.RUNTIME, tx.OOM)),
-        ({"type": "builtins.RuntimeError", "message": "DefaultCPUAllocator: can't allocate memory"}, (tx.RUNTIME, tx.OOM)),
+        (
+            {"type": "builtins.RuntimeError", "message": "DefaultCPUAllocator: can't allocate memory"},
+            (tx.RUNTIME, tx.OOM),
+        ),
         ({"type": "builtins.ValueError", "message": "bad"}, (tx.RUNTIME, tx.EXCEPTION)),
         ({"stage": "compile", "category": "no_model", "type": "", "message": ""}, (tx.COMPILE, tx.NO_MODEL)),
-        ({"stage": "compile", "category": "made_up", "type": "builtins.ValueError", "message": ""}, (tx.RUNTIME, tx.EXCEPTION)),
+        (
+            {"stage": "compile", "category": "made_up", "type": "builtins.ValueError", "message": ""},
+            (tx.RUNTIME, tx.EXCEPTION),
+        ),
     ],
 )
 def test_worker_errors_map_to_stable_categories(error, expected):
@@ -132,7 +148,9 @@ def test_numeric_mismatch_reports_where_and_how_much(catalog):
 
 @pytest.mark.slow
 def test_exception_message_reaches_the_caller(catalog):
-    result = run_eval(catalog, HEADER + "\n    def forward(self, x, weight):\n        raise RuntimeError('custom-marker-42')\n")
+    result = run_eval(
+        catalog, HEADER + "\n    def forward(self, x, weight):\n        raise RuntimeError('custom-marker-42')\n"
+    )
     assert "custom-marker-42" in result.shapes[0].message
 
 
@@ -177,8 +195,10 @@ def test_silu_and_mul_example_on_the_shipped_problem():
     if "silu_and_mul" not in catalog.names():
         pytest.skip("problems/silu_and_mul not present")
     source = (EXAMPLES / "silu_and_mul_triton.py").read_text()
-    result = evaluate(EvalRequest(op="silu_and_mul", source=source, shapes=[catalog.visible("silu_and_mul").smoke_shape.id],
-                                  seeds=1), catalog)
+    result = evaluate(
+        EvalRequest(op="silu_and_mul", source=source, shapes=[catalog.visible("silu_and_mul").smoke_shape.id], seeds=1),
+        catalog,
+    )
     assert result.shapes[0].correct, result.shapes[0].message
 
 

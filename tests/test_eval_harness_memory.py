@@ -8,9 +8,9 @@ import weakref
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import evaluator
 from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import EXAMPLES, make_problem_root, run_eval
 
 SOURCE = (EXAMPLES / "rms_norm_triton.py").read_text()

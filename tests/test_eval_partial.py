@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main as cli_main
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import EvalRequest, evaluate
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.session import classify
 from atrex_mcp.evaluate.stop import EvaluationCancelled
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import make_problem_root
 from server_fixtures import live_children
 from test_eval_gate import HEADER, REFERENCE_MATH
@@ -45,15 +45,18 @@ def _assert_finished_then_not_run(result, category: str) -> None:
         assert not shape.judged
     assert "during the correctness stage" in stopped.message and "worker was killed" in stopped.message
     assert "before this shape started" in untouched.message
-    assert result.compiled and result.operator_score_note.startswith("partial: over the 1 judged shapes only, 2 not run")
+    assert result.compiled and result.operator_score_note.startswith(
+        "partial: over the 1 judged shapes only, 2 not run"
+    )
 
 
 @pytest.mark.slow
 def test_a_deadline_mid_evaluation_keeps_the_finished_shape_and_names_the_rest(catalog):
     before = live_children()
     t0 = time.monotonic()
-    result = evaluate(EvalRequest(op="rms_norm", source=STALLS_ON_SHAPE_1, shapes=SHAPES, seeds=1, deadline_s=DEADLINE_S),
-                      catalog)
+    result = evaluate(
+        EvalRequest(op="rms_norm", source=STALLS_ON_SHAPE_1, shapes=SHAPES, seeds=1, deadline_s=DEADLINE_S), catalog
+    )
     assert DEADLINE_S <= time.monotonic() - t0 < DEADLINE_S + 15
     assert result.partial == "deadline"
     _assert_finished_then_not_run(result, tx.NOT_RUN_DEADLINE)
@@ -80,10 +83,14 @@ def test_a_cancel_after_the_first_shape_raises_with_the_partial_result_attached(
 
 
 def test_a_deadline_during_the_candidate_load_judges_nothing_and_claims_no_score(catalog):
-    result = evaluate(EvalRequest(op="rms_norm", source=LOAD_STALLS, shapes=["0", "1"], seeds=1, deadline_s=2.0), catalog)
+    result = evaluate(
+        EvalRequest(op="rms_norm", source=LOAD_STALLS, shapes=["0", "1"], seeds=1, deadline_s=2.0), catalog
+    )
     assert result.partial == "deadline" and not result.compiled and result.compile_error is None
     assert {s.category for s in result.shapes} == {tx.NOT_RUN_DEADLINE}
-    assert all("during the candidate's load" in s.message and "no shape had started" in s.message for s in result.shapes)
+    assert all(
+        "during the candidate's load" in s.message and "no shape had started" in s.message for s in result.shapes
+    )
     assert result.operator_score is None and "no shape was judged" in result.operator_score_note
 
 
@@ -98,7 +105,10 @@ def test_a_complete_evaluation_under_a_deadline_is_not_partial(catalog):
 def test_not_run_is_a_stage_of_its_own_that_a_worker_cannot_claim():
     assert tx.stage_of(tx.NOT_RUN_DEADLINE) == tx.stage_of(tx.NOT_RUN_CANCELLED) == tx.NOT_RUN
     assert tx.NOT_RUN not in tx.STAGES
-    assert classify({"stage": tx.NOT_RUN, "category": tx.NOT_RUN_DEADLINE, "type": "builtins.RuntimeError"}) == (tx.RUNTIME, tx.EXCEPTION)
+    assert classify({"stage": tx.NOT_RUN, "category": tx.NOT_RUN_DEADLINE, "type": "builtins.RuntimeError"}) == (
+        tx.RUNTIME,
+        tx.EXCEPTION,
+    )
 
 
 def test_a_worker_cannot_claim_a_verdict_of_the_trusted_side():
@@ -106,7 +116,10 @@ def test_a_worker_cannot_claim_a_verdict_of_the_trusted_side():
     side's findings: from a worker they are read as the exception they are."""
     for stage, category in ((tx.CORRECTNESS, tx.HARNESS_OOM), (tx.CORRECTNESS, tx.NUMERIC_MISMATCH),
                             (tx.PERFORMANCE, tx.TIMING_TAMPERED)):
-        assert classify({"stage": stage, "category": category, "type": "builtins.RuntimeError"}) == (tx.RUNTIME, tx.EXCEPTION)
+        assert classify({"stage": stage, "category": category, "type": "builtins.RuntimeError"}) == (
+            tx.RUNTIME,
+            tx.EXCEPTION,
+        )
     assert classify({"stage": tx.COMPILE, "category": tx.SYNTAX_ERROR}) == (tx.COMPILE, tx.SYNTAX_ERROR)
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.dsl import CANDIDATE_DSL, FRAMEWORK, GENERATED, LIBRARY, TritonAdapter, dsl_share
 from atrex_mcp.evaluate.leakguard import MASK, LeakGuard
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import CANARY, EXAMPLES, ROOT, make_problem_root
 from sandbox import landlock, protocol
 from sandbox.launcher import LaunchSpec, import_paths, landlock_rules
@@ -33,7 +33,7 @@ def test_allow_list_never_reaches_a_protected_root(tmp_path):
 
 
 def test_profiler_openings_never_reach_a_protected_root(tmp_path):
-    """ncu needs the whole file system readable (measurements/results/ncu_probe/2026-11-30_h200.json); the opening
+    """ncu needs the whole file system readable (measured on the H200 by measurements/ncu_probe.py); the opening
     still leaves out every protected root and the checkout, and opens nothing for writing."""
     from atrex_mcp.profiling.ncu import NCU_OPENINGS
 
@@ -87,7 +87,10 @@ def test_leak_guard_output_never_depends_on_hidden_values(tmp_path):
     catalog = Catalog(make_problem_root(tmp_path / "problems"))
     guard = LeakGuard.for_problem(catalog, "rms_norm")
     assert guard.scrub(f"ValueError: {CANARY}") == (f"ValueError: {CANARY}", True)
-    assert guard.scrub("ValueError: rms_norm failed at shape (4, 64)") == ("ValueError: rms_norm failed at shape (4, 64)", False)
+    assert guard.scrub("ValueError: rms_norm failed at shape (4, 64)") == (
+        "ValueError: rms_norm failed at shape (4, 64)",
+        False,
+    )
 
 
 def test_leak_guard_finds_hidden_figures_in_any_rounding_unit_or_notation():
@@ -95,7 +98,13 @@ def test_leak_guard_finds_hidden_figures_in_any_rounding_unit_or_notation():
     for quoted in ("t = 0.0043521.", "0.00435 ms", "4.352 us", "4352.1 ns", "4.35e-3", "4.3521E-03", "t_0.00435x",
                    "1253400.0", "17.254", "0.0172539 s", "from ATREX-HIDDEN-PROVENANCE-TEXT/x"):
         assert guard.leaks(quoted), quoted
-    for honest in ("max abs error 0.5", "size 2147483648 overflows int32; 12582912 bytes", "line 435", "0.004", "x 3.6.0"):
+    for honest in (
+        "max abs error 0.5",
+        "size 2147483648 overflows int32; 12582912 bytes",
+        "line 435",
+        "0.004",
+        "x 3.6.0",
+    ):
         assert not guard.leaks(honest), honest
     assert guard.scrub("t = 0.0043521 ms")[0] == guard.scrub("t = 0.0099999 ms")[0] == f"t = {MASK} ms"
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import EvalRequest, Standby, evaluate, open_session
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import CANARY, EXAMPLES, make_problem_root
 from sandbox.messages import ProfileRequest
 
@@ -52,7 +52,9 @@ def test_a_series_adopts_the_worker_spawned_during_the_evaluation_before(catalog
     assert first.overhead.spawned_ahead_s == 0.0 and alone.overhead.spawned_ahead_s == 0.0
     assert second.overhead.spawned_ahead_s > 0.0
     for result in (first, second):
-        assert [(s.id, s.correct, s.category) for s in result.shapes] == [(s.id, s.correct, s.category) for s in alone.shapes]
+        assert [(s.id, s.correct, s.category) for s in result.shapes] == [
+            (s.id, s.correct, s.category) for s in alone.shapes
+        ]
         # the same sandbox (RLIMIT_DATA is the worker's own mapped size at init plus a fixed allowance)
         assert result.isolation.model_dump(exclude={"rlimits"}) == alone.isolation.model_dump(exclude={"rlimits"})
         assert result.isolation.rlimits.keys() == alone.isolation.rlimits.keys()

@@ -58,7 +58,9 @@ def test_honest_drifting_timings_raise_no_reuse_flag():
     rng = random.Random(3)
     first, phase = reuse_phase(38, 200)
     # clocks ramp up: the first calls are twice as slow, and noise is heavy, for fresh and reused alike
-    per_call = [0.069 * (2.0 if i < 30 else 1.0) * (1 + 0.4 * rng.random()) + (rng.random() < 0.1) * 0.2 for i in range(200)]
+    per_call = [
+        0.069 * (2.0 if i < 30 else 1.0) * (1 + 0.4 * rng.random()) + (rng.random() < 0.1) * 0.2 for i in range(200)
+    ]
     verdict = input_reuse(per_call, first, phase)
     assert verdict.decided and not verdict.detected
 
@@ -96,7 +98,9 @@ def test_input_checksums_are_exact_byte_sums_for_any_chunk_size():
               "view": torch.randn(64, 48).t(), "empty": torch.empty(0), "eps": 1e-6}
     exact = {name: int(t.contiguous().view(-1).view(torch.uint8).to(torch.int64).sum()) for name, t in inputs.items()
              if isinstance(t, torch.Tensor)}
-    assert input_checksums(inputs) == input_checksums(inputs, chunk=97) == input_checksums(inputs, chunk=1 << 20) == exact
+    assert (
+        input_checksums(inputs) == input_checksums(inputs, chunk=97) == input_checksums(inputs, chunk=1 << 20) == exact
+    )
 
 
 def test_digest_is_the_same_for_any_chunk_size():

@@ -37,7 +37,11 @@ def _hand_over(arena, value, room=None):
 
 def _same(a, b):
     """Equal dtype, shape and bytes (fp8 has no torch.equal)."""
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    )
 
 
 @pytest.mark.parametrize("value", [

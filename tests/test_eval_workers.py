@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import CandidateFailed, LaunchOptions, open_session
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.evaluator_judge import EvaluatorJudge
 from eval_support import EXAMPLES, make_problem_root
 
@@ -35,13 +35,13 @@ def test_session_checks_and_runs_forwards_under_a_wrapper(catalog):
 
 @pytest.mark.slow
 def test_unwrapped_load_failure_and_unchecked_timing(catalog):
-    with pytest.raises(CandidateFailed) as caught:
-        with open_session(catalog, "rms_norm", WRAPPED + "class Model: pass\n", shapes=["0"]):
-            pass
+    with pytest.raises(CandidateFailed) as caught, \
+            open_session(catalog, "rms_norm", WRAPPED + "class Model: pass\n", shapes=["0"]):
+        pass
     assert caught.value.failure.category == "import_error"
-    with open_session(catalog, "rms_norm", (EXAMPLES / "rms_norm_triton.py").read_text(), shapes=["0"]) as worker:
-        with pytest.raises(ValueError, match="check"):
-            worker.time("0")
+    with open_session(catalog, "rms_norm", (EXAMPLES / "rms_norm_triton.py").read_text(), shapes=["0"]) as worker, \
+            pytest.raises(ValueError, match="check"):
+        worker.time("0")
 
 
 def test_interleaved_timing_needs_a_gpu(catalog):

@@ -13,18 +13,19 @@ import time
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.models import Overhead
 from atrex_mcp.evaluate.scoring import floor_aware_score
+from atrex_mcp.problemset.catalog import Catalog
+from measurements import (
+    baselines,
+    compile_estimate,
+    eval_cost,
+    launch_floor,
+    stability,
+    timing_accuracy,
+    transfer_cost,
+)
 from measurements_support import MEASUREMENTS, result, shape, write_run
-
-from measurements import baselines  # noqa: E402
-from measurements import compile_estimate  # noqa: E402
-from measurements import eval_cost  # noqa: E402
-from measurements import launch_floor  # noqa: E402
-from measurements import stability  # noqa: E402
-from measurements import transfer_cost  # noqa: E402
-from measurements import timing_accuracy  # noqa: E402
 from sandbox.timing import Primitives, plan_calls
 
 
@@ -42,9 +43,13 @@ def test_cost_model_counts_the_calls_the_evaluator_makes():
         full, counted = model.calls(t_ms)
         assert counted == timed and full == 2 * 5 + 2 + warmup + timed + 3 + 2
     assert model.shape_seconds(500.0, "eager") > model.shape_seconds(1.0, "eager")
-    assert model.shape_seconds(1.0, "torch-compile") == pytest.approx(model.shape_seconds(1.0, "eager") + model.compile_s)
+    assert model.shape_seconds(1.0, "torch-compile") == pytest.approx(
+        model.shape_seconds(1.0, "eager") + model.compile_s
+    )
     assert sum(model.parts(2.0, "eager").values()) == pytest.approx(model.shape_seconds(2.0, "eager"))
-    slow = eval_cost.CostModel(compile_s=2.0, compile_by_op={"loopy": eval_cost.CompileFit(5.0, 0.05)})  # longer for longer calls
+    slow = eval_cost.CostModel(
+        compile_s=2.0, compile_by_op={"loopy": eval_cost.CompileFit(5.0, 0.05)}
+    )  # longer for longer calls
     assert slow.parts(1000.0, "torch-compile", "loopy")["compile"] == pytest.approx(55.0)
     assert slow.parts(1000.0, "torch-compile", "other")["compile"] == 2.0
 
@@ -56,17 +61,29 @@ def test_calibration_recovers_the_fixed_costs_from_evaluator_fields():
         shapes, spent = [], 0.0
         for k, t_ms in enumerate((0.1, 2.0, 40.0)):
             full, timed = truth.calls(t_ms)
-            compile_s = truth.compile_s + (truth.compile_first_s if k == 0 else 0.0) if candidate == "torch-compile" else 0.0
+            compile_s = (
+                truth.compile_s + (truth.compile_first_s if k == 0 else 0.0) if candidate == "torch-compile" else 0.0
+            )
             work = full * t_ms / 1e3 + truth.loop_overhead_s(timed) + truth.shape_s
-            seconds = {"correctness": 0.2 * work + compile_s, "first_call_extra": compile_s, "timing": 0.7 * work, "profile": 0.1 * work}
+            seconds = {
+                "correctness": 0.2 * work + compile_s,
+                "first_call_extra": compile_s,
+                "timing": 0.7 * work,
+                "profile": 0.1 * work,
+            }
             spent += work + compile_s
             shapes.append(shape(str(k), t_ms, seconds=seconds))
         return result(op, shapes, candidate, overhead=Overhead(worker_start_s=2.5, total_s=spent + truth.worker_s))
 
-    fitted = eval_cost.CostModel().calibrated([run("a", "eager"), run("b", "eager"), run("c", "torch-compile"), run("d", "torch-compile")])
+    fitted = eval_cost.CostModel().calibrated(
+        [run("a", "eager"), run("b", "eager"), run("c", "torch-compile"), run("d", "torch-compile")]
+    )
     assert fitted.worker_s == pytest.approx(3.0) and fitted.shape_s == pytest.approx(0.5)
     assert fitted.compile_s == pytest.approx(7.0) and fitted.compile_first_s == pytest.approx(20.0)
-    assert fitted.compile_by_op == {"c": (pytest.approx(7.0), 0.0, None), "d": (pytest.approx(7.0), 0.0, None)}  # no eager times: the median
+    assert fitted.compile_by_op == {
+        "c": (pytest.approx(7.0), 0.0, None),
+        "d": (pytest.approx(7.0), 0.0, None),
+    }  # no eager times: the median
     assert fitted.source.startswith("calibrated")
 
 
@@ -74,11 +91,31 @@ def test_calibration_fits_compile_time_to_the_shapes_eager_time_per_operator():
     """A reference that loops in Python compiles longer for longer shapes (Dynamo unrolls the
     loop): with eager times, each operator's compile cost is fitted as a + b × eager ms; a flat
     or falling trend, or fewer than 3 shapes, keeps the median."""
-    eager = {"loopy": {"0": 1.0, "1": 100.0, "2": 1000.0}, "flat": {"0": 1.0, "1": 50.0, "2": 90.0}, "few": {"0": 1.0, "1": 9.0}}
+    eager = {
+        "loopy": {"0": 1.0, "1": 100.0, "2": 1000.0},
+        "flat": {"0": 1.0, "1": 50.0, "2": 90.0},
+        "few": {"0": 1.0, "1": 9.0},
+    }
     compile_s = {"loopy": lambda t: 2.0 + 0.08 * t, "flat": lambda t: 3.0 - 0.001 * t, "few": lambda t: 1.0 + t}
-    runs = [result(op, [shape(sid, 0.5, seconds={"correctness": 1.0 + compile_s[op](t), "first_call_extra": compile_s[op](t),
-                                                 "timing": 0.5})
-                        for sid, t in times.items()], "torch-compile") for op, times in eager.items()]
+    runs = [
+        result(
+            op,
+            [
+                shape(
+                    sid,
+                    0.5,
+                    seconds={
+                        "correctness": 1.0 + compile_s[op](t),
+                        "first_call_extra": compile_s[op](t),
+                        "timing": 0.5,
+                    },
+                )
+                for sid, t in times.items()
+            ],
+            "torch-compile",
+        )
+        for op, times in eager.items()
+    ]
     fitted = eval_cost.CostModel(eager_ms=eager).calibrated(runs)
     assert fitted.compile_by_op["loopy"] == (pytest.approx(2.0), pytest.approx(0.08), None)
     assert fitted.compile_seconds("loopy", 1000.0) == pytest.approx(82.0)
@@ -93,13 +130,22 @@ def test_a_shape_that_ran_into_the_compile_limit_counts_at_the_limit_in_the_fit(
     the smallest shape that ran into the limit on, shapes are predicted at the limit instead of at
     the one short shape's 4 s; shapes between the two lie on the line joining them."""
     eager = {"recurrent": {"0": 0.6, "14": 150.0, "17": 900.0}}
-    timed_out = [shape(sid, correct=False).model_copy(update={"stage": "runtime", "category": "timeout", "time_ms": None,
-                                                              "seconds": {"correctness": 120.0}}) for sid in ("14", "17")]
+    timed_out = [
+        shape(sid, correct=False).model_copy(
+            update={"stage": "runtime", "category": "timeout", "time_ms": None, "seconds": {"correctness": 120.0}}
+        )
+        for sid in ("14", "17")
+    ]
     compiled = shape("0", 0.03, seconds={"correctness": 4.5, "first_call_extra": 4.3, "timing": 0.5})
-    fitted = eval_cost.CostModel(eager_ms=eager).calibrated([result("recurrent", [compiled, *timed_out], "torch-compile")])
+    fitted = eval_cost.CostModel(eager_ms=eager).calibrated(
+        [result("recurrent", [compiled, *timed_out], "torch-compile")]
+    )
     slope = (120.0 - 4.3) / (150.0 - 0.6)
     assert fitted.compile_by_op["recurrent"] == (pytest.approx(4.3 - 0.6 * slope), pytest.approx(slope), 150.0)
-    assert fitted.compile_seconds("recurrent", 0.6) == pytest.approx(4.3) and fitted.compile_seconds("recurrent", 150.0) == 120.0
+    assert (
+        fitted.compile_seconds("recurrent", 0.6) == pytest.approx(4.3)
+        and fitted.compile_seconds("recurrent", 150.0) == 120.0
+    )
     assert fitted.compile_seconds("recurrent", 75.3) == pytest.approx((4.3 + 120.0) / 2)
 
 
@@ -121,7 +167,9 @@ def test_calibration_fits_the_per_shape_cost_to_the_shapes_traffic():
 
 def test_representative_order_gives_every_operator_its_fastest_shape_first():
     times = {"a": {"0": 5.0, "1": 0.1, "2": 1.0, "3": 3.0}, "b": {"0": 0.5}, "c": {"0": 9.0, "1": 2.0}}
-    order = eval_cost.representative_order(times, {"c": 0.6, "a": 0.3, "b": 0.1}, large_shapes=1, large_range_ms=(1.0, 20.0))
+    order = eval_cost.representative_order(
+        times, {"c": 0.6, "a": 0.3, "b": 0.1}, large_shapes=1, large_range_ms=(1.0, 20.0)
+    )
     assert order[:3] == [("c", "1"), ("a", "1"), ("b", "0")]  # by weight, each its fastest
     assert order[3:5] == [("c", "0"), ("a", "3")]  # median shapes
     assert order[5:] == [("a", "0")]  # one large shape, heaviest operator with one left inside the range
@@ -187,8 +235,12 @@ def test_deviation_stats_median_and_p90():
 
 
 def test_compare_runs_pairs_shapes_and_separates_the_20us_threshold(tmp_path):
-    a = write_run(tmp_path / "a", [result("rms_norm", [shape("0", 0.100), shape("1", 0.010), shape("2", 1.0), shape("3", None)])])
-    b = write_run(tmp_path / "b", [result("rms_norm", [shape("0", 0.101), shape("1", 0.013), shape("2", 0.97), shape("4", 1.0)])])
+    a = write_run(
+        tmp_path / "a", [result("rms_norm", [shape("0", 0.100), shape("1", 0.010), shape("2", 1.0), shape("3", None)])]
+    )
+    b = write_run(
+        tmp_path / "b", [result("rms_norm", [shape("0", 0.101), shape("1", 0.013), shape("2", 0.97), shape("4", 1.0)])]
+    )
     report = stability.compare_runs(a, b)
     assert report["pairs"] == 3 and report["above"]["n"] == 2 and report["all"]["n"] == 3
     assert report["above"]["max_abs_dev"] == pytest.approx(0.03)
@@ -203,10 +255,25 @@ def test_compare_runs_reports_host_bound_shapes_apart(tmp_path):
     from atrex_mcp.evaluate.models import TimingStats
 
     def timed(sid, ms, late):
-        return shape(sid, ms).model_copy(update={"timing": TimingStats(median_ms=ms, q1_ms=ms, q3_ms=ms, iqr_ms=0, min_ms=ms, calls=100,
-                                                                       warmup_calls=3, input_sets=2, flush_bytes=1,
-                                                                       covers_side_streams=False, sync_gap_ms=0.01, wall_s=1.0,
-                                                                       host_late_calls=late)})
+        return shape(sid, ms).model_copy(
+            update={
+                "timing": TimingStats(
+                    median_ms=ms,
+                    q1_ms=ms,
+                    q3_ms=ms,
+                    iqr_ms=0,
+                    min_ms=ms,
+                    calls=100,
+                    warmup_calls=3,
+                    input_sets=2,
+                    flush_bytes=1,
+                    covers_side_streams=False,
+                    sync_gap_ms=0.01,
+                    wall_s=1.0,
+                    host_late_calls=late,
+                )
+            }
+        )
 
     a = write_run(tmp_path / "a", [result("rms_norm", [timed("0", 0.5, 0), timed("1", 0.5, 90)])])
     b = write_run(tmp_path / "b", [result("rms_norm", [timed("0", 0.501, 1), timed("1", 0.25, 100)])])
@@ -221,11 +288,21 @@ def test_compare_runs_reports_host_bound_shapes_apart(tmp_path):
 def test_transfer_cost_is_what_correctness_spends_beyond_the_calls_per_output_gb(tmp_path, catalog):
     """Seconds beyond 2 × seeds calls at the timed median, per seed and GB written; small outputs left out."""
     hidden = catalog.hidden("per_token_group_quant_fp8")
-    sizes = {s.id: hidden.roofline_entry(s.id)["bytes_written"] / 1e9 for s in catalog.visible("per_token_group_quant_fp8").scored_shapes}
+    sizes = {
+        s.id: hidden.roofline_entry(s.id)["bytes_written"] / 1e9
+        for s in catalog.visible("per_token_group_quant_fp8").scored_shapes
+    }
     big, small = max(sizes, key=sizes.get), min(sizes, key=sizes.get)
     calls = 2 * 5 * 0.1 / 1e3
-    seconds = {"correctness": 5.0, "first_call_extra": 1.0, "reference_and_compare": 2.0 + calls}  # 6 s beyond the calls
-    run = write_run(tmp_path / "r", [result("per_token_group_quant_fp8", [shape(big, 0.1, seconds=seconds), shape(small, 0.1, seconds=seconds)])])
+    seconds = {
+        "correctness": 5.0,
+        "first_call_extra": 1.0,
+        "reference_and_compare": 2.0 + calls,
+    }  # 6 s beyond the calls
+    run = write_run(
+        tmp_path / "r",
+        [result("per_token_group_quant_fp8", [shape(big, 0.1, seconds=seconds), shape(small, 0.1, seconds=seconds)])],
+    )
     rows = transfer_cost.seconds_per_output_gb(run, catalog, min_output_gb=0.2, seeds=5)
     assert [(op, sid) for _, op, sid in rows] == [("per_token_group_quant_fp8", big)]
     assert rows[0][0] == pytest.approx(6.0 / (5 * sizes[big]))
@@ -258,12 +335,16 @@ def test_compile_estimate_scores_the_sample_beside_eager_on_the_same_shapes(tmp_
 # -- timing accuracy: ncu CSV ------------------------------------------------------------------
 
 def _ncu_csv(rows: list[tuple[str, float, str]]) -> str:
-    header = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC",' \
-             '"Section Name","Metric Name","Metric Unit","Metric Value"'
+    header = (
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid '
+        'Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+    )
     lines = ["==PROF== Connected to process 1", header]
     for i, (name, value, unit) in enumerate(rows):
-        lines.append(f'"{i}","1","python3","h","{name}","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics",'
-                     f'"gpu__time_duration.sum","{unit}","{value}"')
+        lines.append(
+            f'"{i}","1","python3","h","{name}","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler '
+            f'metrics","gpu__time_duration.sum","{unit}","{value}"'
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -291,7 +372,8 @@ def test_run_ncu_wraps_the_child_with_the_clock_left_alone_and_reads_its_log(tmp
     fake.write_text(f"""#!{sys.executable}
 import subprocess, sys
 args = sys.argv[1:]
-for pair in (["--clock-control", "none"], ["--profile-from-start", "off"], ["--cache-control", "all"], ["--metrics", "gpu__time_duration.sum"]):
+for pair in (["--clock-control", "none"], ["--profile-from-start", "off"], ["--cache-control", "all"],
+             ["--metrics", "gpu__time_duration.sum"]):
     i = args.index(pair[0])
     assert args[i + 1] == pair[1], pair
 i = args.index("--log-file")
@@ -335,24 +417,50 @@ def test_case_specs_span_two_microseconds_to_ten_milliseconds():
 # -- baselines report parts -------------------------------------------------------------------
 
 def test_throughput_split_accounts_for_the_whole_wall_time():
-    r = result("rms_norm", [shape("0", 0.1, seconds={"correctness": 3.0, "first_call_extra": 2.0, "reference_and_compare": 0.5,
-                                                     "timing": 1.5, "timed_output_checks": 0.3, "profile": 0.4})],
-               overhead=Overhead(worker_start_s=4.0, candidate_load_s=0.2, total_s=10.0))
+    r = result(
+        "rms_norm",
+        [
+            shape(
+                "0",
+                0.1,
+                seconds={
+                    "correctness": 3.0,
+                    "first_call_extra": 2.0,
+                    "reference_and_compare": 0.5,
+                    "timing": 1.5,
+                    "timed_output_checks": 0.3,
+                    "profile": 0.4,
+                },
+            )
+        ],
+        overhead=Overhead(worker_start_s=4.0, candidate_load_s=0.2, total_s=10.0),
+    )
     split = baselines.throughput_split([r])
-    assert split == {"start_up": 4.0, "candidate_load": 0.2, "compile": 2.0, "correctness": 1.5, "timing": 1.8, "profile": 0.4,
-                     "other": 0.1, "total": 10.0}
+    assert split == {
+        "start_up": 4.0,
+        "candidate_load": 0.2,
+        "compile": 2.0,
+        "correctness": 1.5,
+        "timing": 1.8,
+        "profile": 0.4,
+        "other": 0.1,
+        "total": 10.0,
+    }
 
 
 def test_near_roofline_lists_shapes_above_0_9_with_their_bound(catalog):
     t_sol = catalog.hidden("rms_norm").roofline["shapes"]["0"]["t_sol_ms"]["h200"]
-    rows = baselines.near_roofline([result("rms_norm", [shape("0", t_sol / 0.95), shape("1", 1.0), shape("2", t_sol, correct=False)])],
-                                   catalog)
+    rows = baselines.near_roofline(
+        [result("rms_norm", [shape("0", t_sol / 0.95), shape("1", 1.0), shape("2", t_sol, correct=False)])], catalog
+    )
     assert [(r["shape"], r["bound"]) for r in rows] == [("0", "memory")] and rows[0]["score"] == pytest.approx(0.95)
 
 
 def test_selection_from_an_earlier_run_takes_exactly_its_judged_shapes(tmp_path, catalog):
     not_run = shape("9", correct=False).model_copy(update={"stage": "not_run", "category": "not_run_deadline"})
-    earlier = write_run(tmp_path / "a", [result("rms_norm", [shape("3"), shape("7"), not_run]), result("l2_norm", [shape("1")])])
+    earlier = write_run(
+        tmp_path / "a", [result("rms_norm", [shape("3"), shape("7"), not_run]), result("l2_norm", [shape("1")])]
+    )
     args = argparse.Namespace(shapes_from=earlier, ops=None, skip_judged=[])
     chosen, left = baselines.selection(args, catalog, {}, eval_cost.CostModel(), "eager")
     assert chosen == {"rms_norm": ["3", "7"], "l2_norm": ["1"]} and left == []
@@ -378,9 +486,14 @@ def test_skip_judged_resumes_a_baseline_without_judging_a_shape_twice(tmp_path, 
     lost = shape("9", correct=False).model_copy(update={"stage": "not_run", "category": "not_run_deadline"})
     earlier = write_run(tmp_path / "a", [result("l2_norm", [shape("0"), shape("1", correct=False), lost])])
     scored = [s.id for s in catalog.visible("l2_norm").scored_shapes]
-    for extra in ({"shapes": "all", "select": None}, {"shapes": None, "select": "spread", "per_op": 50, "budget_s": None}):
+    for extra in (
+        {"shapes": "all", "select": None},
+        {"shapes": None, "select": "spread", "per_op": 50, "budget_s": None},
+    ):
         args = argparse.Namespace(shapes_from=None, ops="l2_norm,mrope", skip_judged=[earlier], **extra)
-        chosen, left = baselines.selection(args, catalog, eval_cost.load_reference_times(), eval_cost.CostModel(), "eager")
+        chosen, left = baselines.selection(
+            args, catalog, eval_cost.load_reference_times(), eval_cost.CostModel(), "eager"
+        )
         assert sorted(chosen["l2_norm"], key=int) == [sid for sid in scored if sid not in ("0", "1")], extra
         assert len(chosen["mrope"]) == len(catalog.visible("mrope").scored_shapes)
         assert left == [{"op": "l2_norm", "shape": sid, "reason": baselines.JUDGED_EARLIER} for sid in ("0", "1")]
@@ -401,7 +514,9 @@ def test_a_compile_probe_gives_verdicts_only_for_the_shapes_it_fails(tmp_path, c
     from atrex_mcp.problemset.catalog import Catalog
 
     ids = [s.id for s in Catalog().visible("mrope").scored_shapes]
-    timed = write_run(tmp_path / "timed", [result("mrope", [shape(ids[0], 0.010)], started_at="2026-01-01T00:00:00+00:00")])
+    timed = write_run(
+        tmp_path / "timed", [result("mrope", [shape(ids[0], 0.010)], started_at="2026-01-01T00:00:00+00:00")]
+    )
     timeout = shape(ids[2], correct=False).model_copy(update={"stage": "runtime", "category": "timeout"})
     probe = write_run(tmp_path / "probe", [result("mrope", [_probe_pass(ids[0]), _probe_pass(ids[1]), timeout],
                                                   started_at="2026-01-02T00:00:00+00:00")])
@@ -413,11 +528,17 @@ def test_a_compile_probe_gives_verdicts_only_for_the_shapes_it_fails(tmp_path, c
     baselines.combine(argparse.Namespace(dirs=[timed, probe], out=out, problems=None, exclude=None, why=None))
     by_id = {s["id"]: s for s in json.loads((out / "mrope.eager.json").read_text())["shapes"]}
     assert by_id[ids[0]]["time_ms"] == 0.010 and by_id[ids[0]]["correct"]
-    assert by_id[ids[1]]["stage"] == "not_run" and not by_id[ids[1]]["correct"] and "untimed compile probe" in by_id[ids[1]]["message"]
+    assert (
+        by_id[ids[1]]["stage"] == "not_run"
+        and not by_id[ids[1]]["correct"]
+        and "untimed compile probe" in by_id[ids[1]]["message"]
+    )
     assert by_id[ids[2]]["category"] == "timeout"
     # a verdict set aside when combining (a probe timeout too close to the limit) says why
     with pytest.raises(SystemExit, match="--why"):
-        baselines.combine(argparse.Namespace(dirs=[timed, probe], out=out, problems=None, exclude=f"mrope:{ids[2]}", why=None))
+        baselines.combine(
+            argparse.Namespace(dirs=[timed, probe], out=out, problems=None, exclude=f"mrope:{ids[2]}", why=None)
+        )
     baselines.combine(argparse.Namespace(dirs=[timed, probe], out=out, problems=None, exclude=f"mrope:{ids[2]}",
                                          why="timed out in a probe within the lanes' slow-down of the limit"))
     set_aside = {s["id"]: s for s in json.loads((out / "mrope.eager.json").read_text())["shapes"]}[ids[2]]
@@ -431,13 +552,17 @@ def test_a_compile_probe_gives_verdicts_only_for_the_shapes_it_fails(tmp_path, c
 
 def test_a_compile_probe_does_not_calibrate_the_cost_model(tmp_path):
     """A probe run times nothing and its lanes share the host: --calibrate leaves it out."""
-    probe = write_run(tmp_path / "probe", [result("mrope", [_probe_pass("0")], overhead=Overhead(worker_start_s=99.0, total_s=120.0))])
+    probe = write_run(
+        tmp_path / "probe", [result("mrope", [_probe_pass("0")], overhead=Overhead(worker_start_s=99.0, total_s=120.0))]
+    )
     (probe / "run.json").write_text(json.dumps({"baseline": "eager", "timing": False}))
     timed = write_run(tmp_path / "timed", [result("mrope", [shape("0", 0.01)])])
     (timed / "run.json").write_text(json.dumps({"baseline": "eager", "timing": True}))
     assert baselines.untimed_run(probe) and not baselines.untimed_run(timed) and not baselines.untimed_run(tmp_path)
     args = argparse.Namespace(seeds=5, calibrate=[probe])
-    assert baselines._cost_model(args, Catalog(), {}) == baselines._cost_model(argparse.Namespace(seeds=5, calibrate=[]), Catalog(), {})
+    assert baselines._cost_model(args, Catalog(), {}) == baselines._cost_model(
+        argparse.Namespace(seeds=5, calibrate=[]), Catalog(), {}
+    )
 
 
 @pytest.mark.slow
@@ -448,8 +573,20 @@ def test_lanes_sharing_a_gpu_are_refused_for_timed_work(tmp_path):
         multi_gpu.run_spread([], ["0"], tmp_path, {"baseline": "eager"}, 1.0, None, lanes_per_device=2)
     with pytest.raises(ValueError, match="at least 1"):
         multi_gpu.run_spread([], ["0"], tmp_path, {"baseline": "eager", "timing": False}, 1.0, None, lanes_per_device=0)
-    proc = _script(str(MEASUREMENTS / "baselines.py"), "run", "--baseline", "eager", "--ops", "mrope", "--shapes", "smoke",
-                   "--lanes-per-gpu", "2", "--out", str(tmp_path / "x"))
+    proc = _script(
+        str(MEASUREMENTS / "baselines.py"),
+        "run",
+        "--baseline",
+        "eager",
+        "--ops",
+        "mrope",
+        "--shapes",
+        "smoke",
+        "--lanes-per-gpu",
+        "2",
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert proc.returncode != 0 and "--no-timing" in proc.stderr
 
 
@@ -461,7 +598,16 @@ def _script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_plan_prints_every_operator_and_the_full_issue():
-    proc = _script(str(MEASUREMENTS / "baselines.py"), "plan", "--select", "representative", "--budget-s", "120", "--split-s", "540")
+    proc = _script(
+        str(MEASUREMENTS / "baselines.py"),
+        "plan",
+        "--select",
+        "representative",
+        "--budget-s",
+        "120",
+        "--split-s",
+        "540",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("\n| ") >= 31 and "full issue on one GPU" in proc.stdout
     assert "eager in sessions of 540 s" in proc.stdout and "selection within 120.0 s" in proc.stdout
@@ -469,11 +615,13 @@ def test_plan_prints_every_operator_and_the_full_issue():
 
 @pytest.mark.slow
 def test_gpu_measurements_dry_run_on_cpu(tmp_path):
-    for script, args in (("launch_floor.py", ["measure", "--out", str(tmp_path / "floor.json")]),
-                         ("hbm_mix.py", ["--out", str(tmp_path / "hbm.json")]),
-                         ("reuse_cache_exploit.py", ["--shapes", "0", "--out", str(tmp_path / "reuse.json")]),
-                         ("handoff_cost.py", ["--out", str(tmp_path / "transfer.json")]),
-                         ("timing_accuracy.py", ["--cases", "scale_4KiB,gemm_2048,spin_10ms", "--out", str(tmp_path / "acc.json")])):
+    for script, args in (
+        ("launch_floor.py", ["measure", "--out", str(tmp_path / "floor.json")]),
+        ("hbm_mix.py", ["--out", str(tmp_path / "hbm.json")]),
+        ("reuse_cache_exploit.py", ["--shapes", "0", "--out", str(tmp_path / "reuse.json")]),
+        ("handoff_cost.py", ["--out", str(tmp_path / "transfer.json")]),
+        ("timing_accuracy.py", ["--cases", "scale_4KiB,gemm_2048,spin_10ms", "--out", str(tmp_path / "acc.json")]),
+    ):
         proc = _script(str(MEASUREMENTS / script), *args)
         assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "floor.json").read_text())["note"] == "not timed: no GPU"
@@ -496,7 +644,7 @@ class _HostEvent:
     def record(self):
         self.t = time.perf_counter()
 
-    def elapsed_time(self, end: "_HostEvent") -> float:
+    def elapsed_time(self, end: _HostEvent) -> float:
         return (end.t - self.t) * 1e3
 
 
@@ -526,12 +674,19 @@ def test_hbm_mix_kernels_compute_what_they_claim_and_go_through_the_timing_loop(
     assert {mix for mix, *_ in built.values()} == {"read only", "2:1", "1:1", "write only"}
     x, ab = built["read_triton"][1](), built["read2_write1_triton"][1]()
     assert torch.allclose(built["read_triton"][2](x).sum(), x["x"].float().sum(), rtol=1e-3, atol=1e-2)
-    assert torch.allclose(built["read2_write1_triton"][2](ab).float(), ab["a"].float() * ab["b"].float(), rtol=1e-2, atol=1e-3)
+    assert torch.allclose(
+        built["read2_write1_triton"][2](ab).float(), ab["a"].float() * ab["b"].float(), rtol=1e-2, atol=1e-3
+    )
     assert torch.equal(built["copy_triton"][2](x), x["x"])
     assert torch.equal(built["write_triton"][2](built["write_triton"][1]()), torch.ones(4096, dtype=torch.bfloat16))
     assert built["read2_write1_torch_mul"][3:] == (4 * 4096, 2 * 4096)
     report = time_cases(_cpu_primitives(), built, flush_bytes=4096, ceilings={"h200": 4.8e12})
-    assert set(report["cases"]) == set(built) and set(report["best_by_mix"]) == {"read only", "2:1", "1:1", "write only"}
+    assert set(report["cases"]) == set(built) and set(report["best_by_mix"]) == {
+        "read only",
+        "2:1",
+        "1:1",
+        "write only",
+    }
     for case in report["cases"].values():
         assert case["median_ms"] > 0 and case["of_h200"] == pytest.approx(case["tb_per_s"] * 1e12 / 4.8e12)
 
@@ -577,7 +732,9 @@ def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_no
                                               started_at="2026-01-01T00:00:00+00:00")])
     stopped = shape(ids[1])
     stopped.correct, stopped.stage, stopped.category = False, "not_run", "not_run_deadline"
-    late = write_run(tmp_path / "b", [result("mrope", [shape(ids[0], 0.012), stopped], started_at="2026-01-02T00:00:00+00:00")])
+    late = write_run(
+        tmp_path / "b", [result("mrope", [shape(ids[0], 0.012), stopped], started_at="2026-01-02T00:00:00+00:00")]
+    )
     out = tmp_path / "combined"
     baselines.combine(argparse.Namespace(dirs=[early, late], out=out, problems=None, exclude=None, why=None))
     merged = json.loads((out / "mrope.eager.json").read_text())

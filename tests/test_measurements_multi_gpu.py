@@ -6,14 +6,14 @@ the evaluator."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from atrex_mcp.evaluate.models import Overhead
+from measurements import multi_gpu
+from measurements.eval_cost import Job
 from measurements_support import result, shape
-
-from measurements import multi_gpu  # noqa: E402
-from measurements.eval_cost import Job  # noqa: E402
 
 
 def _jobs(spec: dict[str, list[float]]) -> list[Job]:
@@ -25,7 +25,11 @@ def test_queue_hands_out_the_largest_job_first_with_more_of_its_operator_under_t
     first = queue.take(None)
     assert (first.op, first.shapes) == ("b", ["0"])  # 1 + 9 is over the cap already: alone
     second = queue.take(None)
-    assert (second.op, second.shapes, second.predicted_s) == ("a", ["1", "2"], 8.0)  # 1 + 5 + 2; the 1.0 job would pass 8
+    assert (second.op, second.shapes, second.predicted_s) == (
+        "a",
+        ["1", "2"],
+        8.0,
+    )  # 1 + 5 + 2; the 1.0 job would pass 8
     assert [(b.op, b.shapes) for b in iter(lambda: queue.take(None), None)] == [("a", ["0"]), ("b", ["1"])]
 
 
@@ -98,10 +102,18 @@ def test_a_worker_whose_process_died_stops_and_the_others_finish():
 
 
 def test_merge_orders_shapes_recomputes_the_operator_score_and_sums_overheads():
-    early = result("rms_norm", [shape("3", 1.0, score=0.4), shape("1", 1.0, correct=False)], overhead=Overhead(worker_start_s=5.0, total_s=9.0),
-                   started_at="2026-01-01T00:00:00+00:00")
-    late = result("rms_norm", [shape("2", 1.0, score=0.2), shape("0", 1.0, score=0.8)], overhead=Overhead(worker_start_s=4.0, total_s=7.0),
-                  started_at="2026-01-01T00:01:00+00:00")
+    early = result(
+        "rms_norm",
+        [shape("3", 1.0, score=0.4), shape("1", 1.0, correct=False)],
+        overhead=Overhead(worker_start_s=5.0, total_s=9.0),
+        started_at="2026-01-01T00:00:00+00:00",
+    )
+    late = result(
+        "rms_norm",
+        [shape("2", 1.0, score=0.2), shape("0", 1.0, score=0.8)],
+        overhead=Overhead(worker_start_s=4.0, total_s=7.0),
+        started_at="2026-01-01T00:01:00+00:00",
+    )
     merged = multi_gpu.merge_results([late, early], ["0", "1", "2", "3"])
     assert [s.id for s in merged.shapes] == ["0", "1", "2", "3"]
     assert merged.operator_score == pytest.approx(0.4)  # median of 0.8, 0.2, 0.4 (shape 1 is wrong)
@@ -119,26 +131,33 @@ def test_gpu_devices_follow_cuda_visible_devices(monkeypatch):
 def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_path):
     """One process per device with its own CUDA_VISIBLE_DEVICES, the evaluator in each,
     partial results written and merged (CPU: correctness only)."""
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.evaluate.models import EvalResult
+    from atrex_mcp.problemset.catalog import Catalog
 
     jobs = [Job("rms_norm", "smoke", 2.0), Job("silu_and_mul", "smoke", 1.0), Job("l2_norm", "smoke", 1.5)]
-    schedule = multi_gpu.run_spread(jobs, ["0", "1"], tmp_path / "parts", {"baseline": "eager", "seeds": 1}, batch_fixed_s=5.0,
-                                    deadline_s=None)
+    schedule = multi_gpu.run_spread(
+        jobs, ["0", "1"], tmp_path / "parts", {"baseline": "eager", "seeds": 1}, batch_fixed_s=5.0, deadline_s=None
+    )
     assert schedule.not_run == []
     assert len(schedule.outcomes) == 3 and {o.status for o in schedule.outcomes} == {"ok"}
     adopted = 0
     for outcome in schedule.outcomes:
         assert outcome.visible_devices == outcome.worker  # each process saw only its own device
-        part = EvalResult.model_validate_json(open(outcome.result_file).read())
+        part = EvalResult.model_validate_json(Path(outcome.result_file).read_text())
         assert part.op == outcome.op and [s.id for s in part.shapes] == outcome.shapes and part.shapes[0].correct
         assert part.shapes[0].timing_note == "not timed: no GPU"
         adopted += part.overhead.spawned_ahead_s > 0
     # a process's later batches adopt the worker spawned during the batch before (evaluate.standby)
     assert adopted == len(schedule.outcomes) - len({o.worker for o in schedule.outcomes})
     catalog = Catalog()
-    merged = multi_gpu.merge_results([EvalResult.model_validate_json(open(o.result_file).read()) for o in schedule.outcomes
-                                      if o.op == "rms_norm"], [s.id for s in catalog.visible("rms_norm").shapes])
+    merged = multi_gpu.merge_results(
+        [
+            EvalResult.model_validate_json(Path(o.result_file).read_text())
+            for o in schedule.outcomes
+            if o.op == "rms_norm"
+        ],
+        [s.id for s in catalog.visible("rms_norm").shapes],
+    )
     assert merged.candidate == "eager" and merged.compiled
 
 
@@ -184,5 +203,5 @@ def test_a_real_batch_running_at_the_deadline_keeps_its_finished_shape(tmp_path)
     assert outcome.status == "partial" and outcome.shapes == ["0", "1"]
     assert [(n["shape"], n["reason"].split(":")[0]) for n in schedule.not_run] == [("1", "not_run_deadline")]
     assert "during the correctness stage" in schedule.not_run[0]["reason"]
-    part = EvalResult.model_validate_json(open(outcome.result_file).read())
+    part = EvalResult.model_validate_json(Path(outcome.result_file).read_text())
     assert part.partial == "deadline" and part.shapes[0].correct and not part.shapes[1].judged

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.errors import AtrexError
 from atrex_mcp.candidate_contract import check_contract, strip_main_block
+from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import package_source
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
 from tests.runs_fixtures import KERNEL, OP, loop_with_iterations
 
 REFERENCE = Catalog().visible(OP).reference_source
@@ -26,32 +26,58 @@ def test_the_fixture_kernel_passes():
     assert report.passed and report.kernels == ["_rms_norm_row"] and report.warnings == []
 
 
-@pytest.mark.parametrize("edit, rule", [
-    (("import torch\n", "import torch\nfrom os import system\n"), "file_or_network_access"),
-    (("import torch\n", "import torch\nimport socket\n"), "file_or_network_access"),
-    (("import torch\n", "import torch\nfrom subprocess import run\n"), "file_or_network_access"),
-    (("import torch\n", "import torch\nimport numpy\n"), "file_or_network_access"),
-    (("import torch\n", "import torch\nimport json\n"), "import_not_allowed"),
-    (("import torch\n", "import torch\nfrom . import helpers\n"), "self_contained"),
-    (("import torch\n", "import torch\nfrom torch.utils.cpp_extension import load_inline\n"), "file_or_network_access"),
-    (("out = torch.empty_like(x)", "out = torch.load('cache.pt')"), "file_or_network_access"),
-    (("out = torch.empty_like(x)", "out = torch.empty_like(x); open('/tmp/log', 'w')"), "forbidden_name"),
-    (("out = torch.empty_like(x)", "out = eval('torch.empty_like(x)')"), "forbidden_name"),
-    (("out = torch.empty_like(x)", "out = __import__('torch').empty_like(x)"), "forbidden_name"),
-    (("out = torch.empty_like(x)", "out = torch.empty_like(x); f = x.__class__.__subclasses__"), "forbidden_attribute"),
-    (("out = torch.empty_like(x)", "out = getattr(torch, 'empty' + '_like')(x)"), "dynamic_attribute"),
-    (("class Model(nn.Module):", "class Model:"), "model_not_module"),
-    (("class Model(nn.Module):", "class Net(nn.Module):"), "no_model"),
-    (("def forward(self, x: torch.Tensor, weight: torch.Tensor)", "def forward(self, weight: torch.Tensor, x: torch.Tensor)"), "signature_mismatch"),
-    (("def forward(self, x: torch.Tensor, weight: torch.Tensor)", "def forward(self, x: torch.Tensor)"), "signature_mismatch"),
-    (("def __init__(self, *, eps: float = 1e-6):", "def __init__(self, *, eps: float = 1e-6, block: int):"), "signature_mismatch"),
-    (("def __init__(self, *, eps: float = 1e-6):", "def __init__(self):"), "signature_mismatch"),
-    (("_rms_norm_row[(rows,)](x, weight, out, cols, self.eps, BLOCK=triton.next_power_of_2(cols))",
-      "out = torch.nn.functional.rms_norm(x.float(), (cols,), weight.float(), self.eps).to(x.dtype)"), "dsl_not_used"),
-    (("@triton.jit\n", ""), "dsl_not_used"),
-    (("class Model(nn.Module):", "def test_kernel():\n    assert True\n\n\nclass Model(nn.Module):"), "test_code"),
-    (("import torch\n", "import torch\nimport torch as\n"), "syntax"),
-])
+@pytest.mark.parametrize(
+    "edit, rule",
+    [
+        (("import torch\n", "import torch\nfrom os import system\n"), "file_or_network_access"),
+        (("import torch\n", "import torch\nimport socket\n"), "file_or_network_access"),
+        (("import torch\n", "import torch\nfrom subprocess import run\n"), "file_or_network_access"),
+        (("import torch\n", "import torch\nimport numpy\n"), "file_or_network_access"),
+        (("import torch\n", "import torch\nimport json\n"), "import_not_allowed"),
+        (("import torch\n", "import torch\nfrom . import helpers\n"), "self_contained"),
+        (
+            ("import torch\n", "import torch\nfrom torch.utils.cpp_extension import load_inline\n"),
+            "file_or_network_access",
+        ),
+        (("out = torch.empty_like(x)", "out = torch.load('cache.pt')"), "file_or_network_access"),
+        (("out = torch.empty_like(x)", "out = torch.empty_like(x); open('/tmp/log', 'w')"), "forbidden_name"),
+        (("out = torch.empty_like(x)", "out = eval('torch.empty_like(x)')"), "forbidden_name"),
+        (("out = torch.empty_like(x)", "out = __import__('torch').empty_like(x)"), "forbidden_name"),
+        (
+            ("out = torch.empty_like(x)", "out = torch.empty_like(x); f = x.__class__.__subclasses__"),
+            "forbidden_attribute",
+        ),
+        (("out = torch.empty_like(x)", "out = getattr(torch, 'empty' + '_like')(x)"), "dynamic_attribute"),
+        (("class Model(nn.Module):", "class Model:"), "model_not_module"),
+        (("class Model(nn.Module):", "class Net(nn.Module):"), "no_model"),
+        (
+            (
+                "def forward(self, x: torch.Tensor, weight: torch.Tensor)",
+                "def forward(self, weight: torch.Tensor, x: torch.Tensor)",
+            ),
+            "signature_mismatch",
+        ),
+        (
+            ("def forward(self, x: torch.Tensor, weight: torch.Tensor)", "def forward(self, x: torch.Tensor)"),
+            "signature_mismatch",
+        ),
+        (
+            ("def __init__(self, *, eps: float = 1e-6):", "def __init__(self, *, eps: float = 1e-6, block: int):"),
+            "signature_mismatch",
+        ),
+        (("def __init__(self, *, eps: float = 1e-6):", "def __init__(self):"), "signature_mismatch"),
+        (
+            (
+                "_rms_norm_row[(rows,)](x, weight, out, cols, self.eps, BLOCK=triton.next_power_of_2(cols))",
+                "out = torch.nn.functional.rms_norm(x.float(), (cols,), weight.float(), self.eps).to(x.dtype)",
+            ),
+            "dsl_not_used",
+        ),
+        (("@triton.jit\n", ""), "dsl_not_used"),
+        (("class Model(nn.Module):", "def test_kernel():\n    assert True\n\n\nclass Model(nn.Module):"), "test_code"),
+        (("import torch\n", "import torch\nimport torch as\n"), "syntax"),
+    ],
+)
 def test_bad_files_are_refused_with_the_rule(edit, rule):
     old, new = edit
     assert old in KERNEL
@@ -181,15 +207,24 @@ def test_violations_name_the_line_of_the_submitted_file_and_the_fix():
 
 
 def test_launch_through_helpers_methods_and_attributes_counts():
-    helper = KERNEL.replace("        _rms_norm_row[(rows,)](x, weight, out, cols, self.eps, BLOCK=triton.next_power_of_2(cols))\n",
-                            "        self._launch(x, weight, out)\n").replace(
-        "    def forward(", "    def _launch(self, x, weight, out):\n        _go(x, weight, out, self.eps)\n\n    def forward(") + (
-        "\n\ndef _go(x, weight, out, eps):\n    _rms_norm_row[(x.shape[0],)](x, weight, out, x.shape[1], eps, BLOCK=triton.next_power_of_2(x.shape[1]))\n")
+    helper = KERNEL.replace(
+        "        _rms_norm_row[(rows,)](x, weight, out, cols, self.eps, BLOCK=triton.next_power_of_2(cols))\n",
+        "        self._launch(x, weight, out)\n",
+    ).replace(
+        "    def forward(",
+        "    def _launch(self, x, weight, out):\n        _go(x, weight, out, self.eps)\n\n    def forward(",
+    ) + (
+        "\n\ndef _go(x, weight, out, eps):\n    _rms_norm_row[(x.shape[0],)](x, weight, out, x.shape[1], eps, "
+        "BLOCK=triton.next_power_of_2(x.shape[1]))\n"
+    )
     assert check_contract(helper, REFERENCE).kernels == ["_rms_norm_row"]
-    attribute = KERNEL.replace("        self.eps = eps\n", "        self.eps = eps\n        self.kernel = _rms_norm_row\n").replace(
-        "_rms_norm_row[(rows,)]", "self.kernel[(rows,)]")
+    attribute = KERNEL.replace(
+        "        self.eps = eps\n", "        self.eps = eps\n        self.kernel = _rms_norm_row\n"
+    ).replace("_rms_norm_row[(rows,)]", "self.kernel[(rows,)]")
     assert check_contract(attribute, REFERENCE).passed
-    aliased = KERNEL.replace("import triton\n", "import triton\nfrom triton import jit\n").replace("@triton.jit", "@jit")
+    aliased = KERNEL.replace("import triton\n", "import triton\nfrom triton import jit\n").replace(
+        "@triton.jit", "@jit"
+    )
     assert check_contract(aliased, REFERENCE).passed
     compiled = KERNEL.replace("out = torch.empty_like(x)", "out = torch.empty_like(x)\n        torch.compile")
     assert any("torch.compile" in w for w in check_contract(compiled, REFERENCE).warnings)

@@ -10,10 +10,13 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
+
+from atrex_mcp.problemset.catalog import Shape
 from problem_contract import (
     BF16,
     F16,
@@ -29,8 +32,6 @@ from problem_contract import (
     same_bits,
     smoke,
 )
-
-from atrex_mcp.problemset.catalog import Shape
 
 OPS = catalog().names()
 
@@ -66,7 +67,11 @@ def _reshape_and_cache(s: Shape, _: dict) -> list[Leaf]:
 def _fused_qkv_rope(s: Shape, _: dict) -> list[Leaf]:
     i, dtype = s.inputs, DTYPES[s.inputs["dtype"]]
     t, d = i["total_tokens"], i["head_dim"]
-    return [(0, (t, i["num_heads"], d), dtype), (1, (t, i["num_kv_heads"], d), dtype), (2, (t, i["num_kv_heads"], d), dtype)]
+    return [
+        (0, (t, i["num_heads"], d), dtype),
+        (1, (t, i["num_kv_heads"], d), dtype),
+        (2, (t, i["num_kv_heads"], d), dtype),
+    ]
 
 
 def _mrope(s: Shape, _: dict) -> list[Leaf]:
@@ -85,7 +90,11 @@ def _moe_align_block_size(s: Shape, inputs: dict) -> list[Leaf]:
     block = s.init["block_size"]
     counts = [int((inputs["topk_ids"] == e).sum()) for e in range(s.init["num_experts"])]
     blocks = sum(-(-c // block) for c in counts)
-    return [("sorted_token_ids", (blocks * block,), I32), ("expert_ids", (blocks,), I32), ("num_tokens_post_pad", (1,), I32)]
+    return [
+        ("sorted_token_ids", (blocks * block,), I32),
+        ("expert_ids", (blocks,), I32),
+        ("num_tokens_post_pad", (1,), I32),
+    ]
 
 
 def _gated_delta_rule_update(s: Shape, _: dict) -> list[Leaf]:
@@ -98,8 +107,11 @@ def _chunk_gated_delta_rule_state(s: Shape, _: dict) -> list[Leaf]:
     d = s.inputs
     chunks = -(-d["token_count"] // s.init["chunk_size"])
     hv, kd, vd = d["num_v_heads"], d["key_dim"], d["value_dim"]
-    return [("h", (d["batch_size"], chunks, hv, kd, vd), BF16), ("v_new", (d["batch_size"], d["token_count"], hv, vd), BF16),
-            ("final_state", (d["state_count"], hv, kd, vd), F32)]
+    return [
+        ("h", (d["batch_size"], chunks, hv, kd, vd), BF16),
+        ("v_new", (d["batch_size"], d["token_count"], hv, vd), BF16),
+        ("final_state", (d["state_count"], hv, kd, vd), F32),
+    ]
 
 
 # op -> the outputs SPEC §3 names, from the shape (and, for data-dependent lengths, the inputs)
@@ -108,7 +120,11 @@ OUTPUTS: dict[str, Outputs] = {
     "silu_and_mul": lambda s, _: [(None, (s.inputs["shape"][0], s.inputs["shape"][1] // 2), BF16)],
     "fused_add_rms_norm": lambda s, _: [("out", _th(s), BF16), ("residual", _th(s), BF16)],
     "fused_qk_rmsnorm": lambda s, _: [
-        (None, (s.inputs["num_tokens"], (s.init["head_num"] + 2 * s.init["kv_head_num"]) * s.init["size_per_head"]), F16)
+        (
+            None,
+            (s.inputs["num_tokens"], (s.init["head_num"] + 2 * s.init["kv_head_num"]) * s.init["size_per_head"]),
+            F16,
+        )
     ],
     "gated_rms_norm": lambda s, _: [(None, (s.inputs["rows"], s.inputs["hidden_size"]), BF16)],
     "l2_norm": lambda s, _: [(None, (s.inputs["num_tokens"], s.inputs["hidden_size"]), BF16)],
@@ -167,7 +183,10 @@ def test_shapes_file_has_one_trailing_smoke_shape_and_every_shape_binds(op: str)
     assert smoke_entry == {"id": "smoke", "smoke": True, "init": smoke_entry["init"], "inputs": smoke_entry["inputs"]}
     assert all(set(s) == {"id", "init", "inputs"} for s in scored)
     assert "smoke" not in {s["id"] for s in scored}
-    assert all(s["init"].keys() == smoke_entry["init"].keys() and s["inputs"].keys() == smoke_entry["inputs"].keys() for s in scored)
+    assert all(
+        s["init"].keys() == smoke_entry["init"].keys() and s["inputs"].keys() == smoke_entry["inputs"].keys()
+        for s in scored
+    )
     reference, generator = catalog().load_reference(op), catalog().load_make_inputs(op)
     for shape in data["shapes"]:
         inspect.signature(reference).bind(**shape["init"])

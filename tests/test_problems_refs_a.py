@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from problem_contract import BF16, FN, assert_one_rounding, f64, make_inputs, model, same_bits
 
 # ---------------------------------------------------------------- norms and SwiGLU against float64
@@ -72,7 +73,9 @@ def test_fused_qk_rmsnorm_rounds_twice_and_copies_v() -> None:
         double[:, head] = (w * normed.astype(np.float16).astype(np.float64)).astype(np.float16)
         single[:, head] = (w * normed).astype(np.float16)
     _assert_mostly_exact(out[:, : 4 * 128], double.reshape(2, -1), 2.0**-11)
-    assert (f64(out[:, : 4 * 128]) != single.reshape(2, -1)).sum() > 0, "no element shows the intermediate fp16 rounding"
+    assert (f64(out[:, : 4 * 128]) != single.reshape(2, -1)).sum() > 0, (
+        "no element shows the intermediate fp16 rounding"
+    )
     assert same_bits(out[:, 4 * 128 :], inp["hidden_states"][:, 4 * 128 :])
 
 
@@ -125,7 +128,9 @@ def _e4m3fn_values() -> np.ndarray:
     at 0x7F and 0xFF, no infinities, and a -0 at 0x80."""
     codes = np.arange(256)
     exponent, mantissa = (codes >> 3) & 0xF, codes & 0x7
-    magnitude = np.where(exponent == 0, mantissa / 8 * 2.0**-6, (1 + mantissa / 8) * 2.0 ** (exponent.astype(float) - 7))
+    magnitude = np.where(
+        exponent == 0, mantissa / 8 * 2.0**-6, (1 + mantissa / 8) * 2.0 ** (exponent.astype(float) - 7)
+    )
     values = np.where(codes & 0x80, -magnitude, magnitude)
     values[[0x7F, 0xFF]] = np.nan
     return values
@@ -209,7 +214,9 @@ def test_per_token_group_quant_fp8_codes_use_division(split: str) -> None:
     want = _e4m3fn_codes(np.clip(groups / want_scales[..., None], -FP8_MAX, FP8_MAX)).reshape(3, 96)
     assert np.array_equal(_codes(out["quantized"]), want)
     by_reciprocal = _e4m3fn_codes(np.float32(x) * (np.float32(1.0) / want_scales[1, 1]))
-    assert _codes(out["quantized"])[1, 33] != by_reciprocal, "the split pair no longer separates division from reciprocal"
+    assert _codes(out["quantized"])[1, 33] != by_reciprocal, (
+        "the split pair no longer separates division from reciprocal"
+    )
     assert out["scales"][2, 2].item() == np.float32(1e-10) and not _codes(out["quantized"])[2, 64:].any()
 
 

@@ -12,9 +12,20 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from problem_contract import BF16, HALF_ULP, SLACK, assert_one_rounding, catalog, f64, make_inputs, model, same_bits, smoke
 
 from atrex_mcp.evaluate.compare import compare_outputs
+from problem_contract import (
+    BF16,
+    HALF_ULP,
+    SLACK,
+    assert_one_rounding,
+    catalog,
+    f64,
+    make_inputs,
+    model,
+    same_bits,
+    smoke,
+)
 
 # ---------------------------------------------------------------- against float64 loops
 
@@ -47,7 +58,10 @@ def test_linear_sigmoid_mul_matches_float64_formula() -> None:
     err = np.abs(f64(out) - exact)
     within = err <= HALF_ULP[BF16] * SLACK * np.abs(exact) + FP32_NOISE
     assert within.mean() > 0.99
-    assert (err[~within] <= 0.25 * 2.0**-7 * np.abs(gate[~within]) * np.abs(post[~within]) + 2.0**-8 * np.abs(exact[~within])).all()
+    assert (
+        err[~within]
+        <= 0.25 * 2.0**-7 * np.abs(gate[~within]) * np.abs(post[~within]) + 2.0**-8 * np.abs(exact[~within])
+    ).all()
 
 
 def test_topk_filter_matches_sorted_rows_and_keeps_ties() -> None:
@@ -287,13 +301,19 @@ def test_reshape_and_cache_keeps_untouched_slots() -> None:
     assert not torch.equal(inp["slot_mapping"], torch.arange(len(inp["slot_mapping"])))
 
 
-@pytest.mark.parametrize(("op", "table"), [("paged_attention_decode", "block_tables"), ("unified_attention", "block_table")])
+@pytest.mark.parametrize(
+    ("op", "table"), [("paged_attention_decode", "block_tables"), ("unified_attention", "block_table")]
+)
 def test_block_tables_are_shuffled_distinct_and_matter(op: str, table: str) -> None:
     shape = smoke(op)
     inp = make_inputs(op, 0, **shape.inputs)
     reference = model(op, shape.init)
     bs = shape.inputs["block_size"]
-    lens = [shape.inputs["ctx_len"]] * shape.inputs["num_seqs"] if op == "paged_attention_decode" else shape.inputs["seq_lens"]
+    lens = (
+        [shape.inputs["ctx_len"]] * shape.inputs["num_seqs"]
+        if op == "paged_attention_decode"
+        else shape.inputs["seq_lens"]
+    )
     used = [row[: math.ceil(n / bs)] for row, n in zip(inp[table].tolist(), lens, strict=True)]
     referenced = [b for row in used for b in row]
     num_blocks = inp["k_cache"].shape[0]

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+
 from problem_contract import BF16, FN, make_inputs, model, same_bits
 
 
@@ -33,7 +34,9 @@ def assert_bf16_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 # --- independent checks on tiny inputs -----------------------------------------------------
 
 def test_moe_sum_reduce_matches_naive_sum():
-    reference, x = build("moe_sum_reduce", {"routed_scaling_factor": 2.5}, {"token_count": 3, "top_k": 4, "hidden_size": 5})
+    reference, x = build(
+        "moe_sum_reduce", {"routed_scaling_factor": 2.5}, {"token_count": 3, "top_k": 4, "hidden_size": 5}
+    )
     src = x["expert_outputs"].double()
     expected = torch.tensor(
         [[bf16(sum(src[t, s, h].item() for s in range(4)) * 2.5) for h in range(5)] for t in range(3)]
@@ -69,7 +72,9 @@ def test_moe_topk_gating_softmax_matches_naive_router(groups, keep):
 
 
 def test_moe_count_and_sort_matches_hand_sort():
-    reference, x = build("moe_count_and_sort", {"num_experts": 6, "block_size": 4}, {"token_count": 5, "top_k": 3, "num_experts": 6})
+    reference, x = build(
+        "moe_count_and_sort", {"num_experts": 6, "block_size": 4}, {"token_count": 5, "top_k": 3, "num_experts": 6}
+    )
     flat = x["topk_ids"].flatten().tolist()
     counts = [flat.count(e) for e in range(6)]
     order = [p for e in range(6) for p in range(len(flat)) if flat[p] == e]
@@ -127,11 +132,21 @@ def _unit(vec: list[float]) -> list[float]:
 
 
 def test_gated_delta_rule_update_matches_naive_recurrence():
-    dims = {"batch_size": 2, "token_count": 5, "num_q_heads": 2, "num_v_heads": 4, "key_dim": 4, "value_dim": 3, "state_count": 3}
+    dims = {
+        "batch_size": 2,
+        "token_count": 5,
+        "num_q_heads": 2,
+        "num_v_heads": 4,
+        "key_dim": 4,
+        "value_dim": 3,
+        "state_count": 3,
+    }
     # A threshold of 0.01 sends about half of the softplus arguments down the linear branch.
     init = {"softplus_beta": 1.5, "softplus_threshold": 0.01, "use_qk_l2norm": True, "scale": None}
     reference, x = build("gated_delta_rule_update", init, dims)
-    B, T, Hq, Hv, K, V = (dims[n] for n in ("batch_size", "token_count", "num_q_heads", "num_v_heads", "key_dim", "value_dim"))
+    B, T, Hq, Hv, K, V = (
+        dims[n] for n in ("batch_size", "token_count", "num_q_heads", "num_v_heads", "key_dim", "value_dim")
+    )
     f = {n: t.double() for n, t in x.items()}
     slots = x["initial_state_indices"].tolist()
     out = torch.empty(B, T, Hv, V, dtype=torch.float64)
@@ -148,7 +163,9 @@ def test_gated_delta_rule_update_matches_naive_recurrence():
                 kv = _unit(f["k"][b, t, hq].tolist())
                 qv = [v * K**-0.5 for v in _unit(f["q"][b, t, hq].tolist())]
                 st = [[s * decay for s in row] for row in st]
-                delta = [(f["v"][b, t, j, c].item() - sum(st[i][c] * kv[i] for i in range(K))) * write for c in range(V)]
+                delta = [
+                    (f["v"][b, t, j, c].item() - sum(st[i][c] * kv[i] for i in range(K))) * write for c in range(V)
+                ]
                 st = [[st[i][c] + kv[i] * delta[c] for c in range(V)] for i in range(K)]
                 for c in range(V):
                     out[b, t, j, c] = sum(st[i][c] * qv[i] for i in range(K))
@@ -159,7 +176,15 @@ def test_gated_delta_rule_update_matches_naive_recurrence():
 
 
 def test_chunk_delta_rule_output_matches_naive_loop():
-    dims = {"batch_size": 1, "token_count": 11, "num_q_heads": 2, "num_v_heads": 4, "key_dim": 3, "value_dim": 2, "chunk_size": 4}
+    dims = {
+        "batch_size": 1,
+        "token_count": 11,
+        "num_q_heads": 2,
+        "num_v_heads": 4,
+        "key_dim": 3,
+        "value_dim": 2,
+        "chunk_size": 4,
+    }
     reference, x = build("chunk_delta_rule_output", {"chunk_size": 4, "scale": None}, dims)
     T, Hq, Hv, K, V = 11, 2, 4, 3, 2
     q, k, v, h, g = (x[n].double() for n in ("q", "k", "v", "h", "g"))
@@ -169,20 +194,30 @@ def test_chunk_delta_rule_output_matches_naive_loop():
         for t in range(T):
             c, gi = t // 4, g[0, t, j].item()
             qv = q[0, t, hq].tolist()
-            gates = {l: g[0, l, j].item() for l in range(c * 4, t + 1)}
+            gates = {s: g[0, s, j].item() for s in range(c * 4, t + 1)}
             attn = {
-                l: bf16(sum(qv[i] * k[0, l, hq, i].item() for i in range(K)) * (math.exp(gi - gl) if gi - gl <= 0 else 0.0))
-                for l, gl in gates.items()
+                s: bf16(
+                    sum(qv[i] * k[0, s, hq, i].item() for i in range(K)) * (math.exp(gi - gl) if gi - gl <= 0 else 0.0)
+                )
+                for s, gl in gates.items()
             }
             for col in range(V):
                 inter = sum(qv[i] * h[0, c, j, i, col].item() for i in range(K)) * math.exp(gi)
-                intra = sum(a * v[0, l, j, col].item() for l, a in attn.items())
+                intra = sum(a * v[0, s, j, col].item() for s, a in attn.items())
                 expected[0, t, j, col] = (inter + intra) * K**-0.5
     assert_bf16_close(reference(**x), expected.to(BF16))
 
 
 def test_chunk_gated_delta_rule_state_matches_naive_loop():
-    dims = {"batch_size": 2, "token_count": 11, "num_k_heads": 1, "num_v_heads": 2, "key_dim": 3, "value_dim": 2, "state_count": 4}
+    dims = {
+        "batch_size": 2,
+        "token_count": 11,
+        "num_k_heads": 1,
+        "num_v_heads": 2,
+        "key_dim": 3,
+        "value_dim": 2,
+        "state_count": 4,
+    }
     reference, x = build("chunk_gated_delta_rule_state", {"chunk_size": 4}, dims)
     # Larger w and state make the bf16 rounding of the state visible in v_new.
     x["w"], x["initial_state"] = x["w"] * 40, x["initial_state"] * 40
@@ -200,7 +235,10 @@ def test_chunk_gated_delta_rule_state_matches_naive_loop():
                 st_b = [[bf16(s) for s in row] for row in st]
                 h[b, c, j] = torch.tensor(st_b)
                 corrected = {
-                    i: [u[b, i, j, col].item() - sum(w[b, i, j, r].item() * st_b[r][col] for r in range(K)) for col in range(V)]
+                    i: [
+                        u[b, i, j, col].item() - sum(w[b, i, j, r].item() * st_b[r][col] for r in range(K))
+                        for col in range(V)
+                    ]
                     for i in rows
                 }
                 gamma = g[b, rows[-1], j].item()
@@ -211,7 +249,10 @@ def test_chunk_gated_delta_rule_state_matches_naive_loop():
                     factor = math.exp(gap) if gap <= 0 else 0.0
                     scaled[i] = [bf16(val * factor) for val in vals]
                 st = [
-                    [st[r][col] * math.exp(gamma) + sum(k[b, i, 0, r].item() * scaled[i][col] for i in rows) for col in range(V)]
+                    [
+                        st[r][col] * math.exp(gamma) + sum(k[b, i, 0, r].item() * scaled[i][col] for i in rows)
+                        for col in range(V)
+                    ]
                     for r in range(K)
                 ]
             final[slots[b], j] = torch.tensor(st)
@@ -240,7 +281,9 @@ def test_fused_moe_matches_per_token_loop():
 def test_fp8_blockscale_fused_moe_matches_per_slot_loop():
     blocks = {"scale_block_n": 2, "scale_block_k": 4}
     dims = {"token_count": 5, "hidden_size": 8, "intermediate_size": 4, "num_experts": 4, "top_k": 2, **blocks}
-    reference, x = build("fp8_blockscale_fused_moe", {"num_experts": 4, "intermediate_size": 4, "top_k": 2, **blocks}, dims)
+    reference, x = build(
+        "fp8_blockscale_fused_moe", {"num_experts": 4, "intermediate_size": 4, "top_k": 2, **blocks}, dims
+    )
     rows = torch.arange(8)
     a = x["hidden_states"].double() * x["a_scale"].double()[:, rows // 4]
     expected = torch.zeros(5, 8, dtype=torch.float64)
@@ -257,7 +300,9 @@ def test_fp8_blockscale_fused_moe_matches_per_slot_loop():
 
 
 def test_fp8_blockscale_fused_moe_quantiser_round_trips():
-    x = make_inputs("fp8_blockscale_fused_moe", 0, token_count=3, hidden_size=256, intermediate_size=128, num_experts=2, top_k=2)
+    x = make_inputs(
+        "fp8_blockscale_fused_moe", 0, token_count=3, hidden_size=256, intermediate_size=128, num_experts=2, top_k=2
+    )
     codes = x["hidden_states"].float().view(3, 2, 128)
     assert codes.abs().amax(dim=-1).eq(448).all()  # each tile's largest magnitude maps to the fp8 max
     assert tuple(x["fc1_scale"].shape) == (2, 2, 2) and tuple(x["fc2_scale"].shape) == (2, 2, 1)

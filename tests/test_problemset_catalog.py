@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from atrex_mcp.problemset.catalog import VISIBLE_FILES, Catalog
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.problemset.build import build, changes_sections, operator_roofline
+from atrex_mcp.problemset.catalog import VISIBLE_FILES, Catalog
 
 ROOT = problems_dir()
 
@@ -51,7 +51,9 @@ def test_hidden_files_are_current(catalog):
         meta = hidden.metadata
         assert meta["op"] == op and set(meta["shapes"]) == {s.id for s in visible.scored_shapes}
         assert all(entry["production_us"]["XPU-A"] > 0 for entry in meta["shapes"].values())
-        assert meta["deviations"] and meta["deviations"] == sections[op], f"{op}: deviations stale; run `atrex-mcp problems build`"
+        assert meta["deviations"] and meta["deviations"] == sections[op], (
+            f"{op}: deviations stale; run `atrex-mcp problems build`"
+        )
         assert 0 < meta["weight"] < 1 and meta["output"]["entries"]
 
 
@@ -61,9 +63,19 @@ def _stand_in_source(tmp_path, ops):
     (source / "shapes").mkdir(parents=True)
     catalog = Catalog(ROOT)
     for op in ops:
-        shapes = [{"id": s.id, "init": s.init, "inputs": s.inputs, "note": f"shape {s.id}", "production_us": {"XPU-A": 1.5, "H20": None}}
-                  for s in catalog.visible(op).scored_shapes]
-        (source / "shapes" / f"{op}.json").write_text(json.dumps({"op": op, "dtype": "bf16", "phase": "prefill/decode", "shapes": shapes}))
+        shapes = [
+            {
+                "id": s.id,
+                "init": s.init,
+                "inputs": s.inputs,
+                "note": f"shape {s.id}",
+                "production_us": {"XPU-A": 1.5, "H20": None},
+            }
+            for s in catalog.visible(op).scored_shapes
+        ]
+        (source / "shapes" / f"{op}.json").write_text(
+            json.dumps({"op": op, "dtype": "bf16", "phase": "prefill/decode", "shapes": shapes})
+        )
     (source / "weights.json").write_text(json.dumps({"rms_norm": 0.3, "silu_and_mul": 0.1, "l2_norm": 0.1}))
     return source
 
@@ -74,7 +86,9 @@ def _stand_in_root(tmp_path, ops):
         (root / op).mkdir(parents=True)
         for name in VISIBLE_FILES:
             shutil.copy(ROOT / op / name, root / op / name)
-    (root / "CHANGES.md").write_text("# Changes\n\n## rms_norm\nNo change.\n\nSecond\nparagraph.\n\n## silu_and_mul\nNone.\n")
+    (root / "CHANGES.md").write_text(
+        "# Changes\n\n## rms_norm\nNo change.\n\nSecond\nparagraph.\n\n## silu_and_mul\nNone.\n"
+    )
     return root
 
 

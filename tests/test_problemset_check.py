@@ -2,6 +2,7 @@
 
 import pytest
 
+from atrex_mcp.errors import AtrexError
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.check import check_problem, check_problems
 
@@ -40,8 +41,12 @@ def _toy_problem(root, op: str, returns: str, shapes: str) -> Catalog:
 
 def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
     """A reference whose output ignores its input: seed-insensitive, and 'other seed' passes."""
-    catalog = _toy_problem(tmp_path, "constant_op", "torch.ones_like(x) * 3",
-                           '{"id": "0", "init": {}, "inputs": {"n": 8}}, {"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 8}}')
+    catalog = _toy_problem(
+        tmp_path,
+        "constant_op",
+        "torch.ones_like(x) * 3",
+        '{"id": "0", "init": {}, "inputs": {"n": 8}}, {"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 8}}',
+    )
     result = check_problem(catalog, "constant_op")
     verdicts = {c.name: c.passed for c in result.checks}
     assert not result.passed
@@ -52,6 +57,19 @@ def test_check_notices_a_problem_that_cannot_tell_candidates_apart(tmp_path):
 
 
 def test_nan_output_fails_finite(tmp_path):
-    catalog = _toy_problem(tmp_path, "nan_op", "x.log()", '{"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 64}}')
+    catalog = _toy_problem(
+        tmp_path, "nan_op", "x.log()", '{"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 64}}'
+    )
     finite = check_problem(catalog, "nan_op").checks[0]
     assert finite.name == "finite" and not finite.passed and "NaN" in finite.detail
+
+
+def test_a_reference_output_that_is_not_tensors_is_a_clear_error(tmp_path):
+    """`problems check` on a reference that returns a float names the problem instead of failing inside a check."""
+    catalog = _toy_problem(
+        tmp_path, "scalar_op", "float(x.sum())", '{"id": "smoke", "smoke": true, "init": {}, "inputs": {"n": 8}}'
+    )
+    with pytest.raises(AtrexError) as caught:
+        check_problem(catalog, "scalar_op")
+    info = caught.value.info
+    assert info.category == "bad_reference_output" and "float" in info.message and "Model.forward" in info.hint

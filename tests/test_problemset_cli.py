@@ -26,8 +26,14 @@ def test_problems_list_json(capsys):
 def test_roofline_json_on_two_profiles(capsys):
     rows = run_json(capsys, "roofline", "rms_norm", "--hardware", "h200", "--json")
     first = rows[0]
-    assert first == {"shape_id": "0", "flops": 3 * 2500 * 1024 + 2500, "bytes_read": 2 * 2500 * 1024 + 2048,
-                     "bytes_written": 2 * 2500 * 1024, "t_sol_ms": 1000 * (4 * 2500 * 1024 + 2048) / 4.8e12, "bound": "memory"}
+    assert first == {
+        "shape_id": "0",
+        "flops": 3 * 2500 * 1024 + 2500,
+        "bytes_read": 2 * 2500 * 1024 + 2048,
+        "bytes_written": 2 * 2500 * 1024,
+        "t_sol_ms": 1000 * (4 * 2500 * 1024 + 2048) / 4.8e12,
+        "bound": "memory",
+    }
     xpu = run_json(capsys, "roofline", "rms_norm", "--hardware", "xpu-a", "--json")[0]
     assert xpu["t_sol_ms"] == t_sol_ms(Workload(flops={"bf16": first["flops"]}, bytes_read=first["bytes_read"],
                                                 bytes_written=first["bytes_written"]), load_profile("xpu-a"))

@@ -111,7 +111,14 @@ def _unified_extra(x):
 
 
 def _paged_extra(x):
-    s, ctx, hq, hkv, d, bs = x["num_seqs"], x["ctx_len"], x["num_query_heads"], x["num_kv_heads"], x["head_size"], x["block_size"]
+    s, ctx, hq, hkv, d, bs = (
+        x["num_seqs"],
+        x["ctx_len"],
+        x["num_query_heads"],
+        x["num_kv_heads"],
+        x["head_size"],
+        x["block_size"],
+    )
     nb = _ceil(ctx, bs) * s + 16
     # Unfused attention (+ scale + softmax); the reference gathers slots by indexing, so SPEC's
     # 2*S*ctx integer slot arithmetic is not executed. Q: every cache block vs live tokens only.
@@ -128,7 +135,11 @@ def _mla_extra(x):
 # op -> (counter - closed form) as (dW, dQ_read, dQ_write), a function of the smoke shape's init and inputs.
 EXPECTED_DIFFERENCE = {
     # Unfused attention: scores scaled by a division and a softmax, which the fused-attention rule does not count.
-    "attention_forward": lambda i, x: (_attention_extra(x["num_heads"], sum(L * L for L in x["seq_lens"]), sum(x["seq_lens"])), 0, 0),
+    "attention_forward": lambda i, x: (
+        _attention_extra(x["num_heads"], sum(L * L for L in x["seq_lens"]), sum(x["seq_lens"])),
+        0,
+        0,
+    ),
     "unified_attention": lambda i, x: _unified_extra(x),
     "paged_attention_decode": lambda i, x: _paged_extra(x),
     "mla_decode_attention": lambda i, x: _mla_extra(x),
@@ -139,7 +150,11 @@ EXPECTED_DIFFERENCE = {
     "chunk_gated_delta_rule_state": lambda i, x: (x["num_v_heads"], 0, 0),
     # Head map as above, plus the l2 normalisation of q and k per token and value head by a
     # division (2K each), which SPEC's 7KV + 3K + 2 does not contain.
-    "gated_delta_rule_update": lambda i, x: (x["num_v_heads"] + 2 * x["batch_size"] * x["token_count"] * x["num_v_heads"] * x["key_dim"], 0, 0),
+    "gated_delta_rule_update": lambda i, x: (
+        x["num_v_heads"] + 2 * x["batch_size"] * x["token_count"] * x["num_v_heads"] * x["key_dim"],
+        0,
+        0,
+    ),
     # Expert outputs are accumulated with an add (P*D) besides the routing-weight multiply.
     "fused_moe": lambda i, x, routed_pairs, **_: (routed_pairs * x["hidden_size"], 0, 0),
     # SPEC's 3TH implies one more per-element op than the reference runs (it squares with pow, counted 0).
@@ -168,11 +183,17 @@ def test_counter_agrees_with_the_closed_forms_up_to_the_listed_differences(catal
         shape = catalog.visible(op).smoke_shape
         make_inputs = catalog.load_make_inputs(op)
         counts = _actual_counts(op, make_inputs(seed=0, device="cpu", **shape.inputs), shape.init)
-        counted = count_problem(catalog.load_reference(op), make_inputs, shape.init, shape.inputs, seed=0, tensors="real")
+        counted = count_problem(
+            catalog.load_reference(op), make_inputs, shape.init, shape.inputs, seed=0, tensors="real"
+        )
         closed = getattr(wf, op)(shape.init, shape.inputs, **counts)
         assert counted.storage_path == next(iter(closed.flops)), op  # the SPEC label, from the stored dtypes
         got = counted.labelled()
-        diff = (got.total_flops - closed.total_flops, got.bytes_read - closed.bytes_read, got.bytes_written - closed.bytes_written)
+        diff = (
+            got.total_flops - closed.total_flops,
+            got.bytes_read - closed.bytes_read,
+            got.bytes_written - closed.bytes_written,
+        )
         expected = EXPECTED_DIFFERENCE.get(op, lambda i, x, **_: (0, 0, 0))(shape.init, shape.inputs, **counts)
         checked.append(op)
         if diff != tuple(expected):

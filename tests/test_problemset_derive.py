@@ -3,8 +3,8 @@
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.derive import add_problem, derive_hidden, derive_missing, validate_problem
 from tests.problemset_fixtures import INPUT, REFERENCE, SHAPES, make_problem
 
@@ -56,14 +56,34 @@ def test_the_derive_step_names_a_problem_whose_reference_fails(tmp_path):
     [
         ({"shapes": {"op": "x", "shapes": [SHAPES["shapes"][0]]}}, "exactly one smoke shape"),
         ({"shapes": {"op": "x", "shapes": [SHAPES["shapes"][2]]}}, "no scored shape"),
-        ({"inputs": INPUT.replace('return {"x": x, "w": w}', 'return {"x": x, "weight": w}')}, "differ from forward's parameters"),
-        ({"inputs": INPUT.replace("generator=gen, dtype=torch.bfloat16, device=device)\n    w", "dtype=torch.bfloat16, device=device)\n    w")},
-         "not deterministic"),
+        (
+            {"inputs": INPUT.replace('return {"x": x, "w": w}', 'return {"x": x, "weight": w}')},
+            "differ from forward's parameters",
+        ),
+        (
+            {
+                "inputs": INPUT.replace(
+                    "generator=gen, dtype=torch.bfloat16, device=device)\n    w",
+                    "dtype=torch.bfloat16, device=device)\n    w",
+                )
+            },
+            "not deterministic",
+        ),
         ({"inputs": INPUT.replace('device="cpu", ', "device, ")}, "`device` with a default"),
         ({"reference": REFERENCE.replace("x @ w", "x @ w.t()")}, "fails at the smoke shape"),
         ({"reference": REFERENCE.replace("class Model", "class Other")}, "cannot load"),
-        ({"shapes": {"op": "x", "shapes": [{"id": "a", "init": {"bogus": 1}, "inputs": SHAPES["shapes"][0]["inputs"]}, SHAPES["shapes"][2]]}},
-         "does not fit Model.__init__"),
+        (
+            {
+                "shapes": {
+                    "op": "x",
+                    "shapes": [
+                        {"id": "a", "init": {"bogus": 1}, "inputs": SHAPES["shapes"][0]["inputs"]},
+                        SHAPES["shapes"][2],
+                    ],
+                }
+            },
+            "does not fit Model.__init__",
+        ),
     ],
 )
 def test_validation_names_the_broken_part(tmp_path, change, message):

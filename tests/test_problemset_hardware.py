@@ -6,8 +6,22 @@ from pathlib import Path
 import pytest
 
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.problemset.hardware import DEFAULT_PROFILE, DTYPE_PATHS, dtype_path, load_all_profiles, load_profile, profile_names
-from atrex_mcp.problemset.roofline import Workload, arithmetic_intensity, bound, compute_seconds, memory_seconds, t_sol_ms
+from atrex_mcp.problemset.hardware import (
+    DEFAULT_PROFILE,
+    DTYPE_PATHS,
+    dtype_path,
+    load_all_profiles,
+    load_profile,
+    profile_names,
+)
+from atrex_mcp.problemset.roofline import (
+    Workload,
+    arithmetic_intensity,
+    bound,
+    compute_seconds,
+    memory_seconds,
+    t_sol_ms,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCED_FIELDS = ("hbm_bandwidth", "sm_count", "l2_bytes", "sm_clock_mhz", "memory_clock_mhz")
@@ -42,7 +56,13 @@ def test_measured_profile_matches_the_measurement_files():
     """Peaks from shared/hardware/h200-measured.md; the memory ceiling is the best read:write mix
     of measurements/hbm_mix.py on the H200 (a 1:1 copy, 4.26 TB/s, was beaten by read-heavy kernels)."""
     m = load_profile("h200-measured")
-    assert (m.peak("bf16"), m.peak("fp16"), m.peak("fp8_e4m3"), m.peak("tf32"), m.peak("fp32")) == (784e12, 754e12, 1345e12, 393e12, 50.1e12)
+    assert (m.peak("bf16"), m.peak("fp16"), m.peak("fp8_e4m3"), m.peak("tf32"), m.peak("fp32")) == (
+        784e12,
+        754e12,
+        1345e12,
+        393e12,
+        50.1e12,
+    )
     mixes = json.loads((ROOT / "measurements/results/hbm_mix/2026-12-01_h200.json").read_text())["best_by_mix"]
     assert m.hbm_bandwidth.value == pytest.approx(max(b["tb_per_s"] for b in mixes.values()) * 1e12, rel=1e-3)
     assert m.hbm_bandwidth.value > 1e12 * mixes["1:1"]["tb_per_s"] and not m.has_peak("int")
@@ -65,8 +85,15 @@ def test_spec_labels_select_peaks():
     "profile, label, peak",
     [
         # SPEC §0.5 peaks table: bf16/fp16, fp8 e4m3, fp32 (and tf32 for H20).
-        ("xpu-a", "bf16", 232.65e12), ("xpu-a", "fp16", 232.65e12), ("xpu-a", "fp8_e4m3", 465.3e12), ("xpu-a", "fp32", 29.1e12),
-        ("h20", "bf16", 148e12), ("h20", "fp16", 148e12), ("h20", "fp8_e4m3", 296e12), ("h20", "fp32", 44e12), ("h20", "tf32", 74e12),
+        ("xpu-a", "bf16", 232.65e12),
+        ("xpu-a", "fp16", 232.65e12),
+        ("xpu-a", "fp8_e4m3", 465.3e12),
+        ("xpu-a", "fp32", 29.1e12),
+        ("h20", "bf16", 148e12),
+        ("h20", "fp16", 148e12),
+        ("h20", "fp8_e4m3", 296e12),
+        ("h20", "fp32", 44e12),
+        ("h20", "tf32", 74e12),
     ],
 )
 def test_spec_peaks_table(profile, label, peak):

@@ -41,7 +41,7 @@ def test_every_former_t_sol_site_gives_the_one_functions_figure(catalog, hardwar
     for op, shape_id in CASES:
         one = shape_roofline(catalog.hidden(op), shape_id, hardware)
         bounds.add(one.bound)
-        stored = catalog.hidden(op).roofline_entry(shape_id)  # the record scoring used to read
+        stored = catalog.hidden(op).roofline_entry(shape_id)  # the stored record
         assert (stored["t_sol_ms"][hardware], stored["bound"][hardware]) == (one.t_sol_ms, one.bound)
         assert one.t_sol_ms > 0 and one.bound in ("memory", "compute")
         view = policy.shape_roofline(op, shape_id, hardware)  # the agent's get_problem / roofline_lookup view

@@ -32,13 +32,13 @@ def test_parse_long_form_csv_fixture():
 
 
 def test_parse_wide_form_and_scaled_units():
-    text = textwrap.dedent('''\
+    text = textwrap.dedent("""\
         ==PROF== Disconnected from process 1
         "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","gpu__time_duration.sum","dram__bytes_read.sum"
         "","","","","","","","","","","","usecond","Mbyte"
         "0","1","python3","h","k1","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","2.50","1.5"
         "1","1","python3","h","k2","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","1,200.00","3"
-        ''')
+        """)  # noqa: E501 - ncu's CSV header is one line
     kernels = {k.name: k for k in parse_ncu_csv(text).kernels}
     assert kernels["k1"].metrics["duration_ns"] == pytest.approx(2500.0)
     assert kernels["k2"].metrics["duration_ns"] == pytest.approx(1.2e6)
@@ -68,12 +68,16 @@ args = sys.argv[1:]
 metrics = args[args.index("--metrics") + 1].split(",")
 log = args[args.index("--log-file") + 1]
 if "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active" in metrics:
-    print("==ERROR== Failed to find metric sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", file=sys.stderr)
+    print("==ERROR== Failed to find metric "
+          "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", file=sys.stderr)
     sys.exit(1)
 target = args[args.index("--log-file") + 2:]
 subprocess.run(target, check=True)
-head = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
-rows = [head] + ['"0","9","python3","h","k","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","%s","","1"' % m for m in metrics]
+head = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+        '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+row = ('"0","9","python3","h","k","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0",'
+       '"Command line profiler metrics","%s","","1"')
+rows = [head] + [row % m for m in metrics]
 open(log, "w").write("\\n".join(rows) + "\\n")
 """
 
@@ -103,8 +107,21 @@ def test_classify_fixture_as_memory_bound_with_evidence():
     # the fixture holds two forward calls: one launch per forward, as profiling.service normalises it
     kernels = [k.model_copy(update={"launches": 1}) for k in parse_ncu_csv(FIXTURE.read_text()).kernels]
     roofline = {"t_sol_ms": 0.00427, "bound": "memory", "arithmetic_intensity": 0.75}
-    sass = [SassFacts(kernel="_rms_kernel", instructions=90, hgmma=0, hmma=0, global_loads={"16": 8}, global_stores={"16": 8},
-                      local_loads=0, local_stores=0, tma=0, cp_async=0, facts=["global loads: 8×16-bit (no 128-bit vectorised loads)"])]
+    sass = [
+        SassFacts(
+            kernel="_rms_kernel",
+            instructions=90,
+            hgmma=0,
+            hmma=0,
+            global_loads={"16": 8},
+            global_stores={"16": 8},
+            local_loads=0,
+            local_stores=0,
+            tma=0,
+            cp_async=0,
+            facts=["global loads: 8×16-bit (no 128-bit vectorised loads)"],
+        )
+    ]
     b = classify(kernels, roofline=roofline, sass=sass)
     assert b.kind == "memory"
     text = "\n".join(b.evidence)
@@ -119,7 +136,9 @@ def test_classify_compute_latency_launch_and_unknown():
     assert classify([_kernel(duration_ns=2e6, dram_pct=20, sm_pct=85, tensor_gmma_pct=70)]).kind == "compute"
     latency = classify([_kernel(duration_ns=2e6, dram_pct=25, l2_pct=30, sm_pct=20, stall_long_scoreboard=70)])
     assert latency.kind == "latency" and "long_scoreboard 70%" in "\n".join(latency.evidence)
-    launch = classify([_kernel("a", duration_ns=2500, dram_pct=5, sm_pct=3), _kernel("b", duration_ns=1800, dram_pct=4, sm_pct=2)])
+    launch = classify(
+        [_kernel("a", duration_ns=2500, dram_pct=5, sm_pct=3), _kernel("b", duration_ns=1800, dram_pct=4, sm_pct=2)]
+    )
     assert launch.kind == "launch" and "2 kernel launch(es)" in launch.evidence[0]
     assert classify([_kernel(duration_ns=2e6)]).kind == "unknown"
 
@@ -140,7 +159,9 @@ def test_classify_without_counters_uses_the_roofline_only_near_speed_of_light():
 def test_standalone_tool_parses_a_csv(capsys):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("ncu_capture_tool", Path(__file__).parent.parent / "tools" / "ncu_capture.py")
+    spec = importlib.util.spec_from_file_location(
+        "ncu_capture_tool", Path(__file__).parent.parent / "tools" / "ncu_capture.py"
+    )
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     assert tool.main(["--parse", str(FIXTURE), "--json"]) == 0
@@ -152,7 +173,9 @@ def test_standalone_tool_parses_a_csv(capsys):
 
 
 def test_command_limits_the_capture_to_few_kernel_replays(tmp_path):
-    cmd = ncu_command(["python3", "job.py"], ["gpu__time_duration.sum"], tmp_path / "o.csv", kernel_regex="^(k)$", launch_count=2)
+    cmd = ncu_command(
+        ["python3", "job.py"], ["gpu__time_duration.sum"], tmp_path / "o.csv", kernel_regex="^(k)$", launch_count=2
+    )
     assert cmd[cmd.index("--replay-mode") + 1] == "kernel"
     assert cmd[cmd.index("--launch-count") + 1] == "2"
     assert cmd[cmd.index("--kernel-name") + 1] == "regex:^(k)$"

@@ -66,7 +66,9 @@ def test_real_sm90_kernel_shows_hgmma(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = tmp_path / "compile_sm90.py"  # @triton.jit needs its source in a file
     script.write_text(COMPILE_SM90)
-    proc = subprocess.run([sys.executable, str(script), str(cubin)], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(cubin)], env=env, capture_output=True, text=True, timeout=300
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot compile for sm_90 here: {proc.stderr.strip().splitlines()[-1:]}")
     assert dump_sass(cubin)

@@ -12,10 +12,10 @@ import time
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.models import KernelTime, ShapeResult
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.profiling.service import PROFILED_CALLS, capture_counters, counters_from_eval, profile_kernel
 from atrex_mcp.runs.store import RunStore
 from tests.runs_fixtures import KERNEL, OP, make_problem_root
@@ -31,8 +31,14 @@ def _tiny_root(root):
     shapes["shapes"].append({"id": "tiny", "init": {"eps": 1e-6}, "inputs": {"token_count": 4, "hidden_size": 64}})
     (folder / "shapes.json").write_text(json.dumps(shapes))
     roofline = json.loads((folder / "roofline.json").read_text())
-    roofline["shapes"]["tiny"] = {"flops": {"bf16": 772}, "bytes_read": 640, "bytes_written": 512, "arithmetic_intensity": 0.67,
-                                  "t_sol_ms": {"h200": 2.4e-7}, "bound": {"h200": "memory"}}
+    roofline["shapes"]["tiny"] = {
+        "flops": {"bf16": 772},
+        "bytes_read": 640,
+        "bytes_written": 512,
+        "arithmetic_intensity": 0.67,
+        "t_sol_ms": {"h200": 2.4e-7},
+        "bound": {"h200": "memory"},
+    }
     (folder / "roofline.json").write_text(json.dumps(roofline))
     return Catalog([root])
 
@@ -93,9 +99,18 @@ def test_gpu_fallback_keeps_the_evaluators_attribution():
     shape = ShapeResult(id="0", correct=True, time_ms=0.0101, dsl_share=9.5 / 10.3, kernels=[
         KernelTime(name="_rms_norm_row", time_us=9.5, count=1, origin="candidate_dsl"),
         KernelTime(name="elementwise_kernel", time_us=0.8, count=2, origin="framework")])
-    report = counters_from_eval(OP, shape, "cuda", roofline={"t_sol_ms": 0.00213, "bound": "memory", "arithmetic_intensity": 0.75},
-                                note="Nsight Compute (ncu) is not installed on this server.")
-    assert report.fallback and report.note.startswith("Nsight Compute (ncu) is not installed") and "not Nsight Compute" in report.note
+    report = counters_from_eval(
+        OP,
+        shape,
+        "cuda",
+        roofline={"t_sol_ms": 0.00213, "bound": "memory", "arithmetic_intensity": 0.75},
+        note="Nsight Compute (ncu) is not installed on this server.",
+    )
+    assert (
+        report.fallback
+        and report.note.startswith("Nsight Compute (ncu) is not installed")
+        and "not Nsight Compute" in report.note
+    )
     assert [k.metrics["duration_ns"] for k in report.kernels] == [9500.0, 400.0]
     assert [k.origin for k in report.kernels] == ["candidate_dsl", "framework"]
     assert report.time_ms == 0.0101 and report.dsl_share == pytest.approx(0.922, abs=1e-3)
@@ -128,7 +143,8 @@ target = args[args.index("--log-file") + 2:]  # ncu_command puts --log-file last
 code = subprocess.run(target, close_fds=False).returncode
 values = {{"gpu__time_duration.sum": "12,000", "dram__throughput.avg.pct_of_peak_sustained_elapsed": "81.5",
           "sm__throughput.avg.pct_of_peak_sustained_elapsed": "22.0", "launch__registers_per_thread": "28"}}
-head = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+head = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+        '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
 rows = ["==PROF== Connected to process 3 (python3)", head]
 launch = 0
 for call in range({calls}):
@@ -137,8 +153,8 @@ for call in range({calls}):
             v = values.get(m, "0")
             if m == "gpu__time_duration.sum":
                 v = str(12000 * scale)
-            rows.append('"%d","3","python3","h","%s","1","7","(128, 1, 1)","(37, 1, 1)","0","9.0","Command line profiler metrics","%s","","%s"'
-                        % (launch, kernel, m, v))
+            rows.append('"%d","3","python3","h","%s","1","7","(128, 1, 1)","(37, 1, 1)","0","9.0",'
+                        '"Command line profiler metrics","%s","","%s"' % (launch, kernel, m, v))
         launch += 1
 open(log, "a").write("\\n".join(rows) + "\\n")
 sys.exit(code)
@@ -157,7 +173,11 @@ def test_ncu_wraps_the_worker_with_an_nvtx_filter(tmp_path):
     report = capture_counters(OP, KERNEL, "smoke", Catalog(), roofline=None, ncu=_fake_ncu(tmp_path))
     assert report.tool == "ncu" and not report.fallback
     main, copy = report.kernels
-    assert (main.name, main.origin, main.launches) == ("_rms_norm_row", "candidate_dsl", 1)  # one launch per forward call
+    assert (main.name, main.origin, main.launches) == (
+        "_rms_norm_row",
+        "candidate_dsl",
+        1,
+    )  # one launch per forward call
     assert (copy.name, copy.origin) == ("elementwise_kernel", "framework")
     assert main.metrics["dram_pct"] == 81.5 and report.bottleneck.kind == "memory"
     assert report.dsl_share == pytest.approx(1 / 1.1) and report.time_ms is None
@@ -181,12 +201,14 @@ def test_ncu_past_its_time_limit_stops_with_the_tail(tmp_path):
     """A capture that does not finish in time is stopped (the worker's process group is killed)
     and the error quotes what ncu printed."""
     slow = tmp_path / "ncu"
-    slow.write_text(f"#!{sys.executable}\nimport sys, time\nargs = sys.argv[1:]\n"
-                    "open(args[args.index('--log-file') + 1], 'w').write('==PROF== Connected to process 3 (python3)\\n')\n"
-                    "time.sleep(60)\n")
+    slow.write_text(
+        f"#!{sys.executable}\nimport sys, time\nargs = sys.argv[1:]\n"
+        "open(args[args.index('--log-file') + 1], 'w').write('==PROF== Connected to process 3 (python3)\\n')\n"
+        "time.sleep(60)\n"
+    )
     slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
     started = time.monotonic()
-    with pytest.raises(AtrexError, match="did not finish within 3 s.*Connected to process 3") as caught:
+    with pytest.raises(AtrexError, match=r"did not finish within 3 s.*Connected to process 3") as caught:
         capture_counters(OP, KERNEL, "smoke", Catalog(), roofline=None, ncu=str(slow), timeout_s=3.0)
     assert caught.value.info.category == "profile_timeout" and time.monotonic() - started < 40
 

@@ -4,7 +4,8 @@ Code's `claude mcp list`, which starts and health-checks the server with no API 
 for a server added with `claude mcp add` and for this repository's `.mcp.json`.
 
 The npm packages are installed once (pinned) into the user's cache folder, outside the checkout
-(~/.cache/atrex-mcp/npm or $ATREX_NPM_CACHE; tests/npm_cache.py), with `npm install --no-save`; without Node/npm or a reachable registry the tests skip and say why.
+(~/.cache/atrex-mcp/npm or $ATREX_NPM_CACHE; tests/npm_cache.py), with `npm install --no-save`; without
+Node/npm or a reachable registry the tests skip and say why.
 Everything runs on loopback, each command bounded in time."""
 
 from __future__ import annotations
@@ -25,7 +26,16 @@ pytestmark = pytest.mark.npm
 
 PACKAGES = {"@modelcontextprotocol/inspector": "2.12.0", "@anthropic-ai/claude-code": "2.1.328"}
 CACHE = npm_prefix("npm", "ATREX_NPM_CACHE")
-TOOLS = {"list_problems", "get_problem", "validate", "profile_kernel", "roofline_lookup", "wiki_search", "wiki_read", "package"}
+TOOLS = {
+    "list_problems",
+    "get_problem",
+    "validate",
+    "profile_kernel",
+    "roofline_lookup",
+    "wiki_search",
+    "wiki_read",
+    "package",
+}
 QUIET_CLAUDE = {"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 
@@ -77,18 +87,55 @@ def _run(cmd: list[str], tmp_path: Path, cwd: Path | None = None, **env: str) ->
 
 
 def test_inspector_lists_the_tools_with_portable_schemas(npm_bin, shim, tmp_path):
-    listed = _run([str(npm_bin / "mcp-inspector"), "--cli", "--format", "json", "-q", str(shim), "serve", "--method", "tools/list"], tmp_path)
+    listed = _run(
+        [
+            str(npm_bin / "mcp-inspector"),
+            "--cli",
+            "--format",
+            "json",
+            "-q",
+            str(shim),
+            "serve",
+            "--method",
+            "tools/list",
+        ],
+        tmp_path,
+    )
     assert listed.returncode == 0, listed.stderr
     tools = {t["name"]: t for t in json.loads(listed.stdout)["result"]["tools"]}
-    assert TOOLS <= set(tools) and all(tools[n]["outputSchema"] for n in TOOLS)
-    strict = _run([str(npm_bin / "mcp-inspector"), "--cli", "--strict", str(shim), "serve", "--method", "tools/list"], tmp_path)
+    assert set(tools) >= TOOLS and all(tools[n]["outputSchema"] for n in TOOLS)
+    strict = _run(
+        [str(npm_bin / "mcp-inspector"), "--cli", "--strict", str(shim), "serve", "--method", "tools/list"], tmp_path
+    )
     assert strict.returncode == 0, strict.stderr  # exit 6 would mean an error-severity portability problem
 
 
-def _inspector_call(npm_bin: Path, shim: Path, tmp_path: Path, era: str, tool: str, args: dict) -> subprocess.CompletedProcess:
-    return _run([str(npm_bin / "mcp-inspector"), "--cli", "--protocol-era", era, "--format", "json", "-q", "--cwd", str(tmp_path),
-                 str(shim), "serve", "--method", "tools/call", "--tool-name", tool, "--tool-args-json", json.dumps(args)],
-                tmp_path, TRITON_INTERPRET="1")
+def _inspector_call(
+    npm_bin: Path, shim: Path, tmp_path: Path, era: str, tool: str, args: dict
+) -> subprocess.CompletedProcess:
+    return _run(
+        [
+            str(npm_bin / "mcp-inspector"),
+            "--cli",
+            "--protocol-era",
+            era,
+            "--format",
+            "json",
+            "-q",
+            "--cwd",
+            str(tmp_path),
+            str(shim),
+            "serve",
+            "--method",
+            "tools/call",
+            "--tool-name",
+            tool,
+            "--tool-args-json",
+            json.dumps(args),
+        ],
+        tmp_path,
+        TRITON_INTERPRET="1",
+    )
 
 
 @pytest.mark.parametrize("era", ["legacy", "modern"])
@@ -123,6 +170,8 @@ def test_claude_code_connects_through_the_project_mcp_json(npm_bin, shim, tmp_pa
     shutil.copy(REPO_ROOT / ".mcp.json", project / ".mcp.json")
     (project / ".claude" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["atrex"]}))
     (tmp_path / "home").mkdir()
-    (tmp_path / "home" / ".claude.json").write_text(json.dumps({"projects": {str(project): {"hasTrustDialogAccepted": True}}}))
+    (tmp_path / "home" / ".claude.json").write_text(
+        json.dumps({"projects": {str(project): {"hasTrustDialogAccepted": True}}})
+    )
     listed = _run([str(npm_bin / "claude"), "mcp", "list"], tmp_path, cwd=project)
     assert "atrex: atrex-mcp serve" in listed.stdout and "✔ Connected" in listed.stdout, listed.stdout + listed.stderr

@@ -2,6 +2,7 @@
 are unique and dense, every verdict was measured against the kernel that was accepted when it
 was committed, and the audit trail matches the records."""
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -37,7 +38,7 @@ def _check_consistent(store: RunStore, run_id: str, expected: int) -> None:
     by_number = {it.number: it for it in t.iterations}
     accepted = [it for it in t.iterations if it.status == "accepted"]
     # accepted iterations form one chain: each compared against the previous accepted one
-    for prev, cur in zip(accepted, accepted[1:]):
+    for prev, cur in itertools.pairwise(accepted):
         assert cur.compared_to == prev.number
     assert t.run.accepted == accepted[-1].number
     for it in t.iterations[1:]:
@@ -70,7 +71,7 @@ def test_threads_in_one_server(tmp_path):
         try:
             for i in range(8):
                 service.record_iteration(run.run_id, plan(prof), source(1.0 + 0.07 * i, f"{name}-{i}"))
-        except Exception as exc:  # surfaced below
+        except Exception as exc:  # noqa: BLE001 - surfaced below
             errors.append(exc)
 
     threads = [threading.Thread(target=client, args=(n,)) for n in ("t1", "t2", "t3")]

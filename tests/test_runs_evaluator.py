@@ -11,7 +11,9 @@ from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.store import RunStore
 from tests.runs_fixtures import KERNEL, OP, plan
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU behaviour; the GPU loop is measurements/opt_loop_gpu.py")
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="CPU behaviour; the GPU loop is measurements/opt_loop_gpu.py"
+)
 
 
 @pytest.mark.slow
@@ -21,10 +23,14 @@ def test_cpu_run_with_the_real_evaluator(tmp_path):
     base = service.submit_baseline(run.run_id, KERNEL)
     assert base.status == "accepted" and base.checks[0].correct and base.times.time_ms == {"smoke": None}
 
-    prof = service.store.save_profile(op=OP, shape="smoke", source_sha256=base.source_sha256, tool="torch.profiler", report={})
+    prof = service.store.save_profile(
+        op=OP, shape="smoke", source_sha256=base.source_sha256, tool="torch.profiler", report={}
+    )
     rsqrt = "1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)"
     assert rsqrt in KERNEL
-    untimed = service.record_iteration(run.run_id, plan(prof), KERNEL.replace(rsqrt, "tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)"))
+    untimed = service.record_iteration(
+        run.run_id, plan(prof), KERNEL.replace(rsqrt, "tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)")
+    )
     assert untimed.status == "rejected" and "no GPU" in untimed.reason and untimed.checks[0].correct
 
     wrong = service.record_iteration(run.run_id, plan(prof), KERNEL.replace("x * inv_rms * w", "x * inv_rms"))

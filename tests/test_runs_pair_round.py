@@ -6,14 +6,22 @@ exercised by measurements/opt_loop_gpu.py."""
 import random
 import time
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Shape
+from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.timing_checks import side_stream
-from atrex_mcp.evaluate import taxonomy as tx
-from atrex_mcp.runs.evaluator_judge import CALLS_PER_ROUND, ROUNDS, EvaluatorJudge, Round, check_side_streams, timing_round
+from atrex_mcp.problemset.catalog import Shape
+from atrex_mcp.runs.evaluator_judge import (
+    CALLS_PER_ROUND,
+    ROUNDS,
+    EvaluatorJudge,
+    Round,
+    check_side_streams,
+    timing_round,
+)
 from atrex_mcp.runs.measure import MeasurementFailed
 
 
@@ -35,7 +43,7 @@ class _Trial:
 class _Session:
     """Answers after as long as the reply's calls claim to have taken (the judge times the request)."""
 
-    worker_device = {"l2_bytes": 50 << 20}
+    worker_device: ClassVar[dict[str, int]] = {"l2_bytes": 50 << 20}
 
     def __init__(self, reply, forged=False, claimed_s=None):
         self.reply, self.sent, self.forged, self.claimed_s = reply, [], forged, claimed_s
@@ -49,7 +57,12 @@ class _Session:
 
 
 def _reply(times, gaps=0.004, noop=0.004, replaced=()):
-    return {"times_ms": times, "synced_ms": [t + gaps for t in times], "noop_gap_ms": [noop] * 5, "replaced": list(replaced)}
+    return {
+        "times_ms": times,
+        "synced_ms": [t + gaps for t in times],
+        "noop_gap_ms": [noop] * 5,
+        "replaced": list(replaced),
+    }
 
 
 def _shape():
@@ -67,7 +80,9 @@ def test_a_round_is_the_median_of_a_fixed_number_of_calls_each_on_its_own_fresh_
 
 def test_a_round_of_a_large_shape_makes_one_call_per_set_the_gpu_holds():
     session = _Session(_reply([5.0, 5.1]))
-    timing_round(_Trial(), session, _shape(), "candidate", 24, 20 * 10**9)  # 20 GB sets: the 2 the evaluator keeps at least
+    timing_round(
+        _Trial(), session, _shape(), "candidate", 24, 20 * 10**9
+    )  # 20 GB sets: the 2 the evaluator keeps at least
     (_, payload), = session.sent
     assert payload["min_calls"] == payload["max_calls"] == len(payload["seeds"]) == 2
 
@@ -136,5 +151,7 @@ class _GateEvaluation:
 def test_a_candidate_the_gate_found_faster_on_reused_inputs_gets_no_rounds():
     sessions = [_Session(_reply([0.1] * 5)), _Session(_reply([0.1] * 5))]
     with pytest.raises(MeasurementFailed, match="faster on inputs it has seen"):
-        EvaluatorJudge(catalog=None).pair_rounds([_GateEvaluation(), _GateEvaluation()], sessions, _shape(), lambda r: None)
+        EvaluatorJudge(catalog=None).pair_rounds(
+            [_GateEvaluation(), _GateEvaluation()], sessions, _shape(), lambda r: None
+        )
     assert all(not s.sent for s in sessions)  # not one round was timed

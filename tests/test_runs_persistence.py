@@ -8,11 +8,11 @@ import sys
 import textwrap
 import time
 
+from atrex_mcp.paths import REPO_ROOT
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.store import RunStore
 from tests.runs_fixtures import ScriptedJudge, loop_with_iterations, make_problem_root
-from atrex_mcp.paths import REPO_ROOT
 
 
 def test_everything_survives_a_restart(tmp_path):
@@ -44,7 +44,8 @@ WRITER = textwrap.dedent("""
     service = RunService(RunStore(Path({state!r})), Catalog([Path({problems!r})]), ScriptedJudge())
     run = service.start_run("rms_norm", ["0", "1"])
     service.submit_baseline(run.run_id, source(1.0, "baseline"))
-    prof = service.store.save_profile(op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu", report={{}}, run_id=run.run_id)
+    prof = service.store.save_profile(op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu", report={{}},
+                                      run_id=run.run_id)
     print(run.run_id, flush=True)
     i = 0
     while True:

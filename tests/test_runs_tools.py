@@ -13,7 +13,15 @@ from tests.runs_fixtures import ScriptedJudge, plan, source
 from tests.server_fixtures import ERAS, config, connect, hidden_figures, leaks, result_text
 
 pytestmark = pytest.mark.anyio
-RUN_TOOLS = {"start_run", "submit_baseline", "record_iteration", "run_state", "partial_restart", "unmask", "package_run"}
+RUN_TOOLS = {
+    "start_run",
+    "submit_baseline",
+    "record_iteration",
+    "run_state",
+    "partial_restart",
+    "unmask",
+    "package_run",
+}
 
 
 @pytest.fixture
@@ -39,8 +47,10 @@ async def test_the_loop_through_the_tools(tmp_path, era):
     cfg = config(tmp_path)
     async with connect(cfg, era) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert RUN_TOOLS <= set(tools)
-        assert tools["run_state"].annotations.read_only_hint and not tools["record_iteration"].annotations.read_only_hint
+        assert set(tools) >= RUN_TOOLS
+        assert (
+            tools["run_state"].annotations.read_only_hint and not tools["record_iteration"].annotations.read_only_hint
+        )
         assert "category" in str(tools["record_iteration"].input_schema)
 
         started = await call(client, "start_run", {"op": "rms_norm", "shapes": ["0", "1"]})
@@ -84,10 +94,18 @@ async def test_benchmark_mode_leaves_out_roofline_and_scores(tmp_path):
         started = await call(client, "start_run", {"op": "rms_norm", "shapes": ["0", "1"]})
         run_id = started["run_id"]
         assert started["roofline"] is None
-        texts = [result_text(await client.call_tool("submit_baseline", {"run_id": run_id, "source": source(1.0, "base")}))]
-        profile_id = RunStore(cfg.state_dir).save_profile(op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu", report={})
+        texts = [
+            result_text(await client.call_tool("submit_baseline", {"run_id": run_id, "source": source(1.0, "base")}))
+        ]
+        profile_id = RunStore(cfg.state_dir).save_profile(
+            op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu", report={}
+        )
         step = plan(profile_id).model_dump(mode="json", exclude={"knowledge"})
-        texts.append(result_text(await client.call_tool("record_iteration", {"run_id": run_id, "plan": step, "source": source(1.5, "a")})))
+        texts.append(
+            result_text(
+                await client.call_tool("record_iteration", {"run_id": run_id, "plan": step, "source": source(1.5, "a")})
+            )
+        )
         state = await client.call_tool("run_state", {"run_id": run_id})
         texts.append(result_text(state))
         texts.append(result_text(await client.call_tool("package_run", {"run_id": run_id})))

@@ -56,8 +56,14 @@ print(json.dumps(out))
 
 
 def test_the_toolchain_works_under_the_filter_and_chmod_does_not(tmp_path):
-    done = subprocess.run([sys.executable, "-c", _UNDER_FILTER, str(tmp_path), shutil.which("gcc") or ""], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", _UNDER_FILTER, str(tmp_path), shutil.which("gcc") or ""],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["enforced"] and {"fchmodat2", "socket", "io_uring_setup", "memfd_create"} <= set(out["denied"])
@@ -70,7 +76,15 @@ def test_the_toolchain_works_under_the_filter_and_chmod_does_not(tmp_path):
 
 def test_isolation_plan_reports_every_layer():
     plan = isolation_plan(import_paths())
-    for key in ("drop_uid", "pid_namespace", "mount_namespace", "net_namespace", "task_limit", "scratch_quota", "notes"):
+    for key in (
+        "drop_uid",
+        "pid_namespace",
+        "mount_namespace",
+        "net_namespace",
+        "task_limit",
+        "scratch_quota",
+        "notes",
+    ):
         assert key in plan
     assert plan["seccomp"] == {"available": True, "error": ""}
     if plan["mount_namespace"]:
@@ -98,7 +112,9 @@ print("PROBE " + json.dumps(out), flush=True)
 """
 
 
-@pytest.mark.skipif(not isolation_plan(import_paths())["net_namespace"], reason="no network namespace here (needs root)")
+@pytest.mark.skipif(
+    not isolation_plan(import_paths())["net_namespace"], reason="no network namespace here (needs root)"
+)
 def test_a_wrapped_worker_has_its_own_loopback_and_no_way_to_the_host(tmp_path):
     """A profiler wrapping the worker talks to its injected library over loopback: the namespace's
     own, brought up for it; the judge's host stays out of reach."""

@@ -58,7 +58,7 @@ def test_chown_tree_changes_only_the_scratch_entries_themselves(planted):
 
 
 def test_reads_refuse_links_fifos_hard_links_and_oversized_files(planted):
-    work, secret = planted
+    work, _secret = planted
     for relative in ("x", "tmp/ncu.csv", "outdir/secret.json", "hard.json", "fifo"):
         with pytest.raises(scratch.RefusedScratchFile):
             scratch.read_bytes(work, relative, 1 << 20)
@@ -81,7 +81,7 @@ def test_unlink_and_fresh_directory_remove_links_not_their_targets(planted):
 
 
 def test_ncu_log_planted_as_a_link_is_refused_and_not_quoted(planted):
-    work, secret = planted
+    work, _secret = planted
     with pytest.raises(AtrexError) as err:
         ncu.read_log(work, "tmp/ncu.csv")
     assert err.value.info.category == "profiler_log_refused" and "0.0123" not in str(err.value)

@@ -19,10 +19,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.paths import REPO_ROOT, problems_dir
 from atrex_mcp.policy import WITHHELD, Policy
-from atrex_mcp.server.models import ProblemDetail
+from atrex_mcp.problemset.catalog import Catalog
 from tests.server_fixtures import free_port, hidden_figures, leaks, result_text, wait_for_port
 
 pytestmark = pytest.mark.anyio
@@ -50,13 +49,16 @@ def _sneaky_candidates(hidden_dir: Path) -> dict[str, str]:
     read_hidden = f"open({str(hidden_dir / 'roofline.json')!r}).read()"
     return {
         "reads_at_import.py": f"data = {read_hidden}\nraise RuntimeError(data)\n",
-        "reads_relative.py": "import pathlib\nfound = [p / 'problems/rms_norm/roofline.json' for p in pathlib.Path.cwd().parents]\n"
-                             "raise RuntimeError(str([p.read_text() for p in found if p.exists()]))\n",
+        "reads_relative.py": "import pathlib\n"
+        "found = [p / 'problems/rms_norm/roofline.json' for p in pathlib.Path.cwd().parents]\n"
+        "raise RuntimeError(str([p.read_text() for p in found if p.exists()]))\n",
         "prints_in_forward.py": _candidate(f"        print({read_hidden}, flush=True)"),
         "raises_in_forward.py": _candidate(f"        raise ValueError({read_hidden})"),
-        "returns_hidden_value.py": _candidate("        import json\n"
-                                              f"        t = json.loads({read_hidden})['shapes']['0']['t_sol_ms']['h200']\n"
-                                              "        return torch.full_like(x, t)"),
+        "returns_hidden_value.py": _candidate(
+            "        import json\n"
+            f"        t = json.loads({read_hidden})['shapes']['0']['t_sol_ms']['h200']\n"
+            "        return torch.full_like(x, t)"
+        ),
         "echoes_hidden_literal.py": f"raise RuntimeError('t_sol is {T_SOL}')\n",
     }
 
@@ -90,7 +92,9 @@ def _calls(sneaky: list[str], tricks: list[str], hidden_dir: Path) -> list[tuple
         ("package", {"op": OP, "path": "kernel.py", "out_dir": "problems/new_op"}),
     ]
     calls += [("validate", {**smoke, "path": name}) for name in sneaky]
-    calls += [(tool, {"op": OP, "path": trick}) for trick in tricks for tool in ("validate", "profile_kernel", "package")]
+    calls += [
+        (tool, {"op": OP, "path": trick}) for trick in tricks for tool in ("validate", "profile_kernel", "package")
+    ]
     return calls
 
 
@@ -174,8 +178,10 @@ def call(body, session=None):
 session, _ = call({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "agent", "version": "1"}}})
 call({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
-_, listed = call({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_problems", "arguments": {}}}, session)
-_, got = call({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_problem", "arguments": {"op": "rms_norm"}}}, session)
+def tool(call_id, name, arguments):
+    return {"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+_, listed = call(tool(2, "list_problems", {}), session)
+_, got = call(tool(3, "get_problem", {"op": "rms_norm"}), session)
 print("PROBLEMS", len(listed[-1]["result"]["structuredContent"]["problems"]))
 print("ROOFLINES", sum(s["roofline"] is not None for s in got[-1]["result"]["structuredContent"]["shapes"]))
 """
@@ -212,15 +218,42 @@ def test_the_strong_setup_another_account_uses_the_tools_but_cannot_read_the_hid
     hidden.append(str(server_home / "problems" / "weights.json"))
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "atrex_mcp.cli", "serve", "--benchmark-mode", "--transport", "http", "--port", str(port),
-         "--token-env", "ATREX_TOKEN", "--problems", str(server_home / "problems"), "--state-dir", str(server_home / "state"),
-         "--workspace", str(workspace)],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "ATREX_TOKEN": TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "atrex_mcp.cli",
+            "serve",
+            "--benchmark-mode",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--token-env",
+            "ATREX_TOKEN",
+            "--problems",
+            str(server_home / "problems"),
+            "--state-dir",
+            str(server_home / "state"),
+            "--workspace",
+            str(workspace),
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "ATREX_TOKEN": TOKEN},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for_port(port, server)
-        agent = subprocess.run([python, "-I", "-c", AGENT_PROBE, f"http://127.0.0.1:{port}/mcp", str(visible), *hidden], user=65534, group=65534,
-                               extra_groups=[], capture_output=True, text=True, timeout=120,
-                               env={"PATH": "/usr/bin:/bin", "ATREX_TOKEN": TOKEN})
+        agent = subprocess.run(
+            [python, "-I", "-c", AGENT_PROBE, f"http://127.0.0.1:{port}/mcp", str(visible), *hidden],
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "ATREX_TOKEN": TOKEN},
+        )
     finally:
         server.terminate()
         server.wait(timeout=20)

@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.server.transport import HttpSettings, transport_security, build_http_app, check_settings
+from atrex_mcp.server.transport import HttpSettings, build_http_app, check_settings, transport_security
 from tests.server_fixtures import ERAS, config, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,9 +34,27 @@ def http_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("http")
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "atrex_mcp.cli", "serve", "--transport", "http", "--port", str(port), "--token-env", "ATREX_TEST_TOKEN",
-         "--state-dir", str(tmp / "state"), "--workspace", str(tmp)],
-        env=cli_env(ATREX_TEST_TOKEN=TOKEN), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "atrex_mcp.cli",
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--token-env",
+            "ATREX_TEST_TOKEN",
+            "--state-dir",
+            str(tmp / "state"),
+            "--workspace",
+            str(tmp),
+        ],
+        env=cli_env(ATREX_TEST_TOKEN=TOKEN),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_port(port, proc)
     yield f"http://127.0.0.1:{port}/mcp"
     proc.terminate()
@@ -96,7 +114,9 @@ def test_a_non_loopback_bind_admits_only_its_own_names(tmp_path):
     guard = transport_security(http)
     assert guard.enable_dns_rebinding_protection
     assert set(guard.allowed_hosts) == {"gpu-box.example", "gpu-box.example:*", "192.0.2.10", "192.0.2.10:*"}
-    assert "http://gpu-box.example:*" in guard.allowed_origins and not any("127.0.0.1" in o for o in guard.allowed_origins)
+    assert "http://gpu-box.example:*" in guard.allowed_origins and not any(
+        "127.0.0.1" in o for o in guard.allowed_origins
+    )
 
 
 def test_the_cli_refuses_non_loopback_without_a_token(tmp_path):

@@ -13,11 +13,11 @@ from atrex_mcp.agentbench.endpoint import server_command
 from atrex_mcp.agentbench.prompts import allowed_tools, render_prompt
 from atrex_mcp.agentbench.report import MainRow
 from atrex_mcp.agentbench.report_render import _main_row
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.server.app import ServerConfig, build_server
 from atrex_mcp.wiki.corpus import WikiEntry
 from atrex_mcp.wiki.solutions import solved_names
@@ -42,7 +42,12 @@ async def test_benchmark_mode_with_general_knowledge_hands_out_no_rms_norm_solut
     async with connect(config(tmp_path, "benchmark")) as client:
         listed = (await client.call_tool("list_problems", {})).structured_content
         assert listed["knowledge"] == "general"
-        for query in ("rms_norm triton kernel", "RMS norm recipe rows per program", "kernels/rms_norm", "fused moe kernel"):
+        for query in (
+            "rms_norm triton kernel",
+            "RMS norm recipe rows per program",
+            "kernels/rms_norm",
+            "fused moe kernel",
+        ):
             found = await _search(client, query)
             assert found and not any(d.startswith("kernels/") for d in found), (query, found)
             assert not RMS_NORM_DOCS & set(found) and "docs/recipes/fused-moe" not in found
@@ -91,25 +96,41 @@ async def test_no_knowledge_offers_no_wiki_tools(tmp_path):
     assert err.value.info.category == "wiki_disabled"
 
 
-def _entry(kind: str, title: str = "t", body: str = "", code: str = "", tags=(), operators=(), rel_path="x.md") -> WikiEntry:
+def _entry(
+    kind: str, title: str = "t", body: str = "", code: str = "", tags=(), operators=(), rel_path="x.md"
+) -> WikiEntry:
     return WikiEntry(doc_id="d", kind=kind, category="recipes", title=title, body=body, code=code, rel_path=rel_path,
                      tags=list(tags), operators=list(operators))
 
 
-@pytest.mark.parametrize("entry, solves", [
-    (_entry("kernel", operators=["rms_norm"]), True),
-    (_entry("doc", title="Recipe: RMS norm in Triton (rms_norm)"), True),
-    (_entry("doc", tags=["rms_norm", "row reduction"]), True),
-    (_entry("doc", operators=["rms_norm"]), True),
-    (_entry("doc", body="Reference kernel: [kernels/rms_norm](kernels/rms_norm)."), True),
-    (_entry("doc", body="```python\n@triton.jit\ndef k(): ...\nclass Model: ...\n```\nThis is rms_norm.",
-            code="@triton.jit\ndef k(): ...\nclass Model: ..."), True),
-    (_entry("source", body="void rms_norm(float* x) {}", rel_path="csrc/layernorm.cu"), True),
-    (_entry("source", body="int main() {}", rel_path="csrc/rms_norm/main.cu"), True),
-    (_entry("doc", title="Row-wise reductions", body="norms such as rms_norm reduce over a row", code="tl.sum(x)"), False),
-    (_entry("doc", title="Recipe: fused add + RMS norm (fused_add_rms_norm)"), False),
-    (_entry("kernel", operators=["l2_norm"]), False),
-])
+@pytest.mark.parametrize(
+    "entry, solves",
+    [
+        (_entry("kernel", operators=["rms_norm"]), True),
+        (_entry("doc", title="Recipe: RMS norm in Triton (rms_norm)"), True),
+        (_entry("doc", tags=["rms_norm", "row reduction"]), True),
+        (_entry("doc", operators=["rms_norm"]), True),
+        (_entry("doc", body="Reference kernel: [kernels/rms_norm](kernels/rms_norm)."), True),
+        (
+            _entry(
+                "doc",
+                body="```python\n@triton.jit\ndef k(): ...\nclass Model: ...\n```\nThis is rms_norm.",
+                code="@triton.jit\ndef k(): ...\nclass Model: ...",
+            ),
+            True,
+        ),
+        (_entry("source", body="void rms_norm(float* x) {}", rel_path="csrc/layernorm.cu"), True),
+        (_entry("source", body="int main() {}", rel_path="csrc/rms_norm/main.cu"), True),
+        (
+            _entry(
+                "doc", title="Row-wise reductions", body="norms such as rms_norm reduce over a row", code="tl.sum(x)"
+            ),
+            False,
+        ),
+        (_entry("doc", title="Recipe: fused add + RMS norm (fused_add_rms_norm)"), False),
+        (_entry("kernel", operators=["l2_norm"]), False),
+    ],
+)
 def test_which_operators_a_document_solves(entry, solves):
     assert ("rms_norm" in solved_names(entry)) is solves
 
@@ -117,8 +138,8 @@ def test_which_operators_a_document_solves(entry, solves):
 def test_every_kernel_of_a_served_operator_and_its_recipe_are_withheld():
     """Over the shipped wiki: each kernel whose operator is served is withheld under general, as
     is the recipe that names it; the hardware, pattern, pitfall and profiling articles stay."""
-    from atrex_mcp.wiki.corpus import READERS, wiki_files
     from atrex_mcp.paths import wiki_dir
+    from atrex_mcp.wiki.corpus import READERS, wiki_files
 
     served = set(Catalog().names())
     entries = [READERS[f.kind](f) for f in wiki_files(wiki_dir())]
@@ -131,30 +152,73 @@ def test_every_kernel_of_a_served_operator_and_its_recipe_are_withheld():
 
 
 def _eval_result() -> EvalResult:
-    return EvalResult(op="rms_norm", candidate="candidate", candidate_sha256="0" * 64, dsl="triton", hardware="h200",
-                      compiled=True, device=DeviceInfo(kind="cpu"), isolation=Isolation(), started_at="2026-01-01T00:00:00+00:00")
+    return EvalResult(
+        op="rms_norm",
+        candidate="candidate",
+        candidate_sha256="0" * 64,
+        dsl="triton",
+        hardware="h200",
+        compiled=True,
+        device=DeviceInfo(kind="cpu"),
+        isolation=Isolation(),
+        started_at="2026-01-01T00:00:00+00:00",
+    )
 
 
 def test_results_and_reports_record_the_condition(tmp_path):
     assert Policy("benchmark", Catalog()).validate_view(_eval_result()).knowledge == "general"
     assert Policy("optimize", Catalog()).validate_view(_eval_result()).knowledge == "full"
     assert Policy("benchmark", Catalog(), knowledge="none").validate_view(_eval_result()).knowledge == "none"
-    assert EvalResult.model_validate_json(_eval_result().model_copy(update={"knowledge": "general"}).model_dump_json()).knowledge == "general"
-    row = MainRow(run="r", agent="claude", condition="optimizer", knowledge="general", model=None, operators=1, submitted=1,
-                  evaluated=1, compile_rate=1.0, correctness=1.0, fully_correct=1.0, dsl_adoption=None, s=None, s_agg=None,
-                  vs_torch_compile=None, vs_eager=None, timed=False, dsl_measured=False)
+    assert (
+        EvalResult.model_validate_json(
+            _eval_result().model_copy(update={"knowledge": "general"}).model_dump_json()
+        ).knowledge
+        == "general"
+    )
+    row = MainRow(
+        run="r",
+        agent="claude",
+        condition="optimizer",
+        knowledge="general",
+        model=None,
+        operators=1,
+        submitted=1,
+        evaluated=1,
+        compile_rate=1.0,
+        correctness=1.0,
+        fully_correct=1.0,
+        dsl_adoption=None,
+        s=None,
+        s_agg=None,
+        vs_torch_compile=None,
+        vs_eager=None,
+        timed=False,
+        dsl_measured=False,
+    )
     assert _main_row(row)[:4] == ["r", "claude", "optimizer", "general"]
 
 
 def test_bench_runs_start_the_server_with_their_condition(tmp_path):
     from atrex_mcp.agentbench.models import RunConfig
 
-    legacy = {"name": "old", "agent": {"kind": "claude"}, "ops": ["rms_norm"], "dsl": "triton", "condition": "optimizer",
-              "budget_s": 60.0, "problems": [str(problems_dir())], "hardware": "h200", "server": "stdio",
-              "isolation": {"agent_uid": 0, "agent_gid": 0, "server_uid": 0, "transport": "stdio"},
-              "created_at": "then", "atrex_mcp_version": "0"}
+    legacy = {
+        "name": "old",
+        "agent": {"kind": "claude"},
+        "ops": ["rms_norm"],
+        "dsl": "triton",
+        "condition": "optimizer",
+        "budget_s": 60.0,
+        "problems": [str(problems_dir())],
+        "hardware": "h200",
+        "server": "stdio",
+        "isolation": {"agent_uid": 0, "agent_gid": 0, "server_uid": 0, "transport": "stdio"},
+        "created_at": "then",
+        "atrex_mcp_version": "0",
+    }
     assert RunConfig.model_validate(legacy).knowledge == "full"  # a run made before the condition had the whole wiki
-    assert "wiki_search" not in allowed_tools("optimizer", "none") and "wiki_search" in allowed_tools("optimizer", "general")
+    assert "wiki_search" not in allowed_tools("optimizer", "none") and "wiki_search" in allowed_tools(
+        "optimizer", "general"
+    )
     assert "no wiki" in render_prompt("optimizer", "rms_norm", "triton", 600, "none")
     assert "no wiki" not in render_prompt("optimizer", "rms_norm", "triton", 600, "general")
     assert "no wiki" not in render_prompt("vanilla", "rms_norm", "triton", 600, "none")

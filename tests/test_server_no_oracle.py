@@ -12,12 +12,19 @@ import shutil
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, ShapeResult
-from atrex_mcp.problemset.hardware import load_profile
 from atrex_mcp.paths import REPO_ROOT, problems_dir
 from atrex_mcp.policy import Policy
-from atrex_mcp.problemset.roofline import Workload, arithmetic_intensity, bound, compute_seconds, memory_seconds, t_sol_ms
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.hardware import load_profile
+from atrex_mcp.problemset.roofline import (
+    Workload,
+    arithmetic_intensity,
+    bound,
+    compute_seconds,
+    memory_seconds,
+    t_sol_ms,
+)
 from tests.server_fixtures import config, connect, result_text
 
 pytestmark = pytest.mark.anyio
@@ -116,7 +123,12 @@ async def test_hidden_figures_and_provenance_in_any_argument_get_the_same_answer
     guesses = _guesses(PRODUCTION, 30) + _guesses(T_SOL, 30)
     async with connect(config(tmp_path, "benchmark")) as client:
         figures = await _answers(client, tool, args_for, guesses)
-        strings = await _answers(client, tool, args_for, [s[:60] for s in STRINGS] + ["x" * 60, "an honest text of sixty characters or so, nothing hidden"])
+        strings = await _answers(
+            client,
+            tool,
+            args_for,
+            [s[:60] for s in STRINGS] + ["x" * 60, "an honest text of sixty characters or so, nothing hidden"],
+        )
     assert len(figures) == 1 and len(strings) == 1, (figures, strings)
 
 
@@ -125,7 +137,9 @@ async def test_a_provenance_string_as_op_name_or_query_gets_the_ordinary_answer(
         for text in STRINGS:
             hidden = await client.call_tool("get_problem", {"op": text[:128]})
             other = await client.call_tool("get_problem", {"op": "z" * min(len(text), 128)})
-            assert result_text(hidden).replace(text[:128], "<guess>") == result_text(other).replace("z" * min(len(text), 128), "<guess>")
+            assert result_text(hidden).replace(text[:128], "<guess>") == result_text(other).replace(
+                "z" * min(len(text), 128), "<guess>"
+            )
             found = await client.call_tool("wiki_search", {"query": text[:500]})
             assert not found.is_error and "withheld" not in result_text(found)
 
@@ -142,12 +156,20 @@ async def test_roofline_lookup_of_traffic_hypotheses_is_a_pure_calculator(tmp_pa
     """The hidden hypothesis and its neighbours get answers computed from the arguments and the
     public profile alone; the hidden files are not even opened."""
     stored = HIDDEN.roofline["shapes"]["14"]
-    flops, read, written = int(stored["flops"].get("bf16", 0) or 0), int(stored["bytes_read"]), int(stored["bytes_written"])
-    hypotheses = [(flops, read + delta, written) for delta in (-4096, -2048, 0, 2048, 4096)] + [(flops, read, written * 2)]
+    flops, read, written = (
+        int(stored["flops"].get("bf16", 0) or 0),
+        int(stored["bytes_read"]),
+        int(stored["bytes_written"]),
+    )
+    hypotheses = [(flops, read + delta, written) for delta in (-4096, -2048, 0, 2048, 4096)] + [
+        (flops, read, written * 2)
+    ]
     monkeypatch.setattr(Catalog, "hidden", lambda self, op: pytest.fail("roofline_lookup read the hidden files"))
     async with connect(config(tmp_path, "benchmark")) as client:
         for f, r, w in hypotheses:
-            result = await client.call_tool("roofline_lookup", {"flops": f, "dtype_path": "bf16", "bytes_read": r, "bytes_written": w})
+            result = await client.call_tool(
+                "roofline_lookup", {"flops": f, "dtype_path": "bf16", "bytes_read": r, "bytes_written": w}
+            )
             got = result.structured_content
             assert not result.is_error and got["notes"] == [] and got["problem"] is None
             assert {k: got[k] for k in _expected(f, r, w)} == _expected(f, r, w)
@@ -163,7 +185,9 @@ async def test_a_candidate_printing_a_guess_gets_the_same_answer_as_for_any_numb
             source = kernel + f"\nraise ValueError('t_sol is {guess} ms')\n"
             result = await client.call_tool("validate", {"op": OP, "source": source, "shapes": ["smoke"], "seeds": 1})
             data = result.structured_content
-            scratch = re.sub(r"atrex-eval-\w+", "<scratch>", data["compile_error"]["message"])  # a fresh folder each time
+            scratch = re.sub(
+                r"atrex-eval-\w+", "<scratch>", data["compile_error"]["message"]
+            )  # a fresh folder each time
             answers.add((scratch, tuple(data["integrity"])))
     assert len(answers) == 1
     message, integrity = answers.pop()
@@ -173,9 +197,19 @@ async def test_a_candidate_printing_a_guess_gets_the_same_answer_as_for_any_numb
 def _eval_result(incidents: list[str]) -> EvalResult:
     shape = ShapeResult(id="0", correct=True, stage=None, category=None, message="", time_ms=0.001, t_sol_ms=T_SOL,
                         score=T_SOL / 0.001, integrity=list(incidents))
-    return EvalResult(op=OP, candidate="candidate", candidate_sha256="0" * 64, dsl="triton", hardware="h200", compiled=True,
-                      shapes=[shape], device=DeviceInfo(kind="cuda", name="H200"), isolation=Isolation(),
-                      integrity=list(incidents), started_at="2026-01-01T00:00:00+00:00")
+    return EvalResult(
+        op=OP,
+        candidate="candidate",
+        candidate_sha256="0" * 64,
+        dsl="triton",
+        hardware="h200",
+        compiled=True,
+        shapes=[shape],
+        device=DeviceInfo(kind="cuda", name="H200"),
+        isolation=Isolation(),
+        integrity=list(incidents),
+        started_at="2026-01-01T00:00:00+00:00",
+    )
 
 
 def test_views_show_no_incident_that_compares_with_hidden_values():

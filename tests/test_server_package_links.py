@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import package_source
 from atrex_mcp.paths import REPO_ROOT, problems_dir
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.workspace import Workspace
 from tests.runs_fixtures import loop_with_iterations
 from tests.server_fixtures import config, connect

@@ -28,7 +28,9 @@ def _env(tmp_path) -> dict[str, str]:
 @pytest.mark.slow
 async def test_serve_over_stdio_with_no_options(tmp_path):
     """(Both protocol eras are covered in memory, over HTTP and by the Inspector; stdio once.)"""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "atrex_mcp.cli", "serve"], env=_env(tmp_path), cwd=str(tmp_path))
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "atrex_mcp.cli", "serve"], env=_env(tmp_path), cwd=str(tmp_path)
+    )
     async with Client(params) as client:
         assert client.server_info.name == "atrex-mcp"
         assert "list_problems" in {t.name for t in (await client.list_tools()).tools}

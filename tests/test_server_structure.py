@@ -47,8 +47,8 @@ def test_the_server_looks_nothing_up_by_name():
         for name in ("import_module", "find_spec", "service", "__import__"):
             found += [f"{path.name}:{line} {name}()" for line in _calls(tree, name)]
         found += [f"{path.name}: imports importlib" for node in ast.walk(tree)
-                  if isinstance(node, (ast.Import, ast.ImportFrom))
-                  and any(a.name.startswith("importlib") for a in node.names)
+                  if (isinstance(node, (ast.Import, ast.ImportFrom))
+                  and any(a.name.startswith("importlib") for a in node.names))
                   or (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("importlib"))]
     assert found == []
 

@@ -41,9 +41,29 @@ def two_client_server(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "TOKEN_A": TOKEN_A, "TOKEN_B": TOKEN_B}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "atrex_mcp.cli", "serve", "--transport", "http", "--port", str(port),
-         "--token-env", "TOKEN_A", "--token-env", "TOKEN_B", "--state-dir", str(tmp / "state"), "--workspace", str(tmp)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "atrex_mcp.cli",
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--token-env",
+            "TOKEN_A",
+            "--token-env",
+            "TOKEN_B",
+            "--state-dir",
+            str(tmp / "state"),
+            "--workspace",
+            str(tmp),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_port(port, proc)
     yield f"http://127.0.0.1:{port}/mcp", tmp
     proc.terminate()
@@ -51,7 +71,11 @@ def two_client_server(tmp_path_factory):
 
 
 def _client(url: str, token: str) -> Client:
-    return Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=300)))
+    return Client(
+        streamable_http_client(
+            url, http_client=httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=300)
+        )
+    )
 
 
 def _error(result) -> str:
@@ -99,7 +123,9 @@ def test_a_store_scoped_to_one_client_sees_only_its_runs_and_profiles(tmp_path):
     alice, bob = service.store.scoped("alice"), service.store.scoped("bob")
     service.store = alice
     run = service.start_run("rms_norm", ["0"])
-    profile = alice.save_profile(op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu", report={}, run_id=run.run_id)
+    profile = alice.save_profile(
+        op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu", report={}, run_id=run.run_id
+    )
     with pytest.raises(AtrexError) as err:
         bob.get_run(run.run_id)
     assert err.value.info.category == "unknown_run"
@@ -118,12 +144,15 @@ def test_runs_of_an_older_single_client_state_become_the_local_clients(tmp_path)
     with sqlite3.connect(state / "runs.sqlite3") as con:
         con.executescript("""
             CREATE TABLE runs (run_id TEXT PRIMARY KEY, op TEXT NOT NULL, shapes TEXT NOT NULL, dsl TEXT NOT NULL,
-                hardware TEXT NOT NULL, workspace TEXT NOT NULL, roofline TEXT NOT NULL, baseline INTEGER, accepted INTEGER,
-                created_at TEXT NOT NULL);
+                hardware TEXT NOT NULL, workspace TEXT NOT NULL, roofline TEXT NOT NULL, baseline INTEGER,
+                accepted INTEGER, created_at TEXT NOT NULL);
             CREATE TABLE profiles (profile_id TEXT PRIMARY KEY, run_id TEXT, op TEXT NOT NULL, shape TEXT NOT NULL,
                 source_sha256 TEXT NOT NULL, tool TEXT NOT NULL, report TEXT NOT NULL, created_at TEXT NOT NULL);
             PRAGMA user_version=1;""")
-        con.execute("INSERT INTO runs VALUES ('run-old', 'rms_norm', '[\"0\"]', 'triton', 'h200', '{}', '{}', NULL, NULL, 'then')")
+        con.execute(
+            "INSERT INTO runs VALUES ('run-old', 'rms_norm', '[\"0\"]', 'triton', 'h200', '{}', '{}', NULL, NULL, "
+            "'then')"
+        )
     store = RunStore(state)
     assert store.scoped("local").get_run("run-old").op == "rms_norm"
     with pytest.raises(AtrexError):
@@ -160,9 +189,27 @@ def test_a_single_address_is_no_wildcard(host):
 
 @pytest.mark.parametrize("host", ["0", "::0"])
 def test_the_cli_refuses_a_wildcard_bind_in_one_line(tmp_path, host):
-    done = subprocess.run([sys.executable, "-m", "atrex_mcp.cli", "serve", "--transport", "http", "--host", host,
-                           "--token-env", "TOKEN_A", "--state-dir", str(tmp_path)],
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "TOKEN_A": TOKEN_A}, capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 2 and "--allowed-host" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "atrex_mcp.cli",
+            "serve",
+            "--transport",
+            "http",
+            "--host",
+            host,
+            "--token-env",
+            "TOKEN_A",
+            "--state-dir",
+            str(tmp_path),
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TOKEN_A": TOKEN_A},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "--allowed-host" in done.stderr and len(done.stderr.strip().splitlines()) == 1, (
+        done.stderr
+    )
     assert "Traceback" not in done.stderr

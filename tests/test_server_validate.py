@@ -70,14 +70,16 @@ async def test_concurrent_calls_queue_and_report_positions(tmp_path):
     async def one(client, i):
         async def progress(value, total, message):
             messages[i].append(message)
-        result = await client.call_tool("validate", {**SMOKE, "source": EXAMPLE.read_text()}, progress_callback=progress)
+
+        result = await client.call_tool(
+            "validate", {**SMOKE, "source": EXAMPLE.read_text()}, progress_callback=progress
+        )
         assert result.structured_content["passed"] == 1
 
-    async with connect(cfg) as client:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(one, client, 0)
-            await anyio.sleep(0.05)
-            tg.start_soon(one, client, 1)
+    async with connect(cfg) as client, anyio.create_task_group() as tg:
+        tg.start_soon(one, client, 0)
+        await anyio.sleep(0.05)
+        tg.start_soon(one, client, 1)
     assert any("started on cpu" in m for m in messages[0]) and any(m.endswith("done") for m in messages[0])
     assert any("queued, position 1 of 1" in m for m in messages[1])
 
@@ -94,7 +96,9 @@ async def test_cancelling_a_call_kills_its_worker(tmp_path):
 
         with anyio.move_on_after(60) as scope:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: client.call_tool("validate", {**SMOKE, "source": SLOW_FORWARD}, progress_callback=progress))
+                tg.start_soon(
+                    lambda: client.call_tool("validate", {**SMOKE, "source": SLOW_FORWARD}, progress_callback=progress)
+                )
                 await started.wait()
                 assert live_children() - before, "the sandbox worker should be running"
                 tg.cancel_scope.cancel()
@@ -120,7 +124,9 @@ async def test_profile_kernel_on_cpu_is_stored_and_says_what_it_cannot_measure(w
 async def test_package_writes_artifact_and_manifest_inside_the_workspace(workspace_config, era):
     async with connect(workspace_config, era) as client:
         packaged = (await client.call_tool("package", {"op": "rms_norm", "path": "kernel.py"})).structured_content
-        again = await client.call_tool("package", {"op": "rms_norm", "path": "kernel.py", "out_dir": "atrex-package/rms_norm"})
+        again = await client.call_tool(
+            "package", {"op": "rms_norm", "path": "kernel.py", "out_dir": "atrex-package/rms_norm"}
+        )
     artifact = Path(packaged["artifact"])
     assert artifact.parent == workspace_config.workspaces[0] / "atrex-package" / "rms_norm"
     assert artifact.read_text().startswith('"""rms_norm in Triton') and packaged["contract"]["passed"]

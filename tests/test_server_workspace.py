@@ -83,8 +83,16 @@ def test_output_path_is_confined(layout):
     assert ws.output_path("pkg/new/dir") == work / "pkg" / "new" / "dir"
     (work / "link_out").symlink_to(outside)
     (work / "existing_link.py").symlink_to(outside / "secret.txt")
-    for trick in ("../outside/a.py", "link_out/a.py", "problems/op/metadata.json", "existing_link.py", "/tmp/x.py", "..",
-                  "new/../../outside/x", "link_out/new/deeper"):
+    for trick in (
+        "../outside/a.py",
+        "link_out/a.py",
+        "problems/op/metadata.json",
+        "existing_link.py",
+        "/tmp/x.py",
+        "..",
+        "new/../../outside/x",
+        "link_out/new/deeper",
+    ):
         refused(ws.output_path, trick)
 
 

@@ -74,5 +74,5 @@ def test_diff_against_the_shipped_set_via_cli(snapshots, capsys):
 def test_diff_needs_weights(tmp_path, snapshots):
     a, _ = snapshots
     (a / "weights.json").unlink()
-    with pytest.raises(AtrexError, match="no weights.json"):
+    with pytest.raises(AtrexError, match=r"no weights\.json"):
         diff_problem_sets(a, a)

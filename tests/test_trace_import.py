@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace import TraceSpec, build_snapshot, import_traces
 from atrex_mcp.trace.synthetic import OpCall, Step, record_trace
 
@@ -100,9 +100,11 @@ def test_snapshot_is_a_problem_set(snapshot):
 
 
 def test_shape_ids_are_stable_across_imports(annotated_trace, snapshot, tmp_path):
-    out, manifest = snapshot
+    _out, manifest = snapshot
     again = import_traces([TraceSpec("chat", annotated_trace)], tmp_path / "again")
-    assert {op: list(r.shapes) for op, r in again.operators.items()} == {op: list(r.shapes) for op, r in manifest.operators.items()}
+    assert {op: list(r.shapes) for op, r in again.operators.items()} == {
+        op: list(r.shapes) for op, r in manifest.operators.items()
+    }
 
 
 def test_phase_from_token_counts_without_ranges(tmp_path):
@@ -123,13 +125,17 @@ def test_ranges_and_anonymous_references(tmp_path):
     assert set(manifest.operators) == BLOCK_OPS
     assert all(not r.retained and r.unresolved_reasons == {"a range without a shape-bearing operator inside": 1}
                for r in manifest.operators.values())
-    assert manifest.excluded_share + manifest.unmapped_share == pytest.approx(1.0)  # one phase: all time is one or the other
+    assert manifest.excluded_share + manifest.unmapped_share == pytest.approx(
+        1.0
+    )  # one phase: all time is one or the other
     # How the time splits depends on CPU load while recording; both sides hold some of it.
     assert 0 < manifest.excluded_share < 1 and manifest.unmapped_share > 0
     assert set(content.files) == {"manifest.json", "weights.json"}
     with pytest.raises(AtrexError) as err:
         import_traces([TraceSpec("chat", ranged)], tmp_path / "ranged")
-    assert err.value.info.category == "no_operators" and "a range without a shape-bearing operator" in err.value.info.hint
+    assert (
+        err.value.info.category == "no_operators" and "a range without a shape-bearing operator" in err.value.info.hint
+    )
     assert not (tmp_path / "ranged").exists()
 
     # A bare reference is recognised only where its aten ops form a known pattern (silu then mul).
@@ -164,8 +170,11 @@ def test_swapped_bodies_stay_inside_the_named_op(tmp_path):
         built.append(op)
         return lambda **inputs: model(**inputs)
 
-    trace = record_trace([Step("prefill", block(40, [40])), Step("decode", block(4, [1] * 4))], tmp_path / "wrapped.json",
-                         compile_model=wrap)
+    trace = record_trace(
+        [Step("prefill", block(40, [40])), Step("decode", block(4, [1] * 4))],
+        tmp_path / "wrapped.json",
+        compile_model=wrap,
+    )
     manifest = import_traces([TraceSpec("chat", trace)], tmp_path / "snap")
     assert sorted(built) == sorted(BLOCK_OPS)
     assert all(r.retained and r.calls == 2 for r in manifest.operators.values())

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace import TraceSpec, expr, import_traces
 from atrex_mcp.trace.reference_ops import NAMESPACE, schema_arguments
 from atrex_mcp.trace.rules import DEFAULT_RULES, Rules, TokenBuckets
@@ -131,7 +131,14 @@ def test_expressions():
     assert err.value.name == "y"
     with pytest.raises(expr.ExprError, match="IndexError"):
         expr.evaluate("x[5]", names)
-    for hostile in ("x.__class__", "__import__('os')", "[a for a in x]", "(lambda: 1)()", "open('f')", "max(x, key=len)"):
+    for hostile in (
+        "x.__class__",
+        "__import__('os')",
+        "[a for a in x]",
+        "(lambda: 1)()",
+        "open('f')",
+        "max(x, key=len)",
+    ):
         with pytest.raises(expr.ExprError):
             expr.evaluate(hostile, names)
 

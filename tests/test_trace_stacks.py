@@ -11,8 +11,8 @@ import json
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace import TraceSpec, build_snapshot, import_traces
 from atrex_mcp.trace import plain_decoder as pd
 from atrex_mcp.trace.synthetic import OpCall, Step, record_trace
@@ -47,7 +47,7 @@ def plain_snapshot(plain_trace, tmp_path_factory):
 
 
 def test_plain_pytorch_decoder_operators_and_rules(plain_snapshot):
-    out, manifest = plain_snapshot
+    _out, manifest = plain_snapshot
     assert set(manifest.operators) == DECODER_OPS
     assert all(r.retained and r.unresolved_calls == 0 for r in manifest.operators.values())
     sources = {op: set(r.sources) for op, r in manifest.operators.items()}

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace import TraceSpec, build_snapshot, import_traces
 from atrex_mcp.trace.weights import read_app_shares
 from tests.trace_fixtures import KinetoBuilder, attention_args, mm_args, paged_args, rms_norm_args
@@ -18,12 +18,23 @@ from tests.trace_fixtures import KinetoBuilder, attention_args, mm_args, paged_a
 def chat_trace(path):
     b = KinetoBuilder()
     b.range("prefill", 0, 1000)
-    b.kernel("void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 30, b.op("_C::rms_norm", 10, 50, rms_norm_args(100, 64)))
-    b.kernel("fmha_cutlassF_bf16", 50, b.op("atrex::attention_forward", 100, 50, attention_args([60, 40])), link="external_id")
+    b.kernel(
+        "void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 30, b.op("_C::rms_norm", 10, 50, rms_norm_args(100, 64))
+    )
+    b.kernel(
+        "fmha_cutlassF_bf16",
+        50,
+        b.op("atrex::attention_forward", 100, 50, attention_args([60, 40])),
+        link="external_id",
+    )
     b.kernel("sm90_xmma_gemm_bf16bf16", 20, b.op("aten::mm", 200, 50, mm_args(100, 64, 256)))
     b.range("decode", 2000, 1000)
-    b.kernel("void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 10, b.op("_C::rms_norm", 2010, 50, rms_norm_args(4, 64)))
-    b.kernel("void vllm::paged_attention_v1_kernel<...>", 60, b.op("_C::paged_attention_v1", 2100, 50, paged_args(4, 100)))
+    b.kernel(
+        "void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 10, b.op("_C::rms_norm", 2010, 50, rms_norm_args(4, 64))
+    )
+    b.kernel(
+        "void vllm::paged_attention_v1_kernel<...>", 60, b.op("_C::paged_attention_v1", 2100, 50, paged_args(4, 100))
+    )
     b.kernel("sm90_xmma_gemm_bf16bf16", 30, b.op("aten::mm", 2200, 50, mm_args(4, 64, 256)))
     return b.write(path)
 
@@ -31,7 +42,9 @@ def chat_trace(path):
 def code_trace(path):
     b = KinetoBuilder()
     b.range("prefill", 0, 1000)
-    b.kernel("void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 40, b.op("_C::rms_norm", 10, 50, rms_norm_args(200, 64)))
+    b.kernel(
+        "void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 40, b.op("_C::rms_norm", 10, 50, rms_norm_args(200, 64))
+    )
     b.kernel("sm90_xmma_gemm_bf16bf16", 60, b.op("aten::mm", 200, 50, mm_args(200, 64, 256)))
     return b.write(path)
 
@@ -39,7 +52,10 @@ def code_trace(path):
 def test_weights_match_hand_computation_of_eq2_eq3(tmp_path):
     apps = tmp_path / "apps.yaml"
     apps.write_text("# card-hour shares\nchat: 3\ncode: 1   # a quarter\n")
-    specs = [TraceSpec("chat", chat_trace(tmp_path / "chat.json")), TraceSpec("code", code_trace(tmp_path / "code.json"))]
+    specs = [
+        TraceSpec("chat", chat_trace(tmp_path / "chat.json")),
+        TraceSpec("code", code_trace(tmp_path / "code.json")),
+    ]
     manifest = import_traces(specs, tmp_path / "snap", apps_file=apps)
 
     # Eq. 2 — chat/prefill: rms 30, attention 50, other 20 of 100; chat/decode: rms 10, paged 60,
@@ -62,7 +78,10 @@ def test_weights_match_hand_computation_of_eq2_eq3(tmp_path):
 
 
 def test_framework_ops_give_bucketed_shapes(tmp_path):
-    specs = [TraceSpec("chat", chat_trace(tmp_path / "chat.json")), TraceSpec("code", code_trace(tmp_path / "code.json"))]
+    specs = [
+        TraceSpec("chat", chat_trace(tmp_path / "chat.json")),
+        TraceSpec("code", code_trace(tmp_path / "code.json")),
+    ]
     manifest = import_traces(specs, tmp_path / "snap")
     catalog = Catalog(tmp_path / "snap")
     rms = {s.inputs["token_count"]: s for s in catalog.visible("rms_norm").scored_shapes}
@@ -82,7 +101,9 @@ def fallback_trace(path):
     big = b.op("_C::rms_norm", 0, 100, rms_norm_args(1000, 64))
     b.kernel("void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 40, big, link="none", ts=10)  # inside the op
     b.kernel("sm90_xmma_gemm_bf16bf16", 20, b.op("aten::mm", 150, 50, mm_args(1000, 64, 256)))
-    b.kernel("void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 10, b.op("_C::rms_norm", 400, 50, rms_norm_args(8, 64)))
+    b.kernel(
+        "void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 10, b.op("_C::rms_norm", 400, 50, rms_norm_args(8, 64))
+    )
     b.kernel("void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)", 5, b.op("aten::add", 500, 20, mm_args(8, 64, 64)))
     b.gpu_range("decode", 49_000, 2000)
     b.gpu_range("atrex::silu_and_mul", 49_500, 100)
@@ -92,7 +113,13 @@ def fallback_trace(path):
 
 def test_fallback_links_and_token_phases(tmp_path):
     manifest = import_traces([TraceSpec("chat", fallback_trace(tmp_path / "t.json"))], tmp_path / "snap")
-    assert manifest.inputs[0].links == {"time_containment": 1, "correlation": 3, "none": 1, "kernel_name": 1, "gpu_range": 1}
+    assert manifest.inputs[0].links == {
+        "time_containment": 1,
+        "correlation": 3,
+        "none": 1,
+        "kernel_name": 1,
+        "gpu_range": 1,
+    }
     # prefill (by the 1000-token call): rms 40, other 20; decode (8 tokens, the GPU range): rms 10+5, silu 7.
     assert manifest.device_us_by_app_phase == {"chat": {"prefill": 60.0, "decode": 22.0}}
     rms = manifest.operators["rms_norm"]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.wiki.index import WikiIndex
 from atrex_mcp.wiki.corpus import CATEGORIES, READERS, wiki_files
+from atrex_mcp.wiki.index import WikiIndex
 
 WIKI = Path(__file__).resolve().parent.parent / "gpu_wiki"
 LINK = re.compile(r"\]\(((?:docs|kernels)/[A-Za-z0-9_./-]+)\)")

@@ -66,7 +66,8 @@ def wiki(tmp_path):
     (root / "kernels").mkdir()
     (root / "docs" / "patterns" / "split-k.md").write_text(_doc(
         "Split-K for skinny GEMMs", "patterns",
-        "Cut the reduction dimension K into SPLIT_K slices when M is small.\n\nUse `tl.atomic_add` or a workspace.\n",
+        "Cut the reduction dimension K into SPLIT_K slices when M is small.\n\n"
+        "Use `tl.atomic_add` or a workspace.\n",
         tags=["split-k", "gemm"], op_family=["gemm"], dsl=["triton"], hardware=["hopper"]))
     (root / "docs" / "pitfalls" / "fp8.md").write_text(_doc(
         "fp8 saturation", "pitfalls", "Casting to e4m3fn does not saturate: values above 464 become NaN.\n",
@@ -168,7 +169,9 @@ def test_added_root_is_indexed_as_source(wiki, tmp_path):
     root, state = wiki
     upstream = tmp_path / "upstream"
     (upstream / "csrc").mkdir(parents=True)
-    (upstream / "csrc" / "layernorm.cu").write_text("__global__ void rms_norm_kernel(float* out) { /* warp reduce */ }\n")
+    (upstream / "csrc" / "layernorm.cu").write_text(
+        "__global__ void rms_norm_kernel(float* out) { /* warp reduce */ }\n"
+    )
     (upstream / ".git").mkdir()
     (upstream / ".git" / "notes.md").write_text("rms_norm_kernel\n")
     (upstream / "image.png").write_bytes(b"\x89PNG")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import EvalRequest, evaluate
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.wiki.corpus import kernel_front_matter
 from tests.server_fixtures import config, connect
 
@@ -59,7 +59,9 @@ def test_kernel_passes_the_evaluator_on_smoke(path, catalog):
     assert h200["status"] in ("pending H200 run", "measured", "measured on a subset of shapes")
     assert ("operator_score" in h200) == (h200["status"] == "measured")  # S only over every scored shape
     if h200.get("failures"):  # a kernel that failed on the GPU says what was done about it
-        assert "re-validated" in meta.get("gpu_note", ""), "say in gpu_note what was fixed and whether it was re-validated"
+        assert "re-validated" in meta.get("gpu_note", ""), (
+            "say in gpu_note what was fixed and whether it was re-validated"
+        )
     result = evaluate(EvalRequest(op=meta["operator"], source=path.read_text(), shapes=["smoke"], seeds=2,
                                   timing=False, measure_dsl=False), catalog)
     assert result.compiled, result.compile_error

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate.compare import compare_outputs
+from atrex_mcp.problemset.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

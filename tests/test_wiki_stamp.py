@@ -58,7 +58,10 @@ def test_full_run_is_stamped_with_the_operator_score(tmp_path, scored_ids):
     assert h200["failures"] == {"1": "numeric_mismatch"} and h200["shapes_scored"] == len(scored_ids)
     assert "score" not in json.dumps(h200["time_ms"]) and "0.988" not in text.split("+++")[1].split("[h200]")[1]
     correct = len(scored_ids) - 1
-    assert meta["validated_shapes"][1] == f"NVIDIA H200 2026-12-01: {correct}/{len(scored_ids)} scored shapes correct (failed: 1)"
+    assert (
+        meta["validated_shapes"][1]
+        == f"NVIDIA H200 2026-12-01: {correct}/{len(scored_ids)} scored shapes correct (failed: 1)"
+    )
     assert main([str(report), "--kernels", str(kernels)]) == 0
     assert (kernels / "rms_norm.py").read_text() == text
     compile(text, "rms_norm.py", "exec")
@@ -73,7 +76,10 @@ def test_subset_run_is_stamped_without_the_operator_score(tmp_path, scored_ids):
     assert h200["status"] == "measured on a subset of shapes" and "operator_score" not in h200
     assert h200["operator_score_pending"] == "S over the full shape set: pending; measured on shapes [0]"
     assert h200["shapes_measured"] == ["0"] and h200["time_ms"] == {"0": 0.00691} and h200["failures"] == {}
-    assert meta["validated_shapes"][1] == f"NVIDIA H200 2026-12-01: measured on shapes [0] of {len(scored_ids)} scored; 1 correct"
+    assert (
+        meta["validated_shapes"][1]
+        == f"NVIDIA H200 2026-12-01: measured on shapes [0] of {len(scored_ids)} scored; 1 correct"
+    )
 
 
 @pytest.mark.parametrize("case", ["smoke run", "claims every shape but lacks some"])

@@ -26,7 +26,9 @@ class KinetoBuilder:
         self._external = 1
         self.device_clock = 10_000.0
 
-    def _x(self, cat: str, name: str, ts: float, dur: float, where: tuple[int, int], args: dict[str, Any]) -> dict[str, Any]:
+    def _x(
+        self, cat: str, name: str, ts: float, dur: float, where: tuple[int, int], args: dict[str, Any]
+    ) -> dict[str, Any]:
         ev = {"ph": "X", "cat": cat, "name": name, "pid": where[0], "tid": where[1], "ts": ts, "dur": dur, "args": args}
         self.events.append(ev)
         return ev
@@ -86,7 +88,9 @@ def attention_args(seq_lens: list[int], heads: int = 2, dim: int = 64) -> list[t
     return [([t, heads, dim], BF16, "")] * 3 + [([n], "int", "")] * 2
 
 
-def paged_args(seqs: int, ctx: int, heads: int = 4, kv_heads: int = 2, dim: int = 64, block: int = 16) -> list[tuple[list[int], str, str]]:
+def paged_args(
+    seqs: int, ctx: int, heads: int = 4, kv_heads: int = 2, dim: int = 64, block: int = 16
+) -> list[tuple[list[int], str, str]]:
     """Arguments of vLLM's _C::paged_attention_v1(out, query, key_cache, value_cache, num_kv_heads, scale,
     block_tables, seq_lens, block_size, max_seq_len)."""
     blocks = -(-ctx // block)

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from atrex_mcp.agentbench.endpoint import TOKEN_ENV, McpEndpoint
 from atrex_mcp.agentbench.isolation import which
@@ -21,7 +22,18 @@ from atrex_mcp.errors import AtrexError
 
 MCP_CONFIG_FILE = "mcp.json"
 PROMPT_FILE = "PROMPT.md"
-_BASE_ENV = ("PATH", "LANG", "LC_ALL", "TERM", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")
+_BASE_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "TZ",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+)
 MCP_STARTUP_S = 120  # the server imports torch and the evaluator before it answers
 
 
@@ -167,8 +179,10 @@ class CodexDriver:
     def invocation(self, task: AgentTask, executable: Path) -> Invocation:
         key = f"mcp_servers.{SERVER_NAME}"
         ep = task.endpoint
-        server = ({"command": ep.command[0], "args": ep.command[1:], "env": ep.env} if ep.transport == "stdio"
-                  else {"url": ep.url, "bearer_token_env_var": TOKEN_ENV})
+        server: dict[str, Any] = (
+            {"command": ep.command[0], "args": ep.command[1:], "env": ep.env} if ep.transport == "stdio"
+            else {"url": ep.url, "bearer_token_env_var": TOKEN_ENV}
+        )
         server.update({"required": True, "startup_timeout_sec": MCP_STARTUP_S, "tool_timeout_sec": int(task.budget_s),
                        "default_tools_approval_mode": "approve", "enabled_tools": list(task.tools)})
         overrides = [f"{key}.{name}={_toml(value)}" for name, value in server.items()]
@@ -231,7 +245,9 @@ class CommandDriver:
 
     def __init__(self, spec: AgentSpec):
         if not spec.command:
-            raise AtrexError("input", "empty_agent_command", "The agent command is empty.", 'e.g. --agent "python3 my_agent.py"')
+            raise AtrexError(
+                "input", "empty_agent_command", "The agent command is empty.", 'e.g. --agent "python3 my_agent.py"'
+            )
         self.spec = spec
 
     def executable(self) -> Path | None:
@@ -259,7 +275,11 @@ class CommandDriver:
 
 
 Driver = ClaudeDriver | CodexDriver | CommandDriver
-DRIVERS: dict[str, Callable[[AgentSpec], Driver]] = {"claude": ClaudeDriver, "codex": CodexDriver, "command": CommandDriver}
+DRIVERS: dict[str, Callable[[AgentSpec], Driver]] = {
+    "claude": ClaudeDriver,
+    "codex": CodexDriver,
+    "command": CommandDriver,
+}
 
 
 def driver_for(spec: AgentSpec) -> Driver:

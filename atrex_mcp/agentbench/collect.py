@@ -15,9 +15,9 @@ from pathlib import Path
 
 from atrex_mcp.agentbench.models import Submission
 from atrex_mcp.candidate_contract import ContractRefused, ContractReport, check_contract
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import ARTIFACT_MANIFEST, last_refusal, package_source
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.workspace import Workspace
 
 PACKAGE_FORMAT = "atrex-mcp package 1"
@@ -86,11 +86,16 @@ def collect_submission(workspace: Path, op: str, catalog: Catalog, dest: Path, r
     if dest.exists():
         shutil.rmtree(dest)
     try:
-        packaged = package_source(text, op, catalog, dest, dsl=dsl, provenance={"collected_from": where, "matches_manifest": matches})
+        packaged = package_source(
+            text, op, catalog, dest, dsl=dsl, provenance={"collected_from": where, "matches_manifest": matches}
+        )
     except ContractRefused as refused:
-        return Submission(outcome="contract_failed", found=where, matches_manifest=matches,
-                          violations=contract_lines(refused.report))
+        return Submission(
+            outcome="contract_failed", found=where, matches_manifest=matches, violations=contract_lines(refused.report)
+        )
     except AtrexError as exc:
-        return Submission(outcome="contract_failed", found=where, matches_manifest=matches, violations=[exc.info.message])
+        return Submission(
+            outcome="contract_failed", found=where, matches_manifest=matches, violations=[exc.info.message]
+        )
     return Submission(outcome="submitted", found=where, artifact=str(Path(packaged.artifact).relative_to(run_root)),
                       sha256=packaged.sha256, matches_manifest=matches)

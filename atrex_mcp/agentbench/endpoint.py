@@ -141,5 +141,9 @@ def http_server(config: RunConfig, workspace: Path, state_dir: Path, log_path: P
         if "address already in use" not in log_path.read_text(errors="replace").lower():
             break
     tail = log_path.read_text(errors="replace")[-1500:]
-    raise AtrexError("internal", "server_start_failed", f"The MCP server did not start on 127.0.0.1: {tail.strip() or 'no output'}",
-                     f"See {log_path}.")
+    raise AtrexError(
+        "internal",
+        "server_start_failed",
+        f"The MCP server did not start on 127.0.0.1: {tail.strip() or 'no output'}",
+        f"See {log_path}.",
+    )

@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel, Field, ValidationError
 
 from atrex_mcp.agentbench.layout import RunLayout, RunStore, write_json_atomic
 from atrex_mcp.agentbench.progress import ProgressBoard
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.problemset.derive import derive_missing
 from atrex_mcp.cluster.dispatch import Job
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate import footprint
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.derive import derive_missing
 
 SETTINGS_FILE = "settings.json"
 BASELINES = ("eager", "torch-compile")
@@ -39,7 +39,9 @@ class EvalSettings(BaseModel):
     shapes: str = Field(default="all", description="all (every scored shape), smoke, or comma-separated shape ids.")
     seeds: int = Field(default=5, ge=1, le=64, description="Fresh random input seeds per shape.")
     timeout_s: float = Field(default=120.0, gt=0, description="Wall-clock limit per shape and stage.")
-    baselines: Literal["auto", "yes", "no"] = Field(default="auto", description="Time the eager and torch.compile references (auto: with a GPU).")
+    baselines: Literal["auto", "yes", "no"] = Field(
+        default="auto", description="Time the eager and torch.compile references (auto: with a GPU)."
+    )
 
 
 class StoredSettings(BaseModel):
@@ -159,9 +161,12 @@ def _settings(layout: RunLayout, wanted: StoredSettings, force: bool) -> None:
         except (ValidationError, ValueError):
             previous = None
         if previous is not None and previous != wanted and _results_exist(layout):
-            raise AtrexError("input", "eval_settings_differ",
-                             f"{layout.eval_dir} holds results made with other settings ({previous.model_dump()}).",
-                             "Repeat the earlier options, or pass --force to evaluate everything again with the new ones.")
+            raise AtrexError(
+                "input",
+                "eval_settings_differ",
+                f"{layout.eval_dir} holds results made with other settings ({previous.model_dump()}).",
+                "Repeat the earlier options, or pass --force to evaluate everything again with the new ones.",
+            )
     layout.eval_dir.mkdir(parents=True, exist_ok=True)
     layout.eval_dir.chmod(0o700)
     write_json_atomic(path, wanted)
@@ -180,8 +185,14 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
     catalog = Catalog([Path(p) for p in config.problems])
     derive_missing(catalog, config.ops)
     baselines = settings.baselines == "yes" or (settings.baselines == "auto" and _has_gpu(cluster))
-    wanted = StoredSettings(shapes=settings.shapes, seeds=settings.seeds, timeout_s=settings.timeout_s, hardware=config.hardware,
-                            dsl=config.dsl, baselines=baselines)
+    wanted = StoredSettings(
+        shapes=settings.shapes,
+        seeds=settings.seeds,
+        timeout_s=settings.timeout_s,
+        hardware=config.hardware,
+        dsl=config.dsl,
+        baselines=baselines,
+    )
     _settings(layout, wanted, force)
     summary = EvalSummary()
     where = footprint.room()
@@ -207,7 +218,12 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
     for op in config.ops:
         state = store.load_state(op)
         submission = state.submission
-        if state.status != "done" or submission is None or submission.outcome != "submitted" or submission.artifact is None:
+        if (
+            state.status != "done"
+            or submission is None
+            or submission.outcome != "submitted"
+            or submission.artifact is None
+        ):
             summary.not_submitted.append(op)
             board.finish(op, "no submission to evaluate" if state.status == "done" else f"not run yet ({state.status})")
             continue
@@ -248,9 +264,9 @@ def _pending(layout: RunLayout, store: RunStore, ops: list[str]) -> list[str]:
     out = []
     for op in ops:
         state = store.load_state(op)
-        if state.status == "done" and state.submission is not None and state.submission.outcome == "submitted":
-            if not result_path(layout, op).is_file():
-                out.append(op)
+        submitted = state.status == "done" and state.submission is not None and state.submission.outcome == "submitted"
+        if submitted and not result_path(layout, op).is_file():
+            out.append(op)
     return out
 
 
@@ -268,7 +284,7 @@ def _op_jobs(layout: RunLayout, catalog: Catalog, config: Any, settings: EvalSet
 
     sha = hashlib.sha256(source.encode()).hexdigest()
     shapes = _shape_ids(settings.shapes, catalog, op)
-    targets = [("candidate", result_path(layout, op), sha)]
+    targets: list[tuple[str, Path, str | None]] = [("candidate", result_path(layout, op), sha)]
     if baselines:
         targets += [(kind, baseline_path(layout, op, kind), None) for kind in BASELINES]
     jobs = []
@@ -300,7 +316,7 @@ def _judge_here(jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInf
                 for job in op_jobs:
                     board.stage(op, f"{job.kind}: starting")
                     result = evaluate(job.request, catalog, standby=standby,
-                                      progress=lambda message, fraction, kind=job.kind: board.stage(
+                                      progress=lambda message, fraction, kind=job.kind, op=op: board.stage(
                                           op, f"{kind}: {message} ({fraction:.0%})"))
                     result.knowledge = job.knowledge
                     write_json_atomic(job.path, result)
@@ -318,5 +334,7 @@ def _verdict(path: Path) -> str:
         return f"did not compile ({result.compile_error.category if result.compile_error else 'unknown'})"
     correct = sum(s.correct for s in result.shapes)
     timed = [s for s in result.shapes if s.time_ms is not None]
-    note = "" if timed else f", {result.shapes[0].timing_note}" if result.shapes and result.shapes[0].timing_note else ""
+    note = (
+        "" if timed else f", {result.shapes[0].timing_note}" if result.shapes and result.shapes[0].timing_note else ""
+    )
     return f"{correct}/{len(result.shapes)} shapes correct{note}"

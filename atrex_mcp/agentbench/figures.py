@@ -53,9 +53,24 @@ def correctness_dsl(report: BenchReport, path: Path) -> None:
         ax.bar(i - width / 2, row.correctness, width, color="#3a7dc9", label="correctness" if i == 0 else None)
         ax.text(i - width / 2, row.correctness + 0.02, f"{row.correctness:.0%}", ha="center", fontsize=9)
         if row.dsl_adoption is None:
-            ax.text(i + width / 2, 0.04, "DSL share\nnot measured", ha="center", va="bottom", fontsize=8, color="#555555", rotation=90)
+            ax.text(
+                i + width / 2,
+                0.04,
+                "DSL share\nnot measured",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="#555555",
+                rotation=90,
+            )
         else:
-            ax.bar(i + width / 2, row.dsl_adoption, width, color="#e08a2c", label="DSL-dominant operators" if i == 0 else None)
+            ax.bar(
+                i + width / 2,
+                row.dsl_adoption,
+                width,
+                color="#e08a2c",
+                label="DSL-dominant operators" if i == 0 else None,
+            )
             ax.text(i + width / 2, row.dsl_adoption + 0.02, f"{row.dsl_adoption:.0%}", ha="center", fontsize=9)
     ax.set_xticks(range(len(runs)), [r.run for r in runs], rotation=15 if len(runs) > 3 else 0)
     ax.set_xlim(-0.6, len(runs) - 0.4)
@@ -90,9 +105,13 @@ def s_by_regime(report: BenchReport, path: Path) -> None:
             for i, regime in enumerate(REGIMES):
                 values = [line.score for line in run.operators if line.regime == regime and line.score is not None]
                 x = i - 0.4 + spread * (j + 0.5)
-                ax.scatter([x] * len(values), values, s=18, alpha=0.75, color=f"C{j}", label=run.row.run if i == 0 else None)
+                ax.scatter(
+                    [x] * len(values), values, s=18, alpha=0.75, color=f"C{j}", label=run.row.run if i == 0 else None
+                )
                 if values:
-                    ax.hlines(sorted(values)[len(values) // 2], x - spread / 3, x + spread / 3, color=f"C{j}", linewidth=2)
+                    ax.hlines(
+                        sorted(values)[len(values) // 2], x - spread / 3, x + spread / 3, color=f"C{j}", linewidth=2
+                    )
         ax.set_xticks(range(len(REGIMES)), [f"{r}-bound" if r != "mixed" else "mixed" for r in REGIMES])
         ax.set_ylabel(f"S_i on {report.hardware} (1 = speed of light)")
         ax.axhline(1.0, color="#999999", linestyle=":", linewidth=1)
@@ -104,8 +123,12 @@ def s_by_regime(report: BenchReport, path: Path) -> None:
 def s_vs_weight(report: BenchReport, path: Path) -> None:
     def draw(ax, timed) -> None:
         for j, run in enumerate(timed):
-            points = [(line.weight, line.score, line.op) for line in run.operators if line.weight and line.score is not None]
-            ax.scatter([p[0] for p in points], [p[1] for p in points], s=22, alpha=0.8, color=f"C{j}", label=run.row.run)
+            points = [
+                (line.weight, line.score, line.op) for line in run.operators if line.weight and line.score is not None
+            ]
+            ax.scatter(
+                [p[0] for p in points], [p[1] for p in points], s=22, alpha=0.8, color=f"C{j}", label=run.row.run
+            )
             for weight, score, op in points:
                 ax.annotate(op, (weight, score), fontsize=6, xytext=(3, 2), textcoords="offset points")
         ax.set_xscale("log")

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atrex_mcp.agentbench.models import Isolation, ServerTransport
-from atrex_mcp.problemset.catalog import HIDDEN_FILES, WEIGHTS_FILE
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import HIDDEN_FILES, WEIGHTS_FILE
 
 NOBODY = 65534
 _CHECK_TIMEOUT_S = 30
@@ -51,8 +51,14 @@ def accessible_to(identity: AgentIdentity, paths: Iterable[Path], test: str = "-
         mode = {"-r": os.R_OK, "-x": os.X_OK, "-w": os.W_OK}[test]
         return [p for p in paths if os.access(p, mode)]
     script = f'for p in "$@"; do [ {test} "$p" ] && printf "%s\\0" "$p"; done; exit 0'
-    result = subprocess.run(["/bin/sh", "-c", script, "sh", *map(str, paths)], capture_output=True, timeout=_CHECK_TIMEOUT_S,
-                            cwd="/", env={"PATH": "/usr/bin:/bin"}, **identity.popen_kwargs())
+    result = subprocess.run(
+        ["/bin/sh", "-c", script, "sh", *map(str, paths)],
+        capture_output=True,
+        timeout=_CHECK_TIMEOUT_S,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        **identity.popen_kwargs(),
+    )
     return [Path(p) for p in result.stdout.decode().split("\0") if p]
 
 
@@ -81,13 +87,17 @@ def choose_identity(requested: str, executable: Path | None) -> tuple[AgentIdent
                         "(see docs/bench.md, 'The strong setup')"]
         target = AgentIdentity(NOBODY, NOBODY)
         if executable is not None and not accessible_to(target, [executable.resolve()], "-x"):
-            return me, [f"uid {NOBODY} cannot run {executable} (e.g. an interpreter under /root): the agent runs as "
-                        f"uid {me.uid} and could read the hidden files; install the agent where uid {NOBODY} can run it"]
+            return me, [
+                f"uid {NOBODY} cannot run {executable} (e.g. an interpreter under /root): the agent runs as "
+                f"uid {me.uid} and could read the hidden files; install the agent where uid {NOBODY} can run it"
+            ]
         return target, []
     try:
         uid = int(requested)
     except ValueError:
-        raise AtrexError("input", "bad_agent_uid", f"--agent-uid must be auto, same or a number, not {requested!r}.") from None
+        raise AtrexError(
+            "input", "bad_agent_uid", f"--agent-uid must be auto, same or a number, not {requested!r}."
+        ) from None
     if uid != me.uid and not root:
         raise AtrexError("input", "agent_uid_needs_root", f"Running the agent as uid {uid} needs root.",
                          "Run bench as root, or use --agent-uid same (weaker: see docs/bench.md).")
@@ -105,19 +115,33 @@ def choose_transport(requested: str, identity: AgentIdentity) -> ServerTransport
     if requested == "auto":
         return "http" if identity.switched else "stdio"
     if requested == "stdio" and identity.switched:
-        raise AtrexError("input", "stdio_needs_same_uid", "A stdio server is started by the agent and would run as the agent's uid.",
-                         "Use --server http (the default when the agent runs as another uid).")
+        raise AtrexError(
+            "input",
+            "stdio_needs_same_uid",
+            "A stdio server is started by the agent and would run as the agent's uid.",
+            "Use --server http (the default when the agent runs as another uid).",
+        )
     return requested  # type: ignore[return-value]
 
 
-def describe(identity: AgentIdentity, transport: ServerTransport, readable: list[Path], warnings: list[str]) -> Isolation:
+def describe(
+    identity: AgentIdentity, transport: ServerTransport, readable: list[Path], warnings: list[str]
+) -> Isolation:
     """The run's Isolation record: what holds, and every way it is weaker than the strong setup."""
     warnings = list(warnings)
     if readable:
-        shown = ", ".join(str(p) for p in readable[:3]) + (f" and {len(readable) - 3} more" if len(readable) > 3 else "")
-        warnings.append(f"the agent's uid {identity.uid} can read {len(readable)} evaluator-only file(s): {shown}"
-                        + ("; make every copy of the problem set unreadable to that uid (chmod -R o-rwx on each problem root, "
-                           "including the installed default)" if identity.switched else ""))
+        shown = ", ".join(str(p) for p in readable[:3]) + (
+            f" and {len(readable) - 3} more" if len(readable) > 3 else ""
+        )
+        warnings.append(
+            f"the agent's uid {identity.uid} can read {len(readable)} evaluator-only file(s): {shown}"
+            + (
+                "; make every copy of the problem set unreadable to that uid (chmod -R o-rwx on each problem root, "
+                "including the installed default)"
+                if identity.switched
+                else ""
+            )
+        )
     return Isolation(agent_uid=identity.uid, agent_gid=identity.gid, server_uid=os.geteuid(), transport=transport,
                      hidden_readable=[str(p) for p in readable], warnings=warnings)
 
@@ -127,7 +151,7 @@ def hand_over(path: Path, identity: AgentIdentity) -> None:
     path.chmod(0o700)
     if not identity.switched:
         return
-    for dirpath, dirnames, filenames in os.walk(path):
+    for dirpath, _dirnames, filenames in os.walk(path):
         os.chown(dirpath, identity.uid, identity.gid)
         for name in filenames:
             os.chown(os.path.join(dirpath, name), identity.uid, identity.gid, follow_symlinks=False)

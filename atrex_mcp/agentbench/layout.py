@@ -116,8 +116,12 @@ class RunStore:
         try:
             return RunConfig.model_validate_json(path.read_text())
         except FileNotFoundError:
-            raise AtrexError("input", "not_a_run", f"{self.layout.root} has no {RUN_FILE}: it is not a bench run directory.",
-                             "Pass the --out directory of a `bench run`.") from None
+            raise AtrexError(
+                "input",
+                "not_a_run",
+                f"{self.layout.root} has no {RUN_FILE}: it is not a bench run directory.",
+                "Pass the --out directory of a `bench run`.",
+            ) from None
         except (ValidationError, ValueError) as exc:
             raise AtrexError("input", "bad_run_file", f"{path} is not a valid run file: {exc}") from None
 

@@ -23,9 +23,16 @@ class AgentSpec(BaseModel):
     kind: AgentKind = Field(description="claude (Claude Code), codex (Codex CLI) or command (any program).")
     command: list[str] = Field(default_factory=list, description="For kind=command: the argv, run in the workspace.")
     binary: str | None = Field(default=None, description="Path of the claude/codex executable; null = found on PATH.")
-    model: str | None = Field(default=None, description="Model name passed to the CLI (--model / -m); null = the CLI's default.")
-    extra_args: list[str] = Field(default_factory=list, description="Extra arguments appended to the CLI's command line.")
-    pass_env: list[str] = Field(default_factory=list, description="Environment variables passed through to the agent besides the driver's own list.")
+    model: str | None = Field(
+        default=None, description="Model name passed to the CLI (--model / -m); null = the CLI's default."
+    )
+    extra_args: list[str] = Field(
+        default_factory=list, description="Extra arguments appended to the CLI's command line."
+    )
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="Environment variables passed through to the agent besides the driver's own list.",
+    )
 
 
 class Isolation(BaseModel):
@@ -34,9 +41,16 @@ class Isolation(BaseModel):
     agent_uid: int = Field(description="uid the agent process runs as.")
     agent_gid: int = Field(description="gid the agent process runs as.")
     server_uid: int = Field(description="uid the MCP server (and the bench runner) runs as.")
-    transport: ServerTransport = Field(description="stdio: the agent's CLI starts the server; http: the runner starts it, the agent connects with a token.")
-    hidden_readable: list[str] | None = Field(default=None, description="Evaluator-only files the agent's uid could read (null = not checked, [] = none).")
-    warnings: list[str] = Field(default_factory=list, description="Why the setup is weaker than the strong one, with the fix.")
+    transport: ServerTransport = Field(
+        description="stdio: the agent's CLI starts the server; http: the runner starts it, the agent connects with a "
+                    "token."
+    )
+    hidden_readable: list[str] | None = Field(
+        default=None, description="Evaluator-only files the agent's uid could read (null = not checked, [] = none)."
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="Why the setup is weaker than the strong one, with the fix."
+    )
 
 
 class RunConfig(BaseModel):
@@ -46,10 +60,16 @@ class RunConfig(BaseModel):
     agent: AgentSpec
     ops: list[str] = Field(description="Operators of the run, in order.")
     dsl: str = Field(description="Target DSL.")
-    condition: Condition = Field(description="vanilla: one pass; optimizer: the measure-revise loop with wiki, profile and run memory.")
-    knowledge: Knowledge = Field(default="full", description=(
-        "Knowledge condition of the server (atrex_mcp.knowledge): none, general (no document that solves a served operator) "
-        "or full. Runs made before the condition existed had the full wiki."))
+    condition: Condition = Field(
+        description="vanilla: one pass; optimizer: the measure-revise loop with wiki, profile and run memory."
+    )
+    knowledge: Knowledge = Field(
+        default="full",
+        description=(
+            "Knowledge condition of the server (atrex_mcp.knowledge): none, general (no document that solves a "
+            "served operator) or full. Runs made before the condition existed had the full wiki."
+        ),
+    )
     budget_s: float = Field(description="Wall-clock budget per operator, seconds.")
     problems: list[str] = Field(description="Problem roots the server serves (absolute paths).")
     hardware: str = Field(description="Hardware profile of the server and of the scores.")
@@ -77,9 +97,13 @@ class Submission(BaseModel):
     outcome: Outcome = Field(description="submitted, no_submission (no package found) or contract_failed "
                                          "(the trusted re-check, or the server's package tool, refused it).")
     found: str | None = Field(default=None, description="Where the package was found in the workspace (relative path).")
-    artifact: str | None = Field(default=None, description="The trusted copy, relative to RUN_DIR (ops/<op>/submission/<op>.py).")
+    artifact: str | None = Field(
+        default=None, description="The trusted copy, relative to RUN_DIR (ops/<op>/submission/<op>.py)."
+    )
     sha256: str | None = Field(default=None, description="sha256 of the trusted copy.")
-    matches_manifest: bool | None = Field(default=None, description="The workspace file still had the hash its package manifest recorded.")
+    matches_manifest: bool | None = Field(
+        default=None, description="The workspace file still had the hash its package manifest recorded."
+    )
     violations: list[str] = Field(default_factory=list,
                                   description="Output-contract violations, each `rule (line N): message — fix: …`.")
 
@@ -94,7 +118,9 @@ class OpState(BaseModel):
     started_at: str | None = None
     finished_at: str | None = None
     elapsed_s: float | None = Field(default=None, description="Agent wall time, seconds.")
-    exit_code: int | None = Field(default=None, description="The agent's exit status (negative: killed by that signal).")
+    exit_code: int | None = Field(
+        default=None, description="The agent's exit status (negative: killed by that signal)."
+    )
     timed_out: bool = Field(default=False, description="The agent was stopped at the budget.")
     usage: TokenUsage | None = None
     submission: Submission | None = None

@@ -64,7 +64,7 @@ def run_agent(argv: list[str], *, cwd: Path, env: dict[str, str], identity: Agen
                     written += len(raw)
                 try:
                     on_line(raw.decode(errors="replace"))
-                except Exception:  # a display problem must never stop the transcript
+                except Exception:  # noqa: BLE001 - a display problem must never stop the transcript
                     pass
 
         reader = threading.Thread(target=pump, name=f"transcript-{proc.pid}", daemon=True)

@@ -22,7 +22,9 @@ SERVER_NAME = "atrex"  # the MCP server's name in every agent config: Claude see
 VANILLA_TOOLS = ("list_problems", "get_problem", "validate", "package")
 OPTIMIZER_TOOLS = (*VANILLA_TOOLS, "profile_kernel", "roofline_lookup", "wiki_search", "wiki_read", "start_run",
                    "submit_baseline", "record_iteration", "run_state", "partial_restart", "unmask", "package_run")
-SERVER_TOOLS = OPTIMIZER_TOOLS  # every tool the benchmark-mode server has; a condition's others are denied where the CLI can
+SERVER_TOOLS = (
+    OPTIMIZER_TOOLS  # every tool the benchmark-mode server has; a condition's others are denied where the CLI can
+)
 CONDITION_TOOLS: dict[str, tuple[str, ...]] = {"vanilla": VANILLA_TOOLS, "optimizer": OPTIMIZER_TOOLS}
 DSL_NAMES = {"triton": "Triton"}
 

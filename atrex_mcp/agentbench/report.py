@@ -27,13 +27,13 @@ from atrex_mcp.agentbench.evaluation import SETTINGS_FILE, EvalError, StoredSett
 from atrex_mcp.agentbench.layout import RunLayout, RunStore, now_iso
 from atrex_mcp.agentbench.models import OpState, RunConfig
 from atrex_mcp.candidate_contract import RULES as CONTRACT_RULES
-from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
-from atrex_mcp.problemset.roofline import shape_roofline
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import scoring
 from atrex_mcp.evaluate.models import EvalResult
 from atrex_mcp.evaluate.table import OperatorRow, load_results, run_row
 from atrex_mcp.evaluate.taxonomy import STAGES
+from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
+from atrex_mcp.problemset.roofline import shape_roofline
 
 
 class OperatorLine(BaseModel):
@@ -41,8 +41,12 @@ class OperatorLine(BaseModel):
 
     op: str
     weight: float | None = Field(description="Production weight, normalised over the catalog.")
-    regime: str | None = Field(description="memory or compute bound on the report's profile (mixed when shapes differ); null when unknown.")
-    agent: str = Field(description="What the agent run ended with: submitted, no submission, contract failed, error, not run.")
+    regime: str | None = Field(
+        description="memory or compute bound on the report's profile (mixed when shapes differ); null when unknown."
+    )
+    agent: str = Field(
+        description="What the agent run ended with: submitted, no submission, contract failed, error, not run."
+    )
     timed_out: bool = Field(description="The agent was stopped at its budget.")
     elapsed_s: float | None = Field(description="Agent wall time.")
     input_tokens: int | None = Field(description="Uncached input tokens the CLI reported.")
@@ -56,8 +60,14 @@ class OperatorLine(BaseModel):
     score: float | None = Field(default=None, description="S_i against the report's profile.")
     vs_torch_compile: float | None = None
     vs_eager: float | None = None
-    faster_than_sol: int = Field(default=0, description="Shapes with S > 1: evaluation errors against a datasheet profile; against a measured one, a ceiling the kernel beat.")
-    failure: str | None = Field(default=None, description="Where the operator stopped (stage/category); null when every shape was correct.")
+    faster_than_sol: int = Field(
+        default=0,
+        description="Shapes with S > 1: evaluation errors against a datasheet profile; against a measured one, a "
+                    "ceiling the kernel beat.",
+    )
+    failure: str | None = Field(
+        default=None, description="Where the operator stopped (stage/category); null when every shape was correct."
+    )
 
 
 class MainRow(BaseModel):
@@ -66,7 +76,9 @@ class MainRow(BaseModel):
     run: str
     agent: str
     condition: str | None
-    knowledge: str | None = Field(default=None, description="Knowledge condition of the run (none, general, full); null for a reference baseline.")
+    knowledge: str | None = Field(
+        default=None, description="Knowledge condition of the run (none, general, full); null for a reference baseline."
+    )
     model: str | None
     operators: int = Field(description="Operators the run was given.")
     submitted: int = Field(description="Operators with a collected submission.")
@@ -74,7 +86,9 @@ class MainRow(BaseModel):
     compile_rate: float
     correctness: float = Field(description="Operator-balanced share of shapes correct.")
     fully_correct: float = Field(description="Share of operators with every evaluated shape correct.")
-    dsl_adoption: float | None = Field(description="Share of operators whose correct kernels are DSL-dominant; null when nothing was profiled.")
+    dsl_adoption: float | None = Field(
+        description="Share of operators whose correct kernels are DSL-dominant; null when nothing was profiled."
+    )
     s: float | None = Field(description="Mean S_i over the run's operators; null when not timed.")
     s_agg: float | None = Field(description="Weighted S over the run's operators; null when not timed.")
     vs_torch_compile: float | None
@@ -133,7 +147,9 @@ def load_run(run_dir: Path) -> LoadedRun:
     config = store.load_config()
     run = LoadedRun(layout, config, store.states(config.ops), Catalog([Path(p) for p in config.problems]))
     if layout.eval_dir.is_dir():
-        run.results = {r.op: r for r in load_results(layout.eval_dir) if r.candidate == "candidate" and r.op in config.ops}
+        run.results = {
+            r.op: r for r in load_results(layout.eval_dir) if r.candidate == "candidate" and r.op in config.ops
+        }
         for path in layout.eval_dir.glob("*.error.json"):
             try:
                 error = EvalError.model_validate_json(path.read_text())
@@ -145,7 +161,9 @@ def load_run(run_dir: Path) -> LoadedRun:
         except (OSError, ValidationError, ValueError):
             run.settings = None
     if layout.baselines_dir.is_dir():
-        run.baselines = {(r.op, r.candidate): r for r in load_results(layout.baselines_dir) if r.candidate != "candidate"}
+        run.baselines = {
+            (r.op, r.candidate): r for r in load_results(layout.baselines_dir) if r.candidate != "candidate"
+        }
     return run
 
 
@@ -224,19 +242,36 @@ def run_report(run: LoadedRun, name: str, profile: str, baselines: dict[tuple[st
     for op in ops:
         state, result, o = run.states[op], run.results.get(op), by_op.get(op)
         usage = state.usage
-        lines.append(OperatorLine(
-            op=op, weight=weights.get(op), regime=_regime(run.catalog, op, profile, [s.id for s in result.shapes] if result else []),
-            agent=_agent_outcome(state), timed_out=state.timed_out, elapsed_s=state.elapsed_s,
-            input_tokens=usage.input_tokens if usage else None, output_tokens=usage.output_tokens if usage else None,
-            cost_usd=usage.cost_usd if usage else None, evaluated=result is not None,
-            compiled=o.compiled if o else None, shapes=o.shapes if o else None, correct=o.correct if o else None,
-            dsl_share=o.dsl_share if o else None, score=o.score if o else None,
-            vs_torch_compile=o.vs_torch_compile if o else None, vs_eager=o.vs_eager if o else None,
-            faster_than_sol=o.faster_than_sol if o else 0, failure=_failure(state, result, run.errors.get(op))))
+        lines.append(
+            OperatorLine(
+                op=op,
+                weight=weights.get(op),
+                regime=_regime(run.catalog, op, profile, [s.id for s in result.shapes] if result else []),
+                agent=_agent_outcome(state),
+                timed_out=state.timed_out,
+                elapsed_s=state.elapsed_s,
+                input_tokens=usage.input_tokens if usage else None,
+                output_tokens=usage.output_tokens if usage else None,
+                cost_usd=usage.cost_usd if usage else None,
+                evaluated=result is not None,
+                compiled=o.compiled if o else None,
+                shapes=o.shapes if o else None,
+                correct=o.correct if o else None,
+                dsl_share=o.dsl_share if o else None,
+                score=o.score if o else None,
+                vs_torch_compile=o.vs_torch_compile if o else None,
+                vs_eager=o.vs_eager if o else None,
+                faster_than_sol=o.faster_than_sol if o else 0,
+                failure=_failure(state, result, run.errors.get(op)),
+            )
+        )
 
     submitted = sum(1 for s in run.states.values() if s.submission and s.submission.outcome == "submitted")
     if submitted > k:
-        notes.append(f"{submitted - k} submission(s) not evaluated yet, counted as failed: run `atrex-mcp bench eval {run.layout.root}`.")
+        notes.append(
+            f"{submitted - k} submission(s) not evaluated yet, counted as failed: run `atrex-mcp bench eval "
+            f"{run.layout.root}`."
+        )
     s = s_agg = s_note = None
     if not results:
         s_note = "nothing evaluated yet"
@@ -247,7 +282,8 @@ def run_report(run: LoadedRun, name: str, profile: str, baselines: dict[tuple[st
         unscored = sorted(op for op, v in scores.items() if v is None)
         if unscored:
             mismatch = next((m for r in results if (m := scoring.profile_mismatch(profile, r.device.name))), "")
-            s_note = f"correct shapes without a score for {', '.join(unscored)} ({mismatch or f'not timed, or no roofline for {profile}'})"
+            s_note = (f"correct shapes without a score for {', '.join(unscored)} "
+                      f"({mismatch or f'not timed, or no roofline for {profile}'})")
         else:
             s = _mean([v for v in scores.values() if v is not None])
             s_agg, _ = scoring.aggregate(scores, {op: weights.get(op, 0.0) for op in ops})
@@ -256,15 +292,35 @@ def run_report(run: LoadedRun, name: str, profile: str, baselines: dict[tuple[st
     if results and not dsl_measured:
         notes.append("DSL adoption is n/a: no forward was profiled (needs a GPU).")
     if any(line.faster_than_sol for line in lines):
-        notes.append("Some shapes ran faster than the roofline bound (S > 1), kept unclipped — see the per-operator table: against a "
-                     "datasheet profile an evaluation error, against a measured profile a ceiling the kernel beat.")
+        notes.append(
+            "Some shapes ran faster than the roofline bound (S > 1), kept unclipped — see the per-operator table: "
+            "against a datasheet profile an evaluation error, against a measured profile a ceiling the kernel beat."
+        )
 
-    main = MainRow(run=name, agent=config.agent.kind if config.agent.kind != "command" else " ".join(Path(a).name for a in config.agent.command[:2]),
-                   condition=config.condition, knowledge=config.knowledge, model=config.agent.model, operators=n, submitted=submitted, evaluated=k,
-                   compile_rate=row.compile_rate * share, correctness=row.correctness * share, fully_correct=row.fully_correct * share,
-                   dsl_adoption=row.dsl_adoption * share if dsl_measured else None, s=s, s_agg=s_agg,
-                   vs_torch_compile=row.vs_torch_compile if timed else None, vs_eager=row.vs_eager if timed else None,
-                   s_note=s_note, timed=timed, dsl_measured=dsl_measured, notes=notes)
+    main = MainRow(
+        run=name,
+        agent=config.agent.kind
+        if config.agent.kind != "command"
+        else " ".join(Path(a).name for a in config.agent.command[:2]),
+        condition=config.condition,
+        knowledge=config.knowledge,
+        model=config.agent.model,
+        operators=n,
+        submitted=submitted,
+        evaluated=k,
+        compile_rate=row.compile_rate * share,
+        correctness=row.correctness * share,
+        fully_correct=row.fully_correct * share,
+        dsl_adoption=row.dsl_adoption * share if dsl_measured and row.dsl_adoption is not None else None,
+        s=s,
+        s_agg=s_agg,
+        vs_torch_compile=row.vs_torch_compile if timed else None,
+        vs_eager=row.vs_eager if timed else None,
+        s_note=s_note,
+        timed=timed,
+        dsl_measured=dsl_measured,
+        notes=notes,
+    )
     device = next((f"{r.device.kind}: {r.device.name}" for r in results), None)
     return RunReport(row=main, operators=lines, run_dir=str(run.layout.root), hardware=profile,
                      evaluated_shapes=run.settings.shapes if run.settings else None, device=device,
@@ -282,25 +338,44 @@ def _baseline_rows(runs: list[LoadedRun], profile: str, baselines: dict[tuple[st
         timed = any(s.time_ms is not None for r in found for s in r.shapes)
         scores = {o.op: o.score for o in row.per_operator}
         complete = timed and all(v is not None for v in scores.values())
-        rows.append(MainRow(run=kind, agent="reference", condition=None, model=None, operators=len(found), submitted=len(found),
-                            evaluated=len(found), compile_rate=row.compile_rate, correctness=row.correctness,
-                            fully_correct=row.fully_correct, dsl_adoption=None,
-                            s=_mean([v for v in scores.values() if v is not None]) if complete else None,
-                            s_agg=scoring.aggregate(scores, {op: catalog.weights().get(op, 0.0) for op in scores})[0] if complete else None,
-                            vs_torch_compile=None, vs_eager=None, s_note=None if complete else "not timed",
-                            timed=timed, dsl_measured=False))
+        rows.append(
+            MainRow(
+                run=kind,
+                agent="reference",
+                condition=None,
+                model=None,
+                operators=len(found),
+                submitted=len(found),
+                evaluated=len(found),
+                compile_rate=row.compile_rate,
+                correctness=row.correctness,
+                fully_correct=row.fully_correct,
+                dsl_adoption=None,
+                s=_mean([v for v in scores.values() if v is not None]) if complete else None,
+                s_agg=scoring.aggregate(scores, {op: catalog.weights().get(op, 0.0) for op in scores})[0]
+                if complete
+                else None,
+                vs_torch_compile=None,
+                vs_eager=None,
+                s_note=None if complete else "not timed",
+                timed=timed,
+                dsl_measured=False,
+            )
+        )
     return rows
 
 
 def _unique_names(runs: list[LoadedRun]) -> list[str]:
-    names, seen = [], Counter()
+    names, seen = list[str](), Counter[str]()
     for run in runs:
         seen[run.config.name] += 1
         names.append(run.config.name if seen[run.config.name] == 1 else f"{run.config.name}#{seen[run.config.name]}")
     return names
 
 
-def build_report(run_dirs: list[Path], *, hardware: str | None = None, title: str = "atrex-mcp benchmark report") -> BenchReport:
+def build_report(
+    run_dirs: list[Path], *, hardware: str | None = None, title: str = "atrex-mcp benchmark report"
+) -> BenchReport:
     runs = [load_run(d) for d in run_dirs]
     profile = hardware or runs[0].config.hardware
     baselines: dict[tuple[str, str], EvalResult] = {}
@@ -319,13 +394,22 @@ def build_report(run_dirs: list[Path], *, hardware: str | None = None, title: st
         for result in run.results.values():
             for shape in result.shapes:
                 if not shape.correct and shape.category:
-                    key = f"{shape.stage}/{shape.category}"
-                    entry = failures.setdefault(key, FailureRow(failure=key, operators={}, shapes={}))
+                    failure = f"{shape.stage}/{shape.category}"
+                    entry = failures.setdefault(failure, FailureRow(failure=failure, operators={}, shapes={}))
                     entry.shapes[name] = entry.shapes.get(name, 0) + 1
-    notes = ["Rates are operator-balanced over every operator a run was given; an operator without an evaluated submission counts as failed.",
-             "S_i = median over correct shapes of T_SOL/T_kernel (0 when no shape is correct); S = mean S_i; "
-             "S_agg = Σ w_i·S_i with production weights normalised over the run's operators.",
-             "n/a = not measured (no GPU timing, or no profiled forward); never estimated."]
-    return BenchReport(title=title, generated_at=now_iso(), hardware=profile, runs=reports,
-                       baselines=_baseline_rows(runs, profile, baselines), failures=sorted(failures.values(), key=lambda f: f.failure),
-                       notes=notes)
+    notes = [
+        "Rates are operator-balanced over every operator a run was given; an operator without an evaluated "
+        "submission counts as failed.",
+        "S_i = median over correct shapes of T_SOL/T_kernel (0 when no shape is correct); S = mean S_i; "
+        "S_agg = Σ w_i·S_i with production weights normalised over the run's operators.",
+        "n/a = not measured (no GPU timing, or no profiled forward); never estimated.",
+    ]
+    return BenchReport(
+        title=title,
+        generated_at=now_iso(),
+        hardware=profile,
+        runs=reports,
+        baselines=_baseline_rows(runs, profile, baselines),
+        failures=sorted(failures.values(), key=lambda f: f.failure),
+        notes=notes,
+    )

@@ -69,34 +69,102 @@ def _count(value: int | None) -> str:
 
 
 def _main_row(row: MainRow) -> list[str]:
-    return [row.run, row.agent, row.condition or "—", row.knowledge or "—", row.model or "default", str(row.operators), str(row.submitted),
-            _pct(row.compile_rate), _pct(row.correctness), _pct(row.fully_correct), _pct(row.dsl_adoption),
-            _num(row.s, 4), _num(row.s_agg, 4), _ratio(row.vs_torch_compile), _ratio(row.vs_eager)]
+    return [
+        row.run,
+        row.agent,
+        row.condition or "—",
+        row.knowledge or "—",
+        row.model or "default",
+        str(row.operators),
+        str(row.submitted),
+        _pct(row.compile_rate),
+        _pct(row.correctness),
+        _pct(row.fully_correct),
+        _pct(row.dsl_adoption),
+        _num(row.s, 4),
+        _num(row.s_agg, 4),
+        _ratio(row.vs_torch_compile),
+        _ratio(row.vs_eager),
+    ]
 
 
 def _operator_table(run: RunReport) -> Table:
-    headers = ["operator", "weight", "regime", "agent", "agent time", "tokens in / out", "compiled", "correct", "DSL share",
-               "S_i", "vs torch.compile", "vs eager", "stopped at"]
+    headers = [
+        "operator",
+        "weight",
+        "regime",
+        "agent",
+        "agent time",
+        "tokens in / out",
+        "compiled",
+        "correct",
+        "DSL share",
+        "S_i",
+        "vs torch.compile",
+        "vs eager",
+        "stopped at",
+    ]
     rows = []
     for line in run.operators:
-        tokens = NA if line.input_tokens is None and line.output_tokens is None else f"{_count(line.input_tokens)} / {_count(line.output_tokens)}"
+        tokens = (
+            NA
+            if line.input_tokens is None and line.output_tokens is None
+            else f"{_count(line.input_tokens)} / {_count(line.output_tokens)}"
+        )
         agent = line.agent + (" (budget reached)" if line.timed_out else "")
         correct = NA if line.shapes is None else f"{line.correct}/{line.shapes}"
         score = _num(line.score, 4) + (f" ({line.faster_than_sol} shape(s) S>1)" if line.faster_than_sol else "")
-        rows.append([line.op, _num(line.weight, 4), line.regime or NA, agent,
-                     NA if line.elapsed_s is None else f"{line.elapsed_s:.0f} s", tokens,
-                     NA if line.compiled is None else ("yes" if line.compiled else "no"), correct, _num(line.dsl_share, 2), score,
-                     _ratio(line.vs_torch_compile), _ratio(line.vs_eager), line.failure or "—"])
+        rows.append(
+            [
+                line.op,
+                _num(line.weight, 4),
+                line.regime or NA,
+                agent,
+                NA if line.elapsed_s is None else f"{line.elapsed_s:.0f} s",
+                tokens,
+                NA if line.compiled is None else ("yes" if line.compiled else "no"),
+                correct,
+                _num(line.dsl_share, 2),
+                score,
+                _ratio(line.vs_torch_compile),
+                _ratio(line.vs_eager),
+                line.failure or "—",
+            ]
+        )
     return Table(headers, rows)
 
 
 def blocks(report: BenchReport) -> list[Block]:
-    out: list[Block] = [Heading(report.title, 1),
-                        Paragraph(f"Generated {report.generated_at}. Every S is computed against the `{report.hardware}` hardware profile."),
-                        Heading("Main table")]
+    out: list[Block] = [
+        Heading(report.title, 1),
+        Paragraph(
+            f"Generated {report.generated_at}. Every S is computed against the `{report.hardware}` hardware profile."
+        ),
+        Heading("Main table"),
+    ]
     rows = [_main_row(r.row) for r in report.runs] + [_main_row(b) for b in report.baselines]
-    out.append(Table(["run", "agent", "condition", "knowledge", "model", "operators", "submitted", "compile rate", "correctness", "fully correct",
-                      "DSL adoption", "S", "S_agg", "vs torch.compile", "vs eager"], rows))
+    out.append(
+        Table(
+            [
+                "run",
+                "agent",
+                "condition",
+                "knowledge",
+                "model",
+                "operators",
+                "submitted",
+                "compile rate",
+                "correctness",
+                "fully correct",
+                "DSL adoption",
+                "S",
+                "S_agg",
+                "vs torch.compile",
+                "vs eager",
+            ],
+            rows,
+        )
+    )
     notes = [f"{r.row.run}: {note}" for r in report.runs for note in r.row.notes]
     if notes:
         out.append(Bullets(notes))
@@ -104,12 +172,25 @@ def blocks(report: BenchReport) -> list[Block]:
     out.append(Heading("Failure taxonomy"))
     names = [r.row.run for r in report.runs]
     if report.failures:
-        out.append(Paragraph("Where each operator stopped (operators), and every failed evaluated shape by stage/category (shapes)."))
+        out.append(
+            Paragraph(
+                "Where each operator stopped (operators), and every failed evaluated shape by stage/category (shapes)."
+            )
+        )
         headers = ["stopped at"] + [f"{n}: {what}" for n in names for what in ("operators", "shapes")]
-        out.append(Table(headers, [[f.failure] + [str(getattr(f, what).get(n, 0)) for n in names for what in ("operators", "shapes")]
-                                   for f in report.failures]))
+        out.append(
+            Table(
+                headers,
+                [
+                    [f.failure] + [str(getattr(f, what).get(n, 0)) for n in names for what in ("operators", "shapes")]
+                    for f in report.failures
+                ],
+            )
+        )
     else:
-        out.append(Paragraph("No failures: every operator of every run was submitted and correct on every evaluated shape."))
+        out.append(
+            Paragraph("No failures: every operator of every run was submitted and correct on every evaluated shape.")
+        )
 
     for run in report.runs:
         out.append(Heading(f"Per operator: {run.row.run}"))
@@ -143,8 +224,14 @@ def _environment(figure_dir: Path | None = None) -> Environment:
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=StrictUndefined)
     for kind in (Heading, Paragraph, Table, Bullets, Figure):
         env.tests[kind.__name__.lower()] = lambda item, kind=kind: isinstance(item, kind)
+
+    def png_base64(name: str) -> str:
+        if figure_dir is None:
+            raise ValueError("a report with figures renders to HTML with a figure directory")
+        return base64.b64encode((Path(figure_dir) / name).read_bytes()).decode()
+
     env.filters |= {"md_cell": _md_cell, "inline": _inline, "esc": lambda text: Markup(html.escape(text)),
-                    "png_base64": lambda name: base64.b64encode((Path(figure_dir) / name).read_bytes()).decode()}
+                    "png_base64": png_base64}
     return env
 
 

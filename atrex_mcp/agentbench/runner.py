@@ -18,7 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, Literal, TextIO
 
 from atrex_mcp import __version__
 from atrex_mcp.agentbench import isolation
@@ -26,19 +26,19 @@ from atrex_mcp.agentbench.agents import PROMPT_FILE, AgentTask, driver_for
 from atrex_mcp.agentbench.collect import collect_submission
 from atrex_mcp.agentbench.endpoint import McpEndpoint, http_server, stdio_endpoint
 from atrex_mcp.agentbench.layout import RunLayout, RunStore, now_iso
-from atrex_mcp.agentbench.models import AgentSpec, OpState, RunConfig
+from atrex_mcp.agentbench.models import AgentSpec, Condition, OpState, RunConfig
 from atrex_mcp.agentbench.process import run_agent
 from atrex_mcp.agentbench.progress import ProgressBoard
 from atrex_mcp.agentbench.prompts import allowed_tools, render_prompt
 from atrex_mcp.candidate_contract import DSL_DECORATORS
+from atrex_mcp.errors import AtrexError, ErrorInfo
+from atrex_mcp.knowledge import Knowledge, default_knowledge
+from atrex_mcp.paths import problems_dir
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.derive import derive_missing
-from atrex_mcp.errors import AtrexError, ErrorInfo
-from atrex_mcp.knowledge import default_knowledge
-from atrex_mcp.paths import problems_dir
 
-DEFAULTS = {"dsl": "triton", "condition": "vanilla", "budget_minutes": 30.0, "hardware": "h200", "server": "auto",
-            "knowledge": default_knowledge(benchmark=True)}
+DEFAULTS: dict[str, Any] = {"dsl": "triton", "condition": "vanilla", "budget_minutes": 30.0, "hardware": "h200",
+                            "server": "auto", "knowledge": default_knowledge(benchmark=True)}
 VISIBLE = {"reference.py": "reference_source", "input.py": "input_source", "shapes.json": "shapes_json"}
 
 
@@ -50,8 +50,8 @@ class RunRequest:
     agent: str | None = None
     ops: str | None = None
     dsl: str | None = None
-    condition: str | None = None
-    knowledge: str | None = None
+    condition: Condition | None = None
+    knowledge: Knowledge | None = None
     model: str | None = None
     budget_minutes: float | None = None
     problems: list[Path] | None = None
@@ -64,17 +64,29 @@ class RunRequest:
     name: str | None = None
 
 
-def parse_agent(agent: str, *, binary: str | None, model: str | None, extra_args: list[str], pass_env: list[str]) -> AgentSpec:
+def parse_agent(
+    agent: str, *, binary: str | None, model: str | None, extra_args: list[str], pass_env: list[str]
+) -> AgentSpec:
     """`claude`, `codex`, or a command line. A command's arguments that name existing files
     relative to here are made absolute, since the agent runs in its workspace."""
     if agent in ("claude", "codex"):
-        return AgentSpec(kind=agent, binary=str(Path(binary).resolve()) if binary else None, model=model,
+        kind: Literal["claude", "codex"] = "claude" if agent == "claude" else "codex"
+        return AgentSpec(kind=kind, binary=str(Path(binary).resolve()) if binary else None, model=model,
                          extra_args=extra_args, pass_env=pass_env)
     argv = shlex.split(agent)
     if not argv:
-        raise AtrexError("input", "empty_agent_command", "--agent is empty.", 'Use claude, codex or a command, e.g. --agent "python3 my_agent.py".')
-    resolved = [str(Path(a).resolve()) if not a.startswith("-") and not Path(a).is_absolute() and "/" in a and Path(a).exists() else a
-                for a in argv]
+        raise AtrexError(
+            "input",
+            "empty_agent_command",
+            "--agent is empty.",
+            'Use claude, codex or a command, e.g. --agent "python3 my_agent.py".',
+        )
+    resolved = [
+        str(Path(a).resolve())
+        if not a.startswith("-") and not Path(a).is_absolute() and "/" in a and Path(a).exists()
+        else a
+        for a in argv
+    ]
     return AgentSpec(kind="command", command=resolved, model=model, extra_args=extra_args, pass_env=pass_env)
 
 
@@ -85,7 +97,12 @@ def _resolve_ops(spec: str, catalog: Catalog) -> list[str]:
     for op in ops:
         catalog.problem_dir(op)  # unknown names fail here with the valid choices
     if not ops:
-        raise AtrexError("input", "no_operators", "--ops names no operator.", "Pass all or a comma-separated list, e.g. rms_norm,silu_and_mul.")
+        raise AtrexError(
+            "input",
+            "no_operators",
+            "--ops names no operator.",
+            "Pass all or a comma-separated list, e.g. rms_norm,silu_and_mul.",
+        )
     return ops
 
 
@@ -98,10 +115,14 @@ def _check_resume(config: RunConfig, request: RunRequest) -> None:
         if (spec.kind, spec.command) != (config.agent.kind, config.agent.command):
             differs.append("--agent")
     budget_s = request.budget_minutes * 60 if request.budget_minutes is not None else None
-    for flag, given, stored in (("--dsl", request.dsl, config.dsl), ("--condition", request.condition, config.condition),
-                                ("--knowledge", request.knowledge, config.knowledge),
-                                ("--model", request.model, config.agent.model), ("--hardware", request.hardware, config.hardware),
-                                ("--budget-minutes", budget_s, config.budget_s)):
+    for flag, given, stored in (
+        ("--dsl", request.dsl, config.dsl),
+        ("--condition", request.condition, config.condition),
+        ("--knowledge", request.knowledge, config.knowledge),
+        ("--model", request.model, config.agent.model),
+        ("--hardware", request.hardware, config.hardware),
+        ("--budget-minutes", budget_s, config.budget_s),
+    ):
         if given is not None and given != stored:
             differs.append(flag)
     if request.ops is not None and _resolve_ops(request.ops, Catalog([Path(p) for p in config.problems])) != config.ops:
@@ -111,11 +132,19 @@ def _check_resume(config: RunConfig, request: RunRequest) -> None:
     if request.server not in (None, "auto", config.server):
         differs.append("--server")
     if differs:
-        raise AtrexError("input", "run_settings_differ", f"{config.name} already exists with other settings ({', '.join(differs)}).",
-                         "Resume with the same options (or none), or pass a new --out directory.")
+        raise AtrexError(
+            "input",
+            "run_settings_differ",
+            f"{config.name} already exists with other settings ({', '.join(differs)}).",
+            "Resume with the same options (or none), or pass a new --out directory.",
+        )
     if os.geteuid() != config.isolation.server_uid:
-        raise AtrexError("input", "run_owner_differs", f"The run was started as uid {config.isolation.server_uid}; this is uid {os.geteuid()}.",
-                         "Resume it as the same user.")
+        raise AtrexError(
+            "input",
+            "run_owner_differs",
+            f"The run was started as uid {config.isolation.server_uid}; this is uid {os.geteuid()}.",
+            "Resume it as the same user.",
+        )
 
 
 def open_run(request: RunRequest) -> tuple[RunConfig, RunLayout]:
@@ -127,12 +156,21 @@ def open_run(request: RunRequest) -> tuple[RunConfig, RunLayout]:
         _check_resume(config, request)
         return config, layout
     if request.agent is None or request.ops is None:
-        raise AtrexError("input", "missing_option", "A new run needs --agent and --ops.",
-                         'e.g. atrex-mcp bench run --agent claude --ops rms_norm,silu_and_mul --out runs/claude-vanilla')
+        raise AtrexError(
+            "input",
+            "missing_option",
+            "A new run needs --agent and --ops.",
+            "e.g. atrex-mcp bench run --agent claude --ops rms_norm,silu_and_mul --out runs/claude-vanilla",
+        )
     catalog = Catalog(request.problems) if request.problems else Catalog()
     dsl = request.dsl or DEFAULTS["dsl"]
     if dsl not in DSL_DECORATORS:
-        raise AtrexError("input", "unknown_dsl", f"No output contract for the DSL {dsl!r}.", f"Supported: {', '.join(sorted(DSL_DECORATORS))}.")
+        raise AtrexError(
+            "input",
+            "unknown_dsl",
+            f"No output contract for the DSL {dsl!r}.",
+            f"Supported: {', '.join(sorted(DSL_DECORATORS))}.",
+        )
     ops = _resolve_ops(request.ops, catalog)
     derive_missing(catalog, ops)  # the explicit derive step, once, before any server of the run starts
     spec = parse_agent(request.agent, binary=request.agent_bin, model=request.model, extra_args=request.agent_args,
@@ -146,13 +184,21 @@ def open_run(request: RunRequest) -> tuple[RunConfig, RunLayout]:
     transport = isolation.choose_transport(request.server or DEFAULTS["server"], identity)
     checked_roots = list(dict.fromkeys([*catalog.roots, problems_dir()]))
     readable = isolation.accessible_to(identity, isolation.hidden_files(checked_roots, ops))
-    config = RunConfig(name=request.name or layout.root.name, agent=spec, ops=ops, dsl=dsl,
-                       condition=request.condition or DEFAULTS["condition"],
-                       knowledge=request.knowledge or DEFAULTS["knowledge"],
-                       budget_s=60.0 * (request.budget_minutes if request.budget_minutes is not None else DEFAULTS["budget_minutes"]),
-                       problems=[str(r) for r in catalog.roots], hardware=request.hardware or DEFAULTS["hardware"], server=transport,
-                       isolation=isolation.describe(identity, transport, readable, warnings), created_at=now_iso(),
-                       atrex_mcp_version=__version__)
+    config = RunConfig(
+        name=request.name or layout.root.name,
+        agent=spec,
+        ops=ops,
+        dsl=dsl,
+        condition=request.condition or DEFAULTS["condition"],
+        knowledge=request.knowledge or DEFAULTS["knowledge"],
+        budget_s=60.0 * (request.budget_minutes if request.budget_minutes is not None else DEFAULTS["budget_minutes"]),
+        problems=[str(r) for r in catalog.roots],
+        hardware=request.hardware or DEFAULTS["hardware"],
+        server=transport,
+        isolation=isolation.describe(identity, transport, readable, warnings),
+        created_at=now_iso(),
+        atrex_mcp_version=__version__,
+    )
     _make_dirs(layout, identity)
     store.save_config(config)
     return config, layout
@@ -168,8 +214,12 @@ def _make_dirs(layout: RunLayout, identity: isolation.AgentIdentity) -> None:
         layout.root.chmod(0o711)
         layout.agents_dir.chmod(0o711)
         if not isolation.accessible_to(identity, [layout.agents_dir], "-x"):
-            raise AtrexError("input", "workspace_unreachable", f"uid {identity.uid} cannot reach {layout.agents_dir} (a parent directory is closed to it).",
-                             "Put --out where that uid can traverse (e.g. under /tmp or /srv), or pass --agent-uid same (weaker).")
+            raise AtrexError(
+                "input",
+                "workspace_unreachable",
+                f"uid {identity.uid} cannot reach {layout.agents_dir} (a parent directory is closed to it).",
+                "Put --out where that uid can traverse (e.g. under /tmp or /srv), or pass --agent-uid same (weaker).",
+            )
 
 
 @dataclass
@@ -178,11 +228,15 @@ class RunSummary:
     interrupted: bool
 
     def counts(self) -> Counter:
-        return Counter((s.submission.outcome if s.status == "done" and s.submission else s.status) for s in self.states.values())
+        return Counter(
+            (s.submission.outcome if s.status == "done" and s.submission else s.status) for s in self.states.values()
+        )
 
     def line(self) -> str:
         counts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(self.counts().items()))
-        return f"{len(self.states)} operator(s): {counts}" + (" (interrupted: run again to continue)" if self.interrupted else "")
+        return f"{len(self.states)} operator(s): {counts}" + (
+            " (interrupted: run again to continue)" if self.interrupted else ""
+        )
 
 
 class BenchRunner:
@@ -228,18 +282,32 @@ class BenchRunner:
         if self.cancel.is_set():
             return self.store.load_state(op)
         previous = self.store.load_state(op)
-        state = OpState(op=op, status="running", attempts=previous.attempts + 1, started_at=now_iso(), agent_uid=self.identity.uid)
+        state = OpState(
+            op=op, status="running", attempts=previous.attempts + 1, started_at=now_iso(), agent_uid=self.identity.uid
+        )
         self.store.save_state(state)
         self.board.stage(op, "preparing workspace")
         try:
             workspace, home, prompt = self._prepare(op)
             with self._endpoint(op, workspace) as endpoint:
-                task = AgentTask(op=op, prompt=prompt, workspace=workspace, home=home, endpoint=endpoint,
-                                 tools=allowed_tools(self.config.condition, self.config.knowledge), budget_s=self.config.budget_s,
-                                 condition=self.config.condition, dsl=self.config.dsl)
+                task = AgentTask(
+                    op=op,
+                    prompt=prompt,
+                    workspace=workspace,
+                    home=home,
+                    endpoint=endpoint,
+                    tools=allowed_tools(self.config.condition, self.config.knowledge),
+                    budget_s=self.config.budget_s,
+                    condition=self.config.condition,
+                    dsl=self.config.dsl,
+                )
                 executable = self.driver.executable()
                 if executable is None:
-                    raise AtrexError("input", "agent_not_found", f"The agent program for {self.config.agent.kind} is no longer found.")
+                    raise AtrexError(
+                        "input",
+                        "agent_not_found",
+                        f"The agent program for {self.config.agent.kind} is no longer found.",
+                    )
                 invocation = self.driver.invocation(task, executable)
                 for path, text in invocation.files.items():
                     path.parent.mkdir(parents=True, exist_ok=True)
@@ -250,7 +318,11 @@ class BenchRunner:
                                      budget_s=self.config.budget_s, transcript=self.layout.transcript(op),
                                      stderr_log=self.layout.agent_log(op), cancel=self.cancel,
                                      on_line=lambda line: self._on_line(op, line))
-            state.elapsed_s, state.exit_code, state.timed_out = finished.elapsed_s, finished.exit_code, finished.timed_out
+            state.elapsed_s, state.exit_code, state.timed_out = (
+                finished.elapsed_s,
+                finished.exit_code,
+                finished.timed_out,
+            )
             state.usage = self.driver.usage(self.layout.transcript(op))
             if finished.cancelled:
                 state.status = "interrupted"
@@ -263,8 +335,12 @@ class BenchRunner:
             state.status, state.error = "error", exc.info
         except OSError as exc:  # the agent could not be started, a directory could not be written
             state.status = "error"
-            state.error = ErrorInfo(stage="internal", category="agent_start_failed", message=f"{type(exc).__name__}: {exc}",
-                                    hint=f"See {self.layout.agent_log(op)}.")
+            state.error = ErrorInfo(
+                stage="internal",
+                category="agent_start_failed",
+                message=f"{type(exc).__name__}: {exc}",
+                hint=f"See {self.layout.agent_log(op)}.",
+            )
         state.finished_at = now_iso()
         self.store.save_state(state)
         self.board.finish(op, self._verdict(state), counted=state.status == "done")

@@ -30,7 +30,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from atrex_mcp.agentbench.layout import RunLayout, write_json_atomic
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cluster.engine import GPU, Connection
 from atrex_mcp.cluster.merge import merge_results
 from atrex_mcp.cluster.shards import (
@@ -42,9 +41,10 @@ from atrex_mcp.cluster.shards import (
     problem_digest,
 )
 from atrex_mcp.errors import ErrorInfo
-from atrex_mcp.knowledge import Knowledge
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
+from atrex_mcp.knowledge import Knowledge
 from atrex_mcp.paths import problems_dir
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.store import now_iso
 
 DEFAULT_SHARD_SHAPES = 8
@@ -313,6 +313,8 @@ def judge_on_cluster(
             spec, sha = futures[future]
             evaluation = owner[spec.key]
             reply: ShardReply | None = None
+            status: Literal["judged", "failed", "error"]
+            error: ErrorInfo | None
             attempts = history.setdefault(spec.key, [])
             try:
                 reply = future.result()

@@ -22,12 +22,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cluster.engine import GPU, Connection
 from atrex_mcp.cluster.shards import announce, current_worker, problem_digest, shard_catalog
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.server.models import Mode
 
 T = TypeVar("T")

@@ -24,10 +24,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from atrex_mcp.problemset.catalog import HIDDEN_FILES, VISIBLE_FILES, Catalog
-from atrex_mcp.problemset.derive import derive_missing
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
+from atrex_mcp.problemset.catalog import HIDDEN_FILES, VISIBLE_FILES, Catalog
+from atrex_mcp.problemset.derive import derive_missing
 
 ATTEMPT_TOPIC = "atrex-shard-attempt"
 
@@ -160,8 +160,8 @@ def judge_shard(spec: ShardSpec) -> ShardReply:
     if worker is not None and spec.max_attempts is not None:
         lost = started_attempts(spec.tag)
         if len(lost) >= spec.max_attempts:
-            started = [f"{m.get('name') or m['worker']} (pid {m['pid']})" for m in lost]
-            reply.error = killed_workers_error(spec.key, started, spec.max_attempts - 1, "not started again")
+            attempts = [f"{m.get('name') or m['worker']} (pid {m['pid']})" for m in lost]
+            reply.error = killed_workers_error(spec.key, attempts, spec.max_attempts - 1, "not started again")
             return reply
     announce(
         ATTEMPT_TOPIC,

@@ -17,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--op", default="rms_norm", help="problem to validate (default rms_norm)")
     p.add_argument("--kernel", type=Path, help="kernel file (default: the shipped example for --op)")
-    p.add_argument("--shapes", help="comma-separated shape ids (default: the smoke shape, then on a GPU every scored shape, timed)")
+    p.add_argument(
+        "--shapes", help="comma-separated shape ids (default: the smoke shape, then on a GPU every scored shape, timed)"
+    )
     p.add_argument("--seeds", type=count(1, 64), default=1, help="input seeds per shape (default 1)")
     p.add_argument("--benchmark-mode", action="store_true", help="run the server in benchmark mode")
     p.set_defaults(func=run)
@@ -57,7 +59,10 @@ async def _validate(client: Any, args: argparse.Namespace, kernel: Path, shapes:
     v = result.structured_content
     _say(f"{v['op']} on {v['device']}: compiled={v['compiled']}, {v['passed']} passed, {v['failed']} failed")
     if v["compile_error"]:
-        _say(f"  compile error [{v['compile_error']['category']}]: {v['compile_error']['message'].strip().splitlines()[0]}")
+        _say(
+            f"  compile error [{v['compile_error']['category']}]: "
+            f"{v['compile_error']['message'].strip().splitlines()[0]}"
+        )
     for line in _table(v):
         _say(line)
     if v["operator_score"] is not None and v["timed"]:
@@ -83,7 +88,8 @@ async def _demo(args: argparse.Namespace, kernel: Path) -> int:
     _say(f"$ {' '.join(serve)}   (an MCP server on stdio; this command is its client)")
     async with Client(params) as client:
         info = client.server_info
-        _say(f"connected: {info.name} {info.version}, protocol {client.protocol_version}")
+        name = f"{info.name} {info.version}" if info is not None else "a server that did not name itself"
+        _say(f"connected: {name}, protocol {client.protocol_version}")
         _say(f"tools: {', '.join(t.name for t in (await client.list_tools()).tools)}")
         listed = (await client.call_tool("list_problems", {})).structured_content
         _say(f"list_problems: {len(listed['problems'])} problems in {listed['mode']} mode: "

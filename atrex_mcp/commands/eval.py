@@ -23,7 +23,9 @@ def register(subparsers) -> None:
                                    description=__doc__.split("\n\n")[0])
     parser.add_argument("candidate", nargs="?", type=Path, help="Python file defining class Model(nn.Module)")
     parser.add_argument("--op", required=True, help="operator (problem) name")
-    parser.add_argument("--baseline", choices=("eager", "torch-compile"), help="evaluate the reference itself instead of a file")
+    parser.add_argument(
+        "--baseline", choices=("eager", "torch-compile"), help="evaluate the reference itself instead of a file"
+    )
     parser.add_argument("--shapes", default=None,
                         help="comma-separated shape ids, 'all' (every scored shape) or 'smoke' "
                              "(default: all on a GPU, smoke without one)")
@@ -39,11 +41,16 @@ def register(subparsers) -> None:
                         help="seconds for the whole evaluation: past it the shape in progress is stopped and the "
                              "result is partial (finished shapes kept, the rest not_run)")
     add_problems_option(parser)
-    parser.add_argument("--out", type=Path, help="write the result JSON into this directory (<op>.json, <op>.<baseline>.json)")
+    parser.add_argument(
+        "--out", type=Path, help="write the result JSON into this directory (<op>.json, <op>.<baseline>.json)"
+    )
     parser.add_argument("--json", action="store_true", help="print the whole result as one JSON object")
     parser.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
-    parser.add_argument("--knowledge", choices=KNOWLEDGE_CONDITIONS,
-                        help="knowledge condition the candidate was written under, recorded with the result (default: not stated)")
+    parser.add_argument(
+        "--knowledge",
+        choices=KNOWLEDGE_CONDITIONS,
+        help="knowledge condition the candidate was written under, recorded with the result (default: not stated)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -68,8 +75,11 @@ def _summary(result, candidate: Path | None, source: str | None) -> str:
     from atrex_mcp.commands.failure_text import failure_report
     from atrex_mcp.doctor import isolation_summary
 
-    lines = [f"{result.op} [{result.candidate}] compiled={result.compiled} device={result.device.name} "
-             f"S_i={result.operator_score if result.operator_score is not None else '—'} knowledge={result.knowledge or 'not stated'}"]
+    lines = [
+        f"{result.op} [{result.candidate}] compiled={result.compiled} device={result.device.name} "
+        f"S_i={result.operator_score if result.operator_score is not None else '—'} "
+        f"knowledge={result.knowledge or 'not stated'}"
+    ]
     if result.partial:
         judged = sum(s.judged for s in result.shapes)
         lines.append(f"PARTIAL ({result.partial}): {judged} of {len(result.shapes)} shapes judged; "
@@ -105,12 +115,11 @@ def exit_code(result) -> int:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from atrex_mcp.errors import AtrexError
+    from atrex_mcp.evaluate import EvalRequest, evaluate, footprint
     from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.problemset.derive import derive_missing
     from atrex_mcp.progress import ShapeProgress, clock
-    from atrex_mcp.errors import AtrexError
-    from atrex_mcp.evaluate import EvalRequest, evaluate
-    from atrex_mcp.evaluate import footprint
 
     if (args.candidate is None) == (args.baseline is None):
         raise AtrexError("input", "missing_candidate", "Give either a candidate file or --baseline.",

@@ -44,7 +44,7 @@ def traceback_tail(text: str, user_file: str) -> list[str]:
             frames[-1].append(line)
         elif line.strip():
             ending.append(line)
-    own = [i for i, f in enumerate(frames) if FRAME.match(f[0])["file"] == user_file]
+    own = [i for i, f in enumerate(frames) if (m := FRAME.match(f[0])) is not None and m["file"] == user_file]
     kept = frames[own[0]:] if own else frames
     out = [line for frame in kept[-TAIL_FRAMES:] for line in frame if line.strip(" ^~")]
     return out + ending[-3:]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from atrex_mcp.errors import AtrexError, did_you_mean
 
@@ -26,7 +27,7 @@ def one_line(text: str) -> str:
 class Parser(argparse.ArgumentParser):
     """argparse with errors raised instead of printed, and a suggestion for a mistyped choice."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:

@@ -49,7 +49,9 @@ def register(subparsers) -> None:
                           "(default 1; 0 leaves the problem out of it)")
 
     build = sub.add_parser("build", help="(re)build metadata.json, roofline.json and weights.json of the shipped set")
-    build.add_argument("--source", type=Path, default=None, help="the atrex-ops operator set (default: ../shared/atrex-ops)")
+    build.add_argument(
+        "--source", type=Path, default=None, help="the atrex-ops operator set (default: ../shared/atrex-ops)"
+    )
     build.add_argument("ops", nargs="*", help="only these operators (default: all with a folder)")
 
     check = sub.add_parser("check", help="prove each problem rejects trivial candidates (finite, seed-sensitive, ...)")
@@ -121,7 +123,12 @@ def _show(args: argparse.Namespace) -> int:
     for s in visible.shapes:
         print(f"  {s.id:>6s}{' (smoke)' if s.smoke else ''}  init={json.dumps(s.init)}  inputs={json.dumps(s.inputs)}")
     if args.hidden:
-        print("\n## metadata.json\n" + json.dumps(doc["metadata"], indent=2) + "\n## roofline.json\n" + json.dumps(doc["roofline"], indent=2))
+        print(
+            "\n## metadata.json\n"
+            + json.dumps(doc["metadata"], indent=2)
+            + "\n## roofline.json\n"
+            + json.dumps(doc["roofline"], indent=2)
+        )
     return 0
 
 

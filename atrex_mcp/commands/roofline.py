@@ -24,7 +24,9 @@ class RooflineRow(BaseModel):
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("roofline", help="T_SOL and bound of a problem's scored shapes on a hardware profile")
+    parser = subparsers.add_parser(
+        "roofline", help="T_SOL and bound of a problem's scored shapes on a hardware profile"
+    )
     parser.add_argument("op", help="operator (problem) name")
     parser.add_argument("--hardware", default=None, help="hardware profile (default: h200, the datasheet basis)")
     add_problems_option(parser)

@@ -11,10 +11,16 @@ from atrex_mcp.commands.grammar import add_problems_option
 def register(subparsers) -> None:
     parser = subparsers.add_parser("score", help="aggregate evaluation results into the main table (markdown and JSON)")
     parser.add_argument("runs", nargs="+", type=Path, help="directories of EvalResult JSON files, one per run")
-    parser.add_argument("--baselines", nargs="*", type=Path, default=[], help="directories holding eager / torch-compile results")
+    parser.add_argument(
+        "--baselines", nargs="*", type=Path, default=[], help="directories holding eager / torch-compile results"
+    )
     parser.add_argument("--hardware", default="h200", help="profile to score against (default h200)")
     add_problems_option(parser)
-    parser.add_argument("--floor", type=Path, help="launch-floor JSON (measurements/launch_floor.py measure): adds S_floor columns beside S")
+    parser.add_argument(
+        "--floor",
+        type=Path,
+        help="launch-floor JSON (measurements/launch_floor.py measure): adds S_floor columns beside S",
+    )
     parser.add_argument("--json", action="store_true", help="print the table as JSON instead of markdown")
     parser.add_argument("--out", type=Path, help="also write <out>.md and <out>.json")
     parser.set_defaults(func=run)
@@ -23,9 +29,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.errors import AtrexError
     from atrex_mcp.evaluate.table import main_table, render_markdown
+    from atrex_mcp.problemset.catalog import Catalog
 
     catalog = Catalog(args.problems) if args.problems else Catalog()
     if catalog.missing_hidden():  # a set never built (a trace snapshot): the explicit derive step

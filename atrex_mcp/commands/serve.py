@@ -19,8 +19,11 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("serve", help="run the MCP tool server (stdio by default)",
-                              description="Run the MCP tool server. With no options: stdio, optimize mode, the embedded problems and wiki.")
+    p = subparsers.add_parser(
+        "serve",
+        help="run the MCP tool server (stdio by default)",
+        description="Run the MCP tool server. With no options: stdio, optimize mode, the embedded problems and wiki.",
+    )
     p.add_argument("--benchmark-mode", action="store_true",
                    help="hide roofline figures, scores, production timings, provenance and weights from every tool")
     p.add_argument("--knowledge", choices=KNOWLEDGE_CONDITIONS, help=KNOWLEDGE_HELP)
@@ -35,8 +38,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_problems_option(p)
     p.add_argument("--hardware", default="h200", help="hardware profile for roofline figures (default h200)")
     p.add_argument("--state-dir", type=Path, help="where the server keeps its state (wiki index, runs)")
-    p.add_argument("--workspace", action="append", type=Path, metavar="DIR",
-                   help="folder tools may read candidate files from and write packages into (repeatable; default: the current folder)")
+    p.add_argument(
+        "--workspace",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="folder tools may read candidate files from and write packages into (repeatable; default: the current "
+             "folder)",
+    )
     p.add_argument("--correctness-jobs", type=count(1), default=2, metavar="N",
                    help="correctness-only evaluations that may run at once (timed work always has a GPU to itself)")
     p.add_argument("--cluster", metavar="ADDRESS|local[:N]",
@@ -61,7 +70,9 @@ def _configure_logging(level: str, mode: Mode) -> None:
     where the agent can read it: every record passes the policy's log redactor for `mode`."""
     from atrex_mcp.policy import RedactingFilter, log_redactor
 
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(
+        stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
     redactor = log_redactor(mode)
     if redactor is not None:
         for handler in logging.getLogger().handlers:

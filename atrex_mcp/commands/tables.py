@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import sys
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 PIPE_WIDTH = 10_000  # piped output is never wrapped or cut
 
 
-def plain_table(headers: list[str], justify: dict[str, str] | None = None) -> Table:
+def plain_table(headers: list[str], justify: dict[str, JustifyMethod] | None = None) -> Table:
     """A borderless table with a bold header, as `ls -l`-style listings look."""
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     for name in headers:

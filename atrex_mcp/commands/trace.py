@@ -10,7 +10,9 @@ from atrex_mcp.commands.grammar import count
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("trace", help="import serving traces as a problem-set snapshot; diff two problem sets")
+    parser = subparsers.add_parser(
+        "trace", help="import serving traces as a problem-set snapshot; diff two problem sets"
+    )
     sub = parser.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
 
     imp = sub.add_parser("import", help="torch.profiler traces → snapshot (shapes, weights, manifest)")
@@ -18,12 +20,18 @@ def register(subparsers) -> None:
                      help="Kineto/Chrome trace JSON (.json or .json.gz) from torch.profiler with record_shapes=True; "
                           "APP=PATH assigns one trace to another application than --app")
     imp.add_argument("--app", help="application of the traces not written as APP=PATH")
-    imp.add_argument("--phase", choices=("prefill", "decode", "auto"), default="auto",
-                     help="force a phase, or infer it from prefill/decode ranges, else from token counts (default auto)")
+    imp.add_argument(
+        "--phase",
+        choices=("prefill", "decode", "auto"),
+        default="auto",
+        help="force a phase, or infer it from prefill/decode ranges, else from token counts (default auto)",
+    )
     imp.add_argument("--apps", type=Path, metavar="APPS_FILE",
                      help="card-hour share per application: `name: share` lines (YAML style) or a JSON object")
     imp.add_argument("--out", type=Path, required=True, metavar="SNAPSHOT_DIR", help="new directory for the snapshot")
-    imp.add_argument("--problems", type=Path, help="problem set to copy references and smoke shapes from (default: the shipped one)")
+    imp.add_argument(
+        "--problems", type=Path, help="problem set to copy references and smoke shapes from (default: the shipped one)"
+    )
     imp.add_argument("--rules", type=Path, help="rules table (default: atrex_mcp/trace/rules.json)")
     imp.add_argument("--decode-max-tokens", type=count(1),
                      help="token threshold for decode without phase ranges (default from the rules)")
@@ -48,7 +56,12 @@ def _specs(args: argparse.Namespace):
         elif args.app:
             specs.append(TraceSpec(app=args.app, path=Path(item)))
         else:
-            raise AtrexError("input", "no_app", f"Trace {item} has no application.", "Pass --app NAME, or write the trace as APP=PATH.")
+            raise AtrexError(
+                "input",
+                "no_app",
+                f"Trace {item} has no application.",
+                "Pass --app NAME, or write the trace as APP=PATH.",
+            )
     return specs
 
 

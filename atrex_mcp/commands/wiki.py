@@ -15,7 +15,9 @@ def register(subparsers) -> None:
 
     search = sub.add_parser("search", help="full-text search")
     search.add_argument("query", help="free text, e.g. 'split-k for skinny fp8 GEMM'")
-    search.add_argument("--category", help="hardware, patterns, recipes, pitfalls, profiling, conversion, kernels or source")
+    search.add_argument(
+        "--category", help="hardware, patterns, recipes, pitfalls, profiling, conversion, kernels or source"
+    )
     search.add_argument("--dsl", help="e.g. triton, cuda")
     search.add_argument("--hardware", help="e.g. h200, h100, h20")
     search.add_argument("--op-family", help="e.g. norm, gemm, attention, moe")

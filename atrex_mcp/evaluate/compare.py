@@ -60,7 +60,8 @@ DEFAULT_FP8 = Tolerance("fp8_codes")
 # (op, output name) -> tolerance; output name "*" matches every output of the op.
 # None is needed: fp8_blockscale_fused_moe's reference clamps to the e4m3fn maximum, so it never
 # gives NaN near overflow, and an honest fp32 block-scaled implementation (per-128-K-tile scaled
-# dots, slots summed one by one) differs from it by one code on 0 of 4992 elements at the smoke shape and on 0.004 % at hidden 7168
+# dots, slots summed one by one) differs from it by one code on 0 of 4992 elements at the smoke shape and on 0.004 % at
+# hidden 7168
 # (64 tokens, 16 experts, top-8, seeds 0 and 1; never two codes), well inside DEFAULT_FP8.
 OVERRIDES: dict[tuple[str, str], Tolerance] = {}
 
@@ -112,7 +113,9 @@ def flatten_outputs(value: Any) -> dict[str, Any] | CompareResult:
         return {str(k): v for k, v in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, str | bytes):
         return {f"out[{i}]": v for i, v in enumerate(value)}
-    return _structure_error(tx.WRONG_OUTPUT_TYPE, f"Output is a {type(value).__name__}, not a tensor, tuple or dict of tensors.")
+    return _structure_error(
+        tx.WRONG_OUTPUT_TYPE, f"Output is a {type(value).__name__}, not a tensor, tuple or dict of tensors."
+    )
 
 
 def _kind(value: Any) -> str:
@@ -131,7 +134,9 @@ def check_structure(reference: Any, candidate: Any) -> CompareResult:
     if isinstance(cand_leaves, CompareResult):
         return cand_leaves
     if _kind(reference) != _kind(candidate):
-        return _structure_error(tx.WRONG_OUTPUT_TYPE, f"Expected a {_kind(reference)} output, got a {_kind(candidate)}.")
+        return _structure_error(
+            tx.WRONG_OUTPUT_TYPE, f"Expected a {_kind(reference)} output, got a {_kind(candidate)}."
+        )
     if list(ref_leaves) != list(cand_leaves) and sorted(ref_leaves) != sorted(cand_leaves):
         return _structure_error(tx.WRONG_KEYS, f"Expected outputs {sorted(ref_leaves)}, got {sorted(cand_leaves)}.")
     for name, ref in ref_leaves.items():
@@ -139,11 +144,16 @@ def check_structure(reference: Any, candidate: Any) -> CompareResult:
         if not isinstance(cand, torch.Tensor):
             return _structure_error(tx.WRONG_OUTPUT_TYPE, f"Output {name} is a {type(cand).__name__}, not a tensor.")
         if type(cand) is not torch.Tensor:
-            return _structure_error(tx.WRONG_OUTPUT_TYPE, f"Output {name} is a tensor subclass ({type(cand).__name__}); return a plain torch.Tensor.")
+            return _structure_error(
+                tx.WRONG_OUTPUT_TYPE,
+                f"Output {name} is a tensor subclass ({type(cand).__name__}); return a plain torch.Tensor.",
+            )
         if cand.dtype != ref.dtype:
             return _structure_error(tx.WRONG_DTYPE, f"Output {name} has dtype {cand.dtype}, expected {ref.dtype}.")
         if tuple(cand.shape) != tuple(ref.shape):
-            return _structure_error(tx.WRONG_SHAPE, f"Output {name} has shape {tuple(cand.shape)}, expected {tuple(ref.shape)}.")
+            return _structure_error(
+                tx.WRONG_SHAPE, f"Output {name} has shape {tuple(cand.shape)}, expected {tuple(ref.shape)}."
+            )
     return CompareResult(ok=True)
 
 
@@ -177,7 +187,9 @@ class _Tally:
     ref_value: float | None = None
     cand_value: float | None = None
 
-    def add(self, offset: int, ref64: torch.Tensor, cand64: torch.Tensor, bad: torch.Tensor, nonfinite_bad: int) -> None:
+    def add(
+        self, offset: int, ref64: torch.Tensor, cand64: torch.Tensor, bad: torch.Tensor, nonfinite_bad: int
+    ) -> None:
         both = torch.isfinite(ref64) & torch.isfinite(cand64)
         diff = (cand64 - ref64).abs_().masked_fill_(~both, 0.0)
         refabs = ref64.abs()
@@ -264,7 +276,9 @@ def _code_index(t: torch.Tensor) -> torch.Tensor:
     return torch.where(codes >= 0x80, -magnitude, magnitude)
 
 
-def _fp8_masks(tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fp8_masks(
+    tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(off: a different code, far: more than max_code_steps away, nan_disagree) for fp8 slices."""
     steps = (_code_index(ref) - _code_index(cand)).abs()
     ref_nan, cand_nan = torch.isnan(ref.float()), torch.isnan(cand.float())
@@ -319,4 +333,6 @@ def compare_outputs(reference: Any, candidate: Any, op: str, *, chunk: int = CHU
     message = (f"Output {worst.output}: {worst.mismatches}/{worst.numel} elements outside tolerance ({worst.rule}); "
                f"max abs error {worst.max_abs_error:.4g}, max rel error {worst.max_rel_error:.4g}, "
                f"first at {worst.first_bad_index} (reference {worst.reference_value}, got {worst.candidate_value}).")
-    return CompareResult(ok=False, stage=tx.CORRECTNESS, category=tx.NUMERIC_MISMATCH, message=message, details=tuple(details))
+    return CompareResult(
+        ok=False, stage=tx.CORRECTNESS, category=tx.NUMERIC_MISMATCH, message=message, details=tuple(details)
+    )

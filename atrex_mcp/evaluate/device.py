@@ -15,8 +15,15 @@ from atrex_mcp.evaluate.models import DeviceInfo
 
 _CLOCK_SM, _CLOCK_MEM = 1, 2
 _THROTTLE_REASONS = {
-    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
 }
 
 
@@ -32,7 +39,8 @@ class _Nvml:
         bus = getattr(props, "pci_bus_id", None)
         found = False
         if bus is not None:
-            pci = f"{getattr(props, 'pci_domain_id', 0):08x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0".encode()
+            domain, device = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+            pci = f"{domain:08x}:{bus:02x}:{device:02x}.0".encode()
             found = self.lib.nvmlDeviceGetHandleByPciBusId_v2(ctypes.c_char_p(pci), ctypes.byref(self.handle)) == 0
         if not found and self.lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)) != 0:
             raise OSError("no NVML handle for device 0")
@@ -111,7 +119,7 @@ class ClockSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "ClockSampler":
+    def __enter__(self) -> ClockSampler:
         nvml = _nvml() if has_gpu() else None
         if nvml is not None:
             self._thread = threading.Thread(target=self._sample, args=(nvml,), daemon=True)

@@ -21,8 +21,10 @@ from atrex_mcp.errors import unknown_choice
 
 CANDIDATE_DSL, GENERATED, LIBRARY, FRAMEWORK = "candidate_dsl", "generated", "library", "framework"
 
-_LIBRARY = re.compile(r"gemm|cublas|cutlass|cudnn|xmma|nvjet|flash|fmha|sm\d+_|ampere_|hopper_|volta_|turing_|cusparse|cufft|nccl",
-                      re.IGNORECASE)
+_LIBRARY = re.compile(
+    r"gemm|cublas|cutlass|cudnn|xmma|nvjet|flash|fmha|sm\d+_|ampere_|hopper_|volta_|turing_|cusparse|cufft|nccl",
+    re.IGNORECASE,
+)
 _INDUCTOR = re.compile(r"^triton_(poi|red|per|tem|for|spl|mm|bmm|)_?")
 
 
@@ -58,9 +60,10 @@ class TritonAdapter:
             return set()
         names = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                if any(_dotted(d).split(".")[-1] == "jit" for d in node.decorator_list):
-                    names.add(node.name)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                _dotted(d).split(".")[-1] == "jit" for d in node.decorator_list
+            ):
+                names.add(node.name)
         return names
 
     def origin(self, kernel: str, own: set[str]) -> str:

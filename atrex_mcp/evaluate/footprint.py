@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.problemset.flop_counter import tensor_bytes
 
 COPIES = 2  # the worker's inputs for the candidate, and the trusted side's for the reference

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 
 MASK = "<num>"
 _MIN_NUMBER_CHARS = 6
@@ -93,7 +94,8 @@ def _same_figure(number: float, digits: int, integer: bool, figure: float) -> bo
         rounded = float(f"{scaled:.{digits - 1}e}")
         truncated = _mantissa(scaled)[:digits]
         if math.isclose(number, rounded, rel_tol=1e-9) or (
-                _mantissa(number)[:digits] == truncated and math.floor(math.log10(number)) == math.floor(math.log10(scaled))):
+            _mantissa(number)[:digits] == truncated and math.floor(math.log10(number)) == math.floor(math.log10(scaled))
+        ):
             return True
     return False
 
@@ -101,18 +103,21 @@ def _same_figure(number: float, digits: int, integer: bool, figure: float) -> bo
 class LeakGuard:
     """The hidden figures and strings of one problem, to tell whether a text quoted them."""
 
-    def __init__(self, figures: set[float], strings: set[str] = frozenset()):
+    def __init__(self, figures: set[float], strings: Iterable[str] = ()):
         self.figures = frozenset(figures)
         self.strings = tuple(strings)
         # By leading digits (truncated and rounded), which no unit or power of ten changes: a
         # number is compared only with the few figures it could be, so a long text costs little.
         self._by_prefix: dict[str, list[float]] = {}
         for figure in self.figures:
-            for key in {_mantissa(figure)[:_MIN_SIGNIFICANT], _mantissa(float(f"{figure:.{_MIN_SIGNIFICANT - 1}e}"))[:_MIN_SIGNIFICANT]}:
+            for key in {
+                _mantissa(figure)[:_MIN_SIGNIFICANT],
+                _mantissa(float(f"{figure:.{_MIN_SIGNIFICANT - 1}e}"))[:_MIN_SIGNIFICANT],
+            }:
                 self._by_prefix.setdefault(key, []).append(figure)
 
     @classmethod
-    def for_problem(cls, catalog: Catalog, op: str) -> "LeakGuard":
+    def for_problem(cls, catalog: Catalog, op: str) -> LeakGuard:
         figures: set[float] = set()
         strings: set[str] = set()
         try:

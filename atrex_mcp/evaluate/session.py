@@ -48,12 +48,23 @@ def classify(error: dict[str, Any]) -> tuple[str, str]:
         return stage, category
     kind, message = str(error.get("type", "")), str(error.get("message", ""))
     lowered = message.lower()
-    if "OutOfMemoryError" in kind or kind == "builtins.MemoryError" or "out of memory" in lowered or "can't allocate memory" in lowered:
+    if (
+        "OutOfMemoryError" in kind
+        or kind == "builtins.MemoryError"
+        or "out of memory" in lowered
+        or "can't allocate memory" in lowered
+    ):
         return tx.RUNTIME, tx.OOM
     if kind.startswith("triton.") and "CompilationError" in kind:
         return tx.COMPILE, tx.KERNEL_COMPILE_ERROR
-    if "AcceleratorError" in kind or "cuda error" in lowered or "illegal memory access" in lowered or "device-side assert" in lowered \
-            or "cudaerror" in lowered or "misaligned address" in lowered:
+    if (
+        "AcceleratorError" in kind
+        or "cuda error" in lowered
+        or "illegal memory access" in lowered
+        or "device-side assert" in lowered
+        or "cudaerror" in lowered
+        or "misaligned address" in lowered
+    ):
         return tx.RUNTIME, tx.CUDA_FAULT
     return tx.RUNTIME, tx.EXCEPTION
 
@@ -107,7 +118,12 @@ class Session:
     def _failure(self, error: dict[str, Any]) -> Failure:
         stage, category = classify(error)
         detail = error.get("message", "")
-        if error.get("traceback") and category in (tx.EXCEPTION, tx.IMPORT_ERROR, tx.KERNEL_COMPILE_ERROR, tx.CUDA_FAULT):
+        if error.get("traceback") and category in (
+            tx.EXCEPTION,
+            tx.IMPORT_ERROR,
+            tx.KERNEL_COMPILE_ERROR,
+            tx.CUDA_FAULT,
+        ):
             detail = f"{error.get('type', '')}: {detail}\n{error['traceback']}"
         return Failure(stage, category, self.text(detail))
 
@@ -130,8 +146,12 @@ class Session:
             self.worker.kill()
             message = self.text(f"The sandbox worker failed to start: {problem}")
             if first:
-                raise AtrexError("internal", "sandbox_start_failed", message,
-                                 "Check the isolation warnings; ATREX_SANDBOX_LANDLOCK=0 tells a Landlock problem from others.")
+                raise AtrexError(
+                    "internal",
+                    "sandbox_start_failed",
+                    message,
+                    "Check the isolation warnings; ATREX_SANDBOX_LANDLOCK=0 tells a Landlock problem from others.",
+                )
             return Failure(tx.RUNTIME, tx.CRASH, message)
         self._record_isolation(reply)
         if first:
@@ -154,6 +174,7 @@ class Session:
                 return None
             outcome = Failure(tx.COMPILE, tx.NO_MODEL, "The worker reported the candidate loaded, but its source "
                               "defines no `Model` (a class, assignment or import of that name).")
+            assert self.worker is not None  # the call above ran in it
             self.worker.kill()  # whatever loaded there is not the file the judge was given
             return outcome
         if outcome.category == tx.OOM:
@@ -174,8 +195,8 @@ class Session:
             capabilities_dropped=bool(report.get("capabilities_dropped")), rlimits=dict(report.get("rlimits", {})),
             seccomp_enforced=bool((report.get("seccomp") or {}).get("enforced")),
             network_namespace=bool(plan.get("net_namespace")), task_limit=report.get("task_limit"),
-            scratch_bytes=(self.worker.spec.scratch_bytes if plan.get("scratch_quota") and not self.worker.spec.wrapper
-                           else None),
+            scratch_bytes=(self.worker.spec.scratch_bytes
+                           if self.worker and plan.get("scratch_quota") and not self.worker.spec.wrapper else None),
             warnings=[*plan.get("notes", []), *report.get("warnings", [])])
         self.versions = reply.get("versions", {})
         self.worker_device = reply.get("device", {})
@@ -208,11 +229,18 @@ class Session:
         try:
             reply = self.worker.request(request, timeout_s, poll=self._poll)
         except WorkerTimeout:
-            stage = tx.COMPILE if timeout_category == tx.COMPILE_TIMEOUT else (
-                tx.PERFORMANCE if timeout_category == tx.OVER_TIME_BUDGET else tx.RUNTIME)
-            return Failure(stage, timeout_category, f"No answer within {timeout_s:.0f} s; the worker's process group was killed.")
+            stage = (
+                tx.COMPILE
+                if timeout_category == tx.COMPILE_TIMEOUT
+                else (tx.PERFORMANCE if timeout_category == tx.OVER_TIME_BUDGET else tx.RUNTIME)
+            )
+            return Failure(
+                stage, timeout_category, f"No answer within {timeout_s:.0f} s; the worker's process group was killed."
+            )
         except WorkerDied as exc:
-            return Failure(tx.RUNTIME, tx.CRASH, self.text(f"{_describe_exit(exc.returncode)}.\n{exc.log_tail[-1500:]}".strip()))
+            return Failure(
+                tx.RUNTIME, tx.CRASH, self.text(f"{_describe_exit(exc.returncode)}.\n{exc.log_tail[-1500:]}".strip())
+            )
         if reply.get("ok"):
             return reply
         failure = self._failure(reply.get("error") or {})

@@ -102,7 +102,7 @@ class Standby:
         if spare is not None:
             spare.close()
 
-    def __enter__(self) -> "Standby":
+    def __enter__(self) -> Standby:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -42,11 +42,19 @@ def _entries(manifest: Any) -> tuple[str, list[tuple[str | None, torch.dtype, tu
     if not isinstance(manifest, dict) or manifest.get("structure") not in ("tensor", "tuple", "dict"):
         raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "The worker's output manifest is malformed.")
     structure, tensors = manifest["structure"], manifest.get("tensors")
-    if not isinstance(tensors, list) or not 1 <= len(tensors) <= MAX_OUTPUT_TENSORS or (structure == "tensor" and len(tensors) != 1):
+    if (
+        not isinstance(tensors, list)
+        or not 1 <= len(tensors) <= MAX_OUTPUT_TENSORS
+        or (structure == "tensor" and len(tensors) != 1)
+    ):
         raise OutputRejected(tx.WRONG_OUTPUT_TYPE, f"Output must hold 1 to {MAX_OUTPUT_TENSORS} tensors.")
     entries = []
     for entry in tensors:
-        key, dtype, shape = (entry.get("key"), entry.get("dtype"), entry.get("shape")) if isinstance(entry, dict) else (None, None, None)
+        key, dtype, shape = (
+            (entry.get("key"), entry.get("dtype"), entry.get("shape"))
+            if isinstance(entry, dict)
+            else (None, None, None)
+        )
         if (structure == "dict") != isinstance(key, str):
             raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "Output dict keys must be strings (and only dicts have keys).")
         if not isinstance(dtype, str) or dtype not in DTYPES:
@@ -102,11 +110,16 @@ class OutputArena:
         structure, entries = _entries(manifest)
         sizes = _sizes(entries)
         if sum(sizes) > max_bytes:
-            raise OutputRejected(tx.WRONG_SHAPE, f"Output of {sum(sizes)} bytes exceeds {max_bytes} (far larger than the reference output).")
+            raise OutputRejected(
+                tx.WRONG_SHAPE,
+                f"Output of {sum(sizes)} bytes exceeds {max_bytes} (far larger than the reference output).",
+            )
         written = manifest.get("written") is True
         offsets, span = layout(sizes)
         if written and span > self.size:
-            raise OutputRejected(tx.WRONG_SHAPE, f"The worker reports an output of {span} bytes written into an arena of {self.size}.")
+            raise OutputRejected(
+                tx.WRONG_SHAPE, f"The worker reports an output of {span} bytes written into an arena of {self.size}."
+            )
         if not written:
             tensors = [torch.empty(shape, dtype=dtype, device="meta") for _, dtype, shape in entries]
         else:

@@ -20,15 +20,17 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate.evaluator import LaunchOptions, Trial, forged_reply
 from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
+from atrex_mcp.problemset.catalog import Catalog
 from sandbox.launcher import Cancelled
 from sandbox.messages import ForwardsRequest
 
-NVTX_FORWARD = "atrex_forward"  # the NVTX range each `forwards` call runs in (ncu: --nvtx --nvtx-include atrex_forward/)
+NVTX_FORWARD = (
+    "atrex_forward"  # the NVTX range each `forwards` call runs in (ncu: --nvtx --nvtx-include atrex_forward/)
+)
 
 
 class CandidateFailed(Exception):

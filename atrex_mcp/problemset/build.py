@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atrex_mcp.errors import AtrexError
+from atrex_mcp.paths import REPO_ROOT, problems_dir
 from atrex_mcp.problemset import formulas as workload_formulas
 from atrex_mcp.problemset.catalog import WEIGHTS_FILE, Catalog, VisibleProblem
-from atrex_mcp.errors import AtrexError
-from atrex_mcp.problemset.hardware import load_all_profiles
-from atrex_mcp.paths import REPO_ROOT, problems_dir
 from atrex_mcp.problemset.files import PRODUCTION_NOTE, describe_output, roofline_document, run_reference, write_json
+from atrex_mcp.problemset.hardware import load_all_profiles
 from atrex_mcp.problemset.roofline import shape_record
 
 DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "atrex-ops"
@@ -59,7 +59,8 @@ def _read_source(source: Path) -> tuple[dict[str, dict[str, Any]], dict[str, flo
 def weights_document(raw: dict[str, float], source: Path) -> dict[str, Any]:
     total = sum(raw.values())
     return {
-        "source": f"{source.name}/weights.json: the original importance_score per operator (trace-derived share of GPU time)",
+        "source": f"{source.name}/weights.json: the original importance_score per operator (trace-derived share of "
+                  "GPU time)",
         "raw_sum": round(total, 6),
         "raw": dict(raw),
         "weights": {op: w / total for op, w in raw.items()},
@@ -83,17 +84,30 @@ def cross_check(visible: VisibleProblem, shared: dict[str, Any]) -> None:
     ours = [(s.id, s.init, s.inputs) for s in visible.scored_shapes]
     theirs = [(str(s["id"]), dict(s.get("init") or {}), dict(s["inputs"])) for s in shared["shapes"]]
     if [o[0] for o in ours] != [t[0] for t in theirs]:
-        raise AtrexError("input", "shape_mismatch", f"{visible.name}: scored shape ids {[o[0] for o in ours]} differ from the source's {[t[0] for t in theirs]}.")
+        raise AtrexError(
+            "input",
+            "shape_mismatch",
+            f"{visible.name}: scored shape ids {[o[0] for o in ours]} differ from the source's "
+            f"{[t[0] for t in theirs]}.",
+        )
     for (sid, init, inputs), (_, s_init, s_inputs) in zip(ours, theirs):
         if init != s_init or inputs != s_inputs:
-            raise AtrexError("input", "shape_mismatch", f"{visible.name} shape {sid}: init/inputs {init}/{inputs} differ from the source's {s_init}/{s_inputs}.")
+            raise AtrexError(
+                "input",
+                "shape_mismatch",
+                f"{visible.name} shape {sid}: init/inputs {init}/{inputs} differ from the source's "
+                f"{s_init}/{s_inputs}.",
+            )
     smoke = [s.id for s in visible.shapes if s.smoke]
     if len(smoke) != 1:
-        raise AtrexError("input", "bad_smoke_shape", f"{visible.name}: expected exactly one smoke shape, found {smoke}.")
+        raise AtrexError(
+            "input", "bad_smoke_shape", f"{visible.name}: expected exactly one smoke shape, found {smoke}."
+        )
 
 
 def operator_roofline(op: str, visible: VisibleProblem) -> dict[str, Any]:
-    """roofline.json of a shipped operator: the closed forms per scored shape, SPEC's figure beside ours where they differ."""
+    """roofline.json of a shipped operator: the closed forms per scored shape, SPEC's figure beside ours where
+    they differ."""
     profiles = load_all_profiles()
     workloads, extra = {}, {}
     for shape in visible.scored_shapes:
@@ -117,7 +131,9 @@ def build_operator(catalog: Catalog, op: str, shared: dict[str, Any], weights: d
         "weight_raw": weights["raw"][op],
         "weight": weights["weights"][op],
         "output": output,
-        "shapes": {str(s["id"]): {"description": s["note"], "production_us": s["production_us"]} for s in shared["shapes"]},
+        "shapes": {
+            str(s["id"]): {"description": s["note"], "production_us": s["production_us"]} for s in shared["shapes"]
+        },
         "production_note": PRODUCTION_NOTE,
         "deviations": deviations,
     }

@@ -16,11 +16,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from atrex_mcp.errors import AtrexError, unknown_choice
 from atrex_mcp.paths import problems_dir
@@ -84,12 +85,16 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise AtrexError("input", "bad_problem_file", f"Cannot read {path.name} of problem {path.parent.name}: {exc}") from exc
+        raise AtrexError(
+            "input", "bad_problem_file", f"Cannot read {path.name} of problem {path.parent.name}: {exc}"
+        ) from exc
 
 
 def parse_shapes(data: dict[str, Any]) -> tuple[Shape, ...]:
     return tuple(
-        Shape(id=str(s["id"]), init=dict(s.get("init") or {}), inputs=dict(s["inputs"]), smoke=bool(s.get("smoke", False)))
+        Shape(
+            id=str(s["id"]), init=dict(s.get("init") or {}), inputs=dict(s["inputs"]), smoke=bool(s.get("smoke", False))
+        )
         for s in data["shapes"]
     )
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from torch.utils._pytree import tree_map
 
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.evaluate.compare import compare_outputs, flatten_outputs
+from atrex_mcp.evaluate.compare import CompareResult, compare_outputs, flatten_outputs
 from atrex_mcp.problemset.catalog import Catalog, HiddenProblem
 from atrex_mcp.problemset.roofline import shape_roofline
 
@@ -62,9 +62,18 @@ def _run(catalog: Catalog, op: str, seed: int) -> tuple[dict[str, torch.Tensor],
         return inputs, catalog.load_reference(op)(**shape.init)(**inputs)
 
 
+def _leaves(out: Any) -> dict[str, Any]:
+    """The named output leaves; a reference whose output is not a tensor, tuple or dict is the problem's error."""
+    leaves = flatten_outputs(out)
+    if isinstance(leaves, CompareResult):
+        raise AtrexError("input", "bad_reference_output", f"The reference's output cannot be checked: {leaves.message}",
+                         "Return a tensor, a tuple/list of tensors or a dict of tensors from Model.forward.")
+    return leaves
+
+
 def _finite(out: Any) -> CheckResult:
     nan, inf = [], []
-    for name, t in flatten_outputs(out).items():
+    for name, t in _leaves(out).items():
         if t.dtype.is_floating_point:
             wide = t.float()
             if bool(torch.isnan(wide).any()):
@@ -76,11 +85,14 @@ def _finite(out: Any) -> CheckResult:
 
 
 def _seed_varies(out: Any, other: Any) -> CheckResult:
-    a, b = flatten_outputs(out), flatten_outputs(other)
+    a, b = _leaves(out), _leaves(other)
     same = [n for n in a if torch.equal(a[n], b[n])]
     changed = len(a) - len(same)
-    return CheckResult(name="seed_varies", passed=changed > 0,
-                       detail=f"{changed}/{len(a)} outputs change with the seed" + (f"; unchanged: {same}" if same else ""))
+    return CheckResult(
+        name="seed_varies",
+        passed=changed > 0,
+        detail=f"{changed}/{len(a)} outputs change with the seed" + (f"; unchanged: {same}" if same else ""),
+    )
 
 
 def _constant_like(ref: torch.Tensor, learnt_from: torch.Tensor) -> torch.Tensor:
@@ -92,7 +104,7 @@ def _constant_like(ref: torch.Tensor, learnt_from: torch.Tensor) -> torch.Tensor
 
 def _input_unchanged(out: Any, inputs: dict[str, torch.Tensor]) -> tuple[Any, list[str]]:
     """Each output takes an input of its shape and dtype (the same-named one first), if any."""
-    leaves, used = flatten_outputs(out), []
+    leaves, used = _leaves(out), []
     for name, t in leaves.items():
         fits = [n for n, x in inputs.items() if x.shape == t.shape and x.dtype == t.dtype]
         if fits:
@@ -114,14 +126,16 @@ def check_problem(catalog: Catalog, op: str) -> ProblemCheck:
     _, other = _run(catalog, op, OTHER_SEED)
     checks = [_finite(out), _seed_varies(out, other)]
     checks.append(_must_fail("zeros", out, tree_map(torch.zeros_like, out), op))
-    other_leaves = flatten_outputs(other)
-    constant = {n: _constant_like(t, other_leaves[n]) for n, t in flatten_outputs(out).items()}
+    other_leaves = _leaves(other)
+    constant = {n: _constant_like(t, other_leaves[n]) for n, t in _leaves(out).items()}
     checks.append(_must_fail("constant", out, _restructure(out, constant), op))
     candidate, used = _input_unchanged(out, inputs)
     if used:
         checks.append(_must_fail("input", out, candidate, op, f"returned inputs {used}"))
     else:
-        checks.append(CheckResult(name="input", passed=True, detail="not applicable: no input has an output's shape and dtype"))
+        checks.append(
+            CheckResult(name="input", passed=True, detail="not applicable: no input has an output's shape and dtype")
+        )
     checks.append(_must_fail("other_seed", out, other, op))
     checks.append(_stored_roofline(catalog, op))
     return ProblemCheck(op=op, shape_id=catalog.visible(op).smoke_shape.id, checks=checks)

@@ -20,19 +20,25 @@ from typing import Any
 
 import torch
 
-from atrex_mcp.problemset.catalog import VISIBLE_FILES, Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import VISIBLE_FILES, Catalog
+from atrex_mcp.problemset.files import describe_output, roofline_document, run_reference, write_json
 from atrex_mcp.problemset.flop_counter import count_problem
 from atrex_mcp.problemset.hardware import DtypePath
-from atrex_mcp.problemset.files import describe_output, roofline_document, run_reference, write_json
 from atrex_mcp.problemset.roofline import Workload
 
-COUNTING = "dispatch-level counter, SPEC §0.5 rules (atrex_mcp.problemset.flop_counter; conventions in docs/roofline.md)"
+COUNTING = (
+    "dispatch-level counter, SPEC §0.5 rules (atrex_mcp.problemset.flop_counter; conventions in docs/roofline.md)"
+)
 
 
 def _invalid(problem_dir: Path, message: str, hint: str = "") -> AtrexError:
-    return AtrexError("input", "invalid_problem", f"Problem {problem_dir.name}: {message}",
-                      hint or "See docs/DESIGN.md, 'Problem files', for the contract of reference.py, input.py and shapes.json.")
+    return AtrexError(
+        "input",
+        "invalid_problem",
+        f"Problem {problem_dir.name}: {message}",
+        hint or "See docs/DESIGN.md, 'Problem files', for the contract of reference.py, input.py and shapes.json.",
+    )
 
 
 def _catalog_of(problem_dir: Path) -> Catalog:
@@ -42,17 +48,20 @@ def _catalog_of(problem_dir: Path) -> Catalog:
     return Catalog(problem_dir.parent)
 
 
-def _forward_params(problem_dir: Path, model_cls: type) -> list[str]:
+def _forward_params(problem_dir: Path, model_cls: type[Any]) -> list[str]:
     params = list(inspect.signature(model_cls.forward).parameters.values())[1:]
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
         raise _invalid(problem_dir, "Model.forward must name its inputs (no *args/**kwargs).")
     return [p.name for p in params]
 
 
-def _check_signatures(problem_dir: Path, model_cls: type, make_inputs: Any, shapes: tuple) -> None:
+def _check_signatures(problem_dir: Path, model_cls: type[Any], make_inputs: Any, shapes: tuple) -> None:
     sig = inspect.signature(make_inputs)
     params = sig.parameters
-    if "seed" not in params or params["seed"].kind not in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+    if "seed" not in params or params["seed"].kind not in (
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
         raise _invalid(problem_dir, "make_inputs must take a keyword argument `seed`.")
     if "device" not in params or params["device"].default is inspect.Parameter.empty:
         raise _invalid(problem_dir, "make_inputs must take `device` with a default (\"cpu\").")
@@ -82,7 +91,7 @@ def validate_problem(problem_dir: Path) -> Catalog:
         make_inputs = catalog.load_make_inputs(op)
     except AtrexError:
         raise
-    except Exception as exc:  # noqa: BLE001 - an import error of the user's files is the answer
+    except Exception as exc:  # an import error of the user's files is the answer
         raise _invalid(problem_dir, f"cannot load reference.py/input.py: {type(exc).__name__}: {exc}.") from exc
     if not (isinstance(model_cls, type) and issubclass(model_cls, torch.nn.Module)):
         raise _invalid(problem_dir, "reference.py must define `class Model(nn.Module)`.")
@@ -90,7 +99,9 @@ def validate_problem(problem_dir: Path) -> Catalog:
         raise _invalid(problem_dir, "shapes.json has no scored shape.")
     smoke = [s for s in visible.shapes if s.smoke]
     if len(smoke) != 1:
-        raise _invalid(problem_dir, f"shapes.json must hold exactly one smoke shape (\"smoke\": true), found {len(smoke)}.")
+        raise _invalid(
+            problem_dir, f'shapes.json must hold exactly one smoke shape ("smoke": true), found {len(smoke)}.'
+        )
     ids = [s.id for s in visible.shapes]
     if len(set(ids)) != len(ids):
         raise _invalid(problem_dir, f"shape ids repeat: {sorted(i for i, n in Counter(ids).items() if n > 1)}.")
@@ -100,13 +111,15 @@ def validate_problem(problem_dir: Path) -> Catalog:
         raise _invalid(problem_dir, "make_inputs must return a dict of tensors.")
     forward = _forward_params(problem_dir, model_cls)
     if sorted(first) != sorted(forward):
-        raise _invalid(problem_dir, f"make_inputs keys {sorted(first)} differ from forward's parameters {sorted(forward)}.")
+        raise _invalid(
+            problem_dir, f"make_inputs keys {sorted(first)} differ from forward's parameters {sorted(forward)}."
+        )
     if not _same(first, make_inputs(seed=0, device="cpu", **smoke[0].inputs)):
         raise _invalid(problem_dir, "make_inputs is not deterministic for a seed.",
                        "Draw from a local torch.Generator(device=device).manual_seed(seed), never the global RNG.")
     try:
         describe_output(run_reference(catalog, op, smoke[0]))
-    except Exception as exc:  # noqa: BLE001 - the reference's own failure is the answer
+    except Exception as exc:  # the reference's own failure is the answer
         raise _invalid(problem_dir, f"the reference fails at the smoke shape: {type(exc).__name__}: {exc}.") from exc
     return catalog
 
@@ -151,7 +164,9 @@ def add_problem(path: Path, into: Path | None = None, *, weight: float = 0.0) ->
     target = source if into is None else Path(into).resolve() / source.name
     if target != source:
         if target.exists():
-            raise AtrexError("input", "problem_exists", f"{target} already exists.", "Remove it or choose another --into.")
+            raise AtrexError(
+                "input", "problem_exists", f"{target} already exists.", "Remove it or choose another --into."
+            )
         target.mkdir(parents=True)
         for name in VISIBLE_FILES:
             shutil.copy2(source / name, target / name)
@@ -172,7 +187,7 @@ def derive_missing(catalog: Catalog, ops: Iterable[str] | None = None) -> list[s
             derive_hidden(catalog.problem_dir(op), catalog=catalog)
         except AtrexError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the user's reference failing to count is the answer
+        except Exception as exc:  # the user's reference failing to count is the answer
             raise AtrexError("input", "derive_failed",
                              f"Deriving the hidden files of problem {op} failed: {type(exc).__name__}: {exc}",
                              f"Run `atrex-mcp problems add {catalog.problem_dir(op)}` to validate it and see what "

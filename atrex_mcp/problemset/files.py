@@ -43,7 +43,9 @@ def describe_output(out: Any) -> dict[str, Any]:
         kind, leaves = "tuple", {f"out[{i}]": v for i, v in enumerate(out)}
     else:
         raise TypeError(f"reference returned a {type(out).__name__}, not a tensor, tuple or dict of tensors")
-    entries = [{"name": name, "dtype": str(t.dtype).removeprefix("torch."), "ndim": t.dim()} for name, t in leaves.items()]
+    entries = [
+        {"name": name, "dtype": str(t.dtype).removeprefix("torch."), "ndim": t.dim()} for name, t in leaves.items()
+    ]
     return {"kind": kind, "entries": entries}
 
 

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -158,7 +159,10 @@ _RULES: dict[str, Rule] = {
     "bmm": _mm_rule("self"),
     "addmm": _mm_rule("mat1"),
     "baddbmm": _mm_rule("batch1"),
-    "addbmm": lambda a, out: (2 * _numel(a["batch1"]) * a["batch2"].shape[-1], _tensor_core_path(a["batch1"].dtype, _matmul_tf32())),
+    "addbmm": lambda a, out: (
+        2 * _numel(a["batch1"]) * a["batch2"].shape[-1],
+        _tensor_core_path(a["batch1"].dtype, _matmul_tf32()),
+    ),
     "_scaled_mm": _mm_rule("self"),
     "_int_mm": _mm_rule("self"),
     "mv": _mm_rule("self"),

@@ -15,7 +15,8 @@ count taken from a generated input can be checked exactly.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from atrex_mcp.errors import unknown_choice
 from atrex_mcp.problemset.hardware import DtypePath
@@ -58,7 +59,9 @@ def expected_blocks(draws: int, categories: int, block: int) -> float:
     log_p, log_q = math.log(p), math.log1p(-p)
     per_category = 0.0
     for c in range(1, draws + 1):
-        log_pmf = math.lgamma(draws + 1) - math.lgamma(c + 1) - math.lgamma(draws - c + 1) + c * log_p + (draws - c) * log_q
+        log_pmf = (
+            math.lgamma(draws + 1) - math.lgamma(c + 1) - math.lgamma(draws - c + 1) + c * log_p + (draws - c) * log_q
+        )
         if log_pmf < -745.0 and c > draws * p:  # past the mode and below the smallest double
             break
         per_category += math.exp(log_pmf) * _ceil_div(c, block)
@@ -100,7 +103,7 @@ def _paged_dims(x: Params) -> tuple[int, int, int, int, int, int, int, DtypePath
     "(MB*S + 16 blocks), whose 16 spare blocks are never referenced.",
 )
 def paged_attention_decode(init: Params, x: Params) -> Workload:
-    s, ctx, hq, hkv, d, bs, mb, label = _paged_dims(x)
+    s, ctx, hq, hkv, d, _bs, mb, label = _paged_dims(x)
     q_read = 2 * s * hq * d + 2 * 2 * s * ctx * hkv * d + 4 * s * mb + 4 * s
     return _work(label, 4 * s * hq * ctx * d + 2 * s * ctx, q_read, 2 * s * hq * d)
 
@@ -145,7 +148,9 @@ def linear_sigmoid_mul(init: Params, x: Params) -> Workload:
     "are data dependent: their expectations are used, rounded. Q counts the weights of the A active "
     "experts only (SPEC's stored figure for shape 8 does the same; elsewhere A = E to rounding).",
 )
-def fused_moe(init: Params, x: Params, *, active_experts: int | None = None, routed_pairs: int | None = None) -> Workload:
+def fused_moe(
+    init: Params, x: Params, *, active_experts: int | None = None, routed_pairs: int | None = None
+) -> Workload:
     t, d, i, e, k = x["token_count"], x["hidden_size"], x["intermediate_size"], x["num_experts"], x["top_k"]
     a = active_experts if active_experts is not None else round(expected_distinct(e, t * k))
     p = routed_pairs if routed_pairs is not None else round(t * expected_distinct(e, k))
@@ -162,7 +167,11 @@ def _fp8_moe(x: Params, e_a: int) -> Workload:
     t, d, i, k = x["token_count"], x["hidden_size"], x["intermediate_size"], x["top_k"]
     bn, bk = x["scale_block_n"], x["scale_block_k"]
     w = t * d + 3 * e_a * i * d + t * k * (6 * d * i + 5 * i) + t * k * d + t * (k - 1) * d
-    scales = 4 * t * _ceil_div(d, bk) + 4 * e_a * _ceil_div(2 * i, bn) * _ceil_div(d, bk) + 4 * e_a * _ceil_div(d, bn) * _ceil_div(i, bk)
+    scales = (
+        4 * t * _ceil_div(d, bk)
+        + 4 * e_a * _ceil_div(2 * i, bn) * _ceil_div(d, bk)
+        + 4 * e_a * _ceil_div(d, bn) * _ceil_div(i, bk)
+    )
     return _work("fp8_e4m3", w, t * d + 3 * e_a * i * d + 8 * t * k + scales, t * d)
 
 
@@ -172,7 +181,11 @@ def _fp8_moe(x: Params, e_a: int) -> Workload:
     "rounded; weights, their scales and the dequantisation work count the E_a active experts only.",
 )
 def fp8_blockscale_fused_moe(init: Params, x: Params, *, active_experts: int | None = None) -> Workload:
-    e_a = active_experts if active_experts is not None else round(fp8_moe_active_experts(x["token_count"], x["num_experts"], x["top_k"]))
+    e_a = (
+        active_experts
+        if active_experts is not None
+        else round(fp8_moe_active_experts(x["token_count"], x["num_experts"], x["top_k"]))
+    )
     return _fp8_moe(x, e_a)
 
 
@@ -181,7 +194,8 @@ _FP8_MOE_STORED_ACTIVE = {"2": 8, "3": 164, "4": 8}
 
 
 def _fp8_moe_spec(shape_id: str, init: Params, x: Params) -> Workload:
-    return _fp8_moe(x, _FP8_MOE_STORED_ACTIVE.get(shape_id, x["num_experts"]))
+    stored = _FP8_MOE_STORED_ACTIVE.get(shape_id)
+    return _fp8_moe(x, x["num_experts"] if stored is None else stored)
 
 
 SPEC_FIGURES["fp8_blockscale_fused_moe"] = _fp8_moe_spec
@@ -298,7 +312,9 @@ def topk_filter(init: Params, x: Params) -> Workload:
 @formula("mrope")
 def mrope(init: Params, x: Params) -> Workload:
     t, hq, hkv, hs, r = x["token_count"], x["num_query_heads"], x["num_kv_heads"], x["head_size"], x["rotary_dim"]
-    return _work("bf16", 3 * t * (hq + hkv) * r, 2 * t * (hq + hkv) * hs + 2 * 4 * 3 * t * (r // 2), 2 * t * (hq + hkv) * hs)
+    return _work(
+        "bf16", 3 * t * (hq + hkv) * r, 2 * t * (hq + hkv) * hs + 2 * 4 * 3 * t * (r // 2), 2 * t * (hq + hkv) * hs
+    )
 
 
 @formula(
@@ -349,7 +365,14 @@ SPEC_FIGURES["reshape_and_cache"] = _reshape_spec
 
 @formula("chunk_delta_rule_output")
 def chunk_delta_rule_output(init: Params, x: Params) -> Workload:
-    b, t, hq, hv, k, v = x["batch_size"], x["token_count"], x["num_q_heads"], x["num_v_heads"], x["key_dim"], x["value_dim"]
+    b, t, hq, hv, k, v = (
+        x["batch_size"],
+        x["token_count"],
+        x["num_q_heads"],
+        x["num_v_heads"],
+        x["key_dim"],
+        x["value_dim"],
+    )
     c = init["chunk_size"]
     nc = _ceil_div(t, c)
     w = b * hv * nc * (2 * c * k * v + 2 * c * c * k + 2 * c * c * v + 3 * c * v + 2 * c * c)
@@ -358,10 +381,19 @@ def chunk_delta_rule_output(init: Params, x: Params) -> Workload:
 
 
 def _chunk_state(x: Params, init: Params, slots: int) -> Workload:
-    b, t, hk, hv, k, v = x["batch_size"], x["token_count"], x["num_k_heads"], x["num_v_heads"], x["key_dim"], x["value_dim"]
+    b, t, hk, hv, k, v = (
+        x["batch_size"],
+        x["token_count"],
+        x["num_k_heads"],
+        x["num_v_heads"],
+        x["key_dim"],
+        x["value_dim"],
+    )
     nc = _ceil_div(t, init["chunk_size"])
     w = b * hv * (4 * t * k * v + 2 * t * v + t + 2 * nc * k * v)
-    q_read = 2 * b * t * hk * k + 2 * b * t * hv * k + 2 * b * t * hv * v + 4 * b * t * hv + 4 * slots * hv * k * v + 4 * b
+    q_read = (
+        2 * b * t * hk * k + 2 * b * t * hv * k + 2 * b * t * hv * v + 4 * b * t * hv + 4 * slots * hv * k * v + 4 * b
+    )
     q_write = 2 * b * nc * hv * k * v + 2 * b * t * hv * v + 4 * slots * hv * k * v
     return _work("bf16", w, q_read, q_write)
 
@@ -380,9 +412,13 @@ SPEC_FIGURES["chunk_gated_delta_rule_state"] = lambda shape_id, init, x: _chunk_
 
 @formula("gated_delta_rule_update")
 def gated_delta_rule_update(init: Params, x: Params) -> Workload:
-    b, t, hq, hv, k, v, s = (x[n] for n in ("batch_size", "token_count", "num_q_heads", "num_v_heads", "key_dim", "value_dim", "state_count"))
+    b, t, hq, hv, k, v, s = (
+        x[n] for n in ("batch_size", "token_count", "num_q_heads", "num_v_heads", "key_dim", "value_dim", "state_count")
+    )
     w = b * t * hv * (7 * k * v + 3 * k + 2)
-    q_read = 4 * hv + 2 * hv + 2 * 2 * b * t * hv + 2 * 2 * b * t * hq * k + 2 * b * t * hv * v + 4 * s * hv * k * v + 4 * b
+    q_read = (
+        4 * hv + 2 * hv + 2 * 2 * b * t * hv + 2 * 2 * b * t * hq * k + 2 * b * t * hv * v + 4 * s * hv * k * v + 4 * b
+    )
     return _work("bf16", w, q_read, 2 * b * t * hv * v + 4 * s * hv * k * v)
 
 

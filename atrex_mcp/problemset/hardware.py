@@ -9,7 +9,7 @@ so a kernel can legitimately beat a T_SOL computed on it.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -30,7 +30,7 @@ _LABEL_ALIASES: dict[str, DtypePath] = {"int32": "int", "int64": "int", "int8": 
 def dtype_path(label: str) -> DtypePath:
     """The peak a SPEC dtype label selects (`int32` -> `int`, `fp8_e4m3` -> the fp8 peak, ...)."""
     if label in DTYPE_PATHS:
-        return label  # type: ignore[return-value]
+        return label
     try:
         return _LABEL_ALIASES[label]
     except KeyError:
@@ -97,7 +97,7 @@ def profile_names() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.json"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_profile(name: str = DEFAULT_PROFILE) -> HardwareProfile:
     """The named profile; an unknown name is answered with the valid ones."""
     if name not in profile_names():

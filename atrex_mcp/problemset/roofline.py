@@ -32,7 +32,9 @@ class Workload(BaseModel):
     flops: dict[DtypePath, int] = Field(
         default_factory=dict, description="Arithmetic work per dtype path (FLOP; integer operations under 'int')."
     )
-    bytes_read: int = Field(ge=0, description="Q_read: bytes of the input data (SPEC §0.5 convention, see docs/roofline.md).")
+    bytes_read: int = Field(
+        ge=0, description="Q_read: bytes of the input data (SPEC §0.5 convention, see docs/roofline.md)."
+    )
     bytes_written: int = Field(ge=0, description="Q_write: bytes of every output tensor.")
 
     @field_validator("flops")

@@ -17,6 +17,8 @@ roofline predicts. Thresholds are documented in docs/runs.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from atrex_mcp.profiling.metrics import STALL_REASONS
 from atrex_mcp.profiling.models import Bottleneck, KernelCounters, SassFacts
 from atrex_mcp.runs.models import BottleneckKind
@@ -39,8 +41,10 @@ _LABEL = {"dram_pct": "DRAM", "l2_pct": "L2", "sm_pct": "SM", "tensor_gmma_pct":
 
 
 def _stalls(k: KernelCounters, top: int = 3) -> str | None:
-    stalls = sorted(((k.metrics[f"stall_{r}"], r) for r in STALL_REASONS if f"stall_{r}" in k.metrics and r != "selected"),
-                    reverse=True)
+    stalls = sorted(
+        ((k.metrics[f"stall_{r}"], r) for r in STALL_REASONS if f"stall_{r}" in k.metrics and r != "selected"),
+        reverse=True,
+    )
     shown = [f"{r} {v:.0f}%" for v, r in stalls[:top] if v > 0]
     return "top warp stalls: " + ", ".join(shown) if shown else None
 
@@ -49,7 +53,10 @@ def _resources(k: KernelCounters) -> list[str]:
     out = []
     achieved, theoretical = _get(k, "achieved_occupancy_pct"), _get(k, "theoretical_occupancy_pct")
     if achieved is not None:
-        out.append(f"achieved occupancy {achieved:.0f}%" + (f" (theoretical {theoretical:.0f}%)" if theoretical is not None else ""))
+        out.append(
+            f"achieved occupancy {achieved:.0f}%"
+            + (f" (theoretical {theoretical:.0f}%)" if theoretical is not None else "")
+        )
     regs = _get(k, "registers_per_thread")
     if regs is not None:
         local = (_get(k, "local_load_bytes") or 0.0) + (_get(k, "local_store_bytes") or 0.0)
@@ -71,8 +78,12 @@ def roofline_evidence(roofline: dict, measured_ns: float | None) -> str:
     """Where the kernel stands against T_SOL (when a device time was measured) and the bound
     the roofline predicts."""
     t_sol_us = roofline["t_sol_ms"] * 1e3
-    against = (f"T_SOL {t_sol_us:.2f} µs vs {measured_ns / 1e3:.2f} µs measured = {t_sol_us * 1e3 / measured_ns:.0%} of speed of light"
-               if measured_ns else f"T_SOL {t_sol_us:.2f} µs (nothing measured on a device to compare)")
+    against = (
+        f"T_SOL {t_sol_us:.2f} µs vs {measured_ns / 1e3:.2f} µs measured = {t_sol_us * 1e3 / measured_ns:.0%} of "
+        "speed of light"
+        if measured_ns
+        else f"T_SOL {t_sol_us:.2f} µs (nothing measured on a device to compare)"
+    )
     intensity = roofline.get("arithmetic_intensity")
     return (f"roofline: {against}; the roofline predicts {roofline.get('bound', '?')}-bound"
             + (f" (intensity {intensity:.2f} FLOP/B)" if intensity is not None else ""))
@@ -87,16 +98,23 @@ def _without_counters(roofline: dict | None, measured_ns: float) -> tuple[Bottle
         at_sol = roofline["t_sol_ms"] * 1e6 / measured_ns
         if at_sol >= SATURATED / 100:
             unit = "HBM bandwidth" if roofline["bound"] == "memory" else "peak FLOP rate"
-            return roofline["bound"], (f"no hardware throughput counters, but the forward runs at {at_sol:.0%} of speed "
-                                       f"of light: it already uses at least {SATURATED:.0f}% of the {unit} the roofline "
-                                       "is bound by")
+            return roofline["bound"], (
+                f"no hardware throughput counters, but the forward runs at {at_sol:.0%} of speed "
+                f"of light: it already uses at least {SATURATED:.0f}% of the {unit} the roofline "
+                "is bound by"
+            )
     return "unknown", "no hardware throughput counters: the bottleneck cannot be measured here"
 
 
-def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sass: list[SassFacts] = ()) -> Bottleneck:
+def classify(
+    kernels: list[KernelCounters], *, roofline: dict | None = None, sass: Sequence[SassFacts] = ()
+) -> Bottleneck:
     """Classify one forward call from its kernels' counters (and the roofline, when revealed)."""
     if not kernels:
-        return Bottleneck(kind="unknown", evidence=["no GPU kernel was profiled: forward launched none in the profiled range"])
+        return Bottleneck(
+            kind="unknown", evidence=["no GPU kernel was profiled: forward launched none in the profiled range"]
+        )
+
     def device_ns(k: KernelCounters) -> float:
         return k.metrics.get("duration_ns", 0.0) * k.launches
 
@@ -108,17 +126,24 @@ def classify(kernels: list[KernelCounters], *, roofline: dict | None = None, sas
     mem, mem_key = _max(main, ("dram_pct", "l2_pct"))
     comp, comp_key = _max(main, ("sm_pct", "tensor_gmma_pct", "tensor_hmma_pct"))
     if mem is not None:
-        evidence.append(f"{_LABEL[mem_key]} throughput {mem:.0f}% of peak (DRAM {main.metrics.get('dram_pct', 0):.0f}%, L2 {main.metrics.get('l2_pct', 0):.0f}%)")
+        evidence.append(
+            f"{_LABEL[mem_key]} throughput {mem:.0f}% of peak (DRAM {main.metrics.get('dram_pct', 0):.0f}%, L2 "
+            f"{main.metrics.get('l2_pct', 0):.0f}%)"
+        )
     if comp is not None:
         evidence.append(f"{_LABEL[comp_key]} throughput {comp:.0f}% of peak")
 
     if roofline and roofline.get("t_sol_ms") and total_ns:
         evidence.append(roofline_evidence(roofline, total_ns))
 
+    kind: BottleneckKind
     busiest = max(v for v in (mem, comp, 0.0) if v is not None)
     if all(k.metrics.get("duration_ns", 0.0) < LAUNCH_FLOOR_NS for k in kernels) and busiest < SATURATED:
         kind = "launch"
-        evidence.append(f"every kernel runs under {LAUNCH_FLOOR_NS / 1e3:.0f} µs with no unit saturated: launch overhead and ramp-up dominate")
+        evidence.append(
+            f"every kernel runs under {LAUNCH_FLOOR_NS / 1e3:.0f} µs with no unit saturated: launch overhead and "
+            "ramp-up dominate"
+        )
     elif mem is not None and mem >= SATURATED and mem >= (comp or 0.0):
         kind = "memory"
     elif comp is not None and comp >= SATURATED:

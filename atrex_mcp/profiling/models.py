@@ -14,12 +14,18 @@ class KernelCounters(BaseModel):
 
     name: str = Field(description="Kernel name as the profiler reports it.")
     launches: int = Field(description="Launches per forward call aggregated into these figures.")
-    origin: str = Field(default="", description="Which code it came from (the evaluator's DSL attribution): candidate_dsl (your own "
-                                                "kernel in the target DSL), generated (torch.compile/Inductor), library (cuBLAS, cuDNN, "
-                                                "flash…) or framework (PyTorch/aten, copies).")
+    origin: str = Field(
+        default="",
+        description="Which code it came from (the evaluator's DSL attribution): candidate_dsl (your own "
+        "kernel in the target DSL), generated (torch.compile/Inductor), library (cuBLAS, cuDNN, "
+        "flash…) or framework (PyTorch/aten, copies).",
+    )
     block: str = Field(default="", description="Block size, e.g. '(128, 1, 1)'.")
     grid: str = Field(default="", description="Grid size.")
-    metrics: dict[str, float] = Field(default_factory=dict, description="Metric key → value in base units (ns, bytes, %, count); see atrex_mcp.profiling.metrics.")
+    metrics: dict[str, float] = Field(
+        default_factory=dict,
+        description="Metric key → value in base units (ns, bytes, %, count); see atrex_mcp.profiling.metrics.",
+    )
 
 
 class SassFacts(BaseModel):
@@ -42,7 +48,9 @@ class Bottleneck(BaseModel):
     """The classification and the short evidence it rests on."""
 
     kind: BottleneckKind = Field(description="memory, compute, latency, launch or unknown.")
-    evidence: list[str] = Field(default_factory=list, description="The measurements behind the classification, one per line.")
+    evidence: list[str] = Field(
+        default_factory=list, description="The measurements behind the classification, one per line."
+    )
 
 
 class ProfileReport(BaseModel):
@@ -57,11 +65,20 @@ class ProfileReport(BaseModel):
     device: str = Field(default="", description="Device the kernel ran on.")
     kernels: list[KernelCounters] = Field(default_factory=list)
     wall_ms: float | None = Field(default=None, description="Wall time of one forward call (fallback only), ms.")
-    time_ms: float | None = Field(default=None, description="The evaluator's median device time per call (GPU fallback only; "
-                                                            "ncu's replayed durations are not a timing), ms.")
-    dsl_share: float | None = Field(default=None, description="Share of the profiled device time in your own target-DSL kernels; "
-                                                              "null without device time.")
-    sass: list[SassFacts] = Field(default_factory=list, description="SASS facts per kernel, where cuobjdump was available.")
+    time_ms: float | None = Field(
+        default=None,
+        description="The evaluator's median device time per call (GPU fallback only; "
+        "ncu's replayed durations are not a timing), ms.",
+    )
+    dsl_share: float | None = Field(
+        default=None,
+        description="Share of the profiled device time in your own target-DSL kernels; null without device time.",
+    )
+    sass: list[SassFacts] = Field(
+        default_factory=list, description="SASS facts per kernel, where cuobjdump was available."
+    )
     bottleneck: Bottleneck
     roofline: dict | None = Field(default=None, description="T_SOL and bound of this shape (optimise mode only).")
-    unavailable_metrics: list[str] = Field(default_factory=list, description="Metrics of the set this ncu/GPU did not provide.")
+    unavailable_metrics: list[str] = Field(
+        default_factory=list, description="Metrics of the set this ncu/GPU did not provide."
+    )

@@ -38,8 +38,22 @@ HEADER_START = '"ID","Process ID"'
 MAX_METRIC_RETRIES = 4
 # Multipliers to base units for the scaled units ncu prints without --print-units base.
 UNIT_SCALE = {
-    "nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9,
-    "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "KB": 1024.0, "MB": 1024.0**2, "GB": 1024.0**3,
+    "nsecond": 1.0,
+    "ns": 1.0,
+    "usecond": 1e3,
+    "us": 1e3,
+    "msecond": 1e6,
+    "ms": 1e6,
+    "second": 1e9,
+    "s": 1e9,
+    "byte": 1.0,
+    "Kbyte": 1e3,
+    "Mbyte": 1e6,
+    "Gbyte": 1e9,
+    "Tbyte": 1e12,
+    "KB": 1024.0,
+    "MB": 1024.0**2,
+    "GB": 1024.0**3,
 }
 
 
@@ -73,12 +87,11 @@ class SandboxOpenings:
         return {"tcp_ports": list(self.tcp_ports), "abstract_unix": self.abstract_unix, "extra_rules": dict(self.paths)}
 
 
-# Settled on the H200 by measurements/ncu_probe.py (2026-11-30, measurements/results/ncu_probe/2026-11-30_h200.json): with
-# the worker's normal domain ncu's injected library crashes the worker (SIGSEGV in "Failed to
-# profile") whatever TCP, abstract-socket, /dev/shm, /tmp or /dev openings are added; it needs to
-# read files outside the allow-list. With the whole file system readable (protected roots still
-# left out by _add_tree, and covered by the mount namespace and the uid) it works, and no other
-# opening is needed. Writes, TCP and abstract sockets stay closed.
+# Settled on the H200 by measurements/ncu_probe.py: with the worker's normal domain ncu's injected library crashes the
+# worker (SIGSEGV in "Failed to profile") whatever TCP, abstract-socket, /dev/shm, /tmp or /dev openings are added; it
+# needs to read files outside the allow-list. With the whole file system readable (protected roots still left out by
+# _add_tree, and covered by the mount namespace and the uid) it works, and no other opening is needed. Writes, TCP and
+# abstract sockets stay closed.
 NCU_OPENINGS = SandboxOpenings(paths=(("/", READ_EXEC),))
 PASSES = re.compile(r"(\d+) pass(?:es)?\b")
 
@@ -168,7 +181,7 @@ def parse_ncu_csv(text: str) -> ParsedCsv:
     for name, launches in by_kernel.items():
         metrics: dict[str, float] = {}
         for metric in seen_metrics:
-            values = [per_launch[l][metric] for l in launches if metric in per_launch[l]]
+            values = [per_launch[launch][metric] for launch in launches if metric in per_launch[launch]]
             if values:
                 metrics[BY_NAME[metric].key if metric in BY_NAME else metric] = statistics.median(values)
         _, block, grid = launch_info[launches[0]]
@@ -194,7 +207,9 @@ def _rejected_metrics(output: str, requested: list[str]) -> list[str]:
     return [m for m in requested if re.search(re.escape(m.split(".")[0]), errors)]
 
 
-def _run_bounded(cmd: list[str], *, cwd: Path, env: dict[str, str] | None, timeout_s: float) -> tuple[int | None, str, str]:
+def _run_bounded(
+    cmd: list[str], *, cwd: Path, env: dict[str, str] | None, timeout_s: float
+) -> tuple[int | None, str, str]:
     """(returncode or None on timeout, stdout, stderr). On timeout the whole process group gets
     SIGTERM, then SIGKILL after a grace period."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -245,8 +260,12 @@ def printed_lines(stdout: str, stderr: str, log: str) -> str:
     return "\n".join(line for line in (stdout + stderr + "\n" + log).splitlines() if not line.startswith('"'))
 
 
-def run_with_retries(attempt: Callable[[list[str], float], tuple[list[str], Attempt]], *, metrics: list[str] | None = None,
-                     timeout_s: float = 60.0) -> NcuCapture:
+def run_with_retries(
+    attempt: Callable[[list[str], float], tuple[list[str], Attempt]],
+    *,
+    metrics: list[str] | None = None,
+    timeout_s: float = 60.0,
+) -> NcuCapture:
     """Call `attempt(metrics, seconds_left) -> (argv, Attempt)` until ncu accepts every metric it
     was given (rejected ones are dropped and listed as unavailable); `timeout_s` bounds all."""
     wanted = list(metrics or [m.name for m in HOPPER_METRICS])
@@ -256,22 +275,36 @@ def run_with_retries(attempt: Callable[[list[str], float], tuple[list[str], Atte
         cmd, result = attempt(wanted, max(timeout_s - (time.monotonic() - started), 1.0))
         tail = result.output[-1500:].strip() or "(nothing)"
         if result.returncode is None:
-            raise AtrexError("performance", "profile_timeout",
-                             f"ncu did not finish within {timeout_s:.0f} s ({len(replay_passes(result.output))} launches profiled "
-                             f"by then). ncu printed, last lines: {tail}",
-                             "If no launch was profiled, ncu could not reach the kernels' process (e.g. a sandbox that "
-                             "blocks its injection library or its TCP connection); otherwise profile fewer launches or metrics.")
+            raise AtrexError(
+                "performance",
+                "profile_timeout",
+                f"ncu did not finish within {timeout_s:.0f} s ({len(replay_passes(result.output))} launches profiled "
+                f"by then). ncu printed, last lines: {tail}",
+                "If no launch was profiled, ncu could not reach the kernels' process (e.g. a sandbox that "
+                "blocks its injection library or its TCP connection); otherwise profile fewer launches or metrics.",
+            )
         if result.returncode == 0:
             parsed = parse_ncu_csv(result.log)
-            return NcuCapture(parsed.kernels, sorted(set(parsed.unavailable) | set(dropped)), cmd, 0, result.output[-4000:],
-                              passes=replay_passes(result.output), seconds=time.monotonic() - started)
+            return NcuCapture(
+                parsed.kernels,
+                sorted(set(parsed.unavailable) | set(dropped)),
+                cmd,
+                0,
+                result.output[-4000:],
+                passes=replay_passes(result.output),
+                seconds=time.monotonic() - started,
+            )
         rejected = _rejected_metrics(result.output, wanted)
         if not rejected:
             break
         dropped += rejected
         wanted = [m for m in wanted if m not in rejected]
-    raise AtrexError("performance", "profiler_failed", f"ncu exited with {result.returncode}. ncu printed, last lines: {tail}",
-                     "Profiling may need permission to GPU counters (NVreg_RestrictProfilingToAdminUsers=0) or root.")
+    raise AtrexError(
+        "performance",
+        "profiler_failed",
+        f"ncu exited with {result.returncode}. ncu printed, last lines: {tail}",
+        "Profiling may need permission to GPU counters (NVreg_RestrictProfilingToAdminUsers=0) or root.",
+    )
 
 
 def capture(target: list[str], *, workdir: Path, env: dict[str, str] | None = None, metrics: list[str] | None = None,

@@ -75,7 +75,10 @@ def _sentences(f: SassFacts) -> list[str]:
     if total_loads:
         wide = f.global_loads.get("128", 0)
         widths = ", ".join(f"{n}×{bits}-bit" for bits, n in sorted(f.global_loads.items(), key=lambda kv: -int(kv[0])))
-        out.append(f"global loads: {widths}" + (" (vectorised 128-bit loads present)" if wide else " (no 128-bit vectorised loads)"))
+        out.append(
+            f"global loads: {widths}"
+            + (" (vectorised 128-bit loads present)" if wide else " (no 128-bit vectorised loads)")
+        )
     if f.local_loads or f.local_stores:
         out.append(f"local memory: {f.local_loads} LDL / {f.local_stores} STL (register spills or local arrays)")
     else:

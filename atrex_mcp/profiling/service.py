@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.problemset.roofline import shape_roofline
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
+from atrex_mcp.problemset.roofline import shape_roofline
 from atrex_mcp.profiling import ncu as ncu_mod
 from atrex_mcp.profiling.classify import classify, roofline_evidence
 from atrex_mcp.profiling.models import Bottleneck, KernelCounters, ProfileReport
@@ -34,10 +34,14 @@ from sandbox import scratch as scratch_files
 
 Progress = Callable[[str, float], None]
 PROFILED_CALLS = 2
-MAX_LAUNCHES_PER_FORWARD = 8  # --launch-count = PROFILED_CALLS x this; a longer forward is profiled in part (said in the note)
+MAX_LAUNCHES_PER_FORWARD = (
+    8  # --launch-count = PROFILED_CALLS x this; a longer forward is profiled in part (said in the note)
+)
 CAPTURE_TIMEOUT_S = 45.0  # a capture that takes longer is not going to finish: fall back and say why
-FALLBACK_NOTE_GPU = ("torch.profiler fallback, not Nsight Compute: per-kernel device times of one profiled forward only; "
-                     "no hardware counters, so the bottleneck rests on the roofline and kernel durations alone.")
+FALLBACK_NOTE_GPU = (
+    "torch.profiler fallback, not Nsight Compute: per-kernel device times of one profiled forward only; "
+    "no hardware counters, so the bottleneck rests on the roofline and kernel durations alone."
+)
 NCU_NEEDS_UNPRIVILEGED_WORKER = (
     "Nsight Compute was not used: it needs the profiled worker to read the whole file system (protected roots "
     "excepted), which is allowed only when sandbox workers run as an unprivileged uid, and here they cannot (the "
@@ -47,9 +51,11 @@ NOT_RUN_ON_CPU = ("No GPU on this server, so shape {shape} was not run: under th
                   "({smoke}) only. On a GPU server this profile holds per-kernel hardware counters (Nsight Compute) "
                   "or device times (the torch.profiler fallback), the DSL share and a bottleneck class; here it "
                   "holds only the shape's roofline figures, in optimize mode.")
-FALLBACK_NOTE_CPU = ("torch.profiler fallback on CPU under the Triton interpreter: no GPU ran, so there are no kernel times and no "
-                     "counters; wall_ms is the wall time of one interpreted forward call (input generation included) and says "
-                     "nothing about GPU performance.")
+FALLBACK_NOTE_CPU = (
+    "torch.profiler fallback on CPU under the Triton interpreter: no GPU ran, so there are no kernel times and no "
+    "counters; wall_ms is the wall time of one interpreted forward call (input generation included) and says "
+    "nothing about GPU performance."
+)
 
 
 def _shape_roofline(catalog: Catalog, op: str, shape: str, hardware: str) -> dict[str, Any] | None:
@@ -60,12 +66,16 @@ def _shape_roofline(catalog: Catalog, op: str, shape: str, hardware: str) -> dic
     return shape_roofline(hidden, shape, hardware).summary()
 
 
-def counters_from_eval(op: str, shape_result: Any, device_kind: str, *, roofline: dict | None, note: str = "") -> ProfileReport:
+def counters_from_eval(
+    op: str, shape_result: Any, device_kind: str, *, roofline: dict | None, note: str = ""
+) -> ProfileReport:
     """The torch.profiler fallback, built from an evaluator ShapeResult (no extra run): its
     kernels keep the evaluator's attribution (origin) and DSL share."""
     if device_kind != "cuda":
         wall = shape_result.seconds.get("correctness")
-        evidence = ["no GPU: nothing was measured on a device"] + ([roofline_evidence(roofline, None)] if roofline else [])
+        evidence = ["no GPU: nothing was measured on a device"] + (
+            [roofline_evidence(roofline, None)] if roofline else []
+        )
         return ProfileReport(op=op, shape=shape_result.id, tool="torch.profiler", fallback=True, note=FALLBACK_NOTE_CPU,
                              device="cpu (Triton interpreter)", wall_ms=wall * 1e3 if wall is not None else None,
                              bottleneck=Bottleneck(kind="unknown", evidence=evidence), roofline=roofline)
@@ -77,11 +87,20 @@ def counters_from_eval(op: str, shape_result: Any, device_kind: str, *, roofline
                          time_ms=shape_result.time_ms, dsl_share=shape_result.dsl_share)
 
 
-def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roofline: dict | None, hardware: str = "h200",
-                     cancel: threading.Event | None = None, ncu: str | None = None,
-                     timeout_s: float = CAPTURE_TIMEOUT_S,
-                     openings: ncu_mod.SandboxOpenings = ncu_mod.NCU_OPENINGS,
-                     state_dir: Path | None = None) -> ProfileReport:
+def capture_counters(
+    op: str,
+    source: str,
+    shape: str,
+    catalog: Catalog,
+    *,
+    roofline: dict | None,
+    hardware: str = "h200",
+    cancel: threading.Event | None = None,
+    ncu: str | None = None,
+    timeout_s: float = CAPTURE_TIMEOUT_S,
+    openings: ncu_mod.SandboxOpenings = ncu_mod.NCU_OPENINGS,
+    state_dir: Path | None = None,
+) -> ProfileReport:
     """Nsight Compute on the forward's kernels, with ncu wrapping the sandbox worker; AtrexError
     when ncu is absent, fails, runs past `timeout_s`, or captures no kernel. `openings`: what
     the worker's Landlock domain leaves open for ncu's injected library; `state_dir`: the serving
@@ -112,9 +131,18 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
             returncode: int | None = 0
             problem = ""
             try:
-                with open_session(catalog, op, source, shapes=[shape], hardware=hardware, seeds=1, timeout_s=left_s,
-                                  launch=LaunchOptions(wrapper=wrapper, state_dir=state_dir, **openings.launch_fields()),
-                                  scratch=scratch, cancel=StopSignal(cancel, left_s)) as worker:
+                with open_session(
+                    catalog,
+                    op,
+                    source,
+                    shapes=[shape],
+                    hardware=hardware,
+                    seeds=1,
+                    timeout_s=left_s,
+                    launch=LaunchOptions(wrapper=wrapper, state_dir=state_dir, **openings.launch_fields()),
+                    scratch=scratch,
+                    cancel=StopSignal(cancel, left_s),
+                ) as worker:
                     checked = worker.check(shape)
                     if not checked.correct:
                         raise AtrexError("correctness", "profile_of_failing_kernel",
@@ -138,23 +166,40 @@ def capture_counters(op: str, source: str, shape: str, catalog: Catalog, *, roof
 
         result = ncu_mod.run_with_retries(attempt, timeout_s=timeout_s)
         if not result.kernels:
-            raise AtrexError("performance", "no_kernels_captured",
-                             f"ncu profiled no kernel inside the NVTX range {NVTX_FORWARD}; its output ended: {result.output_tail[-800:]}")
+            raise AtrexError(
+                "performance",
+                "no_kernels_captured",
+                f"ncu profiled no kernel inside the NVTX range {NVTX_FORWARD}; its output ended: "
+                f"{result.output_tail[-800:]}",
+            )
         sass = sass_facts_from_cache(scratch / ".cache" / "triton")
     profiled = sum(k.launches for k in result.kernels)
-    kernels = [k.model_copy(update={"launches": max(1, round(k.launches / PROFILED_CALLS)), "origin": triton.origin(k.name, own)})
-               for k in result.kernels]
+    kernels = [
+        k.model_copy(
+            update={"launches": max(1, round(k.launches / PROFILED_CALLS)), "origin": triton.origin(k.name, own)}
+        )
+        for k in result.kernels
+    ]
     share = dsl_share([(k.name, k.metrics.get("duration_ns", 0.0) * k.launches, k.origin) for k in kernels])
     cut = (f" The limit of {limit} launches was reached: later launches of the forward were not profiled."
            if profiled >= limit else "")
-    return ProfileReport(op=op, shape=shape, tool="ncu", fallback=False, device=device,
-                         note=f"Nsight Compute (--clock-control none, kernel replay) wrapping the sandboxed worker, over "
-                              f"{PROFILED_CALLS} forward calls inside the NVTX range {NVTX_FORWARD}: every kernel of the forward "
-                              f"(input generation, the correctness check and compilation are outside it); medians per launch; "
-                              f"{result.seconds:.0f} s, replay passes per launch {sorted(set(result.passes)) or 'not reported'}.{cut}",
-                         kernels=kernels, sass=[f for f in sass if f.kernel in own], dsl_share=share,
-                         bottleneck=classify(kernels, roofline=roofline, sass=sass), roofline=roofline,
-                         unavailable_metrics=result.unavailable)
+    return ProfileReport(
+        op=op,
+        shape=shape,
+        tool="ncu",
+        fallback=False,
+        device=device,
+        note=f"Nsight Compute (--clock-control none, kernel replay) wrapping the sandboxed worker, over "
+        f"{PROFILED_CALLS} forward calls inside the NVTX range {NVTX_FORWARD}: every kernel of the forward "
+        f"(input generation, the correctness check and compilation are outside it); medians per launch; "
+        f"{result.seconds:.0f} s, replay passes per launch {sorted(set(result.passes)) or 'not reported'}.{cut}",
+        kernels=kernels,
+        sass=[f for f in sass if f.kernel in own],
+        dsl_share=share,
+        bottleneck=classify(kernels, roofline=roofline, sass=sass),
+        roofline=roofline,
+        unavailable_metrics=result.unavailable,
+    )
 
 
 def ncu_refusal(gpu: bool, ncu_found: bool, worker_drops_uid: bool) -> str | None:

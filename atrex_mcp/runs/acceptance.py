@@ -19,7 +19,7 @@ Pure and deterministic (the bootstrap seed is an argument), so tests inject timi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from atrex_mcp.runs.models import Decision, ShapeTiming
 
@@ -56,7 +56,9 @@ def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def shape_timing(shape_id: str, pairs: PairedSamples, rule: AcceptanceRule, rng: np.random.Generator) -> tuple[ShapeTiming, np.ndarray]:
+def shape_timing(
+    shape_id: str, pairs: PairedSamples, rule: AcceptanceRule, rng: np.random.Generator
+) -> tuple[ShapeTiming, np.ndarray]:
     """Per-shape figures and the bootstrap replicates of this shape's log speed-up."""
     import numpy as np
 
@@ -68,9 +70,16 @@ def shape_timing(shape_id: str, pairs: PairedSamples, rule: AcceptanceRule, rng:
     low, high = _interval(replicates, rule.confidence)
     ratio = np.exp(log_ratio)
     q1, median, q3 = np.quantile(ratio, [0.25, 0.5, 0.75])
-    timing = ShapeTiming(id=shape_id, accepted_ms=float(np.median(a)), candidate_ms=float(np.median(c)),
-                         speedup=float(np.exp(np.median(log_ratio))), ci_low=float(np.exp(low)), ci_high=float(np.exp(high)),
-                         noise=float((q3 - q1) / median), pairs=len(log_ratio))
+    timing = ShapeTiming(
+        id=shape_id,
+        accepted_ms=float(np.median(a)),
+        candidate_ms=float(np.median(c)),
+        speedup=float(np.exp(np.median(log_ratio))),
+        ci_low=float(np.exp(low)),
+        ci_high=float(np.exp(high)),
+        noise=float((q3 - q1) / median),
+        pairs=len(log_ratio),
+    )
     return timing, replicates
 
 
@@ -109,14 +118,16 @@ def decide(samples: dict[str, PairedSamples] | None, *, correct: bool, failure: 
         replicate_sum += replicates
     aggregate = float(np.exp(np.mean([np.log(s.speedup) for s in shapes])))
     low, high = (float(np.exp(v)) for v in _interval(replicate_sum / len(shapes), rule.confidence))
-    figures = {"speedup": aggregate, "ci_low": low, "ci_high": high, "shapes": shapes}
+    figures: dict[str, Any] = {"speedup": aggregate, "ci_low": low, "ci_high": high, "shapes": shapes}
 
     regressed = [s for s in shapes if s.ci_high < 1.0 / (1.0 + rule.max_regression)]
-    pct = int(round(rule.confidence * 100))
+    pct = round(rule.confidence * 100)
     if regressed:
         worst = min(regressed, key=lambda s: s.speedup)
-        reason = (f"shape {worst.id} is slower beyond noise ({worst.speedup:.3f}x, {pct}% CI up to {worst.ci_high:.3f}x),"
-                  f" a regression over the {rule.max_regression:.0%} allowed")
+        reason = (
+            f"shape {worst.id} is slower beyond noise ({worst.speedup:.3f}x, {pct}% CI up to {worst.ci_high:.3f}x),"
+            f" a regression over the {rule.max_regression:.0%} allowed"
+        )
         return Decision(accepted=False, reason=reason, **figures)
     if low <= 1.0:
         reason = (f"not faster beyond measured noise: {aggregate:.3f}x, {pct}% CI [{low:.3f}, {high:.3f}] includes 1")
@@ -124,5 +135,8 @@ def decide(samples: dict[str, PairedSamples] | None, *, correct: bool, failure: 
     if aggregate < 1.0 + rule.min_gain:
         reason = f"faster beyond noise but by {aggregate:.3f}x, under the {rule.min_gain:.0%} minimum gain"
         return Decision(accepted=False, reason=reason, **figures)
-    return Decision(accepted=True, reason=f"faster beyond measured noise: {aggregate:.3f}x, {pct}% CI [{low:.3f}, {high:.3f}]",
-                    **figures)
+    return Decision(
+        accepted=True,
+        reason=f"faster beyond measured noise: {aggregate:.3f}x, {pct}% CI [{low:.3f}, {high:.3f}]",
+        **figures,
+    )

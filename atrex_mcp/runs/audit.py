@@ -17,7 +17,9 @@ class Timeline(BaseModel):
     """Everything recorded about one run."""
 
     run: RunRecord
-    iterations: list[IterationRecord] = Field(description="Every iteration in order; `masked` marks those a live mask hides from agents.")
+    iterations: list[IterationRecord] = Field(
+        description="Every iteration in order; `masked` marks those a live mask hides from agents."
+    )
     masks: list[MaskRecord] = Field(description="Every partial restart, live or reverted.")
     chain: list[int] = Field(description="Iteration numbers from the baseline to the accepted kernel.")
     speedup_vs_baseline: float | None = Field(description="Product of the accepted chain's paired speed-ups.")
@@ -46,7 +48,8 @@ def render_timeline(t: Timeline) -> str:
     run = t.run
     lines = [f"run {run.run_id}  op {run.op}  dsl {run.dsl}  hardware {run.hardware}  started {run.created_at}",
              f"shapes: {', '.join(run.shapes)}"]
-    header = f"{'#':>3}  {'category':<22} {'status':<9} {'speed-up':>9} {'95% CI':>15} {'expected':>8} {'vs':>4}  {'masked':<6}  reason"
+    header = (f"{'#':>3}  {'category':<22} {'status':<9} {'speed-up':>9} {'95% CI':>15} {'expected':>8} {'vs':>4}  "
+              f"{'masked':<6}  reason")
     lines += ["", header, "-" * len(header)]
     for it in t.iterations:
         d = it.decision
@@ -54,19 +57,31 @@ def render_timeline(t: Timeline) -> str:
         category = it.plan.category.value if it.plan else "(baseline)"
         expected = _fmt(it.plan.expected_effect, ".2f", "x") if it.plan else "—"
         vs = f"#{it.compared_to}" if it.compared_to is not None else "—"
-        lines.append(f"{it.number:>3}  {category:<22} {it.status:<9} {_fmt(d.speedup if d else None, '.3f', 'x'):>9} {ci:>15} "
-                     f"{expected:>8} {vs:>4}  {'masked' if it.masked else '':<6}  {it.reason}")
+        lines.append(
+            f"{it.number:>3}  {category:<22} {it.status:<9} {_fmt(d.speedup if d else None, '.3f', 'x'):>9} {ci:>15} "
+            f"{expected:>8} {vs:>4}  {'masked' if it.masked else '':<6}  {it.reason}"
+        )
     by_number = {it.number: it for it in t.iterations}
     if t.chain:
         base, last = by_number[t.chain[0]], by_number[t.chain[-1]]
-        lines += ["", f"accepted chain: {' -> '.join(f'#{n}' for n in t.chain)}   speed-up vs baseline: {_fmt(t.speedup_vs_baseline, '.3f', 'x')}"]
+        lines += [
+            "",
+            f"accepted chain: {' -> '.join(f'#{n}' for n in t.chain)}   speed-up vs baseline: "
+            f"{_fmt(t.speedup_vs_baseline, '.3f', 'x')}",
+        ]
         lines.append(f"median time over shapes: {_fmt(_median(base.times.time_ms), '.4f', ' ms')} (baseline) -> "
                      f"{_fmt(_median(last.times.time_ms), '.4f', ' ms')} (accepted)")
-        lines.append(f"median S over shapes:    {_fmt(_median(base.times.score), '.3f')} (baseline) -> {_fmt(_median(last.times.score), '.3f')} (accepted)")
+        lines.append(
+            f"median S over shapes:    {_fmt(_median(base.times.score), '.3f')} (baseline) -> "
+            f"{_fmt(_median(last.times.score), '.3f')} (accepted)"
+        )
     else:
         lines += ["", "no baseline yet"]
     for m in t.masks:
         state = f"reverted {m.reverted_at}" if m.reverted_at else "live"
-        lines.append(f"mask {m.mask_id}: seed {m.seed}, fraction {m.fraction}, hid {m.masked or 'nothing'} of {m.eligible} ({state})")
+        lines.append(
+            f"mask {m.mask_id}: seed {m.seed}, fraction {m.fraction}, hid {m.masked or 'nothing'} of {m.eligible} "
+            f"({state})"
+        )
     lines.append(f"audit trail: {len(t.events)} events")
     return "\n".join(lines)

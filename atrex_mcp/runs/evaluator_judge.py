@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import device as eval_device
 from atrex_mcp.evaluate import taxonomy as tx
@@ -43,6 +42,7 @@ from atrex_mcp.evaluate.models import EvalRequest, ShapeResult
 from atrex_mcp.evaluate.session import Failure, Session
 from atrex_mcp.evaluate.timing_checks import side_stream_pooled
 from atrex_mcp.evaluate.timing_witness import upper_bound_ok
+from atrex_mcp.problemset.catalog import Catalog, Shape
 from atrex_mcp.runs.acceptance import PairedSamples
 from atrex_mcp.runs.measure import CheckResult, MeasurementFailed, Progress
 from atrex_mcp.runs.models import KernelTimes, ShapeCheck
@@ -118,14 +118,27 @@ class EvaluatorJudge:
         request = EvalRequest(op=op, source=source, shapes=shapes, seeds=self.seeds, hardware=hardware, timing=timing,
                               dsl=dsl, measure_dsl=False)
         result = evaluate(request, self.catalog, progress=progress, cancel=cancel, launch=self.launch)
-        checks = [ShapeCheck(id=s.id, correct=s.correct, category=s.category, message=s.message[:1000]) for s in result.shapes]
-        times = KernelTimes(time_ms={s.id: s.time_ms for s in result.shapes}, score={s.id: s.score for s in result.shapes})
+        checks = [
+            ShapeCheck(id=s.id, correct=s.correct, category=s.category, message=s.message[:1000]) for s in result.shapes
+        ]
+        times = KernelTimes(
+            time_ms={s.id: s.time_ms for s in result.shapes}, score={s.id: s.score for s in result.shapes}
+        )
         return CheckResult(compiled=result.compiled, checks=checks, times=times,
                            compile_error=result.compile_error.message[:2000] if result.compile_error else "",
                            detail={"device": result.device.name, "integrity": result.integrity})
 
-    def time_pair(self, op: str, accepted_source: str, candidate_source: str, shapes: list[str], *, hardware: str,
-                  progress: Progress | None = None, cancel: threading.Event | None = None) -> dict[str, PairedSamples] | None:
+    def time_pair(
+        self,
+        op: str,
+        accepted_source: str,
+        candidate_source: str,
+        shapes: list[str],
+        *,
+        hardware: str,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> dict[str, PairedSamples] | None:
         """Paired samples per shape (see the module docstring); None without a GPU. Raises
         MeasurementFailed when either kernel fails to load, check or time."""
         if not eval_device.has_gpu():
@@ -147,11 +160,16 @@ class EvaluatorJudge:
                         raise MeasurementFailed(f"the {name} did not load: {failure.category}: {failure.message[:500]}")
                 shape_list = trials[0].shapes
                 for i, shape in enumerate(shape_list):
-                    samples[shape.id] = self.pair_rounds(trials, sessions, shape,
-                                                    lambda r: report(f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
-                                                                     (i + r / self.rounds) / len(shape_list)))
+
+                    def tick(r: int, shape: Shape = shape, i: int = i) -> None:
+                        report(f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
+                               (i + r / self.rounds) / len(shape_list))
+
+                    samples[shape.id] = self.pair_rounds(trials, sessions, shape, tick)
             except Cancelled:
-                raise AtrexError("runtime", "cancelled", "The paired timing was cancelled; its workers were killed.") from None
+                raise AtrexError(
+                    "runtime", "cancelled", "The paired timing was cancelled; its workers were killed."
+                ) from None
         return samples
 
     def pair_rounds(self, trials: list[Trial], sessions: list[Session], shape: Shape,
@@ -187,4 +205,6 @@ class EvaluatorJudge:
             tick(r + 1)
         for name, kernel_rounds in zip(NAMES, rounds):
             check_side_streams(name, shape.id, kernel_rounds)
-        return PairedSamples(accepted_ms=[r.median_ms for r in rounds[0]], candidate_ms=[r.median_ms for r in rounds[1]])
+        return PairedSamples(
+            accepted_ms=[r.median_ms for r in rounds[0]], candidate_ms=[r.median_ms for r in rounds[1]]
+        )

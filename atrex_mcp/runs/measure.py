@@ -61,8 +61,17 @@ class Judge(Protocol):
         """Correctness on the given shapes; with timing=True also absolute times and S."""
         ...
 
-    def time_pair(self, op: str, accepted_source: str, candidate_source: str, shapes: list[str], *, hardware: str,
-                  progress: Progress | None = None, cancel: threading.Event | None = None) -> dict[str, PairedSamples] | None:
+    def time_pair(
+        self,
+        op: str,
+        accepted_source: str,
+        candidate_source: str,
+        shapes: list[str],
+        *,
+        hardware: str,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> dict[str, PairedSamples] | None:
         """Interleaved timing of the two kernels in one session; None when no GPU can time.
         Raises MeasurementFailed when a kernel breaks during the measurement."""
         ...

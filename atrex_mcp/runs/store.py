@@ -22,7 +22,7 @@ import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ CREATE INDEX IF NOT EXISTS profiles_by_run ON profiles(run_id);
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def new_id(prefix: str) -> str:
@@ -70,7 +70,12 @@ def new_id(prefix: str) -> str:
 def unknown_run() -> AtrexError:
     """The one answer for a run id that does not exist or is not the caller's: it names no path
     and no other run, so it tells nothing about the server's other runs."""
-    return AtrexError("input", "unknown_run", "Unknown run.", "Pass a run id that start_run returned to you; start one with start_run.")
+    return AtrexError(
+        "input",
+        "unknown_run",
+        "Unknown run.",
+        "Pass a run id that start_run returned to you; start one with start_run.",
+    )
 
 
 class StaleAccepted(Exception):
@@ -95,8 +100,12 @@ class RunStore:
             con.execute("PRAGMA journal_mode=WAL")
             version = con.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
-                raise AtrexError("internal", "state_too_new", f"{self.path} was written by a newer atrex-mcp (schema {version}).",
-                                 "Upgrade atrex-mcp or point --state-dir elsewhere.")
+                raise AtrexError(
+                    "internal",
+                    "state_too_new",
+                    f"{self.path} was written by a newer atrex-mcp (schema {version}).",
+                    "Upgrade atrex-mcp or point --state-dir elsewhere.",
+                )
             con.executescript(_SCHEMA)
             if version == 1:  # runs and profiles of a single-client server become the local client's
                 for table in ("runs", "profiles"):
@@ -148,10 +157,22 @@ class RunStore:
     def create_run(self, run: RunRecord) -> RunRecord:
         with self._write() as con:
             con.execute(
-                "INSERT INTO runs(run_id, op, shapes, dsl, hardware, workspace, roofline, baseline, accepted, created_at, owner)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (run.run_id, run.op, json.dumps(run.shapes), run.dsl, run.hardware, json.dumps(run.workspace),
-                 json.dumps(run.roofline), None, None, run.created_at, self.owner or LOCAL_CLIENT))
+                "INSERT INTO runs(run_id, op, shapes, dsl, hardware, workspace, roofline, baseline, accepted, "
+                "created_at, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run.run_id,
+                    run.op,
+                    json.dumps(run.shapes),
+                    run.dsl,
+                    run.hardware,
+                    json.dumps(run.workspace),
+                    json.dumps(run.roofline),
+                    None,
+                    None,
+                    run.created_at,
+                    self.owner or LOCAL_CLIENT,
+                ),
+            )
             self._event(con, run.run_id, "run_started",
                         {"op": run.op, "shapes": run.shapes, "dsl": run.dsl, "hardware": run.hardware})
         return run
@@ -174,7 +195,10 @@ class RunStore:
     def list_runs(self) -> list[RunRecord]:
         with self._connect() as con:
             mine, args = self._mine()
-            return [self._run_from_row(r) for r in con.execute(f"SELECT * FROM runs WHERE 1{mine} ORDER BY created_at", args)]
+            return [
+                self._run_from_row(r)
+                for r in con.execute(f"SELECT * FROM runs WHERE 1{mine} ORDER BY created_at", args)
+            ]
 
     # -- iterations -----------------------------------------------------------------
     def commit_iteration(self, record: IterationRecord, source: str, *, expected_accepted: int | None,
@@ -184,13 +208,19 @@ class RunStore:
         check_accepted=False for verdicts that do not depend on the accepted kernel (a failure)."""
         with self._write() as con:
             mine, args = self._mine()
-            row = con.execute(f"SELECT baseline, accepted FROM runs WHERE run_id=?{mine}", (record.run_id, *args)).fetchone()
+            row = con.execute(
+                f"SELECT baseline, accepted FROM runs WHERE run_id=?{mine}", (record.run_id, *args)
+            ).fetchone()
             if row is None:
                 raise unknown_run()
             if record.kind == "baseline":
                 if row["baseline"] is not None:
-                    raise AtrexError("input", "baseline_exists", f"Run {record.run_id} already has a baseline (iteration 0).",
-                                     "Submit further kernels with record_iteration.")
+                    raise AtrexError(
+                        "input",
+                        "baseline_exists",
+                        f"Run {record.run_id} already has a baseline (iteration 0).",
+                        "Submit further kernels with record_iteration.",
+                    )
                 number = 0
             else:
                 if row["baseline"] is None:
@@ -198,7 +228,9 @@ class RunStore:
                                      "Call submit_baseline with a first correct kernel.")
                 if check_accepted and row["accepted"] != expected_accepted:
                     raise StaleAccepted(row["accepted"])
-                number = con.execute("SELECT MAX(number) FROM iterations WHERE run_id=?", (record.run_id,)).fetchone()[0] + 1
+                number = (
+                    con.execute("SELECT MAX(number) FROM iterations WHERE run_id=?", (record.run_id,)).fetchone()[0] + 1
+                )
             stored = record.model_copy(update={"number": number, "masked": False})
             con.execute(
                 "INSERT INTO iterations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -263,13 +295,18 @@ class RunStore:
                 raise unknown_run()
             hidden = self._masked_numbers(con, run_id)
             protected = {run["baseline"], run["accepted"]}
-            eligible = [r[0] for r in con.execute("SELECT number FROM iterations WHERE run_id=? ORDER BY number", (run_id,))
-                        if r[0] not in protected and r[0] not in hidden]
+            eligible = [
+                r[0]
+                for r in con.execute("SELECT number FROM iterations WHERE run_id=? ORDER BY number", (run_id,))
+                if r[0] not in protected and r[0] not in hidden
+            ]
             chosen = sorted(choose(eligible, fraction, seed))
             mask = MaskRecord(mask_id=new_id("mask"), run_id=run_id, seed=seed, fraction=fraction, eligible=eligible,
                               masked=chosen, created_at=now_iso())
-            con.execute("INSERT INTO masks VALUES (?,?,?,?,?,?,?,?)",
-                        (mask.mask_id, run_id, seed, fraction, json.dumps(eligible), json.dumps(chosen), mask.created_at, None))
+            con.execute(
+                "INSERT INTO masks VALUES (?,?,?,?,?,?,?,?)",
+                (mask.mask_id, run_id, seed, fraction, json.dumps(eligible), json.dumps(chosen), mask.created_at, None),
+            )
             self._event(con, run_id, "masked", {"mask_id": mask.mask_id, "seed": seed, "fraction": fraction,
                                                 "eligible": eligible, "masked": chosen})
         return mask
@@ -301,13 +338,18 @@ class RunStore:
 
     def masks(self, run_id: str) -> list[MaskRecord]:
         with self._connect() as con:
-            return [self._mask_from_row(r) for r in con.execute("SELECT * FROM masks WHERE run_id=? ORDER BY created_at", (run_id,))]
+            return [
+                self._mask_from_row(r)
+                for r in con.execute("SELECT * FROM masks WHERE run_id=? ORDER BY created_at", (run_id,))
+            ]
 
     # -- audit trail ----------------------------------------------------------------
     def events(self, run_id: str) -> list[AuditEvent]:
         with self._connect() as con:
-            return [AuditEvent(seq=r["seq"], run_id=r["run_id"], at=r["at"], kind=r["kind"], detail=json.loads(r["detail"]))
-                    for r in con.execute("SELECT * FROM events WHERE run_id=? ORDER BY seq", (run_id,))]
+            return [
+                AuditEvent(seq=r["seq"], run_id=r["run_id"], at=r["at"], kind=r["kind"], detail=json.loads(r["detail"]))
+                for r in con.execute("SELECT * FROM events WHERE run_id=? ORDER BY seq", (run_id,))
+            ]
 
     # -- profiles -------------------------------------------------------------------
     def save_profile(self, *, op: str, shape: str, source_sha256: str, tool: str, report: dict[str, Any],
@@ -316,10 +358,21 @@ class RunStore:
         if run_id is not None:
             self.get_run(run_id)  # another client's run is unknown here
         with self._write() as con:
-            con.execute("INSERT INTO profiles(profile_id, run_id, op, shape, source_sha256, tool, report, created_at, owner)"
-                        " VALUES (?,?,?,?,?,?,?,?,?)",
-                        (profile_id, run_id, op, shape, source_sha256, tool, json.dumps(report), now_iso(),
-                         self.owner or LOCAL_CLIENT))
+            con.execute(
+                "INSERT INTO profiles(profile_id, run_id, op, shape, source_sha256, tool, report, created_at, owner)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    profile_id,
+                    run_id,
+                    op,
+                    shape,
+                    source_sha256,
+                    tool,
+                    json.dumps(report),
+                    now_iso(),
+                    self.owner or LOCAL_CLIENT,
+                ),
+            )
             if run_id is not None:
                 self._event(con, run_id, "profile_stored", {"profile_id": profile_id, "shape": shape, "tool": tool,
                                                             "source_sha256": source_sha256})
@@ -343,5 +396,9 @@ class RunStore:
         with self._connect() as con:
             marks = ",".join("?" * len(profile_ids))
             mine, args = self._mine()
-            return {r[0]: r[1] for r in con.execute(f"SELECT profile_id, op FROM profiles WHERE profile_id IN ({marks}){mine}",
-                                                    (*profile_ids, *args))}
+            return {
+                r[0]: r[1]
+                for r in con.execute(
+                    f"SELECT profile_id, op FROM profiles WHERE profile_id IN ({marks}){mine}", (*profile_ids, *args)
+                )
+            }

@@ -31,7 +31,6 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel
 
 from atrex_mcp import __version__
 from atrex_mcp.errors import AtrexError, ErrorInfo
@@ -43,7 +42,7 @@ from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.runs.store import RunStore
 from atrex_mcp.server import run_tools, tools
 from atrex_mcp.server.gpu_queue import GpuQueue, JobKind
-from atrex_mcp.server.models import Mode, ToolSpec
+from atrex_mcp.server.models import Mode, ToolOutput, ToolSpec
 from atrex_mcp.server.transport import LOCAL_CLIENT
 from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
 
@@ -53,7 +52,7 @@ if TYPE_CHECKING:  # opened on first use (see ServerContext.wiki)
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-OutputT = TypeVar("OutputT", bound=BaseModel)
+OutputT = TypeVar("OutputT", bound=ToolOutput)
 ThreadProgress = Callable[[str, float], None]
 
 DEFAULT_MAX_OUTPUT_CHARS = 60_000  # ~15k tokens: inside Claude Code's 25k-token default for one tool result
@@ -105,7 +104,9 @@ def format_error(info: ErrorInfo) -> str:
     return f"{text}\nhint: {info.hint}" if info.hint else text
 
 
-_SDK_ARGUMENT_ERROR = re.compile(r"^Error executing tool (?P<tool>[\w.-]+): (?P<detail>\d+ validation errors? for .*)", re.S)
+_SDK_ARGUMENT_ERROR = re.compile(
+    r"^Error executing tool (?P<tool>[\w.-]+): (?P<detail>\d+ validation errors? for .*)", re.S
+)
 _SDK_UNKNOWN_TOOL = re.compile(r"^Unknown tool: (?P<tool>.*)$", re.S)
 
 
@@ -119,7 +120,11 @@ def _without_input(line: str) -> str:
     dict key) is replaced by a placeholder."""
     if m := _PYDANTIC_DETAIL.match(line):
         return f"{m['message']} [type={m['type']}]"
-    if line.startswith(" ") or line.endswith(("validation error for", "validation errors for")) or "validation error" in line:
+    if (
+        line.startswith(" ")
+        or line.endswith(("validation error for", "validation errors for"))
+        or "validation error" in line
+    ):
         return line
     return line if _LOCATION.match(line) and len(line) <= 128 else "<argument>"
 
@@ -128,9 +133,15 @@ def _sdk_error_info(text: str, tools: list[str]) -> ErrorInfo | None:
     """The SDK's own tool errors (arguments that fail the schema, an unknown tool name) in the
     four-field form every other error has; None for errors that already have it."""
     if m := _SDK_ARGUMENT_ERROR.match(text):
-        detail = "\n".join(_without_input(line) for line in m["detail"].splitlines() if "errors.pydantic.dev" not in line)
-        return ErrorInfo(stage="input", category="invalid_arguments", message=detail,
-                         hint=f"Fix the named argument; {m['tool']}'s input schema gives every argument's type, range and default.")
+        detail = "\n".join(
+            _without_input(line) for line in m["detail"].splitlines() if "errors.pydantic.dev" not in line
+        )
+        return ErrorInfo(
+            stage="input",
+            category="invalid_arguments",
+            message=detail,
+            hint=f"Fix the named argument; {m['tool']}'s input schema gives every argument's type, range and default.",
+        )
     if m := _SDK_UNKNOWN_TOOL.match(text):
         return ErrorInfo(stage="input", category="unknown_tool", message="Unknown tool.",
                          hint=f"Valid choices: {', '.join(sorted(tools))}")
@@ -209,7 +220,7 @@ class _ProgressBridge:
         """For the evaluator's thread; a call that has already ended is silently not told."""
         try:
             anyio.from_thread.run(self.send, message, fraction, token=self._token)
-        except Exception:  # the call was cancelled or the client left: progress has nobody to go to
+        except Exception:  # noqa: BLE001 - the call was cancelled or the client left: progress has nobody to go to
             logger.debug("progress dropped for %s", self._label)
 
 
@@ -254,12 +265,17 @@ class ServerContext:
         if isinstance(exc, ToolError):
             return self._tool_error(ErrorInfo(stage="input", category="tool_error", message=str(exc)))
         logger.exception("tool %s failed unexpectedly", name)
-        return self._tool_error(ErrorInfo(stage="internal", category="unexpected_error",
-                                          message=f"The server hit an unexpected error in {name}; the details are in the server's log.",
-                                          hint="Retry once; if it persists, report it with the server log."))
+        return self._tool_error(
+            ErrorInfo(
+                stage="internal",
+                category="unexpected_error",
+                message=f"The server hit an unexpected error in {name}; the details are in the server's log.",
+                hint="Retry once; if it persists, report it with the server log.",
+            )
+        )
 
     def _finish(self, result: Any) -> Any:
-        if isinstance(result, BaseModel):
+        if isinstance(result, ToolOutput):
             return fit_output(result, self.config.max_output_chars)
         return result
 
@@ -274,22 +290,27 @@ class ServerContext:
         self.offered.append(name)
         if self.config.tools is not None and name not in self.config.tools:
             return
+        guarded: Any
         if inspect.iscoroutinefunction(fn):
-            async def guarded(*args: Any, **kwargs: Any) -> Any:
+            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
                 try:
                     return self._finish(await fn(self, *args, **kwargs))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - every tool failure becomes one structured error
                     raise self._translate(name, exc) from None
+
+            guarded = guarded_async
         else:
-            def guarded(*args: Any, **kwargs: Any) -> Any:  # the SDK runs sync tools on a worker thread
+            def guarded_sync(*args: Any, **kwargs: Any) -> Any:  # the SDK runs sync tools on a worker thread
                 try:
                     return self._finish(fn(self, *args, **kwargs))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - every tool failure becomes one structured error
                     raise self._translate(name, exc) from None
+
+            guarded = guarded_sync
 
         functools.update_wrapper(guarded, fn, updated=())
         del guarded.__wrapped__  # the SDK reads the bound signature below, not the function's
-        guarded.__signature__, guarded.__annotations__ = _bound_signature(fn)  # type: ignore[attr-defined]
+        guarded.__signature__, guarded.__annotations__ = _bound_signature(fn)
         self.server.add_tool(
             guarded,
             name=name,
@@ -309,7 +330,10 @@ class ServerContext:
             if info is not None:
                 tool = (ctx.params or {}).get("name", "?")
                 shown = tool if tool in {t.name for t in await self.server.list_tools()} else "(unknown)"
-                return {**result, "content": [{"type": "text", "text": f"Error executing tool {shown}: {self._error_text(info)}"}]}
+                return {
+                    **result,
+                    "content": [{"type": "text", "text": f"Error executing tool {shown}: {self._error_text(info)}"}],
+                }
         return result
 
     # ------------------------------------------------------------ services
@@ -350,15 +374,21 @@ class ServerContext:
     def candidate_source(self, source: str | None, path: str | None) -> str:
         """The candidate's text from exactly one of `source` or a workspace `path`."""
         if (source is None) == (path is None):
-            raise AtrexError("input", "source_or_path", "Give exactly one of `source` (the file's text) or `path` (a file in the workspace).",
-                             f"Workspace root: {self.workspace.roots[0]}")
+            raise AtrexError(
+                "input",
+                "source_or_path",
+                "Give exactly one of `source` (the file's text) or `path` (a file in the workspace).",
+                f"Workspace root: {self.workspace.roots[0]}",
+            )
         if source is not None:
             return self.workspace.check_source(source)
         return self.workspace.read_source(path)  # type: ignore[arg-type]
 
     async def queue(self) -> GpuQueue:
         if self._queue is None:
-            devices = self.config.devices or await anyio.to_thread.run_sync(_detect_devices)
+            devices = self.config.devices
+            if not devices:
+                devices = await anyio.to_thread.run_sync(_detect_devices)
             if self._queue is None:
                 self._queue = GpuQueue(devices, self.config.correctness_limit)
         return self._queue
@@ -399,7 +429,10 @@ class ServerContext:
             return await _run_cancellable(work, "cluster", bridge)
 
         async def on_position(position: int, waiting: int) -> None:
-            await bridge.send(f"queued, position {position} of {waiting} waiting ({'a GPU to itself' if kind == 'timed' else 'a worker slot'})")
+            await bridge.send(
+                f"queued, position {position} of {waiting} waiting "
+                f"({'a GPU to itself' if kind == 'timed' else 'a worker slot'})"
+            )
 
         queue = await self.queue()
         async with queue.slot(kind, on_position) as device:
@@ -450,8 +483,9 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
     tools. `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.server.transport)."""
     config = config or ServerConfig()
     instructions = INSTRUCTIONS if config.knowledge != "none" else INSTRUCTIONS.replace(WIKI_SENTENCE, "")
+    log_level: Any = os.environ.get("ATREX_LOG_LEVEL", "INFO")  # the SDK checks the level name
     server = MCPServer("atrex-mcp", version=__version__, instructions=instructions, token_verifier=token_verifier,
-                       auth=auth, log_level=os.environ.get("ATREX_LOG_LEVEL", "INFO"))  # type: ignore[arg-type]
+                       auth=auth, log_level=log_level)
     app = ServerContext(config, server)
     server.middleware.append(app.uniform_errors)
     for spec in (*tools.TOOLS, *run_tools.RUN_TOOLS):
@@ -461,8 +495,12 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
         app.add_tool(spec)
     unknown = sorted(set(config.tools or ()) - set(app.offered))
     if app.knowledge == "none" and set(config.tools or ()) & set(WIKI_TOOLS):
-        raise AtrexError("input", "wiki_disabled", "The allow-list names wiki tools, but the knowledge condition 'none' has no wiki.",
-                         "Drop wiki_search/wiki_read from --tools, or choose --knowledge general or full.")
+        raise AtrexError(
+            "input",
+            "wiki_disabled",
+            "The allow-list names wiki tools, but the knowledge condition 'none' has no wiki.",
+            "Drop wiki_search/wiki_read from --tools, or choose --knowledge general or full.",
+        )
     if unknown:
         raise AtrexError("input", "unknown_tool", f"Unknown tool(s) in the allow-list: {', '.join(unknown)}.",
                          f"Valid choices: {', '.join(sorted(app.offered))}")

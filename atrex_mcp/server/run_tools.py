@@ -30,7 +30,9 @@ from atrex_mcp.server.models import OpArg, PackageOutput, PathArg, ShapesArg, So
 if TYPE_CHECKING:  # the context binds these functions; app.py imports this module to register them
     from atrex_mcp.server.app import ServerContext
 
-RunIdArg = Annotated[str, Field(min_length=1, max_length=64, description="Run id returned by start_run, e.g. 'run-1a2b3c4d5e6f'.")]
+RunIdArg = Annotated[
+    str, Field(min_length=1, max_length=64, description="Run id returned by start_run, e.g. 'run-1a2b3c4d5e6f'.")
+]
 JudgeFactory = Callable[[str], Judge]
 
 
@@ -40,7 +42,9 @@ class StartRunOutput(ToolOutput):
     shapes: list[str] = Field(description="Target shapes every kernel of the run is measured on.")
     dsl: str = Field(description="Target DSL.")
     hardware: str = Field(description="Hardware profile of the roofline.")
-    roofline: dict | None = Field(default=None, description="Per-shape T_SOL, bound, intensity and the profile's sources (optimize mode only).")
+    roofline: dict | None = Field(
+        default=None, description="Per-shape T_SOL, bound, intensity and the profile's sources (optimize mode only)."
+    )
 
 
 UNTIMED_ITERATION = ("Correct on every target shape, but not timed: this server has no GPU, so no speed-up could "
@@ -52,7 +56,9 @@ UNTIMED_BASELINE = ("Correct on every target shape and stored as the baseline, b
 
 
 class IterationOutput(ToolOutput):
-    record: IterationRecord = Field(description="The stored verdict: status (accepted/rejected/failed), reason, timing comparison, source hash.")
+    record: IterationRecord = Field(
+        description="The stored verdict: status (accepted/rejected/failed), reason, timing comparison, source hash."
+    )
     accepted: int | None = Field(description="Iteration number of the run's accepted kernel after this call.")
     timed: bool = Field(default=False, description=(
         "True when this kernel was timed on a GPU. False on a server without one: a correct iteration is then "
@@ -74,7 +80,10 @@ class RunStateOutput(RunState, ToolOutput):
 
 
 class MaskOutput(ToolOutput):
-    mask: MaskRecord = Field(description="The partial restart: seed, fraction, eligible and masked iteration numbers; undo with unmask(mask_id).")
+    mask: MaskRecord = Field(
+        description="The partial restart: seed, fraction, eligible and masked iteration numbers; undo with "
+                    "unmask(mask_id)."
+    )
 
 
 class UnmaskOutput(ToolOutput):
@@ -132,8 +141,12 @@ def start_run(
     op: OpArg,
     shapes: ShapesArg = None,
     dsl: Annotated[str, Field(max_length=32, description="Target DSL of every kernel in the run.")] = "triton",
-    hardware: Annotated[str | None, Field(max_length=64, description="Hardware profile for the roofline; omit for the server's.")] = None,
-    workspace: Annotated[str | None, Field(max_length=4096, description="Your working folder, recorded with the run for the audit.")] = None,
+    hardware: Annotated[
+        str | None, Field(max_length=64, description="Hardware profile for the roofline; omit for the server's.")
+    ] = None,
+    workspace: Annotated[
+        str | None, Field(max_length=4096, description="Your working folder, recorded with the run for the audit.")
+    ] = None,
 ) -> StartRunOutput:
     """Start an optimisation run: the server keeps its memory (baseline, accepted kernel, every
     iteration with plan and verdict), so nothing is lost between sessions and no claimed
@@ -174,8 +187,13 @@ def run_state(app: ServerContext, run_id: RunIdArg) -> RunStateOutput:
 def partial_restart(
     app: ServerContext,
     run_id: RunIdArg,
-    fraction: Annotated[float, Field(ge=0.0, le=1.0, description="Share of the visible iteration records to hide (0-1).")],
-    seed: Annotated[int, Field(ge=0, description="Seed of the random choice; the same seed on the same state hides the same records.")],
+    fraction: Annotated[
+        float, Field(ge=0.0, le=1.0, description="Share of the visible iteration records to hide (0-1).")
+    ],
+    seed: Annotated[
+        int,
+        Field(ge=0, description="Seed of the random choice; the same seed on the same state hides the same records."),
+    ],
 ) -> MaskOutput:
     """Optimisation dropout: hide a seeded random subset of iteration memories from run_state
     (never the baseline, the accepted kernel or the audit trail), so a fresh start is not anchored
@@ -186,7 +204,9 @@ def partial_restart(
 def unmask(
     app: ServerContext,
     run_id: RunIdArg,
-    mask_id: Annotated[str | None, Field(max_length=64, description="Mask to undo; omit to undo every live mask of the run.")] = None,
+    mask_id: Annotated[
+        str | None, Field(max_length=64, description="Mask to undo; omit to undo every live mask of the run.")
+    ] = None,
 ) -> UnmaskOutput:
     """Undo a partial restart: the hidden iteration records reappear in run_state. Cheap."""
     return UnmaskOutput(reverted=_service(app).unmask(run_id, mask_id))
@@ -195,7 +215,10 @@ def unmask(
 def package_run(
     app: ServerContext,
     run_id: RunIdArg,
-    out_dir: Annotated[str | None, Field(max_length=4096, description="New or empty workspace folder; default 'atrex-package/<run id>'.")] = None,
+    out_dir: Annotated[
+        str | None,
+        Field(max_length=4096, description="New or empty workspace folder; default 'atrex-package/<run id>'."),
+    ] = None,
 ) -> PackageOutput:
     """Package the run's accepted kernel: the output-contract check, then <op>.py and
     manifest.json (hashes, the accepted-iteration chain, the final measured figures) in a new

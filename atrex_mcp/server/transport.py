@@ -100,9 +100,13 @@ def check_settings(http: HttpSettings) -> None:
         raise AtrexError("input", "duplicate_token", "Two --token-env variables hold the same token.",
                          "Give each client its own token: runs belong to the token that started them.")
     if is_wildcard(http.host) and not http.allowed_hosts:
-        raise AtrexError("input", "http_needs_allowed_host",
-                         f"Binding to {http.host!r} listens on every interface and needs the names clients will use.",
-                         "Pass --allowed-host NAME (e.g. the machine's DNS name or IP) for each, or bind to one address with --host.")
+        raise AtrexError(
+            "input",
+            "http_needs_allowed_host",
+            f"Binding to {http.host!r} listens on every interface and needs the names clients will use.",
+            "Pass --allowed-host NAME (e.g. the machine's DNS name or IP) for each, or bind to one address with "
+            "--host.",
+        )
 
 
 class StaticTokenVerifier(TokenVerifier):
@@ -151,6 +155,8 @@ def serve_http(config: ServerConfig, http: HttpSettings) -> None:
     import uvicorn
 
     app = build_http_app(config, http)
-    logging.getLogger(__name__).info("serving MCP over HTTP at http://%s:%d%s (bearer token required)", http.host, http.port, http.path)
+    logging.getLogger(__name__).info(
+        "serving MCP over HTTP at http://%s:%d%s (bearer token required)", http.host, http.port, http.path
+    )
     # log_config=None: uvicorn logs through the root handlers, which carry benchmark-mode redaction.
     uvicorn.run(app, host=http.host, port=http.port, log_config=None, log_level="warning")

@@ -1,7 +1,8 @@
 """Serving traces → a versioned problem-set snapshot (operators, bucketed shapes, Eq. 2–3 weights).
 
 `import_traces` writes a snapshot built from torch.profiler traces (`build_snapshot` computes it
-without writing); `diff_problem_sets` compares two problem sets. The rules table that maps host operators and kernels to benchmark operators is
+without writing); `diff_problem_sets` compares two problem sets. The rules table that maps host operators and kernels
+to benchmark operators is
 data (rules.json). See docs/trace.md.
 """
 

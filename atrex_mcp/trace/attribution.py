@@ -316,14 +316,15 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
                 tokens = nearest.at(node.thread, node.ts)
             phase = UNKNOWN_PHASE if tokens is None else ("decode" if tokens <= decode_max_tokens else "prefill")
         if not targets:
+            assert category is not None  # computed for every event without targets
             slices.append(Slice(op=OTHER, call=None, phase=phase, us=us, category=category[0], name=category[1]))
             continue
         share = us / len(targets)
-        for op, call in targets:
-            if call is not None:
-                call.device_us += share
-                call.phases.add(phase)
-            slices.append(Slice(op=op, call=call, phase=phase, us=share))
+        for op, target in targets:
+            if target is not None:
+                target.device_us += share
+                target.phases.add(phase)
+            slices.append(Slice(op=op, call=target, phase=phase, us=share))
     unique = list({id(c): c for c in calls.values()}.values())
     return Attribution(device=device, slices=slices, calls=unique, links=links, fused=fused)
 
@@ -406,7 +407,7 @@ def _source_of(match: Match, node: HostEvent) -> str:
     return node.name
 
 
-def _op_of(match: Match | None) -> str:
+def _op_of(match: HostMatch | PatternGroup | str | None) -> str:
     if isinstance(match, (HostMatch, PatternGroup)):
         return match.op
     return match or OTHER

@@ -7,15 +7,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from atrex_mcp.problemset.catalog import WEIGHTS_FILE, Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import WEIGHTS_FILE, Catalog
 from atrex_mcp.trace.models import Manifest, ShapeChanges, SnapshotDiff, WeightChange
 
 
 def _weights(root: Path, names: list[str]) -> dict[str, float]:
     path = root / WEIGHTS_FILE
     if not path.is_file():
-        raise AtrexError("input", "no_weights", f"{root} has no {WEIGHTS_FILE}.", "Both sides must be problem sets with weights (a snapshot or problems/).")
+        raise AtrexError(
+            "input",
+            "no_weights",
+            f"{root} has no {WEIGHTS_FILE}.",
+            "Both sides must be problem sets with weights (a snapshot or problems/).",
+        )
     try:
         raw = json.loads(path.read_text())["weights"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
@@ -35,8 +40,14 @@ def _unmapped(root: Path) -> float | None:
 
 
 def _shape_keys(catalog: Catalog, op: str) -> dict[str, dict]:
-    return {json.dumps({"init": s.init, "inputs": s.inputs}, sort_keys=True): {"id": s.id, "init": s.init, "inputs": s.inputs}
-            for s in catalog.visible(op).scored_shapes}
+    return {
+        json.dumps({"init": s.init, "inputs": s.inputs}, sort_keys=True): {
+            "id": s.id,
+            "init": s.init,
+            "inputs": s.inputs,
+        }
+        for s in catalog.visible(op).scored_shapes
+    }
 
 
 def diff_problem_sets(a: Path, b: Path) -> SnapshotDiff:
@@ -72,7 +83,10 @@ def render_diff(d: SnapshotDiff) -> str:
 
     lines = [f"A: {d.a}", f"B: {d.b}"]
     if d.unmapped_share["a"] is not None or d.unmapped_share["b"] is not None:
-        lines.append(f"unmapped device-time share: A {pct(d.unmapped_share['a']).strip()}  B {pct(d.unmapped_share['b']).strip()}")
+        lines.append(
+            f"unmapped device-time share: A {pct(d.unmapped_share['a']).strip()}  B "
+            f"{pct(d.unmapped_share['b']).strip()}"
+        )
     lines.append(f"operators only in B (new): {', '.join(d.operators_added) or 'none'}")
     lines.append(f"operators only in A (removed): {', '.join(d.operators_removed) or 'none'}")
     lines.append("")

@@ -14,7 +14,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from atrex_mcp.errors import AtrexError
 
@@ -77,8 +77,14 @@ class Trace:
 
 
 def _bad(path: Path, message: str, hint: str = "") -> AtrexError:
-    return AtrexError("input", "bad_trace", f"{path.name}: {message}",
-                      hint or "Export the trace with torch.profiler's export_chrome_trace (record_shapes=True) and pass the complete file.")
+    return AtrexError(
+        "input",
+        "bad_trace",
+        f"{path.name}: {message}",
+        hint
+        or "Export the trace with torch.profiler's export_chrome_trace (record_shapes=True) and pass the complete "
+           "file.",
+    )
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -115,7 +121,7 @@ def _unclosed(raw: bytes) -> bool:
     return in_string or depth > 0
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     """A finite int or float (not a bool); `v - v == 0` is false for NaN and ±inf."""
     return (type(value) is float or type(value) is int) and value - value == 0
 
@@ -153,7 +159,9 @@ def load_trace(path: Path) -> Trace:
             continue
         name, ts, dur, args = ev.get("name"), ev.get("ts"), ev.get("dur", 0), ev.get("args") or {}
         if not isinstance(name, str) or not _number(ts) or not _number(dur) or dur < 0 or not isinstance(args, dict):
-            raise _bad(path, f"event {i} ({cat}) lacks a name, a finite 'ts' or a non-negative 'dur': {json.dumps(ev)[:200]}")
+            raise _bad(
+                path, f"event {i} ({cat}) lacks a name, a finite 'ts' or a non-negative 'dur': {json.dumps(ev)[:200]}"
+            )
         where = (ev.get("pid"), ev.get("tid"))
         if cat in HOST_CATEGORIES:
             host.append(HostEvent(i, cat, name, float(ts), float(dur), where, args))
@@ -161,8 +169,12 @@ def load_trace(path: Path) -> Trace:
             item = DeviceEvent(i, cat, name, float(ts), float(dur), where, args)
             (ranges if cat == DEVICE_RANGE_CATEGORY else device).append(item)
     if not device and not any(e.cat == "cpu_op" for e in host):
-        raise _bad(path, "it holds no operator or kernel events.",
-                   "Profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True around the model's forward steps.")
+        raise _bad(
+            path,
+            "it holds no operator or kernel events.",
+            "Profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True around the "
+            "model's forward steps.",
+        )
     names = [str(p.get("name")) for p in properties if isinstance(p, dict) and p.get("name")]
     _link_host_tree(host)
     return Trace(path=path, sha256=digest, host=host, device=device, device_ranges=ranges, device_names=names)

@@ -117,9 +117,9 @@ def _eval(node: ast.expr, names: Mapping[str, Any], calls: Mapping[str, Callable
             return any(_eval(v, names, calls) for v in values)
         case ast.Compare(left=left, ops=ops, comparators=comparators):
             current = _eval(left, names, calls)
-            for op, comp in zip(ops, comparators):
+            for cmp, comp in zip(ops, comparators):
                 right = _eval(comp, names, calls)
-                if not _COMPARE[type(op)](current, right):
+                if not _COMPARE[type(cmp)](current, right):
                     return False
                 current = right
             return True

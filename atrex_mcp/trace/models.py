@@ -20,10 +20,16 @@ class TraceInput(BaseModel):
     path: str = Field(description="The trace file as given on the command line.")
     sha256: str = Field(description="SHA-256 of the file's bytes (compressed bytes for .gz).")
     app: str = Field(description="Application the trace belongs to.")
-    device: Literal["gpu", "cpu"] = Field(description="'gpu' when device activity was attributed; 'cpu' for a CPU-only trace (operator self time).")
+    device: Literal["gpu", "cpu"] = Field(
+        description="'gpu' when device activity was attributed; 'cpu' for a CPU-only trace (operator self time)."
+    )
     device_names: list[str] = Field(default_factory=list, description="Devices named in the trace's deviceProperties.")
     attributed_us: float = Field(description="Time attributed from this trace, in microseconds.")
-    links: dict[str, int] = Field(default_factory=dict, description="How device events were tied to host events (correlation, external_id, time_containment, none) and, for those no host operator claimed, to an operator (gpu_range, kernel_name).")
+    links: dict[str, int] = Field(
+        default_factory=dict,
+        description="How device events were tied to host events (correlation, external_id, time_containment, none) "
+                    "and, for those no host operator claimed, to an operator (gpu_range, kernel_name).",
+    )
 
 
 class ShapeStats(BaseModel):
@@ -32,19 +38,27 @@ class ShapeStats(BaseModel):
     count: int = Field(description="Number of calls.")
     device_us: float = Field(description="Total attributed time of those calls, in microseconds.")
     phases: list[str] = Field(description="Phases the calls ran in.")
-    defaulted: list[str] = Field(default_factory=list, description="Parameters taken from the shipped smoke shape because the trace does not record them.")
+    defaulted: list[str] = Field(
+        default_factory=list,
+        description="Parameters taken from the shipped smoke shape because the trace does not record them.",
+    )
 
 
 class OperatorRecord(BaseModel):
     """What the traces say about one benchmark operator."""
 
-    retained: bool = Field(description="Whether the snapshot keeps the operator (it needs at least one resolved shape and a shipped reference).")
+    retained: bool = Field(
+        description="Whether the snapshot keeps the operator (it needs at least one resolved shape and a shipped "
+                    "reference)."
+    )
     dropped_reason: str | None = Field(default=None, description="Why a mapped operator was not retained.")
     device_us: dict[str, float] = Field(description="Attributed time per phase over all applications, in microseconds.")
     calls: int = Field(description="Calls attributed to the operator.")
     unresolved_calls: int = Field(description="Calls whose shape could not be read from the trace.")
     unresolved_us: float = Field(description="Attributed time of those calls, in microseconds.")
-    unresolved_reasons: dict[str, int] = Field(default_factory=dict, description="Why shapes were unresolved, with counts (most frequent first).")
+    unresolved_reasons: dict[str, int] = Field(
+        default_factory=dict, description="Why shapes were unresolved, with counts (most frequent first)."
+    )
     shapes: dict[str, ShapeStats] = Field(default_factory=dict, description="Shape id (as in shapes.json) → its calls.")
     sources: dict[str, int] = Field(default_factory=dict, description=(
         "How the calls were recognised (host op, 'pattern a+b', generated kernel, kernel name) with counts."))
@@ -86,19 +100,29 @@ class Manifest(BaseModel):
     token_buckets: dict = Field(description="Bucket scheme for dynamic dimensions (from the rules table).")
     device: Literal["gpu", "cpu"] = Field(description="Kind of time the weights are shares of.")
     inputs: list[TraceInput] = Field(description="Imported traces.")
-    apps: dict[str, float] = Field(description="Card-hour share per application, normalised over the applications with traces.")
+    apps: dict[str, float] = Field(
+        description="Card-hour share per application, normalised over the applications with traces."
+    )
     apps_file: dict[str, str] | None = Field(default=None, description="The --apps file (path, sha256), if any.")
     problems_source: str = Field(description="Problem set whose references, inputs and smoke shapes were copied.")
-    unmapped_share: float = Field(description="Eq. 3 share of device time that no rule mapped to a benchmark operator ('other').")
-    excluded_share: float = Field(description="Eq. 3 share of the mapped operators that the snapshot could not retain, pooled as one.")
-    unmapped_by_app_phase: dict[str, dict[str, float]] = Field(description="Eq. 2 share of 'other' per application and phase.")
+    unmapped_share: float = Field(
+        description="Eq. 3 share of device time that no rule mapped to a benchmark operator ('other')."
+    )
+    excluded_share: float = Field(
+        description="Eq. 3 share of the mapped operators that the snapshot could not retain, pooled as one."
+    )
+    unmapped_by_app_phase: dict[str, dict[str, float]] = Field(
+        description="Eq. 2 share of 'other' per application and phase."
+    )
     unmapped_by_category: dict[str, UnmappedCategory] = Field(default_factory=dict, description=(
         "What the unmapped time is (gemm, communication, memory, generated, other_ops, unknown), largest first."))
     fused_kernels: list[FusedKernel] = Field(default_factory=list, description=(
         "Generated kernels that fuse several operators (their time is split between them)."))
     stacks: dict[str, str] = Field(default_factory=dict, description=(
         "Frameworks the rules table has names for, with the versions the names come from."))
-    device_us_by_app_phase: dict[str, dict[str, float]] = Field(description="All attributed time per application and phase, in microseconds.")
+    device_us_by_app_phase: dict[str, dict[str, float]] = Field(
+        description="All attributed time per application and phase, in microseconds."
+    )
     operators: dict[str, OperatorRecord] = Field(description="Every operator the traces mention, retained or not.")
 
 
@@ -127,6 +151,12 @@ class SnapshotDiff(BaseModel):
     b: str = Field(description="Second problem set.")
     operators_added: list[str] = Field(description="Operators only in B.")
     operators_removed: list[str] = Field(description="Operators only in A.")
-    weights: list[WeightChange] = Field(description="Normalised weights of every operator in either set, largest |delta| first.")
-    shapes: list[ShapeChanges] = Field(description="Shape changes of operators present in both sets (only those with changes).")
-    unmapped_share: dict[str, float | None] = Field(description="Unmapped share from each set's manifest (None: not a trace snapshot).")
+    weights: list[WeightChange] = Field(
+        description="Normalised weights of every operator in either set, largest |delta| first."
+    )
+    shapes: list[ShapeChanges] = Field(
+        description="Shape changes of operators present in both sets (only those with changes)."
+    )
+    unmapped_share: dict[str, float | None] = Field(
+        description="Unmapped share from each set's manifest (None: not a trace snapshot)."
+    )

@@ -109,6 +109,9 @@ class DecoderLayer(nn.Module):
 class PlainDecoder(nn.Module):
     """Embedding, layers with a static KV cache, final norm, LM head."""
 
+    cos_table: torch.Tensor  # buffers, registered in __init__
+    sin_table: torch.Tensor
+
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
         self.cfg = cfg

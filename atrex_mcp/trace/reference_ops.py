@@ -46,7 +46,7 @@ def _flatten(out: Any) -> list[torch.Tensor]:
     return list(out)
 
 
-def schema_arguments(model_cls: type) -> tuple[list[str], list[str]]:
+def schema_arguments(model_cls: type[Any]) -> tuple[list[str], list[str]]:
     """(forward argument names, __init__ parameter names) in schema order."""
     forward = list(inspect.signature(model_cls.forward).parameters)[1:]
     init = list(inspect.signature(model_cls.__init__).parameters)[1:]
@@ -62,7 +62,7 @@ def _unaliased(outputs: list[torch.Tensor], inputs: tuple[Any, ...]) -> list[tor
 class _Registered:
     """One registered operator: its reference class, argument names, and the current body."""
 
-    def __init__(self, model_cls: type):
+    def __init__(self, model_cls: type[Any]):
         self.model_cls = model_cls
         self.forward, self.init = schema_arguments(model_cls)
         self.init_sig = inspect.signature(model_cls.__init__).parameters

@@ -8,6 +8,7 @@ and applies it. See docs/trace.md for the format and the reasoning behind each c
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -68,8 +69,12 @@ class HostRule(ShapeSource):
     """A host operator (or record_function range) name that belongs to an operator."""
 
     name: str = Field(description="Regular expression that must match the whole event name, e.g. '_C::rms_norm'.")
-    args: list[str] = Field(default_factory=list, description="Names for the recorded arguments, in schema order; '_' skips one.")
-    when: str | None = Field(default=None, description="Expression over the arguments that must hold (a shape predicate).")
+    args: list[str] = Field(
+        default_factory=list, description="Names for the recorded arguments, in schema order; '_' skips one."
+    )
+    when: str | None = Field(
+        default=None, description="Expression over the arguments that must hold (a shape predicate)."
+    )
 
 
 class PatternStep(BaseModel):
@@ -128,11 +133,22 @@ class OperatorRule(BaseModel):
     """How one benchmark operator is recognised and how its calls become shapes."""
 
     host_ops: list[HostRule] = Field(default_factory=list, description="Host operators and ranges of this operator.")
-    kernels: list[str] = Field(default_factory=list, description="Regular expressions searched in device kernel names (used when no host operator claims the kernel).")
-    tokens: str | None = Field(default=None, description="Expression for the call's token count (phase inference and bucketing).")
+    kernels: list[str] = Field(
+        default_factory=list,
+        description="Regular expressions searched in device kernel names (used when no host operator claims the "
+                    "kernel).",
+    )
+    tokens: str | None = Field(
+        default=None, description="Expression for the call's token count (phase inference and bucketing)."
+    )
     init: dict[str, str] = Field(default_factory=dict, description="Model.__init__ parameters as expressions.")
-    inputs: dict[str, str] = Field(default_factory=dict, description="make_inputs parameters as expressions; bucket() rounds dynamic dims.")
-    check: str | None = Field(default=None, description="Expression over arguments and resolved parameters that a resolved shape must satisfy.")
+    inputs: dict[str, str] = Field(
+        default_factory=dict, description="make_inputs parameters as expressions; bucket() rounds dynamic dims."
+    )
+    check: str | None = Field(
+        default=None,
+        description="Expression over arguments and resolved parameters that a resolved shape must satisfy.",
+    )
     benchmark: bool = Field(default=True, description=(
         "False for an operator the rules recognise but the benchmark does not define (reported, never retained"
         " unless a problem set adds it)."))
@@ -141,7 +157,10 @@ class OperatorRule(BaseModel):
 class TokenBuckets(BaseModel):
     """How dynamic dimensions are rounded so that near-duplicate shapes collapse."""
 
-    kind: str = Field(description="'pow2' (next power of two), 'list' (next listed bound, then powers of two) or 'exact' (no rounding).")
+    kind: str = Field(
+        description="'pow2' (next power of two), 'list' (next listed bound, then powers of two) or 'exact' (no "
+                    "rounding)."
+    )
     bounds: list[int] = Field(default_factory=list, description="Ascending upper bounds for kind 'list'.")
 
     @field_validator("kind")
@@ -154,7 +173,7 @@ class TokenBuckets(BaseModel):
     @field_validator("bounds")
     @classmethod
     def _ascending(cls, value: list[int]) -> list[int]:
-        if any(b <= 0 for b in value) or any(b >= c for b, c in zip(value, value[1:])):
+        if any(b <= 0 for b in value) or any(b >= c for b, c in itertools.pairwise(value)):
             raise ValueError("bounds must be positive and strictly ascending")
         return value
 
@@ -174,7 +193,9 @@ class RulesFile(BaseModel):
     """The whole rules table as stored in rules.json."""
 
     version: str = Field(description="Rules version, recorded in every snapshot's manifest.")
-    phase_ranges: dict[str, str] = Field(description="Phase name → regular expression on record_function / NVTX range names.")
+    phase_ranges: dict[str, str] = Field(
+        description="Phase name → regular expression on record_function / NVTX range names."
+    )
     decode_max_tokens: int = Field(description="Without a phase range, a step with at most this many tokens is decode.")
     token_buckets: TokenBuckets = Field(description="Bucket scheme for dynamic (token, batch, context) dimensions.")
     stacks: dict[str, str] = Field(default_factory=dict, description=(
@@ -270,7 +291,9 @@ class Rules:
     def __init__(self, data: RulesFile, source: Path):
         self.data = data
         self.source = source
-        self._host_patterns = [(op, rule, re.compile(rule.name)) for op, r in data.operators.items() for rule in r.host_ops]
+        self._host_patterns = [
+            (op, rule, re.compile(rule.name)) for op, r in data.operators.items() for rule in r.host_ops
+        ]
         self._kernel_patterns = [(op, re.compile(p)) for op, r in data.operators.items() for p in r.kernels]
         self._phase_patterns = [(phase, re.compile(p)) for phase, p in data.phase_ranges.items()]
         self._kernel_cache: dict[str, str | None] = {}
@@ -292,7 +315,11 @@ class Rules:
         except OSError as exc:
             raise AtrexError("input", "bad_rules", f"Cannot read rules table {path}: {exc}.") from exc
         except ValidationError as exc:
-            raise AtrexError("input", "bad_rules", f"Rules table {path} is malformed: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}.") from None
+            raise AtrexError(
+                "input",
+                "bad_rules",
+                f"Rules table {path} is malformed: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}.",
+            ) from None
         where = "table"
         try:
             for op, rule in data.operators.items():
@@ -320,8 +347,8 @@ class Rules:
                 for fusion in data.generated.fusions:
                     if fusion.get("operator") not in data.operators or not isinstance(fusion.get("all"), list):
                         raise expr.ExprError(f"fusion {fusion!r} needs a known 'operator' and an 'all' list")
-                for op, source in data.generated.shapes.items():
-                    _check_source(source, data, [])
+                for shape_source in data.generated.shapes.values():
+                    _check_source(shape_source, data, [])
             for category in data.unmapped_categories:
                 where = f"unmapped category {category.name}"
                 for regex in [*category.host, *category.kernels]:
@@ -344,13 +371,17 @@ class Rules:
     def phase_of_range(self, name: str) -> str | None:
         """'prefill' / 'decode' when a range name marks a phase."""
         if name not in self._phase_cache:
-            self._phase_cache[name] = next((phase for phase, pattern in self._phase_patterns if pattern.fullmatch(name)), None)
+            self._phase_cache[name] = next(
+                (phase for phase, pattern in self._phase_patterns if pattern.fullmatch(name)), None
+            )
         return self._phase_cache[name]
 
     def match_host(self, name: str, event_args: dict[str, Any]) -> HostMatch | None:
         """The first host rule whose name matches and whose predicate holds for these arguments."""
         if name not in self._host_cache:
-            self._host_cache[name] = [(op, rule) for op, rule, pattern in self._host_patterns if pattern.fullmatch(name)]
+            self._host_cache[name] = [
+                (op, rule) for op, rule, pattern in self._host_patterns if pattern.fullmatch(name)
+            ]
         for op, rule in self._host_cache[name]:
             if rule.when is None:
                 return HostMatch(op, rule)
@@ -366,7 +397,8 @@ class Rules:
         """A record_function / NVTX range named like an operator's host op (no predicate to test)."""
         if name not in self._range_cache:
             self._range_cache[name] = next(
-                (op for op, rule, pattern in self._host_patterns if rule.when is None and pattern.fullmatch(name)), None)
+                (op for op, rule, pattern in self._host_patterns if rule.when is None and pattern.fullmatch(name)), None
+            )
         return self._range_cache[name]
 
     def match_kernel(self, name: str) -> str | None:
@@ -380,6 +412,7 @@ class Rules:
         if self.data.generated is None:
             return None
         if name not in self._generated_cache:
+            assert self._generated_pattern is not None  # compiled whenever data.generated is set
             found = self._generated_pattern.search(name)
             if found is None:
                 self._generated_cache[name] = None
@@ -394,11 +427,11 @@ class Rules:
     def unmapped_category(self, names: list[str], device_name: str, device_cat: str) -> tuple[str, str]:
         """(category, the name that decided it) for unmapped device time: kernel names first, then the
         device event's category, then the launching host operator and its ancestors (innermost first)."""
-        for category, host, kernels, cats in self._categories:
+        for category, _host, kernels, cats in self._categories:
             if any(p.search(device_name) for p in kernels) or device_cat in cats:
                 return category, device_name
         for name in names:
-            for category, host, kernels, cats in self._categories:
+            for category, host, _kernels, _cats in self._categories:
                 if any(p.fullmatch(name) for p in host):
                     return category, name
         if names:
@@ -504,7 +537,11 @@ class Rules:
                                           f"(defaulted: {', '.join(defaulted) or 'none'})")
         except expr.ExprError as exc:
             return tokens, None, str(exc)
-        return tokens, ResolvedShape(init=init, inputs=inputs, tokens=tokens, defaulted=tuple(sorted(set(defaulted)))), None
+        return (
+            tokens,
+            ResolvedShape(init=init, inputs=inputs, tokens=tokens, defaulted=tuple(sorted(set(defaulted)))),
+            None,
+        )
 
 
 def _args_key(event_args: dict[str, Any]) -> str:

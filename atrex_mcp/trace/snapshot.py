@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from atrex_mcp import __version__
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.trace.attribution import Attribution, Call, attribute
 from atrex_mcp.trace.events import load_trace
 from atrex_mcp.trace.models import FusedKernel, Manifest, OperatorRecord, ShapeStats, TraceInput, UnmappedCategory
@@ -90,12 +90,15 @@ def import_traces(specs: list[TraceSpec], out: Path, *, phase: PhaseMode = "auto
         for rec in content.manifest.operators.values():
             reasons.update(rec.unresolved_reasons if rec.unresolved_reasons else {rec.dropped_reason or "": 1})
         found = ", ".join(content.manifest.operators) or "none"
-        raise AtrexError("input", "no_operators",
-                         f"No benchmark operator could be kept (operators found: {found}; "
-                         f"unmapped share {100 * content.manifest.unmapped_share:.1f}%).",
-                         "Shapes come from named host operators with recorded arguments (record_shapes=True); "
-                         f"most frequent reasons: {'; '.join(r for r, _ in reasons.most_common(3)) or 'no operator matched the rules'}. "
-                         "See docs/trace.md, 'The rules table'.")
+        raise AtrexError(
+            "input",
+            "no_operators",
+            f"No benchmark operator could be kept (operators found: {found}; "
+            f"unmapped share {100 * content.manifest.unmapped_share:.1f}%).",
+            "Shapes come from named host operators with recorded arguments (record_shapes=True); most frequent "
+            f"reasons: {'; '.join(r for r, _ in reasons.most_common(3)) or 'no operator matched the rules'}. See "
+            "docs/trace.md, 'The rules table'.",
+        )
     _write_atomically(out, content.files)
     return content.manifest
 
@@ -119,8 +122,12 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         app_shares = {a: 1.0 for a in apps}
     missing = [a for a in apps if a not in app_shares]
     if missing:
-        raise AtrexError("input", "app_without_share", f"No card-hour share for application(s) {', '.join(missing)} in {apps_file}.",
-                         f"Add a line `{missing[0]}: <share>` to the apps file.")
+        raise AtrexError(
+            "input",
+            "app_without_share",
+            f"No card-hour share for application(s) {', '.join(missing)} in {apps_file}.",
+            f"Add a line `{missing[0]}: <share>` to the apps file.",
+        )
 
     forced = None if phase == "auto" else phase
     results: list[tuple[TraceSpec, Attribution]] = []
@@ -135,8 +142,12 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
     devices = {r.device for _, r in results}
     if len(devices) > 1:
         cpu = [str(s.path) for s, r in results if r.device == "cpu"]
-        raise AtrexError("input", "mixed_devices", f"Some traces hold device activity and some are CPU-only ({', '.join(cpu)}).",
-                         "Import GPU traces and CPU-only traces into separate snapshots: their times are not comparable.")
+        raise AtrexError(
+            "input",
+            "mixed_devices",
+            f"Some traces hold device activity and some are CPU-only ({', '.join(cpu)}).",
+            "Import GPU traces and CPU-only traces into separate snapshots: their times are not comparable.",
+        )
 
     times: Times = {}
     category_times: Times = {}
@@ -151,7 +162,7 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
             if s.op == OTHER and s.category is not None:
                 per_category = category_times.setdefault(spec.app, {}).setdefault(s.phase, {})
                 per_category[s.category] = per_category.get(s.category, 0.0) + s.us
-                category_names[s.category][s.name or ""] += s.us
+                category_names[s.category][s.name or ""] += s.us  # type: ignore[assignment]  # µs in a Counter
         for call in result.calls:
             calls_by_op[call.op].append(call)
         for kernel, record in result.fused.items():
@@ -180,18 +191,18 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         calls = calls_by_op.get(op, [])
         unresolved = [c for c in calls if c.shape is None]
         reasons = Counter(c.problem or "unknown" for c in unresolved)
-        per_phase: dict[str, float] = defaultdict(float)
+        op_us: dict[str, float] = defaultdict(float)
         for per_app in times.values():
             for ph, per_op in per_app.items():
                 if op in per_op:
-                    per_phase[ph] += per_op[op]
+                    op_us[ph] += per_op[op]
         ordered = sorted(shapes.get(op, {}).items(), key=lambda kv: (-kv[1].device_us, kv[0]))
         operators[op] = OperatorRecord(
             retained=op in retained,
             dropped_reason=None if op in retained else (
                 f"{op} is not in the problem set {catalog.roots[-1]}" if op not in available
                 else "no call's shape could be read from the trace"),
-            device_us=dict(sorted(per_phase.items())), calls=len(calls), unresolved_calls=len(unresolved),
+            device_us=dict(sorted(op_us.items())), calls=len(calls), unresolved_calls=len(unresolved),
             unresolved_us=sum(c.device_us for c in unresolved), unresolved_reasons=dict(reasons.most_common(5)),
             shapes={sid: ShapeStats(count=a.count, device_us=a.device_us, phases=sorted(a.phases),
                                     defaulted=list(a.shape.defaulted)) for sid, a in ordered},
@@ -224,7 +235,7 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
                              "weights.json": json.dumps(weights_doc, indent=2, sort_keys=True) + "\n"}
     for op in sorted(retained):
         v = visible[op]
-        rows = [{"id": sid, "init": a.shape.init, "inputs": a.shape.inputs}
+        rows: list[dict[str, Any]] = [{"id": sid, "init": a.shape.init, "inputs": a.shape.inputs}
                 for sid, a in sorted(shapes[op].items(), key=lambda kv: (-kv[1].device_us, kv[0]))]
         smoke = v.smoke_shape
         rows.append({"id": smoke.id, "smoke": True, "init": smoke.init, "inputs": smoke.inputs})

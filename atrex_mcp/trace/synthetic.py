@@ -93,8 +93,10 @@ def record_trace(steps: list[Step], out: Path, *, device: str = "cpu", catalog: 
     """Run the steps (after `warmup` unprofiled rounds) under torch.profiler with record_shapes
     and export a Chrome trace to `out`."""
     catalog = catalog or Catalog()
-    plan = [(step.phase, [_prepared(item, catalog, device, seed + i, compile_model) for i, item in enumerate(step.items)])
-            for step in steps]
+    plan = [
+        (step.phase, [_prepared(item, catalog, device, seed + i, compile_model) for i, item in enumerate(step.items)])
+        for step in steps
+    ]
 
     def run_all() -> None:
         for phase, items in plan:

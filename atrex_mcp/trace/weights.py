@@ -135,7 +135,12 @@ def read_app_shares(path: Path) -> dict[str, float]:
         except (TypeError, ValueError):
             share = -1.0
         if not (share >= 0) or share == float("inf"):
-            raise AtrexError("input", "bad_apps_file", f"{path}: share of {name!r} must be a non-negative number, got {value!r}.", hint)
+            raise AtrexError(
+                "input",
+                "bad_apps_file",
+                f"{path}: share of {name!r} must be a non-negative number, got {value!r}.",
+                hint,
+            )
         shares[name] = share
     if not shares or sum(shares.values()) <= 0:
         raise AtrexError("input", "bad_apps_file", f"{path}: no application with a positive share.", hint)

@@ -84,7 +84,7 @@ class Model(torch.nn.Module):
         x = gating_output.float().contiguous()
         T, E = x.shape
         grouped = self.num_expert_groups > 0 and self.topk_group > 0
-        if grouped and (E % self.num_expert_groups or E != triton.next_power_of_2(E)):
+        if grouped and (E % self.num_expert_groups or triton.next_power_of_2(E) != E):
             raise ValueError(f"{E} experts do not split into {self.num_expert_groups} equal power-of-two groups")
         weights = torch.empty((T, self.top_k), dtype=torch.float32, device=x.device)
         ids = torch.empty((T, self.top_k), dtype=torch.int32, device=x.device)

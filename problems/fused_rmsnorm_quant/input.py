@@ -4,7 +4,9 @@
 import torch
 
 
-def make_inputs(*, seed: int, device: str | torch.device = "cpu", token_count: int, hidden_size: int) -> dict[str, torch.Tensor]:
+def make_inputs(
+    *, seed: int, device: str | torch.device = "cpu", token_count: int, hidden_size: int
+) -> dict[str, torch.Tensor]:
     gen = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(token_count, hidden_size, dtype=torch.bfloat16, device=device, generator=gen)
     residual = torch.randn(token_count, hidden_size, dtype=torch.bfloat16, device=device, generator=gen)

@@ -3,6 +3,8 @@
 import torch
 
 
-def make_inputs(*, seed: int, device: str | torch.device = "cpu", token_count: int, hidden_size: int) -> dict[str, torch.Tensor]:
+def make_inputs(
+    *, seed: int, device: str | torch.device = "cpu", token_count: int, hidden_size: int
+) -> dict[str, torch.Tensor]:
     gen = torch.Generator(device=device).manual_seed(seed)
     return {"x": torch.randn(token_count, hidden_size, dtype=torch.bfloat16, device=device, generator=gen)}

@@ -39,8 +39,12 @@ def installed(name: str) -> tuple[Path | None, str]:
         return None, "npm is not installed"
     cache.mkdir(mode=0o755, parents=True, exist_ok=True)
     try:
-        done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache), f"{package}@{version}"],
-                              capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache), f"{package}@{version}"],
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return None, f"npm install {package}@{version} took longer than {INSTALL_TIMEOUT_S} s (registry unreachable?)"
     if done.returncode != 0 or not binary.exists():

@@ -32,13 +32,20 @@ def _respond(fake: FakeModelServer, path: str, body: dict[str, Any]) -> tuple[in
         return 200, "application/json", json_bytes({"object": "list", "data": [], "models": []})
     if not route.endswith("/responses"):
         return 404, "application/json", json_bytes({"error": {"message": f"no route {path}"}})
-    done = sum(1 for item in body.get("input", []) if isinstance(item, dict) and item.get("type") == "function_call_output")
+    done = sum(
+        1 for item in body.get("input", []) if isinstance(item, dict) and item.get("type") == "function_call_output"
+    )
     step = fake.script.step(done)
     found = _offered(body.get("tools") or [], step.tool) if step else None
     if found is not None:
         namespace, name = found
-        item: dict[str, Any] = {"type": "function_call", "id": "fc_" + uuid.uuid4().hex[:12], "call_id": "call_" + uuid.uuid4().hex[:12],
-                                "name": name, "arguments": json.dumps(step.arguments)}
+        item: dict[str, Any] = {
+            "type": "function_call",
+            "id": "fc_" + uuid.uuid4().hex[:12],
+            "call_id": "call_" + uuid.uuid4().hex[:12],
+            "name": name,
+            "arguments": json.dumps(step.arguments),
+        }
         if namespace:
             item["namespace"] = namespace
         answer = f"tool:{step.tool}"

@@ -95,7 +95,7 @@ class FakeModelServer:
     def tool_calls(self) -> list[str]:
         return [e.answer.removeprefix("tool:") for e in self.exchanges if e.answer.startswith("tool:")]
 
-    def __enter__(self) -> "FakeModelServer":
+    def __enter__(self) -> FakeModelServer:
         self._thread.start()
         return self
 

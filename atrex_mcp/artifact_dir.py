@@ -94,10 +94,13 @@ def write_fresh(folder: Path, files: Mapping[str, bytes], *, denied: Sequence[Pa
         present = os.listdir(fd)
         strangers = sorted(name for name in present if name not in files)
         if strangers:
-            raise AtrexError("input", "output_dir_not_empty",
-                             f"The output folder holds other files ({len(strangers)}); an artifact is written only "
-                             "into an empty folder.",
-                             "Pass a new or empty folder, so no test, log or scratch file travels with the kernel.")
+            raise AtrexError(
+                "input",
+                "output_dir_not_empty",
+                f"The output folder holds other files ({len(strangers)}); an artifact is written only "
+                "into an empty folder.",
+                "Pass a new or empty folder, so no test, log or scratch file travels with the kernel.",
+            )
         for name in present:
             try:
                 info = os.stat(name, dir_fd=fd, follow_symlinks=False)

@@ -40,61 +40,271 @@ from pydantic import BaseModel, Field
 
 from atrex_mcp.errors import AtrexError
 
-ALLOWED_IMPORTS = frozenset({
-    "__future__", "math", "typing", "functools", "dataclasses", "itertools", "operator", "enum", "numbers",
-    "collections", "torch", "triton", "os",
-})
+ALLOWED_IMPORTS = frozenset(
+    {
+        "__future__",
+        "math",
+        "typing",
+        "functools",
+        "dataclasses",
+        "itertools",
+        "operator",
+        "enum",
+        "numbers",
+        "collections",
+        "torch",
+        "triton",
+        "os",
+    }
+)
 # Refused as file_or_network_access (they reach files, processes, the network or load code);
 # any other module outside ALLOWED_IMPORTS is refused as import_not_allowed.
-ACCESS_MODULES = frozenset({
-    "sys", "io", "socket", "subprocess", "pathlib", "urllib", "requests", "http", "ctypes", "cffi", "importlib",
-    "shutil", "pickle", "tempfile", "glob", "builtins", "multiprocessing", "threading", "signal", "mmap", "ssl",
-    "numpy", "marshal", "shelve", "runpy", "pkgutil", "zipimport", "inspect", "gc", "types", "code", "codeop",
-    "linecache", "asyncio", "concurrent", "fcntl", "resource", "pty", "posix", "nt", "zipfile", "tarfile",
-    "sqlite3", "ftplib", "smtplib", "webbrowser", "platform", "site", "faulthandler", "logging", "copyreg", "dbm",
-})
+ACCESS_MODULES = frozenset(
+    {
+        "sys",
+        "io",
+        "socket",
+        "subprocess",
+        "pathlib",
+        "urllib",
+        "requests",
+        "http",
+        "ctypes",
+        "cffi",
+        "importlib",
+        "shutil",
+        "pickle",
+        "tempfile",
+        "glob",
+        "builtins",
+        "multiprocessing",
+        "threading",
+        "signal",
+        "mmap",
+        "ssl",
+        "numpy",
+        "marshal",
+        "shelve",
+        "runpy",
+        "pkgutil",
+        "zipimport",
+        "inspect",
+        "gc",
+        "types",
+        "code",
+        "codeop",
+        "linecache",
+        "asyncio",
+        "concurrent",
+        "fcntl",
+        "resource",
+        "pty",
+        "posix",
+        "nt",
+        "zipfile",
+        "tarfile",
+        "sqlite3",
+        "ftplib",
+        "smtplib",
+        "webbrowser",
+        "platform",
+        "site",
+        "faulthandler",
+        "logging",
+        "copyreg",
+        "dbm",
+    }
+)
 # Modules that torch and triton re-export as attributes (torch.os, triton.runtime.build.subprocess).
-MODULE_ATTRIBUTES = frozenset({
-    "os", "sys", "subprocess", "socket", "builtins", "importlib", "ctypes", "shutil", "pickle", "tempfile",
-    "multiprocessing", "pathlib", "urllib", "marshal", "shelve", "runpy", "mmap", "ssl", "linecache", "zipimport",
-    "pkgutil", "inspect", "gc", "faulthandler", "io",
-})
+MODULE_ATTRIBUTES = frozenset(
+    {
+        "os",
+        "sys",
+        "subprocess",
+        "socket",
+        "builtins",
+        "importlib",
+        "ctypes",
+        "shutil",
+        "pickle",
+        "tempfile",
+        "multiprocessing",
+        "pathlib",
+        "urllib",
+        "marshal",
+        "shelve",
+        "runpy",
+        "mmap",
+        "ssl",
+        "linecache",
+        "zipimport",
+        "pkgutil",
+        "inspect",
+        "gc",
+        "faulthandler",
+        "io",
+    }
+)
 # The only members of `os` a candidate may touch: reading the environment.
-OS_READS = frozenset({"os.environ", "os.getenv", "os.environ.get", "os.environ.keys", "os.environ.items",
-                      "os.environ.values", "os.environ.copy"})
-FORBIDDEN_NAMES = frozenset({
-    "open", "eval", "exec", "compile", "__import__", "input", "breakpoint", "globals", "locals", "vars", "help",
-    "__builtins__", "__build_class__", "__loader__", "__spec__",
-})
+OS_READS = frozenset(
+    {
+        "os.environ",
+        "os.getenv",
+        "os.environ.get",
+        "os.environ.keys",
+        "os.environ.items",
+        "os.environ.values",
+        "os.environ.copy",
+    }
+)
+FORBIDDEN_NAMES = frozenset(
+    {
+        "open",
+        "eval",
+        "exec",
+        "compile",
+        "__import__",
+        "input",
+        "breakpoint",
+        "globals",
+        "locals",
+        "vars",
+        "help",
+        "__builtins__",
+        "__build_class__",
+        "__loader__",
+        "__spec__",
+    }
+)
 ATTRIBUTE_FUNCTIONS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
-SAFE_DUNDERS = frozenset({
-    "__init__", "__name__", "__qualname__", "__doc__", "__class__", "__call__", "__len__", "__getitem__",
-    "__setitem__", "__contains__", "__iter__", "__next__", "__enter__", "__exit__", "__post_init__", "__repr__",
-    "__str__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__index__",
-    "__int__", "__float__", "__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__", "__pow__",
-    "__neg__", "__matmul__", "__and__", "__or__", "__xor__", "__invert__",
-})
+SAFE_DUNDERS = frozenset(
+    {
+        "__init__",
+        "__name__",
+        "__qualname__",
+        "__doc__",
+        "__class__",
+        "__call__",
+        "__len__",
+        "__getitem__",
+        "__setitem__",
+        "__contains__",
+        "__iter__",
+        "__next__",
+        "__enter__",
+        "__exit__",
+        "__post_init__",
+        "__repr__",
+        "__str__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__hash__",
+        "__bool__",
+        "__index__",
+        "__int__",
+        "__float__",
+        "__add__",
+        "__sub__",
+        "__mul__",
+        "__truediv__",
+        "__floordiv__",
+        "__mod__",
+        "__pow__",
+        "__neg__",
+        "__matmul__",
+        "__and__",
+        "__or__",
+        "__xor__",
+        "__invert__",
+    }
+)
 # Members of allowed modules that read or write files, load native code, start processes, reach
 # the network or change operators process-wide; a prefix covers everything under it.
 DENIED_MEMBERS = (
-    "torch.load", "torch.save", "torch.from_file", "torch.hub", "torch.package", "torch.utils", "torch.serialization",
-    "torch.storage", "torch.multiprocessing", "torch.distributed", "torch.ops.load_library", "torch.ops.import_module",
-    "torch.classes", "torch.set_default_tensor_type",
-    "torch.jit.load", "torch.jit.save", "torch.jit.CompilationUnit", "torch.cuda.memory", "torch.cuda.jiterator",
-    "torch.cuda.tunable", "torch.profiler", "torch.autograd.profiler", "torch.onnx", "torch.export",
-    "torch.compiler", "torch.library", "torch.fx", "triton.runtime.cache", "triton.runtime.build", "triton.tools",
-    "triton.testing", "triton.knobs", "triton.backends", "typing.get_type_hints", "typing.ForwardRef",
-    "operator.attrgetter", "operator.methodcaller",
+    "torch.load",
+    "torch.save",
+    "torch.from_file",
+    "torch.hub",
+    "torch.package",
+    "torch.utils",
+    "torch.serialization",
+    "torch.storage",
+    "torch.multiprocessing",
+    "torch.distributed",
+    "torch.ops.load_library",
+    "torch.ops.import_module",
+    "torch.classes",
+    "torch.set_default_tensor_type",
+    "torch.jit.load",
+    "torch.jit.save",
+    "torch.jit.CompilationUnit",
+    "torch.cuda.memory",
+    "torch.cuda.jiterator",
+    "torch.cuda.tunable",
+    "torch.profiler",
+    "torch.autograd.profiler",
+    "torch.onnx",
+    "torch.export",
+    "torch.compiler",
+    "torch.library",
+    "torch.fx",
+    "triton.runtime.cache",
+    "triton.runtime.build",
+    "triton.tools",
+    "triton.testing",
+    "triton.knobs",
+    "triton.backends",
+    "typing.get_type_hints",
+    "typing.ForwardRef",
+    "operator.attrgetter",
+    "operator.methodcaller",
 )
 # Attribute names refused on any object: entry points of the kind above that are also reachable
 # from values (storages, arrays, aliases), and modules re-exported as attributes (torch.os).
-DENIED_ATTRIBUTES = MODULE_ATTRIBUTES | frozenset({
-    "from_file", "load_library", "load_url", "load_state_dict_from_url", "download_url_to_file", "tofile",
-    "dump", "share_memory_", "to_folder", "CUDAPluggableAllocator", "change_current_allocator", "get_type_hints",
-    "ForwardRef", "attrgetter", "methodcaller", "serialization", "hub", "model_zoo", "cpp_extension", "jiterator",
-    "CompilationUnit", "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "gi_frame", "gi_code", "cr_frame",
-    "cr_code", "ag_frame", "tb_frame", "tb_next", "co_code", "import_module", "set_default_tensor_type",
-})
+DENIED_ATTRIBUTES = MODULE_ATTRIBUTES | frozenset(
+    {
+        "from_file",
+        "load_library",
+        "load_url",
+        "load_state_dict_from_url",
+        "download_url_to_file",
+        "tofile",
+        "dump",
+        "share_memory_",
+        "to_folder",
+        "CUDAPluggableAllocator",
+        "change_current_allocator",
+        "get_type_hints",
+        "ForwardRef",
+        "attrgetter",
+        "methodcaller",
+        "serialization",
+        "hub",
+        "model_zoo",
+        "cpp_extension",
+        "jiterator",
+        "CompilationUnit",
+        "f_globals",
+        "f_locals",
+        "f_back",
+        "f_builtins",
+        "f_code",
+        "gi_frame",
+        "gi_code",
+        "cr_frame",
+        "cr_code",
+        "ag_frame",
+        "tb_frame",
+        "tb_next",
+        "co_code",
+        "import_module",
+        "set_default_tensor_type",
+    }
+)
 # load/save read or write files everywhere but in Triton, whose tl.load moves tensor data.
 FILE_VERBS = frozenset({"load", "save"})
 TRITON_LANGUAGE = "triton.language"
@@ -111,23 +321,23 @@ FIXES = {
     "syntax": "Make the file valid Python 3 (python3 -m py_compile FILE shows the error).",
     "self_contained": "Inline what the sibling module provides: the artifact is one file.",
     "import_not_allowed": f"Import only from {', '.join(sorted(ALLOWED_IMPORTS))}; "
-                          "write the helper in the file instead.",
+    "write the helper in the file instead.",
     "file_or_network_access": "Remove it: a kernel computes from its inputs only (to read an environment variable, "
-                              "use os.environ.get('NAME')).",
+    "use os.environ.get('NAME')).",
     "forbidden_name": "Call what you need directly; eval, exec, compile, __import__, open, globals, vars and locals "
-                      "are not available to a kernel.",
+    "are not available to a kernel.",
     "forbidden_attribute": "Use the public API (torch.x, tl.x); interpreter internals are off limits, and private "
-                           "attributes are allowed on self/cls only.",
+    "attributes are allowed on self/cls only.",
     "dynamic_attribute": "Write the attribute out (obj.name) or use getattr(obj, 'name') with a literal name.",
     "module_as_value": "Use a module through its attributes (torch.empty, tl.load); do not bind, pass or store it.",
     "module_patched": "Do not assign to or delete attributes of imported modules; "
-                      "keep state on self or in your own names.",
+    "keep state on self or in your own names.",
     "string_annotation": "Write the annotation as an expression (x: torch.Tensor), not as a string.",
     "no_model": "Define a top-level class Model(torch.nn.Module).",
     "model_not_module": "Derive Model from torch.nn.Module.",
     "signature_mismatch": "Give Model.__init__ and Model.forward the reference's parameters, in the reference's order.",
     "dsl_not_used": "Launch at least one @triton.jit kernel from Model.forward "
-                    "(directly, through a helper, or self.<attr>).",
+    "(directly, through a helper, or self.<attr>).",
     "test_code": "Move tests out of the file, or under `if __name__ == '__main__':` (packaging removes that block).",
 }
 RULES = frozenset(FIXES)
@@ -149,8 +359,10 @@ class ContractReport(BaseModel):
 
     passed: bool = Field(description="True when no rule was violated: package will accept the file.")
     violations: list[Violation] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list, description="Allowed, but worth knowing (e.g. torch.compile "
-                                "inside the kernel counts as non-DSL time).")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Allowed, but worth knowing (e.g. torch.compile inside the kernel counts as non-DSL time).",
+    )
     kernels: list[str] = Field(default_factory=list, description="DSL kernels (@triton.jit) that forward reaches.")
 
 
@@ -159,9 +371,12 @@ class ContractRefused(AtrexError):
 
     def __init__(self, report: ContractReport, what: str = "The kernel"):
         fixes = list(dict.fromkeys(f"{v.rule}: {v.fix}" for v in report.violations if v.fix))
-        super().__init__("policy", "contract_violation",
-                         f"{what} breaks the output contract: {'; '.join(v.describe() for v in report.violations)}.",
-                         "Fix each listed rule. " + " ".join(fixes))
+        super().__init__(
+            "policy",
+            "contract_violation",
+            f"{what} breaks the output contract: {'; '.join(v.describe() for v in report.violations)}.",
+            "Fix each listed rule. " + " ".join(fixes),
+        )
         self.report = report
 
 
@@ -210,8 +425,9 @@ def _signature(fn: ast.FunctionDef) -> _Signature:
     n_pos_defaults = len(a.defaults)
     required = set(positional[: len(positional) - n_pos_defaults] if n_pos_defaults else positional)
     required |= {x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None}
-    return _Signature(names=positional + kwonly, positional=positional, required=required,
-                      var_keyword=a.kwarg is not None)
+    return _Signature(
+        names=positional + kwonly, positional=positional, required=required, var_keyword=a.kwarg is not None
+    )
 
 
 def _find_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
@@ -248,8 +464,11 @@ class _ContractScan:
             if isinstance(node, ast.Attribute):
                 parts.append(node.attr)
                 node = node.value
-            elif _is_attribute_call(node) and _called_name(node) == "getattr" and node.args and (
-                name := _literal_name(node)
+            elif (
+                _is_attribute_call(node)
+                and _called_name(node) == "getattr"
+                and node.args
+                and (name := _literal_name(node))
             ):
                 parts.append(name)
                 node = node.args[0]
@@ -272,11 +491,15 @@ class _ContractScan:
                 self.add("self_contained", "relative import: the file must not depend on sibling modules", node)
                 continue
             if isinstance(node, ast.Import):
-                bindings = [(a.name, a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0],
-                             True) for a in node.names]
+                bindings = [
+                    (a.name, a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0], True)
+                    for a in node.names
+                ]
             elif isinstance(node, ast.ImportFrom):
-                bindings = [(f"{node.module}.{a.name}", a.asname or a.name, f"{node.module}.{a.name}", False)
-                            for a in node.names]
+                bindings = [
+                    (f"{node.module}.{a.name}", a.asname or a.name, f"{node.module}.{a.name}", False)
+                    for a in node.names
+                ]
             else:
                 continue
             for full, bound, target, is_module in bindings:
@@ -377,8 +600,9 @@ class _ContractScan:
         if dotted == "os.environ":
             self._environ_read(node)
         if dotted == "torch.compile":
-            self.warnings.append(f"line {node.lineno}: torch.compile generates Inductor kernels, "
-                                 "which count as non-DSL time")
+            self.warnings.append(
+                f"line {node.lineno}: torch.compile generates Inductor kernels, which count as non-DSL time"
+            )
 
     @staticmethod
     def _private_allowed(value: ast.AST, base: str | None, called: bool) -> bool:
@@ -394,14 +618,25 @@ class _ContractScan:
         grand = self.parents.get(id(parent)) if parent is not None else None
         if isinstance(parent, ast.Subscript) and parent.value is node and isinstance(parent.ctx, ast.Load):
             return
-        if (isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in ENVIRON_READ_METHODS
-                and isinstance(grand, ast.Call) and grand.func is parent):
+        if (
+            isinstance(parent, ast.Attribute)
+            and parent.value is node
+            and parent.attr in ENVIRON_READ_METHODS
+            and isinstance(grand, ast.Call)
+            and grand.func is parent
+        ):
             return
-        if isinstance(parent, ast.Compare) and node in parent.comparators and all(
-                isinstance(op, ast.In | ast.NotIn) for op in parent.ops):
+        if (
+            isinstance(parent, ast.Compare)
+            and node in parent.comparators
+            and all(isinstance(op, ast.In | ast.NotIn) for op in parent.ops)
+        ):
             return
-        self.add("file_or_network_access",
-                 "os.environ may only be read: os.environ.get('X'), os.environ['X'] or 'X' in os.environ", node)
+        self.add(
+            "file_or_network_access",
+            "os.environ may only be read: os.environ.get('X'), os.environ['X'] or 'X' in os.environ",
+            node,
+        )
 
     # ------------------------------------------------------------ string annotations
     def annotations(self) -> None:
@@ -471,8 +706,9 @@ class _ContractScan:
             self._compare(method, _method(ref_cls, method), _method(cls, method), cls)
         return cls
 
-    def _compare(self, method: str, ref: ast.FunctionDef | None, cand: ast.FunctionDef | None,
-                 cls: ast.ClassDef) -> None:
+    def _compare(
+        self, method: str, ref: ast.FunctionDef | None, cand: ast.FunctionDef | None, cls: ast.ClassDef
+    ) -> None:
         ref_sig = _signature(ref) if ref else _Signature([], [], set(), False)
         if cand is None:
             if ref_sig.names:
@@ -483,22 +719,29 @@ class _ContractScan:
         missing = [n for n in ref_sig.names if n not in sig.names and not sig.var_keyword]
         extra_required = sorted(sig.required - set(ref_sig.names))
         if missing:
-            self.add("signature_mismatch",
-                     f"Model.{method} lacks parameter(s) {', '.join(missing)} of the reference", cand)
+            self.add(
+                "signature_mismatch", f"Model.{method} lacks parameter(s) {', '.join(missing)} of the reference", cand
+            )
         if extra_required:
             extra = ", ".join(extra_required)
-            self.add("signature_mismatch",
-                     f"Model.{method} requires parameter(s) {extra} the reference does not pass", cand)
+            self.add(
+                "signature_mismatch", f"Model.{method} requires parameter(s) {extra} the reference does not pass", cand
+            )
         reordered = sig.positional[: len(ref_sig.positional)] != ref_sig.positional
         if method == "forward" and not missing and reordered and not sig.var_keyword:
-            self.add("signature_mismatch", f"Model.forward takes ({', '.join(sig.positional)}); "
-                                           f"the reference's order is ({', '.join(ref_sig.positional)})", cand)
+            self.add(
+                "signature_mismatch",
+                f"Model.forward takes ({', '.join(sig.positional)}); "
+                f"the reference's order is ({', '.join(ref_sig.positional)})",
+                cand,
+            )
 
     def dsl(self, cls: ast.ClassDef | None, dsl: str) -> list[str]:
         decorators = DSL_DECORATORS.get(dsl)
         if decorators is None:
-            raise AtrexError("input", "unknown_dsl", f"No output contract for DSL {dsl!r}.",
-                             f"Known: {', '.join(DSL_DECORATORS)}")
+            raise AtrexError(
+                "input", "unknown_dsl", f"No output contract for DSL {dsl!r}.", f"Known: {', '.join(DSL_DECORATORS)}"
+            )
         functions = {n.name: n for n in self.tree.body if isinstance(n, ast.FunctionDef)}
         kernels = set()
         for name, fn in functions.items():
@@ -537,8 +780,11 @@ class _ContractScan:
                         todo.append(methods[node.attr])
         if not reached:
             defined = ", ".join(sorted(kernels))
-            self.add("dsl_not_used", f"Model.forward never reaches a @{decorators[0]} kernel "
-                                     f"({defined} defined but not launched)", forward)
+            self.add(
+                "dsl_not_used",
+                f"Model.forward never reaches a @{decorators[0]} kernel ({defined} defined but not launched)",
+                forward,
+            )
         return sorted(reached)
 
     @staticmethod
@@ -557,9 +803,14 @@ class _ContractScan:
 
 def _is_main_block(node: ast.stmt) -> bool:
     test = node.test if isinstance(node, ast.If) else None
-    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
-            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
-            and test.comparators[0].value == "__main__")
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
 
 
 def strip_main_block(source: str) -> tuple[str, list[str]]:
@@ -573,7 +824,7 @@ def strip_main_block(source: str) -> tuple[str, list[str]]:
     for node in reversed(tree.body):
         if _is_main_block(node):
             start, end = node.lineno, node.end_lineno or node.lineno
-            del lines[start - 1:end]
+            del lines[start - 1 : end]
             removed.append(f"lines {start}-{end}: if __name__ == '__main__' block")
     return "".join(lines).rstrip() + "\n", list(reversed(removed))
 
@@ -588,8 +839,9 @@ def check_contract(source: str, reference_source: str, *, dsl: str = "triton") -
         violation = Violation(rule="syntax", message=str(exc.msg), line=exc.lineno, fix=FIXES["syntax"])
         return ContractReport(passed=False, violations=[violation])
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nesting the parser cannot hold
-        violation = Violation(rule="syntax", message=f"the file cannot be parsed: {type(exc).__name__}",
-                              fix=FIXES["syntax"])
+        violation = Violation(
+            rule="syntax", message=f"the file cannot be parsed: {type(exc).__name__}", fix=FIXES["syntax"]
+        )
         return ContractReport(passed=False, violations=[violation])
     tree.body = [node for node in tree.body if not _is_main_block(node)]
     scan = _ContractScan(tree)

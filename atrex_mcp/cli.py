@@ -17,9 +17,11 @@ from atrex_mcp.commands import bench, config, demo, doctor, problems, roofline, 
 from atrex_mcp.commands import eval as eval_command
 from atrex_mcp.commands.grammar import Parser, UsageError, one_line
 
-DESCRIPTION = ("An MCP tool server and command line for a production-trace-driven GPU-kernel benchmark and a "
-               "profile-driven kernel-optimisation loop. Exit codes: 0 ok, 1 the candidate failed, 2 usage or "
-               "input error, 3 the tool's own failure.")
+DESCRIPTION = (
+    "An MCP tool server and command line for a production-trace-driven GPU-kernel benchmark and a "
+    "profile-driven kernel-optimisation loop. Exit codes: 0 ok, 1 the candidate failed, 2 usage or "
+    "input error, 3 the tool's own failure."
+)
 COMMANDS = (bench, config, demo, doctor, eval_command, problems, roofline, runs, score, serve, trace, wiki)
 EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 3, 130, 141
 DEBUG_ENV = "ATREX_DEBUG"

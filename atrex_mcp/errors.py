@@ -15,7 +15,7 @@ class ErrorInfo(BaseModel):
 
     stage: Stage = Field(
         description="Pipeline stage that failed: input (bad argument), compile, runtime, correctness, performance, "
-                    "policy (refused by the mode), internal."
+        "policy (refused by the mode), internal."
     )
     category: str = Field(
         description="Stable machine-readable failure category, e.g. unknown_problem, syntax_error, numeric_mismatch."
@@ -57,5 +57,10 @@ def unknown_choice(kind: str, value: str, choices: list[str]) -> AtrexError:
     echo the caller's value (one step from an oracle) and is the same for every unknown value; the
     command line's line names the value and the closest choice."""
     shown = ", ".join(choices[:60]) + (" …" if len(choices) > 60 else "")
-    return AtrexError("input", f"unknown_{kind}", f"Unknown {kind.replace('_', ' ')}.", f"Valid choices: {shown}",
-                      shell_message=f"Unknown {kind.replace('_', ' ')} {value!r}{did_you_mean(value, choices)}.")
+    return AtrexError(
+        "input",
+        f"unknown_{kind}",
+        f"Unknown {kind.replace('_', ' ')}.",
+        f"Valid choices: {shown}",
+        shell_message=f"Unknown {kind.replace('_', ' ')} {value!r}{did_you_mean(value, choices)}.",
+    )

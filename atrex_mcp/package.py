@@ -44,9 +44,17 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def package_source(source: str, op: str, catalog: Catalog, out_dir: Path, *, dsl: str = "triton",
-                   provenance: dict[str, Any] | None = None, created_at: str | None = None,
-                   denied: Sequence[Path] = ()) -> PackageResult:
+def package_source(
+    source: str,
+    op: str,
+    catalog: Catalog,
+    out_dir: Path,
+    *,
+    dsl: str = "triton",
+    provenance: dict[str, Any] | None = None,
+    created_at: str | None = None,
+    denied: Sequence[Path] = (),
+) -> PackageResult:
     """Check the contract and write `<op>.py` + manifest.json into an empty (or own) directory,
     never inside a problem root of `catalog` or a `denied` root (atrex_mcp.artifact_dir)."""
     from atrex_mcp.runs.store import now_iso
@@ -77,8 +85,13 @@ def package_source(source: str, op: str, catalog: Catalog, out_dir: Path, *, dsl
         {artifact.name: data, manifest_path.name: (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()},
         denied=[*catalog.roots, *denied],
     )
-    return PackageResult(artifact=str(artifact), manifest=str(manifest_path), sha256=manifest["artifact"]["sha256"],
-                         contract=report, manifest_data=manifest)
+    return PackageResult(
+        artifact=str(artifact),
+        manifest=str(manifest_path),
+        sha256=manifest["artifact"]["sha256"],
+        contract=report,
+        manifest_data=manifest,
+    )
 
 
 def record_refusal(state_dir: Path, op: str, report: ContractReport) -> None:

@@ -113,7 +113,7 @@ class Policy:
             f"{what} is {HIDDEN}.",
             hint
             or "Benchmark mode measures you; restart the server without --benchmark-mode to optimise with roofline "
-               "figures.",
+            "figures.",
         )
 
     def require_roofline(self, what: str) -> None:
@@ -170,8 +170,9 @@ class Policy:
         of T_SOL the time lies on."""
         fields = {name: getattr(shape, name) for name in ShapeVerdict.model_fields if name not in ("t_sol_ms", "score")}
         if not self.benchmark:
-            return ShapeVerdict(**{**fields, "integrity": self.incidents(shape.integrity)}, t_sol_ms=shape.t_sol_ms,
-                                score=shape.score)
+            return ShapeVerdict(
+                **{**fields, "integrity": self.incidents(shape.integrity)}, t_sol_ms=shape.t_sol_ms, score=shape.score
+            )
         fields["integrity"] = self.incidents(shape.integrity)
         return ShapeVerdict(**fields)
 
@@ -223,12 +224,14 @@ class Policy:
         def kernel(view: KernelView | None) -> KernelView | None:
             return None if view is None else view.model_copy(update={"times": self._times(view.times)})
 
-        return state.model_copy(update={
-            "roofline": self.run_roofline_view(state.roofline),
-            "baseline": kernel(state.baseline),
-            "accepted": kernel(state.accepted),
-            "iterations": [self.iteration_view(it) for it in state.iterations],
-        })
+        return state.model_copy(
+            update={
+                "roofline": self.run_roofline_view(state.roofline),
+                "baseline": kernel(state.baseline),
+                "accepted": kernel(state.accepted),
+                "iterations": [self.iteration_view(it) for it in state.iterations],
+            }
+        )
 
     def package_figures(self, figures: dict[str, Any], scores: dict[str, Any]) -> dict[str, Any]:
         """The measured figures a run's package manifest may carry: `scores` (S of the accepted

@@ -33,9 +33,15 @@ class ShapeProgress:
 
     def __enter__(self) -> ShapeProgress:
         if self.live:
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"),
-                                console=Console(file=self.stream), transient=True)
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA {task.fields[eta]}"),
+                console=Console(file=self.stream),
+                transient=True,
+            )
             self.bar.start()
             self.task = self.bar.add_task("starting", total=self.total, eta=clock(self.estimate_s))
         return self

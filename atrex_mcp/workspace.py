@@ -101,10 +101,13 @@ class Workspace:
             if not stat.S_ISREG(info.st_mode):
                 raise self._refuse(path, "it is not a regular file")
             if info.st_nlink > 1:  # another name may be a hidden file: its path says nothing about where it lives
-                raise AtrexError("input", "hard_link",
-                                 f"The file is refused: it is a hard link ({info.st_nlink} names for one file), "
-                                 "and a hard link can name a file outside the workspace.",
-                                 "Pass a copy (cp FILE NEW.py) or the source text itself.")
+                raise AtrexError(
+                    "input",
+                    "hard_link",
+                    f"The file is refused: it is a hard link ({info.st_nlink} names for one file), "
+                    "and a hard link can name a file outside the workspace.",
+                    "Pass a copy (cp FILE NEW.py) or the source text itself.",
+                )
             if info.st_size > self.max_source_bytes:
                 raise self._too_large(info.st_size, "file")
             with os.fdopen(os.dup(fd), "rb") as handle:

@@ -116,8 +116,9 @@ def _judged(dirs: Iterable[Path], ops: Sequence[str]) -> dict[str, list[str]]:
     return dict(judged)
 
 
-def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseline: str,
-              gpus: int = 1) -> tuple[dict[str, list[str]], list[dict[str, str]]]:
+def selection(
+    args: argparse.Namespace, catalog, times, model: CostModel, baseline: str, gpus: int = 1
+) -> tuple[dict[str, list[str]], list[dict[str, str]]]:
     """{op: [shape ids]} to evaluate, and the shapes left out with the reason: judged already in a
     --skip-judged run, or left by a --select (for the budget of `gpus` GPUs, less a tenth for
     imperfect packing when there are several, or by not being among the shapes it ranks)."""
@@ -127,14 +128,21 @@ def selection(args: argparse.Namespace, catalog, times, model: CostModel, baseli
     if args.shapes_from:
         chosen = _judged([args.shapes_from], ops)
     elif args.select:
-        ranked = representative_order(times, catalog.weights()) if args.select == "representative" \
+        ranked = (
+            representative_order(times, catalog.weights())
+            if args.select == "representative"
             else spread_order(times, catalog.weights(), args.per_op)
+        )
         order = [(op, sid) for op, sid in ranked if op in ops and sid not in done.get(op, ())]
         budget = args.budget_s * (gpus if gpus == 1 else 0.9 * gpus) if args.budget_s is not None else float("inf")
         chosen, over = fit_to_budget(order, times, model, baseline, budget)
         ranked_ids = set(order)
-        over += [(op, s.id) for op in ops for s in catalog.visible(op).scored_shapes
-                 if (op, s.id) not in ranked_ids and s.id not in done.get(op, ())]
+        over += [
+            (op, s.id)
+            for op in ops
+            for s in catalog.visible(op).scored_shapes
+            if (op, s.id) not in ranked_ids and s.id not in done.get(op, ())
+        ]
         left += [{"op": op, "shape": sid, "reason": LEFT_OUT} for op, sid in over]
     elif args.shapes in (None, "all"):
         chosen = {op: [s.id for s in catalog.visible(op).scored_shapes] for op in ops}
@@ -223,10 +231,16 @@ def _git_commit() -> str | None:
 def conditions(results: Sequence) -> dict[str, Any]:
     """Date, host, hardware and versions, read from the results themselves."""
     device = results[0].device if results else None
-    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(), "commit": _git_commit(),
-            "device": device.name if device else None, "driver": device.driver if device else None,
-            "cuda": device.cuda if device else None, "versions": device.versions if device else {},
-            "max_sm_clock_mhz": device.max_sm_clock_mhz if device else None}
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "commit": _git_commit(),
+        "device": device.name if device else None,
+        "driver": device.driver if device else None,
+        "cuda": device.cuda if device else None,
+        "versions": device.versions if device else {},
+        "max_sm_clock_mhz": device.max_sm_clock_mhz if device else None,
+    }
 
 
 def untimed_run(directory: Path) -> bool:
@@ -239,8 +253,12 @@ def _cost_model(args: argparse.Namespace, catalog, times) -> CostModel:
     """The cost model for these options: per-shape traffic from the catalog, refitted on the
     --calibrate runs that timed (a probe's lanes share the host and it times nothing, so its
     seconds would teach the model the wrong costs)."""
-    model = CostModel(seeds=args.seeds, traffic=load_shape_traffic(catalog), eager_ms=times,
-                      stage_limit_s=getattr(args, "timeout", CostModel.stage_limit_s))
+    model = CostModel(
+        seeds=args.seeds,
+        traffic=load_shape_traffic(catalog),
+        eager_ms=times,
+        stage_limit_s=getattr(args, "timeout", CostModel.stage_limit_s),
+    )
     timed = [d for d in args.calibrate if not untimed_run(d)]
     return model.calibrated(calibration_results(timed)) if timed else model
 
@@ -261,14 +279,31 @@ def run(args: argparse.Namespace) -> int:
         ) from exc
     chosen, left_out = selection(args, catalog, times, model, args.baseline, len(devices) * args.lanes_per_gpu)
     jobs = jobs_for(chosen, times, model, args.baseline)
-    request = {"baseline": args.baseline, "seeds": args.seeds, "hardware": "h200", "timeout_s": args.timeout,
-               "measure_dsl": not args.no_profile and not args.no_timing, "timing": not args.no_timing}
+    request = {
+        "baseline": args.baseline,
+        "seeds": args.seeds,
+        "hardware": "h200",
+        "timeout_s": args.timeout,
+        "measure_dsl": not args.no_profile and not args.no_timing,
+        "timing": not args.no_timing,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"[baselines] {args.baseline}: {len(jobs)} shapes of {len(chosen)} operators on {len(devices)} device(s) "
-          f"{devices} × {args.lanes_per_gpu} lane(s){' untimed' if args.no_timing else ''}, predicted "
-          f"{predicted_seconds(jobs, model, args.baseline):.0f} s sequential, budget {args.budget_s} s", flush=True)
-    schedule = run_spread(jobs, devices, args.out / "parts", request, model.evaluation_s(args.baseline), args.budget_s,
-                          args.problems, lanes_per_device=args.lanes_per_gpu)
+    print(
+        f"[baselines] {args.baseline}: {len(jobs)} shapes of {len(chosen)} operators on {len(devices)} device(s) "
+        f"{devices} × {args.lanes_per_gpu} lane(s){' untimed' if args.no_timing else ''}, predicted "
+        f"{predicted_seconds(jobs, model, args.baseline):.0f} s sequential, budget {args.budget_s} s",
+        flush=True,
+    )
+    schedule = run_spread(
+        jobs,
+        devices,
+        args.out / "parts",
+        request,
+        model.evaluation_s(args.baseline),
+        args.budget_s,
+        args.problems,
+        lanes_per_device=args.lanes_per_gpu,
+    )
     parts: dict[str, list] = defaultdict(list)
     for outcome in schedule.outcomes:
         if outcome.result_file:  # complete, or partial: stopped at the deadline with its finished shapes
@@ -299,9 +334,12 @@ def run(args: argparse.Namespace) -> int:
     (args.out / "run.json").write_text(json.dumps(report, indent=1))
     timed = sum(1 for r in results for s in r.shapes if s.time_ms is not None)
     correct = sum(1 for r in results for s in r.shapes if s.correct)
-    print(f"[baselines] {args.baseline}: {correct} correct, {timed} timed, {len(not_run)} not run; wall "
-          f"{schedule.makespan_s:.0f} s (predicted {report['predicted_s']:.0f} s); S_agg {report['s_agg']}; "
-          f"throughput {report['throughput']}", flush=True)
+    print(
+        f"[baselines] {args.baseline}: {correct} correct, {timed} timed, {len(not_run)} not run; wall "
+        f"{schedule.makespan_s:.0f} s (predicted {report['predicted_s']:.0f} s); S_agg {report['s_agg']}; "
+        f"throughput {report['throughput']}",
+        flush=True,
+    )
     return 0
 
 
@@ -385,8 +423,11 @@ def table(args: argparse.Namespace) -> int:
     prefix = args.out or (args.dirs[0] / "table")
     s_agg = write_tables(args.dirs, catalog, prefix)
     results = _load_results(args.dirs)
-    summary = {"s_agg": s_agg, "near_roofline": near_roofline(results, catalog),
-               "throughput": {d.name: throughput_split(calibration_results([d])) for d in args.dirs}}
+    summary = {
+        "s_agg": s_agg,
+        "near_roofline": near_roofline(results, catalog),
+        "throughput": {d.name: throughput_split(calibration_results([d])) for d in args.dirs},
+    }
     Path(f"{prefix}_summary.json").write_text(json.dumps(summary, indent=1))
     for profile in PROFILES:
         print(Path(f"{prefix}_{profile}.md").read_text())
@@ -471,8 +512,12 @@ def combine(args: argparse.Namespace) -> int:
             ):  # the last run carries the unjudged if none else does
                 parts.append(part)
         if missing:  # no verdict in any run (never selected, lost, only probed, or set aside): not run, said once
-            parts[-1].shapes += [_not_judged(sid, (op, sid, candidate) in stopped, sid in probed,
-                                             args.why if (op, sid) in excluded else None) for sid in missing]
+            parts[-1].shapes += [
+                _not_judged(
+                    sid, (op, sid, candidate) in stopped, sid in probed, args.why if (op, sid) in excluded else None
+                )
+                for sid in missing
+            ]
         merged = merge_results(parts, scored)
         unjudged = {s.category for s in merged.shapes if not s.judged}
         merged.partial = None if not unjudged else "selection" if unjudged == {tx.NOT_RUN_UNSELECTED} else "deadline"
@@ -500,10 +545,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     common.add_argument("--per-op", type=int, default=5, help="shapes per operator for --select spread (default 5)")
     common.add_argument("--ops", help="comma-separated operators (default all)")
-    common.add_argument("--shapes", help="'all' (default), or comma-separated shape ids for every operator given, or "
-                        "OP:ID items for one operator each")
-    common.add_argument("--skip-judged", nargs="*", type=Path, default=[], metavar="DIR",
-                        help="leave out shapes these earlier runs judged (resume a baseline over several device calls)")
+    common.add_argument(
+        "--shapes",
+        help="'all' (default), or comma-separated shape ids for every operator given, or "
+        "OP:ID items for one operator each",
+    )
+    common.add_argument(
+        "--skip-judged",
+        nargs="*",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="leave out shapes these earlier runs judged (resume a baseline over several device calls)",
+    )
     run_p = sub.add_parser("run", parents=[common], help="evaluate a baseline")
     run_p.add_argument("--baseline", choices=BASELINES, required=True)
     run_p.add_argument("--out", type=Path, required=True)
@@ -517,8 +571,12 @@ def main(argv: list[str] | None = None) -> int:
         help="compile and correctness only (a compile probe): a shape that passes is not a verdict until a "
         "timed run judges it; its failures are",
     )
-    run_p.add_argument("--lanes-per-gpu", type=int, default=1,
-                       help="untimed evaluations sharing each GPU (only with --no-timing; default 1)")
+    run_p.add_argument(
+        "--lanes-per-gpu",
+        type=int,
+        default=1,
+        help="untimed evaluations sharing each GPU (only with --no-timing; default 1)",
+    )
     run_p.add_argument(
         "--no-profile",
         action="store_true",

@@ -91,8 +91,13 @@ def main() -> int:
     conditions = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-        "ops": args.ops.split(","), "shapes": args.shapes, "seeds": args.seeds, "seconds": seconds,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "ops": args.ops.split(","),
+        "shapes": args.shapes,
+        "seeds": args.seeds,
+        "seconds": seconds,
     }
     try:
         import triton

@@ -23,8 +23,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "rms_norm_triton.py"
-WRONG = "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self, *, eps=1e-6):\n" \
-        "        super().__init__()\n\n    def forward(self, x, weight):\n        return (x * 2).to(x.dtype)\n"
+WRONG = (
+    "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self, *, eps=1e-6):\n"
+    "        super().__init__()\n\n    def forward(self, x, weight):\n        return (x * 2).to(x.dtype)\n"
+)
 RAISES = WRONG.replace("return (x * 2).to(x.dtype)", "raise ValueError('boom')")
 
 
@@ -44,8 +46,12 @@ def main() -> int:
 
     code, out, err, wall = cli("eval", str(EXAMPLE), "--op", "rms_norm", "--plain")
     estimate = re.search(r"on cuda: about (\d+):(\d+)", err)
-    summary["correct_all_shapes"] = {"rc": code, "wall_s": round(wall, 1), "last_line": out.strip().splitlines()[-1],
-                                     "estimate_s": int(estimate[1]) * 60 + int(estimate[2]) if estimate else None}
+    summary["correct_all_shapes"] = {
+        "rc": code,
+        "wall_s": round(wall, 1),
+        "last_line": out.strip().splitlines()[-1],
+        "estimate_s": int(estimate[1]) * 60 + int(estimate[2]) if estimate else None,
+    }
     checks["correct kernel exits 0 with every shape passed"] = code == 0 and "56 passed, 0 failed" in out
     checks["an estimate is printed first"] = estimate is not None
     checks["progress lines carry an ETA"] = "[56/56] shape" in err and "ETA" in err
@@ -55,8 +61,9 @@ def main() -> int:
         code == 1 and "max abs error" in out and "first bad index" in out
     )
     code, out, _, _ = cli("eval", str(tmp / "raises.py"), "--op", "rms_norm", "--shapes", "0", "--plain")
-    checks["runtime error exits 1 naming the user's file"] = (code == 1 and f'File "{tmp / "raises.py"}"' in out
-                                                             and "candidate.py" not in out)
+    checks["runtime error exits 1 naming the user's file"] = (
+        code == 1 and f'File "{tmp / "raises.py"}"' in out and "candidate.py" not in out
+    )
     code, _, err, _ = cli("eval", str(tmp / "binary.py"), "--op", "rms_norm")
     checks["binary file exits 2 in one line"] = code == 2 and err.count("\n") == 1 and err.startswith("error: ")
     code, _, err, _ = cli("eval", str(EXAMPLE), "--op", "rms_norm", "--seeds", "0")

@@ -73,8 +73,10 @@ def measure(workers: int, ops: list[str], shapes: list[str] | None, seeds: int) 
     devices = visible_devices(workers)
     with local_cluster(devices) as cluster, connect(cluster.scheduler_address) as connection:
         pool = ClusterPool(connection, Catalog())
-        with tempfile.TemporaryDirectory(prefix="atrex-pool-") as state, \
-                distributed.get_task_stream(client=connection.client) as stream:
+        with (
+            tempfile.TemporaryDirectory(prefix="atrex-pool-") as state,
+            distributed.get_task_stream(client=connection.client) as stream,
+        ):
             t0 = time.monotonic()
             calls = anyio.run(_calls, pool, ops, shapes, seeds, Path(state))
             wall = time.monotonic() - t0

@@ -65,12 +65,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "results")
     args = parser.parse_args()
-    results = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "device": torch.cuda.get_device_name(),
-               "torch": torch.__version__, "chunk_elements": CHUNK_ELEMENTS, "cases": {}}
+    results = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "chunk_elements": CHUNK_ELEMENTS,
+        "cases": {},
+    }
     for name, (shape, dtype) in CASES.items():
         results["cases"][name] = row = measure(shape, dtype)
-        print(f"{name:24s} output {row['output_gib']:.2f} GiB  extra peak {row['extra_peak_gib']:.2f} GiB  "
-              f"{row['seconds']:.1f} s  mismatches {row['mismatches']} (planted {row['planted']})", flush=True)
+        print(
+            f"{name:24s} output {row['output_gib']:.2f} GiB  extra peak {row['extra_peak_gib']:.2f} GiB  "
+            f"{row['seconds']:.1f} s  mismatches {row['mismatches']} (planted {row['planted']})",
+            flush=True,
+        )
         torch.cuda.empty_cache()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compare_memory.json").write_text(json.dumps(results, indent=1))

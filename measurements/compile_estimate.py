@@ -49,9 +49,11 @@ def _aggregates(scores: dict[str, float | None], weights: dict[str, float]) -> d
 
     measured = {op: s for op, s in scores.items() if s is not None}
     measured_weights = {op: weights[op] for op in measured}
-    return {"lower_bound": scoring.aggregate(measured, weights)[0],
-            "renormalised": scoring.aggregate(measured, measured_weights)[0],
-            "weight_measured": sum(measured_weights.values()) / sum(weights.values())}
+    return {
+        "lower_bound": scoring.aggregate(measured, weights)[0],
+        "renormalised": scoring.aggregate(measured, measured_weights)[0],
+        "weight_measured": sum(measured_weights.values()) / sum(weights.values()),
+    }
 
 
 def estimate(eager_dir: Path, compiled_dir: Path) -> dict[str, Any]:

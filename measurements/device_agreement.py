@@ -129,8 +129,15 @@ def agreement(op: str, shape, model_cls, make_inputs, seed: int, device: str) ->
     verdict = compare_outputs(on_cpu, on_device, op)
     device_leaves = flatten_outputs(on_device)
     return [
-        {"op": op, "shape_id": shape.id, "output": name, "judge_ok": verdict.ok, "verdict": verdict.message,
-         "device_s": round(device_s, 4), **differences(device_leaves[name], ref)}
+        {
+            "op": op,
+            "shape_id": shape.id,
+            "output": name,
+            "judge_ok": verdict.ok,
+            "verdict": verdict.message,
+            "device_s": round(device_s, 4),
+            **differences(device_leaves[name], ref),
+        }
         for name, ref in flatten_outputs(on_cpu).items()
     ]
 
@@ -192,7 +199,10 @@ def main() -> int:
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
-        "torch": torch.__version__, "python": platform.python_version(), "seed": args.seed, "ops": ops,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "seed": args.seed,
+        "ops": ops,
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

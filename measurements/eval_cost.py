@@ -174,8 +174,11 @@ class CostModel:
                 if r.candidate == "torch-compile":
                     (first_compiles if k == 0 else compiles).append(compile_s)
                     by_op.setdefault(r.op, []).append((eager, compile_s))
-                full, timed = (model.full_calls(s.timing.warmup_calls, s.timing.calls), s.timing.calls) if s.timing \
+                full, timed = (
+                    (model.full_calls(s.timing.warmup_calls, s.timing.calls), s.timing.calls)
+                    if s.timing
                     else model.calls(s.time_ms, model.shape_traffic(r.op, s.id))
+                )
                 fixed.append(spent - compile_s - full * s.time_ms / 1e3 - model.loop_overhead_s(timed))
                 fixed_bytes.append(model.shape_traffic(r.op, s.id))
             if r.overhead.total_s > 0 and r.candidate != "torch-compile" and r.partial is None:
@@ -204,7 +207,7 @@ class CostModel:
                 else self.compile_first_s
             ),
             source=f"calibrated from {len(results)} evaluations ({len(per_evaluation)} worker starts, {len(fixed)} "
-                   f"timed shapes, {len(compiles)} torch.compile first calls)",
+            f"timed shapes, {len(compiles)} torch.compile first calls)",
         )
 
     def describe(self) -> dict:
@@ -220,8 +223,9 @@ class CompileFit(NamedTuple):
     limit_from_ms: float | None = None
 
 
-def _compile_fit(observations: list[tuple[float | None, float]], limit_from_ms: float | None,
-                 default_s: float, limit_s: float) -> CompileFit:
+def _compile_fit(
+    observations: list[tuple[float | None, float]], limit_from_ms: float | None, default_s: float, limit_s: float
+) -> CompileFit:
     """Least squares over the observations with an eager time when there are 3 or more and the
     slope comes out positive. Else, where a shape ran into the stage limit (`limit_s`, from
     `limit_from_ms` eager ms on), the line from the largest shape that compiled to that one:
@@ -250,11 +254,19 @@ class Job:
     seconds: float
 
 
-def jobs_for(selection: Mapping[str, list[str]], times: Mapping[str, Mapping[str, float]], model: CostModel,
-             baseline: str, default_ms: float = 1.0) -> list[Job]:
+def jobs_for(
+    selection: Mapping[str, list[str]],
+    times: Mapping[str, Mapping[str, float]],
+    model: CostModel,
+    baseline: str,
+    default_ms: float = 1.0,
+) -> list[Job]:
     """Jobs for {op: [shape ids]}; a shape without a reference time is predicted at `default_ms`."""
-    return [Job(op, sid, model.shape_seconds(times.get(op, {}).get(sid, default_ms), baseline, op, sid))
-            for op, ids in selection.items() for sid in ids]
+    return [
+        Job(op, sid, model.shape_seconds(times.get(op, {}).get(sid, default_ms), baseline, op, sid))
+        for op, ids in selection.items()
+        for sid in ids
+    ]
 
 
 def predicted_seconds(jobs: Iterable[Job], model: CostModel, baseline: str) -> float:
@@ -304,16 +316,22 @@ def spread_order(
     return [(op, picks[op][j]) for j in range(depth) for op in ops if j < len(picks[op])]
 
 
-def fit_to_budget(order: Iterable[tuple[str, str]], times: Mapping[str, Mapping[str, float]], model: CostModel,
-                  baseline: str, budget_s: float) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+def fit_to_budget(
+    order: Iterable[tuple[str, str]],
+    times: Mapping[str, Mapping[str, float]],
+    model: CostModel,
+    baseline: str,
+    budget_s: float,
+) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
     """Walk `order`, keeping each shape whose cost (plus a worker start for an operator not yet
     kept) still fits; returns ({op: kept ids}, shapes left out)."""
     kept: dict[str, list[str]] = {}
     left: list[tuple[str, str]] = []
     spent = 0.0
     for op, sid in order:
-        cost = model.shape_seconds(times[op][sid], baseline, op, sid) \
-            + (0.0 if op in kept else model.evaluation_s(baseline))
+        cost = model.shape_seconds(times[op][sid], baseline, op, sid) + (
+            0.0 if op in kept else model.evaluation_s(baseline)
+        )
         if spent + cost <= budget_s:
             kept.setdefault(op, []).append(sid)
             spent += cost

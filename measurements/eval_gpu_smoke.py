@@ -123,8 +123,13 @@ def _nothing_read(result) -> bool:
 
 def _read_hidden_source(catalog: Catalog) -> str:
     op_dir = catalog.problem_dir("rms_norm")
-    targets = [str(op_dir / "metadata.json"), str(op_dir / "roofline.json"), str(op_dir.parent / "weights.json"),
-               f"/proc/{os.getpid()}/environ", f"/proc/{os.getpid()}/cmdline"]
+    targets = [
+        str(op_dir / "metadata.json"),
+        str(op_dir / "roofline.json"),
+        str(op_dir.parent / "weights.json"),
+        f"/proc/{os.getpid()}/environ",
+        f"/proc/{os.getpid()}/cmdline",
+    ]
     return (EXPLOITS / "read_hidden_files.py").read_text().replace("TARGETS: list[str] = []", f"TARGETS = {targets!r}")
 
 
@@ -141,8 +146,15 @@ def main() -> int:
     t0 = time.monotonic()
     deadline = t0 + args.budget_s
     catalog = Catalog()
-    report: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
-                    "python": platform.python_version(), "steps": [], "examples": {}, "exploits": {}, "baselines": {}}
+    report: dict = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "steps": [],
+        "examples": {},
+        "exploits": {},
+        "baselines": {},
+    }
     import torch
 
     report["torch"] = torch.__version__
@@ -178,14 +190,28 @@ def main() -> int:
         elif args.quick:
             shapes = shapes[:: max(1, len(shapes) // 8)][:8]
         remaining = deadline - time.monotonic() - 150  # keep room for the exploits
-        result = evaluate(EvalRequest(op=op, source=EXAMPLES[op].read_text(), shapes=shapes, seeds=5,
-                                      timeout_s=max(30.0, min(120.0, remaining / 2))), catalog)
-        per_shape = {k: [s.seconds.get(k) for s in result.shapes if s.seconds.get(k) is not None]
-                     for k in ("correctness", "first_call_extra", "reference_and_compare", "timing", "profile")}
+        result = evaluate(
+            EvalRequest(
+                op=op,
+                source=EXAMPLES[op].read_text(),
+                shapes=shapes,
+                seeds=5,
+                timeout_s=max(30.0, min(120.0, remaining / 2)),
+            ),
+            catalog,
+        )
+        per_shape = {
+            k: [s.seconds.get(k) for s in result.shapes if s.seconds.get(k) is not None]
+            for k in ("correctness", "first_call_extra", "reference_and_compare", "timing", "profile")
+        }
         report["examples"][op] = {
-            "compiled": result.compiled, "operator_score": result.operator_score, "note": result.operator_score_note,
-            "correct": sum(s.correct for s in result.shapes), "shapes": len(result.shapes),
-            "device": result.device.model_dump(), "isolation": result.isolation.model_dump(),
+            "compiled": result.compiled,
+            "operator_score": result.operator_score,
+            "note": result.operator_score_note,
+            "correct": sum(s.correct for s in result.shapes),
+            "shapes": len(result.shapes),
+            "device": result.device.model_dump(),
+            "isolation": result.isolation.model_dump(),
             "overhead": result.overhead.model_dump(),
             "per_shape_seconds_median": {k: (statistics.median(v) if v else None) for k, v in per_shape.items()},
             "per_shape_seconds_max": {k: (max(v) if v else None) for k, v in per_shape.items()},
@@ -226,8 +252,11 @@ def main() -> int:
     def run_baseline(kind: str) -> None:
         shapes = args.shapes.split(",") if args.shapes else EXPLOIT_SHAPES
         result = evaluate(EvalRequest(op="rms_norm", baseline=kind, shapes=shapes, seeds=2, timeout_s=240), catalog)
-        report["baselines"][kind] = {"operator_score": result.operator_score, "overhead": result.overhead.model_dump(),
-                                     "results": [_shape_view(s) for s in result.shapes]}
+        report["baselines"][kind] = {
+            "operator_score": result.operator_score,
+            "overhead": result.overhead.model_dump(),
+            "results": [_shape_view(s) for s in result.shapes],
+        }
 
     examples = args.examples.split(",") if args.examples else list(EXAMPLES)
     if "rms_norm" in examples:

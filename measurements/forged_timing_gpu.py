@@ -44,7 +44,7 @@ import argparse
 import re
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ WITNESS_CASES = ("honest", "handler_third", "handler_tenth", "uncapturable", "pr
 def _preamble(exploit: str) -> str:
     """An exploit's attack without its own Model (everything before `class Model`)."""
     text = (EXPLOITS / f"{exploit}.py").read_text()
-    return text[:text.index("\nclass Model")] + "\n\n"
+    return text[: text.index("\nclass Model")] + "\n\n"
 
 
 def case_sources() -> dict[str, str]:
@@ -78,14 +78,20 @@ def case_sources() -> dict[str, str]:
     cases["handler_tenth"] = handler + kernel
     cases["precompute"] = _preamble("forge_graph_precompute") + kernel
     reply = (EXPLOITS / "forge_time_reply.py").read_text()
-    forged_forward = "        if not _sent and _in_timing_loop():\n            _sent.append(1)\n            _forge_time_reply()\n"
+    forged_forward = (
+        "        if not _sent and _in_timing_loop():\n            _sent.append(1)\n            _forge_time_reply()\n"
+    )
     cases["time_reply"] = _preamble("forge_time_reply") + re.sub(
-        r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + forged_forward, kernel, count=1)
+        r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + forged_forward, kernel, count=1
+    )
     cases["load_reply"] = (EXPLOITS / "forge_load_reply.py").read_text()
-    host_sync = ("        if float(x.abs().amax().item()) < 0:  # a host synchronisation: no CUDA graph holds it\n"
-                 "            x = -x\n")
-    cases["uncapturable"] = re.sub(r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + host_sync, kernel,
-                                   count=1)
+    host_sync = (
+        "        if float(x.abs().amax().item()) < 0:  # a host synchronisation: no CUDA graph holds it\n"
+        "            x = -x\n"
+    )
+    cases["uncapturable"] = re.sub(
+        r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + host_sync, kernel, count=1
+    )
     return cases
 
 
@@ -93,16 +99,39 @@ def _shape_row(shape: Any, shown: Any) -> dict[str, Any]:
     from atrex_mcp.evaluate.scoring import aggregate_shape_score
 
     timing = shape.timing
-    figures = ("median_ms", "request_wall_s", "witness", "witness_note", "graph_calls", "graph_witness_ms",
-               "graph_floor_ms", "witness_ms", "witness_floor_ms", "host_late_calls", "calls")
-    return {"shape": shape.id, "correct": shape.correct, "stage": shape.stage, "category": shape.category,
-            "integrity": shape.integrity, "message": shape.message[:400], "time_ms": shape.time_ms,
-            **{name: getattr(timing, name) if timing else None for name in figures},
-            "score": shape.score,
-            "score_clipped": aggregate_shape_score(shape.score) if shape.score is not None else None,
-            "t_sol_ms": shape.t_sol_ms, "seconds": shape.seconds,
-            "benchmark_view": {"correct": shown.correct, "category": shown.category, "integrity": shown.integrity,
-                               "time_ms": shown.time_ms}}
+    figures = (
+        "median_ms",
+        "request_wall_s",
+        "witness",
+        "witness_note",
+        "graph_calls",
+        "graph_witness_ms",
+        "graph_floor_ms",
+        "witness_ms",
+        "witness_floor_ms",
+        "host_late_calls",
+        "calls",
+    )
+    return {
+        "shape": shape.id,
+        "correct": shape.correct,
+        "stage": shape.stage,
+        "category": shape.category,
+        "integrity": shape.integrity,
+        "message": shape.message[:400],
+        "time_ms": shape.time_ms,
+        **{name: getattr(timing, name) if timing else None for name in figures},
+        "score": shape.score,
+        "score_clipped": aggregate_shape_score(shape.score) if shape.score is not None else None,
+        "t_sol_ms": shape.t_sol_ms,
+        "seconds": shape.seconds,
+        "benchmark_view": {
+            "correct": shown.correct,
+            "category": shown.category,
+            "integrity": shown.integrity,
+            "time_ms": shown.time_ms,
+        },
+    }
 
 
 def run_case(catalog: Any, name: str, source: str, shapes: list[str], standby: Any) -> dict[str, Any]:
@@ -110,22 +139,38 @@ def run_case(catalog: Any, name: str, source: str, shapes: list[str], standby: A
     from atrex_mcp.policy import Policy
 
     t0 = time.perf_counter()
-    result = evaluate(EvalRequest(op=OP, source=source, shapes=shapes, seeds=2, hardware="h200"), catalog,
-                      standby=standby)
+    result = evaluate(
+        EvalRequest(op=OP, source=source, shapes=shapes, seeds=2, hardware="h200"), catalog, standby=standby
+    )
     benchmark = Policy("benchmark", catalog)
-    return {"case": name, "compiled": result.compiled, "integrity": result.integrity, "device": result.device.name,
-            "compile_error": result.compile_error.model_dump() if result.compile_error else None,
-            "seconds": round(time.perf_counter() - t0, 1),
-            "shapes": [_shape_row(s, benchmark.verdict(s)) for s in result.shapes]}
+    return {
+        "case": name,
+        "compiled": result.compiled,
+        "integrity": result.integrity,
+        "device": result.device.name,
+        "compile_error": result.compile_error.model_dump() if result.compile_error else None,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "shapes": [_shape_row(s, benchmark.verdict(s)) for s in result.shapes],
+    }
 
 
 def markdown(report: dict[str, Any]) -> str:
-    legend = ("w_graph: device time per call of the fastest graph replay (judge's clock); floor: the one that "
-              "judged (max of the graph's and the plain burst's); S clipped: as it enters S_i and S_agg.")
-    header = ("| case | shape | verdict | integrity | median ms | witness | K | w_graph ms | graph floor ms | "
-              "w_plain ms | floor ms | S | S clipped | benchmark view integrity |")
-    lines = [f"# Forged timing on {report['device']} ({report['started_at']})", "", legend, "", header,
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    legend = (
+        "w_graph: device time per call of the fastest graph replay (judge's clock); floor: the one that "
+        "judged (max of the graph's and the plain burst's); S clipped: as it enters S_i and S_agg."
+    )
+    header = (
+        "| case | shape | verdict | integrity | median ms | witness | K | w_graph ms | graph floor ms | "
+        "w_plain ms | floor ms | S | S clipped | benchmark view integrity |"
+    )
+    lines = [
+        f"# Forged timing on {report['device']} ({report['started_at']})",
+        "",
+        legend,
+        "",
+        header,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
 
     def num(value: Any) -> str:
         return "—" if value is None else f"{value:.4g}"
@@ -133,38 +178,53 @@ def markdown(report: dict[str, Any]) -> str:
     for case in report["cases"]:
         for row in case["shapes"]:
             verdict = "pass" if row["correct"] else f"{row['stage']}/{row['category']}"
-            lines.append(f"| {case['case']} | {row['shape']} | {verdict} | {', '.join(row['integrity']) or '—'} | "
-                         f"{num(row['median_ms'])} | {row['witness'] or '—'} | {row['graph_calls'] or '—'} | "
-                         f"{num(row['graph_witness_ms'])} | {num(row['graph_floor_ms'])} | {num(row['witness_ms'])} | "
-                         f"{num(row['witness_floor_ms'])} | {num(row['score'])} | {num(row['score_clipped'])} | "
-                         f"{', '.join(row['benchmark_view']['integrity']) or '—'} |")
-    notes = [f"- {case['case']} shape {row['shape']}: {row['witness_note']}" for case in report["cases"]
-             for row in case["shapes"] if row.get("witness_note")]
+            lines.append(
+                f"| {case['case']} | {row['shape']} | {verdict} | {', '.join(row['integrity']) or '—'} | "
+                f"{num(row['median_ms'])} | {row['witness'] or '—'} | {row['graph_calls'] or '—'} | "
+                f"{num(row['graph_witness_ms'])} | {num(row['graph_floor_ms'])} | {num(row['witness_ms'])} | "
+                f"{num(row['witness_floor_ms'])} | {num(row['score'])} | {num(row['score_clipped'])} | "
+                f"{', '.join(row['benchmark_view']['integrity']) or '—'} |"
+            )
+    notes = [
+        f"- {case['case']} shape {row['shape']}: {row['witness_note']}"
+        for case in report["cases"]
+        for row in case["shapes"]
+        if row.get("witness_note")
+    ]
     return "\n".join(lines + ([""] + ["Uncapturable:"] + notes if notes else [])) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output path without suffix: writes OUT.json and OUT.md")
-    parser.add_argument("--cases", default=",".join(WITNESS_CASES),
-                        help=f"comma-separated case names, or all (default: {','.join(WITNESS_CASES)})")
+    parser.add_argument(
+        "--cases",
+        default=",".join(WITNESS_CASES),
+        help=f"comma-separated case names, or all (default: {','.join(WITNESS_CASES)})",
+    )
     parser.add_argument("--shapes", default="0,5", help="rms_norm shape ids")
     args = parser.parse_args()
 
-    from atrex_mcp.problemset.catalog import Catalog
     from atrex_mcp.evaluate.device import has_gpu
     from atrex_mcp.evaluate.standby import Standby
+    from atrex_mcp.problemset.catalog import Catalog
 
     if not has_gpu():
-        sys.exit("forged_timing_gpu: needs a GPU (on CPU the evaluator does not time); run tests/test_exploits.py here instead.")
+        sys.exit(
+            "forged_timing_gpu: needs a GPU (on CPU the evaluator does not time); run tests/test_exploits.py here instead."
+        )
     sources = case_sources()
     wanted = list(sources) if args.cases == "all" else [c.strip() for c in args.cases.split(",")]
     unknown = [c for c in wanted if c not in sources]
     if unknown:
         sys.exit(f"forged_timing_gpu: unknown case(s) {', '.join(unknown)}; choose from {', '.join(sources)}")
     catalog = Catalog()
-    report: dict[str, Any] = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "op": OP,
-                              "shapes": args.shapes.split(","), "cases": []}
+    report: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "op": OP,
+        "shapes": args.shapes.split(","),
+        "cases": [],
+    }
     standby = Standby()  # the next case's worker starts while this one runs
     try:
         for name in wanted:

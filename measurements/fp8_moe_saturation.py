@@ -57,11 +57,16 @@ def main() -> int:
             magnitude = model.mixture_fp32(**inputs).abs()
             out = model(**inputs).float()
         row = {
-            "shape": args.shape, "dims": dims, "seed": seed, "device": args.device,
+            "shape": args.shape,
+            "dims": dims,
+            "seed": seed,
+            "device": args.device,
             "saturated_share": (magnitude > FP8_MAX).double().mean().item(),
             "nan_without_clamp_share": (magnitude > NAN_ABOVE).double().mean().item(),
-            "max_abs": magnitude.max().item(), "rms": magnitude.square().mean().sqrt().item(),
-            "output_has_nan": bool(out.isnan().any()), "output_max_abs": out.abs().max().item(),
+            "max_abs": magnitude.max().item(),
+            "rms": magnitude.square().mean().sqrt().item(),
+            "output_has_nan": bool(out.isnan().any()),
+            "output_max_abs": out.abs().max().item(),
         }
         print(json.dumps(row), flush=True)
         del inputs, magnitude, out

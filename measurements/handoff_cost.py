@@ -64,9 +64,15 @@ def measure(nbytes: int, device: str, register: bool) -> dict:
     steady = rows[1:]
     write_s = min(r["write_s"] for r in steady)
     load_s = min(r["load_s"] for r in steady)
-    return {"bytes": nbytes, "registered (judge, worker)": registered, "repeats": rows,
-            "first_s": sum(rows[0].values()), "write_gb_s": gb / write_s, "load_gb_s": gb / load_s,
-            "s_per_gb": (write_s + load_s) / gb}
+    return {
+        "bytes": nbytes,
+        "registered (judge, worker)": registered,
+        "repeats": rows,
+        "first_s": sum(rows[0].values()),
+        "write_gb_s": gb / write_s,
+        "load_gb_s": gb / load_s,
+        "s_per_gb": (write_s + load_s) / gb,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,12 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if gpu else "cpu"
     nbytes = int(args.gib * (1 << 30)) if gpu else 4 << 20
     rows = {"registered": measure(nbytes, device, register=True), "pageable": measure(nbytes, device, register=False)}
-    report = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "device": torch.cuda.get_device_name(0) if gpu else "cpu (dry run)", "repeats": REPEATS, "arena": rows}
+    report = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(0) if gpu else "cpu (dry run)",
+        "repeats": REPEATS,
+        "arena": rows,
+    }
     write_report(args.out, report)
     for name, row in rows.items():
-        print(f"{name}: worker's copy {row['write_gb_s']:.2f} GB/s, judge's copy {row['load_gb_s']:.2f} GB/s, "
-              f"{row['s_per_gb']:.3f} s per GB; first hand-over {row['first_s']:.2f} s")
+        print(
+            f"{name}: worker's copy {row['write_gb_s']:.2f} GB/s, judge's copy {row['load_gb_s']:.2f} GB/s, "
+            f"{row['s_per_gb']:.3f} s per GB; first hand-over {row['first_s']:.2f} s"
+        )
     return 0
 
 

@@ -80,8 +80,10 @@ def cases(
     one = lambda: {"x": torch.randn(n, device=device, dtype=torch.bfloat16)}  # noqa: E731
 
     def two() -> dict[str, Any]:
-        return {"a": torch.randn(n, device=device, dtype=torch.bfloat16),
-                "b": torch.randn(n, device=device, dtype=torch.bfloat16)}
+        return {
+            "a": torch.randn(n, device=device, dtype=torch.bfloat16),
+            "b": torch.randn(n, device=device, dtype=torch.bfloat16),
+        }
 
     none = lambda: {"size": torch.zeros(1, device=device)}  # noqa: E731  (the loop needs a tensor to find the device)
 
@@ -181,8 +183,12 @@ def measure(gib: float) -> dict[str, Any]:
 def render(report: dict[str, Any]) -> str:
     if report.get("device") == "cpu":
         return "HBM mix: dry run on CPU (not timed)."
-    lines = [f"HBM streams on {report['device']} ({report['date']}), {report['elements']} bf16 elements a stream",
-             "", "| case | mix | median ms | TB/s | of h200 | of h200-measured |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"HBM streams on {report['device']} ({report['date']}), {report['elements']} bf16 elements a stream",
+        "",
+        "| case | mix | median ms | TB/s | of h200 | of h200-measured |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, c in report["cases"].items():
         lines.append(
             f"| {name} | {c['mix']} | {c['median_ms']:.4f} | {c['tb_per_s']:.3f} | {c['of_h200']:.3f} | "

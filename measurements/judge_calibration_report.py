@@ -71,8 +71,10 @@ def summarize(work: Path) -> tuple[dict[str, Any], str]:
             "|---|---|---|---|---|---|",
         ]
         for name, c in floor["cases"].items():
-            md.append(f"| {name} | {c['median_ms'] * 1e3:.2f} | {c['p10_ms'] * 1e3:.2f} | {c['p90_ms'] * 1e3:.2f} | "
-                      f"{_fmt(c.get('host_launch_us'), 2)} | {_fmt(c.get('gpu_back_to_back_us'), 2)} |")
+            md.append(
+                f"| {name} | {c['median_ms'] * 1e3:.2f} | {c['p10_ms'] * 1e3:.2f} | {c['p90_ms'] * 1e3:.2f} | "
+                f"{_fmt(c.get('host_launch_us'), 2)} | {_fmt(c.get('gpu_back_to_back_us'), 2)} |"
+            )
         below = floor.get("below_floor") or {}
         md.append(
             "\nShapes with T_SOL below the floor: "
@@ -107,8 +109,12 @@ def summarize(work: Path) -> tuple[dict[str, Any], str]:
         summary["runs"][label] = {
             k: run.get(k) for k in ("s_agg", "throughput", "predicted_s", "cost_model", "near_roofline")
         }
-        summary["runs"][label].update(wall_s=run["schedule"]["makespan_s"], shapes=shapes, not_run=len(run["not_run"]),
-                                      conditions=run.get("conditions"))
+        summary["runs"][label].update(
+            wall_s=run["schedule"]["makespan_s"],
+            shapes=shapes,
+            not_run=len(run["not_run"]),
+            conditions=run.get("conditions"),
+        )
         md.append(
             f"- {label}: {shapes} shapes selected, {len(run['not_run'])} not run, wall "
             f"{run['schedule']['makespan_s']} s (predicted {run['predicted_s']} s); S_agg {run['s_agg']}; throughput "

@@ -36,12 +36,18 @@ def judge_parts(evaluations, adopted_start: float) -> dict[str, float]:
     beyond an adopted one and its extra profile forwards left out. In c20 and c21 the checks of
     timed outputs were not timed apart: their reference calls are taken out of the evaluation's
     remainder, and the rest of it is its own line."""
-    parts = dict.fromkeys(("worker starts", "correctness: the worker beyond its calls",
-                           "correctness: the judge beyond its reference calls (inputs, hand-over, comparison)",
-                           "timing: beyond the calls (flush, spin, sync, digest, no-op calls, input sets)",
-                           "checks of timed outputs beyond their reference calls (c22)",
-                           "profile: beyond its forward (first session per worker, per-kernel overhead)",
-                           "rest of each evaluation (c20-c21: the checks of timed outputs; bookkeeping)"), 0.0)
+    parts = dict.fromkeys(
+        (
+            "worker starts",
+            "correctness: the worker beyond its calls",
+            "correctness: the judge beyond its reference calls (inputs, hand-over, comparison)",
+            "timing: beyond the calls (flush, spin, sync, digest, no-op calls, input sets)",
+            "checks of timed outputs beyond their reference calls (c22)",
+            "profile: beyond its forward (first session per worker, per-kernel overhead)",
+            "rest of each evaluation (c20-c21: the checks of timed outputs; bookkeeping)",
+        ),
+        0.0,
+    )
     keys = list(parts)
     for call, r in evaluations:
         skip = SUPERSEDED.get((call, r.op), set())
@@ -80,8 +86,16 @@ def main() -> int:
             run = json.loads((directory / "run.json").read_text())
             split = throughput_split(results)
             judged = sum(s.judged for r in results for s in r.shapes)
-            rows.append({"call": call, "run": name, "evaluations": len(results), "shapes_judged": judged,
-                         "makespan_s": run["schedule"]["makespan_s"], "split": split})
+            rows.append(
+                {
+                    "call": call,
+                    "run": name,
+                    "evaluations": len(results),
+                    "shapes_judged": judged,
+                    "makespan_s": run["schedule"]["makespan_s"],
+                    "split": split,
+                }
+            )
             evaluations += [(call, r) for r in results]
     wall = sum(r["makespan_s"] for r in rows)
     # Work the set would not repeat: the superseded shapes (their seconds and the restarts they caused)
@@ -138,18 +152,22 @@ def main() -> int:
     summary["judge_parts_s"] = {k: round(v, 1) for k, v in parts.items()}
     (HERE / "eager_arena_throughput.json").write_text(json.dumps(summary, indent=1))
     keys = ["start_up", "candidate_load", "compile", "correctness", "timing", "profile", "other", "total"]
-    lines = ["# The full eager set through the output arena, one H200 (2026-12-01)", "",
-             "| call / run | evaluations | shapes judged | wall s | " + " | ".join(keys) + " |",
-             "|---|---|---|---|" + "---|" * len(keys)]
+    lines = [
+        "# The full eager set through the output arena, one H200 (2026-12-01)",
+        "",
+        "| call / run | evaluations | shapes judged | wall s | " + " | ".join(keys) + " |",
+        "|---|---|---|---|" + "---|" * len(keys),
+    ]
     for r in rows:
-        lines.append(f"| {r['call']}/{r['run']} | {r['evaluations']} | {r['shapes_judged']} | {r['makespan_s']:.1f} | "
-                     + " | ".join(f"{r['split'][k]:.1f}" for k in keys) + " |")
+        lines.append(
+            f"| {r['call']}/{r['run']} | {r['evaluations']} | {r['shapes_judged']} | {r['makespan_s']:.1f} | "
+            + " | ".join(f"{r['split'][k]:.1f}" for k in keys)
+            + " |"
+        )
     totals = {k: sum(r["split"][k] for r in rows) for k in keys}
     lines.append(
         f"| **all** | {sum(r['evaluations'] for r in rows)} | {sum(r['shapes_judged'] for r in rows)} | "
-        f"**{wall:.1f}** | "
-        + " | ".join(f"{totals[k]:.1f}" for k in keys)
-        + " |"
+        f"**{wall:.1f}** | " + " | ".join(f"{totals[k]:.1f}" for k in keys) + " |"
     )
     lines += [
         "",

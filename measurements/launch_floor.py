@@ -54,8 +54,11 @@ def shapes_below_floor(catalog, t_floor_ms: float, profiles: Sequence[str] = PRO
         scored = [s.id for s in catalog.visible(op).scored_shapes]
         row = {"shapes": len(scored)}
         for profile in profiles:
-            row[profile] = sum(1 for sid in scored
-                               if (roofline.get(sid, {}).get("t_sol_ms") or {}).get(profile, float("inf")) < t_floor_ms)
+            row[profile] = sum(
+                1
+                for sid in scored
+                if (roofline.get(sid, {}).get("t_sol_ms") or {}).get(profile, float("inf")) < t_floor_ms
+            )
         counts[op] = row
     return counts
 
@@ -71,8 +74,12 @@ def floor_scores(results: Sequence, catalog, profile: str, t_floor_ms: float) ->
     report = {}
     for kind, kind_results in by_kind.items():
         row = run_row(kind, kind_results, catalog, profile, {}, t_floor_ms)
-        report[kind] = {"operators": {o.op: {"s": o.score, "s_floor": o.score_floor} for o in row.per_operator},
-                        "s_agg": row.s_agg, "s_floor_agg": row.s_floor_agg, "missing_operators": row.missing_operators}
+        report[kind] = {
+            "operators": {o.op: {"s": o.score, "s_floor": o.score_floor} for o in row.per_operator},
+            "s_agg": row.s_agg,
+            "s_floor_agg": row.s_floor_agg,
+            "missing_operators": row.missing_operators,
+        }
     return report
 
 
@@ -145,8 +152,13 @@ def measure(calls: int = 200) -> dict[str, Any]:
     flush = flush_bytes_for(getattr(props, "L2_cache_size", 0))
     cases = _cases("cuda")
     make = cases.pop("_inputs")
-    report.update(device=props.name, triton=triton.__version__, calls=calls, flush_bytes=flush,
-                  cases=time_cases(Primitives.capture(), cases, make, calls, flush))
+    report.update(
+        device=props.name,
+        triton=triton.__version__,
+        calls=calls,
+        flush_bytes=flush,
+        cases=time_cases(Primitives.capture(), cases, make, calls, flush),
+    )
     report["sync_gap_ms"] = report["cases"]["events_only"]["sync_gap_median_ms"]
     inputs = make()
     for name in FLOOR_CASES:
@@ -164,8 +176,9 @@ def measure(calls: int = 200) -> dict[str, Any]:
             fn(inputs)
         end.record()
         torch.cuda.synchronize()
-        report["cases"][name].update(host_launch_us=host * 1e6 / BACK_TO_BACK,
-                                     gpu_back_to_back_us=start.elapsed_time(end) * 1e3 / BACK_TO_BACK)
+        report["cases"][name].update(
+            host_launch_us=host * 1e6 / BACK_TO_BACK, gpu_back_to_back_us=start.elapsed_time(end) * 1e3 / BACK_TO_BACK
+        )
     waits = []
     for _ in range(200):
         t0 = time.perf_counter()
@@ -178,8 +191,12 @@ def measure(calls: int = 200) -> dict[str, Any]:
 
 
 def render_scores(floor_ms: float, counts: dict[str, dict[str, int]], scores: dict[str, dict[str, Any]]) -> str:
-    lines = [f"T_floor = {floor_ms * 1e3:.2f} µs (one launch through the evaluator's timing loop).", "",
-             "| operator | shapes | T_SOL < floor (h200) | T_SOL < floor (h200-measured) |", "|---|---|---|---|"]
+    lines = [
+        f"T_floor = {floor_ms * 1e3:.2f} µs (one launch through the evaluator's timing loop).",
+        "",
+        "| operator | shapes | T_SOL < floor (h200) | T_SOL < floor (h200-measured) |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {op} | {c['shapes']} | {c['h200']} | {c['h200-measured']} |" for op, c in counts.items()]
     total = {k: sum(c[k] for c in counts.values()) for k in ("shapes", *PROFILES)}
     lines.append(f"| **all** | {total['shapes']} | {total['h200']} | {total['h200-measured']} |")

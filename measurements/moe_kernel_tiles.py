@@ -32,10 +32,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # op -> [(shape id, why)]: decode, mid, prefill of each operator's scored set
 SHAPES = {
-    "fused_moe": [("8", "decode T=1, E=128"), ("9", "mid T=2400, E=128"), ("4", "mid T=1979, E=8"),
-                  ("21", "prefill T=8179, E=8, I=4096")],
-    "fp8_blockscale_fused_moe": [("2", "decode T=1, E=256"), ("3", "small T=32, E=256"), ("5", "mid T=2560, E=128"),
-                                 ("0", "prefill T=30821, E=128")],
+    "fused_moe": [
+        ("8", "decode T=1, E=128"),
+        ("9", "mid T=2400, E=128"),
+        ("4", "mid T=1979, E=8"),
+        ("21", "prefill T=8179, E=8, I=4096"),
+    ],
+    "fp8_blockscale_fused_moe": [
+        ("2", "decode T=1, E=256"),
+        ("3", "small T=32, E=256"),
+        ("5", "mid T=2560, E=128"),
+        ("0", "prefill T=30821, E=128"),
+    ],
 }
 
 
@@ -43,17 +51,23 @@ def _configs(op: str, per_expert: float) -> list[dict | None]:
     """None = the kernel's own rule; then three fixed alternatives around the regime the shape is in."""
     base = {"BN2": 128, "num_stages": 3, **({"BK": 64} if op == "fused_moe" else {})}
     if per_expert <= 16:  # decode: how wide should the weight-streaming programs be
-        alternatives = [{"BM": 16, "BN1": 32, "num_warps": 4, "num_stages": 4},
-                        {"BM": 16, "BN1": 128, "num_warps": 4, "num_stages": 4},
-                        {"BM": 32, "BN1": 64, "num_warps": 4}]
+        alternatives = [
+            {"BM": 16, "BN1": 32, "num_warps": 4, "num_stages": 4},
+            {"BM": 16, "BN1": 128, "num_warps": 4, "num_stages": 4},
+            {"BM": 32, "BN1": 64, "num_warps": 4},
+        ]
     elif per_expert <= 512:
-        alternatives = [{"BM": 64, "BN1": 128, "num_warps": 8},
-                        {"BM": 128, "BN1": 64, "num_warps": 8},
-                        {"BM": 32, "BN1": 64, "num_warps": 4}]
+        alternatives = [
+            {"BM": 64, "BN1": 128, "num_warps": 8},
+            {"BM": 128, "BN1": 64, "num_warps": 8},
+            {"BM": 32, "BN1": 64, "num_warps": 4},
+        ]
     else:
-        alternatives = [{"BM": 128, "BN1": 128, "num_warps": 8},
-                        {"BM": 64, "BN1": 128, "num_warps": 8},
-                        {"BM": 128, "BN1": 64, "num_warps": 8, "num_stages": 4}]
+        alternatives = [
+            {"BM": 128, "BN1": 128, "num_warps": 8},
+            {"BM": 64, "BN1": 128, "num_warps": 8},
+            {"BM": 128, "BN1": 64, "num_warps": 8, "num_stages": 4},
+        ]
     return [None, *({**base, **alt} for alt in alternatives)]
 
 
@@ -82,6 +96,7 @@ def _time_ms(fn, warmup: int = 3, reps: int = 20) -> float:
 def _triton_share(fn, triton_names: set[str]) -> dict:
     """GPU time in kernels named after the kernel file's @triton.jit functions, over all GPU time."""
     from torch.profiler import ProfilerActivity, profile
+
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -111,8 +126,10 @@ def _measure_shape(op: str, shape: dict, kernel, reference, compare_outputs, dea
     for cfg in _configs(op, per_expert):
         model = kernel.Model(**shape["init"])
         model.tiles = cfg
-        entry: dict = {"tiles": cfg or "rule",
-                       "rule_would_pick": kernel._tiles(p["token_count"] * p["top_k"], p["num_experts"])}
+        entry: dict = {
+            "tiles": cfg or "rule",
+            "rule_would_pick": kernel._tiles(p["token_count"] * p["top_k"], p["num_experts"]),
+        }
         if cfg is not None and time.perf_counter() > deadline:
             entry["error"] = "skipped: over the script's time budget (compiles are slow on this machine)"
             row["configs"].append(entry)
@@ -120,6 +137,7 @@ def _measure_shape(op: str, shape: dict, kernel, reference, compare_outputs, dea
 
         def call(model=model):
             return model(*call_args)
+
         try:
             t0 = time.perf_counter()
             out = call()
@@ -137,9 +155,12 @@ def _measure_shape(op: str, shape: dict, kernel, reference, compare_outputs, dea
         except Exception as exc:  # noqa: BLE001 - a config that does not compile or run is a result, not the end
             entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
         row["configs"].append(entry)
-        print(f"{op} shape {shape['id']} {entry['tiles']}: "
-              f"{entry.get('median_ms', '-')} ms, {entry.get('tflops', '-')} TFLOP/s, correct={entry.get('correct')}"
-              f"{' ' + entry['error'] if 'error' in entry else ''}", flush=True)
+        print(
+            f"{op} shape {shape['id']} {entry['tiles']}: "
+            f"{entry.get('median_ms', '-')} ms, {entry.get('tflops', '-')} TFLOP/s, correct={entry.get('correct')}"
+            f"{' ' + entry['error'] if 'error' in entry else ''}",
+            flush=True,
+        )
     return row
 
 
@@ -147,8 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--ops", nargs="*", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--budget-s", type=float, default=200.0,
-                        help="after this many seconds only each shape's rule config runs (default 200)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=200.0,
+        help="after this many seconds only each shape's rule config runs (default 200)",
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("moe_kernel_tiles: needs a CUDA GPU (none visible); run it on the H200 machine.", file=sys.stderr)
@@ -156,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton
 
     from atrex_mcp.evaluate.compare import compare_outputs
+
     deadline = time.perf_counter() + args.budget_s
     results = {}
     for op in args.ops:
@@ -168,9 +194,14 @@ def main(argv: list[str] | None = None) -> int:
                 dict(_measure_shape(op, shapes[sid], kernel, reference, compare_outputs, deadline), why=why)
             )
             torch.cuda.empty_cache()  # the shape's inputs are gone with its frame
-    report = {"question": "which tile configs should the MoE kernels use, and are they correct",
-              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), "results": results}
+    report = {
+        "question": "which tile configs should the MoE kernels use, and are they correct",
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "results": results,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")

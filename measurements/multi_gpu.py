@@ -200,8 +200,9 @@ def run_jobs(
                         {"op": batch.op, "shape": n["shape"], "reason": n["reason"]} for n in reply.get("not_run", [])
                     ]
                 elif outcome.status != "ok":
-                    schedule.not_run += [{"op": batch.op, "shape": s, "reason": f"error: {outcome.message[:300]}"}
-                                         for s in batch.shapes]
+                    schedule.not_run += [
+                        {"op": batch.op, "shape": s, "reason": f"error: {outcome.message[:300]}"} for s in batch.shapes
+                    ]
             if outcome.status == "error" and reply.get("fatal"):
                 with lock:
                     failed.append(runner.label)
@@ -215,8 +216,11 @@ def run_jobs(
     schedule.makespan_s = time.monotonic() - t0
     left = max(0.0, (deadline_s or 0.0) - schedule.makespan_s)
     for job in queue.remaining():
-        why = (f"every GPU process exited ({', '.join(failed)})" if len(failed) == len(runners)
-               else f"{BUDGET_REASON} predicted {job.seconds + batch_fixed_s:.0f} s, {left:.0f} s left")
+        why = (
+            f"every GPU process exited ({', '.join(failed)})"
+            if len(failed) == len(runners)
+            else f"{BUDGET_REASON} predicted {job.seconds + batch_fixed_s:.0f} s, {left:.0f} s left"
+        )
         schedule.not_run.append({"op": job.op, "shape": job.shape, "reason": why})
     return schedule
 
@@ -225,8 +229,16 @@ class ClusterWorker:
     """One worker of the local cluster (one GPU, or one lane of it): each batch is one shard
     judged there; its result is written to a part file here."""
 
-    def __init__(self, client: Any, address: str, label: str, parts_dir: Path, request: dict[str, Any],
-                 problems: list[str] | None, digests: dict[str, str]):
+    def __init__(
+        self,
+        client: Any,
+        address: str,
+        label: str,
+        parts_dir: Path,
+        request: dict[str, Any],
+        problems: list[str] | None,
+        digests: dict[str, str],
+    ):
         self.client, self.address, self.label = client, address, label
         self.parts_dir, self.request, self.problems, self.digests = parts_dir, request, problems, digests
         self._count = 0
@@ -239,9 +251,14 @@ class ClusterWorker:
         from atrex_mcp.evaluate.models import EvalRequest
 
         self._count += 1
-        spec = ShardSpec(key=f"{batch.op}.{self.label}.{self._count}", kind=self.request.get("baseline") or "candidate",
-                         request=EvalRequest(**{**self.request, "op": batch.op, "shapes": batch.shapes}),
-                         problems=self.problems, problem_digest=self.digests[batch.op], deadline_epoch=deadline_epoch)
+        spec = ShardSpec(
+            key=f"{batch.op}.{self.label}.{self._count}",
+            kind=self.request.get("baseline") or "candidate",
+            request=EvalRequest(**{**self.request, "op": batch.op, "shapes": batch.shapes}),
+            problems=self.problems,
+            problem_digest=self.digests[batch.op],
+            deadline_epoch=deadline_epoch,
+        )
         future = self.client.submit(judge_shard, spec, workers=[self.address], allow_other_workers=False, pure=False)
         while True:  # a worker that died is not waited for: its batch is lost, the other workers go on
             try:
@@ -250,11 +267,17 @@ class ClusterWorker:
             except TimeoutError:
                 if not self._alive():
                     future.cancel()
-                    return {"status": "error", "fatal": True,
-                            "message": f"GPU worker {self.label} ({self.address}) exited"}
+                    return {
+                        "status": "error",
+                        "fatal": True,
+                        "message": f"GPU worker {self.label} ({self.address}) exited",
+                    }
             except Exception as exc:  # noqa: BLE001 — KilledWorker and the like end this worker's share
-                return {"status": "error", "fatal": True,
-                        "message": f"GPU worker {self.label}: {type(exc).__name__}: {exc}"}
+                return {
+                    "status": "error",
+                    "fatal": True,
+                    "message": f"GPU worker {self.label}: {type(exc).__name__}: {exc}",
+                }
         answer: dict[str, Any] = {"visible_devices": reply.visible_devices}
         if reply.error is not None:
             error = reply.error
@@ -262,10 +285,13 @@ class ClusterWorker:
         result = reply.result
         part = self.parts_dir / f"{batch.op}.{self.label}.{self._count}.json"
         part.write_text(result.model_dump_json(indent=1))
-        return {**answer, "status": "partial" if result.partial else "ok", "result_file": str(part),
-                "device_name": result.device.name,
-                "not_run": [{"shape": s.id, "reason": f"{s.category}: {s.message}"}
-                            for s in result.shapes if not s.judged]}
+        return {
+            **answer,
+            "status": "partial" if result.partial else "ok",
+            "result_file": str(part),
+            "device_name": result.device.name,
+            "not_run": [{"shape": s.id, "reason": f"{s.category}: {s.message}"} for s in result.shapes if not s.judged],
+        }
 
     def close(self) -> None:
         """Nothing to stop: the cluster's workers end with the cluster."""

@@ -45,8 +45,14 @@ OPENINGS = {
     "read_all": {"paths": (("/", landlock.READ_EXEC),)},
     "write_all": {"paths": (("/", landlock.READ_WRITE),)},
 }
-LAYERS = [["channel"], ["channel", "shm"], ["channel", "shm", "tmp"], ["channel", "shm", "tmp", "dev"],
-          ["channel", "shm", "tmp", "dev", "read_all"], ["channel", "write_all"]]
+LAYERS = [
+    ["channel"],
+    ["channel", "shm"],
+    ["channel", "shm", "tmp"],
+    ["channel", "shm", "tmp", "dev"],
+    ["channel", "shm", "tmp", "dev", "read_all"],
+    ["channel", "write_all"],
+]
 
 
 def openings_of(names: list[str]) -> ncu_mod.SandboxOpenings:
@@ -77,17 +83,37 @@ def _variant(names: list[str] | None, shape: str, timeout_s: float) -> dict:
         os.environ["ATREX_SANDBOX_LANDLOCK"] = "0"
     t0 = time.perf_counter()
     try:
-        report = capture_counters("rms_norm", source, shape, catalog, roofline=None, timeout_s=timeout_s,
-                                  openings=openings_of(names or []))
-        return {"variant": label, "openings": names, "ok": True, "seconds": round(time.perf_counter() - t0, 1),
-                "device": report.device,
-                "kernels": [{"name": k.name[:80], "launches": k.launches, "origin": k.origin,
-                             "metrics": {m: round(v, 3) for m, v in k.metrics.items()}} for k in report.kernels],
-                "bottleneck": report.bottleneck.model_dump(mode="json"), "unavailable": report.unavailable_metrics,
-                "sass": [f.model_dump(mode="json") for f in report.sass], "note": report.note}
+        report = capture_counters(
+            "rms_norm", source, shape, catalog, roofline=None, timeout_s=timeout_s, openings=openings_of(names or [])
+        )
+        return {
+            "variant": label,
+            "openings": names,
+            "ok": True,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "device": report.device,
+            "kernels": [
+                {
+                    "name": k.name[:80],
+                    "launches": k.launches,
+                    "origin": k.origin,
+                    "metrics": {m: round(v, 3) for m, v in k.metrics.items()},
+                }
+                for k in report.kernels
+            ],
+            "bottleneck": report.bottleneck.model_dump(mode="json"),
+            "unavailable": report.unavailable_metrics,
+            "sass": [f.model_dump(mode="json") for f in report.sass],
+            "note": report.note,
+        }
     except AtrexError as exc:
-        return {"variant": label, "openings": names, "ok": False, "seconds": round(time.perf_counter() - t0, 1),
-                "error": exc.info.model_dump(mode="json")}
+        return {
+            "variant": label,
+            "openings": names,
+            "ok": False,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "error": exc.info.model_dump(mode="json"),
+        }
     finally:
         if saved is None:
             os.environ.pop("ATREX_SANDBOX_LANDLOCK", None)
@@ -119,8 +145,12 @@ def _trusted_ncu(timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [tool, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", sys.executable, "-c", TRUSTED]
         done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout_s)
-    return {"variant": "trusted_script", "ok": done.returncode == 0 and "gpu__time_duration" in done.stdout,
-            "returncode": done.returncode, "output_tail": (done.stdout + done.stderr)[-2000:]}
+    return {
+        "variant": "trusted_script",
+        "ok": done.returncode == 0 and "gpu__time_duration" in done.stdout,
+        "returncode": done.returncode,
+        "output_tail": (done.stdout + done.stderr)[-2000:],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     if record["gpu"] is None or record["ncu"] is None:
         record["skipped"] = "no GPU or no ncu: nothing to probe"
     else:
+
         def record_variant(outcome: dict) -> dict:
             record["variants"].append(outcome)
             print(json.dumps({k: outcome[k] for k in ("variant", "ok", "seconds")}), flush=True)

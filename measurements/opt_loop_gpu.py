@@ -63,7 +63,7 @@ class Model(nn.Module):
         return out
 '''
 
-TWO_PASS = '''@triton.jit
+TWO_PASS = """@triton.jit
 def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_cols, eps, CHUNK: tl.constexpr):
     row = tl.program_id(0)
     x_row = x_ptr + row * n_cols
@@ -80,9 +80,9 @@ def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_cols, eps, CHUNK: tl.constexpr):
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(o_row + cols, (x * inv * w).to(out_ptr.dtype.element_ty), mask=mask)
-'''
+"""
 
-ONE_PASS = '''@triton.jit
+ONE_PASS = """@triton.jit
 def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr, ROWS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK){hint}
@@ -94,7 +94,7 @@ def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps, BLOCK: tl.const
     ms = tl.sum(x * x, axis=1) / n_cols
     inv = {inv}
     tl.store(out_ptr + offs, (x * inv[:, None] * w[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
-'''
+"""
 
 
 def kernel_source(cfg: dict) -> str:
@@ -108,8 +108,10 @@ def kernel_source(cfg: dict) -> str:
             else "1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)"
         )
         kernel = TWO_PASS.format(hint=hint, inv=inv)
-        launch = (f"        _rms_norm_kernel[(n_rows,)](x, weight, out, n_cols, self.eps, CHUNK={cfg['chunk']}, "
-                  f"num_warps={warps})")
+        launch = (
+            f"        _rms_norm_kernel[(n_rows,)](x, weight, out, n_cols, self.eps, CHUNK={cfg['chunk']}, "
+            f"num_warps={warps})"
+        )
         summary = f"two passes over the row in chunks of {cfg['chunk']}, num_warps={warps}"
     else:
         hint = "\n    cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK), BLOCK)" if cfg["hints"] else ""
@@ -294,8 +296,11 @@ def run_loop(shapes: list[str], rounds: int, deadline_s: float, ncu_timeout_s: f
             log(f"step {index + 1} {category}: not applicable to the accepted kernel")
             continue
         if elapsed() + estimate() > deadline_s - FINAL_RESERVE_S:
-            result["not_run"] += [{"step": j + 1, "category": s[0], "why": f"deadline ({deadline_s:.0f} s)"}
-                                  for j, s in enumerate(STEPS) if j >= index]
+            result["not_run"] += [
+                {"step": j + 1, "category": s[0], "why": f"deadline ({deadline_s:.0f} s)"}
+                for j, s in enumerate(STEPS)
+                if j >= index
+            ]
             log(f"deadline: steps {index + 1}..{len(STEPS)} not run")
             break
         plan = Plan(
@@ -390,8 +395,11 @@ def render_markdown(result: dict) -> str:
             f"| {it['number']} | {category} | {it['status']} | {_fmt(d.get('speedup'), '.3f')} | {ci} | {expected} | "
             f"{it['reason']} |"
         )
-    lines += ["", f"Status: **{result['status']}**; {len(t['iterations']) - 1} iterations recorded "
-              f"(per-iteration wall times: {', '.join(f'{v:.0f}' for v in result['iteration_s']) or '—'} s)."]
+    lines += [
+        "",
+        f"Status: **{result['status']}**; {len(t['iterations']) - 1} iterations recorded "
+        f"(per-iteration wall times: {', '.join(f'{v:.0f}' for v in result['iteration_s']) or '—'} s).",
+    ]
     if result["not_run"]:
         lines += [
             "",
@@ -411,9 +419,11 @@ def render_markdown(result: dict) -> str:
     ]
     for shape in result["shapes"]:
         fin = result.get("final_eval", {}).get(shape, {"time_ms": None, "score": None, "dsl_share": None})
-        lines.append(f"| {shape} | {_fmt(result['baseline_eval']['time_ms'].get(shape), '.4f')} | "
-                     f"{_fmt(result['baseline_eval']['score'].get(shape), '.3f')} | {_fmt(fin['time_ms'], '.4f')} | "
-                     f"{_fmt(fin['score'], '.3f')} | {_fmt(fin['dsl_share'], '.2f')} |")
+        lines.append(
+            f"| {shape} | {_fmt(result['baseline_eval']['time_ms'].get(shape), '.4f')} | "
+            f"{_fmt(result['baseline_eval']['score'].get(shape), '.3f')} | {_fmt(fin['time_ms'], '.4f')} | "
+            f"{_fmt(fin['score'], '.3f')} | {_fmt(fin['dsl_share'], '.2f')} |"
+        )
     lines += [
         "",
         f"Median S over the shapes: {_fmt(_median(result['baseline_eval']['score']), '.3f')} (baseline) → "

@@ -62,8 +62,13 @@ def run_op(op: str, deadline: float, reps: int) -> list[dict]:
             outs = out.values() if isinstance(out, dict) else (out if isinstance(out, tuple) else (out,))
             finite = all(bool(torch.isfinite(o.float()).all()) for o in outs if o.is_floating_point())
             times.sort()
-            row.update(status="ok", eager_ms=times[len(times) // 2], min_ms=times[0],
-                       peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, outputs_finite=finite)
+            row.update(
+                status="ok",
+                eager_ms=times[len(times) // 2],
+                min_ms=times[0],
+                peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30,
+                outputs_finite=finite,
+            )
             del inputs, out, outs
         except torch.OutOfMemoryError as exc:
             row.update(status="oom", reason=str(exc).splitlines()[0][:300])
@@ -133,22 +138,32 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
-        "wall_s": round(time.time() - t0, 1), "reps": args.reps,
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "wall_s": round(time.time() - t0, 1),
+        "reps": args.reps,
         "counts": {k: sum(r["status"] == k for r in rows) for k in ("ok", "oom", "error", "crashed", "not_run")},
     }
     (out / "references_h200.json").write_text(json.dumps({"meta": meta, "shapes": rows}, indent=1))
-    lines = [f"# Reference run on {meta['gpu']} — {meta['date']}", "",
-             f"torch {meta['torch']}, Python {meta['python']}; wall {meta['wall_s']} s; {meta['counts']}", "",
-             "| op | shapes ok | total eager ms | max peak GiB | not ok (id: reason) |", "|---|---|---|---|---|"]
+    lines = [
+        f"# Reference run on {meta['gpu']} — {meta['date']}",
+        "",
+        f"torch {meta['torch']}, Python {meta['python']}; wall {meta['wall_s']} s; {meta['counts']}",
+        "",
+        "| op | shapes ok | total eager ms | max peak GiB | not ok (id: reason) |",
+        "|---|---|---|---|---|",
+    ]
     for op in ops:
         rs = [r for r in rows if r["op"] == op]
         ok = [r for r in rs if r["status"] == "ok"]
         bad = "; ".join(
             f"{r['shape_id']}: {r['status']} {r.get('reason', '')}"[:120] for r in rs if r["status"] != "ok"
         )
-        lines.append(f"| {op} | {len(ok)}/{len(rs)} | {sum(r['eager_ms'] for r in ok):.3f} | "
-                     f"{max((r['peak_mem_gib'] for r in ok), default=0):.2f} | {bad} |")
+        lines.append(
+            f"| {op} | {len(ok)}/{len(rs)} | {sum(r['eager_ms'] for r in ok):.3f} | "
+            f"{max((r['peak_mem_gib'] for r in ok), default=0):.2f} | {bad} |"
+        )
     (out / "references_h200.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

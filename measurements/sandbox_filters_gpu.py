@@ -62,14 +62,25 @@ def step_plan() -> dict:
 def step_eval(catalog: Catalog) -> dict:
     t0 = time.perf_counter()
     result = evaluate(EvalRequest(op="rms_norm", source=EXAMPLE.read_text(), shapes=["15", "0"], seeds=2), catalog)
-    shapes = [{"id": s.id, "correct": s.correct, "category": s.category, "time_ms": s.time_ms,
-               "message": s.message[:300]} for s in result.shapes]
+    shapes = [
+        {"id": s.id, "correct": s.correct, "category": s.category, "time_ms": s.time_ms, "message": s.message[:300]}
+        for s in result.shapes
+    ]
     iso = _isolation(result)
-    ok = (result.compiled and all(s["correct"] and s["time_ms"] for s in shapes)
-          and iso.get("seccomp_enforced") and iso.get("network_namespace"))
-    return {"ok": bool(ok), "seconds": round(time.perf_counter() - t0, 1), "compiled": result.compiled,
-            "compile_error": result.compile_error.message[-1500:] if result.compile_error else None,
-            "shapes": shapes, "isolation": iso}
+    ok = (
+        result.compiled
+        and all(s["correct"] and s["time_ms"] for s in shapes)
+        and iso.get("seccomp_enforced")
+        and iso.get("network_namespace")
+    )
+    return {
+        "ok": bool(ok),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "compiled": result.compiled,
+        "compile_error": result.compile_error.message[-1500:] if result.compile_error else None,
+        "shapes": shapes,
+        "isolation": iso,
+    }
 
 
 def _metadata(catalog: Catalog, tmp: Path) -> dict:
@@ -79,15 +90,23 @@ def _metadata(catalog: Catalog, tmp: Path) -> dict:
     target.write_text("{}")
     target.chmod(0o600)
     before = {str(p): (os.stat(p).st_mode, os.stat(p).st_uid, os.stat(p).st_mtime_ns) for p in (folder, target)}
-    source = (EXPLOITS / "metadata_writes.py").read_text().replace(
-        "TARGETS: dict = {}", f"TARGETS = {{'file': {str(target)!r}, 'dir': {str(folder)!r}}}")
+    source = (
+        (EXPLOITS / "metadata_writes.py")
+        .read_text()
+        .replace("TARGETS: dict = {}", f"TARGETS = {{'file': {str(target)!r}, 'dir': {str(folder)!r}}}")
+    )
     result = evaluate(EvalRequest(op="rms_norm", source=source, shapes=["15"], seeds=1), catalog)
     attempts = _attempts(result)
     after = {str(p): (os.stat(p).st_mode, os.stat(p).st_uid, os.stat(p).st_mtime_ns) for p in (folder, target)}
-    refused = isinstance(attempts, dict) and all(v == "PermissionError" for k, v in attempts.items()
-                                                 if k != "open O_PATH")
-    return {"held": refused and before == after, "attempts": attempts, "unchanged": before == after,
-            "isolation": _isolation(result)}
+    refused = isinstance(attempts, dict) and all(
+        v == "PermissionError" for k, v in attempts.items() if k != "open O_PATH"
+    )
+    return {
+        "held": refused and before == after,
+        "attempts": attempts,
+        "unchanged": before == after,
+        "isolation": _isolation(result),
+    }
 
 
 def _network(catalog: Catalog, tmp: Path) -> dict:
@@ -116,8 +135,12 @@ def _network(catalog: Catalog, tmp: Path) -> dict:
             s.close()
     attempts = _attempts(result)
     refused = isinstance(attempts, dict) and all(v != "done" for v in attempts.values())
-    return {"held": refused and not received, "attempts": attempts, "received": received,
-            "isolation": _isolation(result)}
+    return {
+        "held": refused and not received,
+        "attempts": attempts,
+        "received": received,
+        "isolation": _isolation(result),
+    }
 
 
 def _limits(catalog: Catalog, tmp: Path) -> dict:
@@ -141,8 +164,12 @@ def _int80(catalog: Catalog, tmp: Path) -> dict:
 
 def step_exploits(catalog: Catalog) -> dict:
     out = {}
-    for name, run in (("metadata_writes", _metadata), ("network_egress", _network), ("resource_limits", _limits),
-                      ("chmod_via_int80", _int80)):
+    for name, run in (
+        ("metadata_writes", _metadata),
+        ("network_egress", _network),
+        ("resource_limits", _limits),
+        ("chmod_via_int80", _int80),
+    ):
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="atrex-escape-") as tmp:
             try:
@@ -161,18 +188,25 @@ def step_ncu(catalog: Catalog) -> dict:
     if ncu_mod.ncu_executable() is None:
         return {"ok": None, "note": "ncu not installed"}
     base = ncu_mod.NCU_OPENINGS
-    variants = {"default": base,  # what profile_kernel uses; the others only if it fails
-                "unix_sockets": dataclasses.replace(base, abstract_unix=True),
-                "tcp": dataclasses.replace(base, tcp_ports=ncu_mod.NCU_PORTS),
-                "unix_sockets+tcp": dataclasses.replace(base, abstract_unix=True, tcp_ports=ncu_mod.NCU_PORTS)}
+    variants = {
+        "default": base,  # what profile_kernel uses; the others only if it fails
+        "unix_sockets": dataclasses.replace(base, abstract_unix=True),
+        "tcp": dataclasses.replace(base, tcp_ports=ncu_mod.NCU_PORTS),
+        "unix_sockets+tcp": dataclasses.replace(base, abstract_unix=True, tcp_ports=ncu_mod.NCU_PORTS),
+    }
     out: dict = {}
     for name, openings in variants.items():
         t0 = time.perf_counter()
         try:
-            report = capture_counters("rms_norm", EXAMPLE.read_text(), "2", catalog, roofline=None, timeout_s=240,
-                                      openings=openings)
-            out[name] = {"ok": bool(report.kernels), "device": report.device, "sass": len(report.sass),
-                         "kernels": [(k.name[:60], k.launches, k.origin) for k in report.kernels]}
+            report = capture_counters(
+                "rms_norm", EXAMPLE.read_text(), "2", catalog, roofline=None, timeout_s=240, openings=openings
+            )
+            out[name] = {
+                "ok": bool(report.kernels),
+                "device": report.device,
+                "sass": len(report.sass),
+                "kernels": [(k.name[:60], k.launches, k.origin) for k in report.kernels],
+            }
         except AtrexError as exc:
             out[name] = {"ok": False, "error": exc.info.model_dump(mode="json")}
         out[name]["seconds"] = round(time.perf_counter() - t0, 1)
@@ -188,8 +222,11 @@ def main() -> None:
     parser.add_argument("--no-ncu", action="store_true")
     args = parser.parse_args()
     catalog = Catalog()
-    report: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": sys.version.split()[0],
-                    "uid": os.geteuid()}
+    report: dict = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "python": sys.version.split()[0],
+        "uid": os.geteuid(),
+    }
     steps = [("plan", step_plan), ("eval", lambda: step_eval(catalog)), ("exploits", lambda: step_exploits(catalog))]
     if not args.no_ncu:
         steps.append(("ncu", lambda: step_ncu(catalog)))

@@ -46,8 +46,11 @@ async def _validate_all(workspace: Path, mode: str, shapes: list[str] | None) ->
         started = time.monotonic()
         args = {"op": "rms_norm", "path": "kernel.py", "seeds": 3, **({"shapes": shapes} if shapes else {})}
         result = await client.call_tool("validate", args, read_timeout_seconds=580)
-        return {"wall_s": time.monotonic() - started, "is_error": result.is_error,
-                "result": result.structured_content or result.content[0].text}
+        return {
+            "wall_s": time.monotonic() - started,
+            "is_error": result.is_error,
+            "result": result.structured_content or result.content[0].text,
+        }
 
 
 async def _profile(workspace: Path) -> dict:
@@ -57,8 +60,11 @@ async def _profile(workspace: Path) -> dict:
         result = await client.call_tool(
             "profile_kernel", {"op": "rms_norm", "path": "kernel.py", "shape": "0"}, read_timeout_seconds=580
         )
-        return {"wall_s": time.monotonic() - started, "is_error": result.is_error,
-                "result": result.structured_content or result.content[0].text}
+        return {
+            "wall_s": time.monotonic() - started,
+            "is_error": result.is_error,
+            "result": result.structured_content or result.content[0].text,
+        }
 
 
 async def _queue(workspace: Path) -> dict:
@@ -70,8 +76,12 @@ async def _queue(workspace: Path) -> dict:
         async def progress(value: float, total: float | None, message: str | None) -> None:
             events[i].append((time.monotonic() - t0, message or ""))
 
-        await client.call_tool("validate", {"op": "rms_norm", "path": "kernel.py", "shapes": ["0", "13"], "seeds": 1},
-                               progress_callback=progress, read_timeout_seconds=580)
+        await client.call_tool(
+            "validate",
+            {"op": "rms_norm", "path": "kernel.py", "shapes": ["0", "13"], "seeds": 1},
+            progress_callback=progress,
+            read_timeout_seconds=580,
+        )
         events[i].append((time.monotonic() - t0, "returned"))
 
     async with Client(build_server(cfg)) as client, anyio.create_task_group() as tg:
@@ -85,8 +95,12 @@ async def _queue(workspace: Path) -> dict:
         spans.append((start, end, i))
     spans.sort()
     overlaps = [f"job {a[2]} and job {b[2]}" for a, b in itertools.pairwise(spans) if b[0] < a[1] - 0.05]
-    return {"events": events, "spans": spans, "overlaps": overlaps,
-            "positions_heard": {i: [m for _, m in evs if "queued" in m] for i, evs in events.items()}}
+    return {
+        "events": events,
+        "spans": spans,
+        "overlaps": overlaps,
+        "positions_heard": {i: [m for _, m in evs if "queued" in m] for i, evs in events.items()},
+    }
 
 
 async def _cancel(workspace: Path) -> dict:
@@ -106,8 +120,13 @@ async def _cancel(workspace: Path) -> dict:
             async def heard(value: float, total: float | None, message: str | None) -> None:
                 if "started on" in (message or "") and "follower_started" not in timeline:
                     timeline["follower_started"] = time.monotonic() - t0
-            await client.call_tool("validate", {"op": "rms_norm", "path": "kernel.py", "shapes": ["smoke"], "seeds": 1},
-                                   progress_callback=heard, read_timeout_seconds=580)
+
+            await client.call_tool(
+                "validate",
+                {"op": "rms_norm", "path": "kernel.py", "shapes": ["smoke"], "seeds": 1},
+                progress_callback=heard,
+                read_timeout_seconds=580,
+            )
 
         async with anyio.create_task_group() as tg:
             scope = anyio.CancelScope()
@@ -132,8 +151,11 @@ async def _cancel(workspace: Path) -> dict:
             while hanging_workers & live_children() and time.monotonic() - t0 < 120:
                 await anyio.sleep(0.1)
             timeline["worker_gone"] = time.monotonic() - t0
-    return {"timeline_s": timeline, "hanging_workers": sorted(hanging_workers),
-            "hanging_workers_left": sorted(hanging_workers & live_children())}
+    return {
+        "timeline_s": timeline,
+        "hanging_workers": sorted(hanging_workers),
+        "hanging_workers_left": sorted(hanging_workers & live_children()),
+    }
 
 
 def main() -> int:
@@ -151,7 +173,9 @@ def main() -> int:
     shapes = args.shapes.split(",") if args.shapes else None
     record = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
         "validate_optimize": anyio.run(_validate_all, workspace, "optimize", shapes),
         "validate_benchmark": anyio.run(_validate_all, workspace, "benchmark", shapes),
         "profile": anyio.run(_profile, workspace),
@@ -161,8 +185,10 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "server_gpu_check.json").write_text(json.dumps(record, indent=1, default=str))
     opt, bench = record["validate_optimize"]["result"], record["validate_benchmark"]["result"]
-    print(f"{record['gpu']}: validate all shapes {record['validate_optimize']['wall_s']:.0f} s, "
-          f"passed {opt.get('passed')} failed {opt.get('failed')}, S_i {opt.get('operator_score')}")
+    print(
+        f"{record['gpu']}: validate all shapes {record['validate_optimize']['wall_s']:.0f} s, "
+        f"passed {opt.get('passed')} failed {opt.get('failed')}, S_i {opt.get('operator_score')}"
+    )
     print(
         "benchmark mode hides: t_sol/score all null = "
         f"{all(s['t_sol_ms'] is None and s['score'] is None for s in bench.get('shapes', []))}, operator_score = "

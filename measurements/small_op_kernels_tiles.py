@@ -127,9 +127,12 @@ def measure_op(op: str, shape_ids: list[str], variants: list) -> dict:
         x = inputs_mod.make_inputs(seed=0, device="cuda", **shape["inputs"])
         reference = reference_mod.Model(**shape["init"])
         expected = reference(**x)
-        row = {"id": shape_id, "inputs": shape["inputs"],
-               "reference": _time_ms(lambda reference=reference, x=x: reference(**x), REF_REPS, 1),
-               "variants": [_variant(op, kernel_mod, shape["init"], x, expected, v) for v in variants]}
+        row = {
+            "id": shape_id,
+            "inputs": shape["inputs"],
+            "reference": _time_ms(lambda reference=reference, x=x: reference(**x), REF_REPS, 1),
+            "variants": [_variant(op, kernel_mod, shape["init"], x, expected, v) for v in variants],
+        }
         if op == "chunk_gated_delta_rule_state":
             pool = x["initial_state"]
             row["pool_clone"] = _time_ms(pool.clone, 10, 2) | {"bytes": pool.numel() * pool.element_size()}
@@ -141,8 +144,11 @@ def measure_op(op: str, shape_ids: list[str], variants: list) -> dict:
     model = kernel_mod.Model(**first["init"])
     try:
         kernels = _device_kernels(lambda: model(**x))
-        own = sum(k["device_us"] for k in kernels if k["name"].lstrip("_").startswith(("count_and_sort", "align",
-                                                                                       "chunk_output", "state_pass")))
+        own = sum(
+            k["device_us"]
+            for k in kernels
+            if k["name"].lstrip("_").startswith(("count_and_sort", "align", "chunk_output", "state_pass"))
+        )
         total = sum(k["device_us"] for k in kernels)
         entry["profile"] = {"shape": shape_ids[-1], "kernels": kernels, "dsl_share": own / total if total else None}
     except Exception as exc:  # noqa: BLE001 - a profile that fails is recorded, the timings stay
@@ -175,28 +181,44 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.get_device_name()
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = args.out if args.out.suffix == ".json" else args.out / f"{date}_{gpu.replace(' ', '_').lower()}.json"
-    versions = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
-                "python": sys.version.split()[0]}
+    versions = {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+    }
     timing = f"CUDA events per call, {WARMUP} warm-up, median of {REPS}; inputs seed 0, L2 not flushed"
-    report = {"meta": {"question": "small_op_kernels_tiles", "date": date, "gpu": gpu, "versions": versions,
-                       "sm_count": torch.cuda.get_device_properties(0).multi_processor_count, "timing": timing},
-              "operators": {}}
+    report = {
+        "meta": {
+            "question": "small_op_kernels_tiles",
+            "date": date,
+            "gpu": gpu,
+            "versions": versions,
+            "sm_count": torch.cuda.get_device_properties(0).multi_processor_count,
+            "timing": timing,
+        },
+        "operators": {},
+    }
     t0 = time.time()
     for op in ops:
         shape_ids, variants = PLAN[op]
         try:
             report["operators"][op] = measure_op(op, shape_ids, variants)
         except Exception as exc:  # noqa: BLE001 - one operator's failure is recorded, the others still run
-            report["operators"][op] = {"error": f"{type(exc).__name__}: {str(exc)[:400]}",
-                                       "traceback_tail": traceback.format_exc()[-800:]}
+            report["operators"][op] = {
+                "error": f"{type(exc).__name__}: {str(exc)[:400]}",
+                "traceback_tail": traceback.format_exc()[-800:],
+            }
         print(f"{op}: done at {time.time() - t0:.0f} s", file=sys.stderr)
     report["meta"]["wall_s"] = round(time.time() - t0, 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     for op, entry in report["operators"].items():
         for s in entry.get("shapes", []):
-            print(f"{op:30s} shape {s['id']:>3s}  ref {s['reference']['median_ms'] * 1000:9.1f} us  | "
-                  + " | ".join(_cell(v) for v in s["variants"]))
+            print(
+                f"{op:30s} shape {s['id']:>3s}  ref {s['reference']['median_ms'] * 1000:9.1f} us  | "
+                + " | ".join(_cell(v) for v in s["variants"])
+            )
     print(f"wrote {out}")
     return 0
 

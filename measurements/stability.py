@@ -91,16 +91,20 @@ def compare_runs(run_a: Path, run_b: Path, above_ms: float = ABOVE_MS) -> dict[s
         )
     above = [p for p in pairs if min(p["a_ms"], p["b_ms"]) > above_ms]
     report: dict[str, Any] = {
-        "runs": [str(run_a), str(run_b)], "above_ms": above_ms, "pairs": len(pairs),
+        "runs": [str(run_a), str(run_b)],
+        "above_ms": above_ms,
+        "pairs": len(pairs),
         "above": deviation_stats([p["ratio"] for p in above]),
         "all": deviation_stats([p["ratio"] for p in pairs]),
         "target": {"median_abs_dev": TARGET_MEDIAN, "p90_abs_dev": TARGET_P90},
         "worst": sorted(pairs, key=lambda p: -abs(1 - p["ratio"]))[:10],
-        "only_in_a": len(times_a.keys() - times_b.keys()), "only_in_b": len(times_b.keys() - times_a.keys()),
+        "only_in_a": len(times_a.keys() - times_b.keys()),
+        "only_in_b": len(times_b.keys() - times_a.keys()),
     }
     stats = report["above"]
-    report["meets_target"] = (None if stats["n"] == 0 else
-                              stats["median_abs_dev"] < TARGET_MEDIAN and stats["p90_abs_dev"] < TARGET_P90)
+    report["meets_target"] = (
+        None if stats["n"] == 0 else stats["median_abs_dev"] < TARGET_MEDIAN and stats["p90_abs_dev"] < TARGET_P90
+    )
     report["above_gpu_bound"] = deviation_stats([p["ratio"] for p in above if not p["host_bound"]])
     report["above_host_bound"] = deviation_stats([p["ratio"] for p in above if p["host_bound"]])
     if any(p["same_gpu"] is not None for p in pairs):
@@ -123,19 +127,30 @@ def render(report: dict[str, Any]) -> str:
         "| shapes | n | median abs(1-ratio) | p90 | max |",
         "|---|---|---|---|---|",
     ]
-    for key, label in (("above", f"> {report['above_ms'] * 1e3:.0f} µs"), ("all", "all"),
-                       ("above_gpu_bound", "> 20 µs, GPU-bound"), ("above_host_bound", "> 20 µs, host-bound"),
-                       ("above_same_gpu", "> 20 µs, same GPU"), ("above_other_gpu", "> 20 µs, other GPU")):
+    for key, label in (
+        ("above", f"> {report['above_ms'] * 1e3:.0f} µs"),
+        ("all", "all"),
+        ("above_gpu_bound", "> 20 µs, GPU-bound"),
+        ("above_host_bound", "> 20 µs, host-bound"),
+        ("above_same_gpu", "> 20 µs, same GPU"),
+        ("above_other_gpu", "> 20 µs, other GPU"),
+    ):
         if key in report:
             s = report[key]
             lines.append(
                 f"| {label} | {s['n']} | {pct(s['median_abs_dev'])} | {pct(s['p90_abs_dev'])} | "
                 f"{pct(s['max_abs_dev'])} |"
             )
-    lines += ["", f"Target (median < 2 %, p90 < 5 % above 20 µs) met: {report['meets_target']}", "",
-              "Host-bound: the host outran the GPU spin on more than half of the timed calls in either run, so the",
-              "GPU waited for launches inside the timed region and the time follows the host's speed.", "",
-              "| worst op | shape | A ms | B ms | B/A | host-bound |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Target (median < 2 %, p90 < 5 % above 20 µs) met: {report['meets_target']}",
+        "",
+        "Host-bound: the host outran the GPU spin on more than half of the timed calls in either run, so the",
+        "GPU waited for launches inside the timed region and the time follows the host's speed.",
+        "",
+        "| worst op | shape | A ms | B ms | B/A | host-bound |",
+        "|---|---|---|---|---|---|",
+    ]
     lines += [
         f"| {p['op']} | {p['shape']} | {p['a_ms']:.4f} | {p['b_ms']:.4f} | {p['ratio']:.3f} | "
         f"{'yes' if p['host_bound'] else 'no'} |"

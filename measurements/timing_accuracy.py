@@ -113,8 +113,10 @@ def build_cases(specs: list[dict[str, Any]], device: str) -> list[Case]:
             m, nn, k = [min(v, CPU_LIMIT["gemm"]) for v in spec["mnk"]] if cpu else spec["mnk"]
 
             def make(m: int = m, nn: int = nn, k: int = k) -> dict[str, Any]:
-                return {"a": torch.randn(m, k, device=device, dtype=torch.bfloat16),
-                        "b": torch.randn(k, nn, device=device, dtype=torch.bfloat16)}
+                return {
+                    "a": torch.randn(m, k, device=device, dtype=torch.bfloat16),
+                    "b": torch.randn(k, nn, device=device, dtype=torch.bfloat16),
+                }
 
             fn = lambda inp: torch.matmul(inp["a"], inp["b"])  # noqa: E731
             size = 2 * (m * k + k * nn)
@@ -171,8 +173,15 @@ def evaluator_times(cases: list[Case], prims, flush_bytes: int) -> dict[str, dic
     from atrex_mcp.evaluate.evaluator import MAX_TIMED_CALLS, MIN_TIMED_CALLS, timing_sets
     from sandbox.timing import fit_calls_to_sets, plan_calls, time_calls
 
-    Event, record, elapsed, sync = (prims[name] for name in ("torch.cuda.Event", "torch.cuda.Event.record",
-                                                             "torch.cuda.Event.elapsed_time", "torch.cuda.synchronize"))
+    Event, record, elapsed, sync = (
+        prims[name]
+        for name in (
+            "torch.cuda.Event",
+            "torch.cuda.Event.record",
+            "torch.cuda.Event.elapsed_time",
+            "torch.cuda.synchronize",
+        )
+    )
     out = {}
     for case in cases:
         memory = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
@@ -206,8 +215,11 @@ def evaluator_times(cases: list[Case], prims, flush_bytes: int) -> dict[str, dic
 def above_20us(cases: dict[str, dict], key: str) -> dict:
     """The issue's target over kernels Nsight Compute times above 20 µs: every ratio within 5 %."""
     ratios = [c[key] for c in cases.values() if c.get(key) and c["ncu"]["median_ms"] > 0.02]
-    return {"n": len(ratios), "max_abs_dev": max((abs(1 - r) for r in ratios), default=None),
-            "within_5_percent": all(abs(1 - r) <= 0.05 for r in ratios) if ratios else None}
+    return {
+        "n": len(ratios),
+        "max_abs_dev": max((abs(1 - r) for r in ratios), default=None),
+        "within_5_percent": all(abs(1 - r) <= 0.05 for r in ratios) if ratios else None,
+    }
 
 
 def ncu_child(spec_file: Path) -> int:
@@ -273,7 +285,7 @@ def per_case_ncu(rows: list[tuple[str, float]], names: list[str], reps: int = NC
             out[case] = {"median_ms": None, "kernels_per_call": None, "note": f"{len(group)} launches for {reps} calls"}
             continue
         per = len(group) // reps
-        calls = [sum(ns for _, ns in group[i * per:(i + 1) * per]) / 1e6 for i in range(reps)]
+        calls = [sum(ns for _, ns in group[i * per : (i + 1) * per]) / 1e6 for i in range(reps)]
         out[case] = {
             "median_ms": statistics.median(calls),
             "kernels_per_call": per,

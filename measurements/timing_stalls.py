@@ -79,8 +79,12 @@ def run(repeats: int) -> dict:
     device = "cuda" if gpu else "cpu"
     model = _model()
     fn = lambda inputs: model(**inputs)  # noqa: E731
-    report: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__,
-                    "device": torch.cuda.get_device_name(0) if gpu else "cpu (dry run)", "cases": {}}
+    report: dict = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0) if gpu else "cpu (dry run)",
+        "cases": {},
+    }
     for tokens, hidden in SHAPES:
         name = f"rms_norm_{tokens}x{hidden}"
         input_bytes = tokens * hidden * 2 + hidden * 2

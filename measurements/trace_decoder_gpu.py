@@ -67,12 +67,13 @@ def decoder_steps(device: str, quick: bool):
     from atrex_mcp.trace.synthetic import OpCall, Step
 
     hidden, heads, kv_heads, head_dim, inter, vocab, experts = (
-        (256, 4, 2, 64, 512, 4096, 8) if quick else (2048, 16, 4, 128, 4096, 32000, 8))
+        (256, 4, 2, 64, 512, 4096, 8) if quick else (2048, 16, 4, 128, 4096, 32000, 8)
+    )
     ctx = 256 if quick else 1024
 
     def gemm(rows: int, k: int, n: int):
         a = torch.randn(rows, k, dtype=torch.bfloat16, device=device)
-        w = torch.randn(n, k, dtype=torch.bfloat16, device=device) * k ** -0.5
+        w = torch.randn(n, k, dtype=torch.bfloat16, device=device) * k**-0.5
         return lambda: torch.nn.functional.linear(a, w)
 
     def layer(tokens: int, seqs: int, prefill: bool, moe: bool) -> list:
@@ -80,21 +81,48 @@ def decoder_steps(device: str, quick: bool):
         items = [
             OpCall("rms_norm", {"token_count": tokens, "hidden_size": hidden}, {"eps": 1e-6}),
             gemm(tokens, hidden, qkv_width),
-            OpCall("fused_qkv_rope", {"total_tokens": tokens, "num_heads": heads, "num_kv_heads": kv_heads,
-                                      "head_dim": head_dim, "dtype": "bf16", "with_bias": False},
-                   {"num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim, "rope_dim": head_dim,
-                    "rope_base": 10000.0}),
+            OpCall(
+                "fused_qkv_rope",
+                {
+                    "total_tokens": tokens,
+                    "num_heads": heads,
+                    "num_kv_heads": kv_heads,
+                    "head_dim": head_dim,
+                    "dtype": "bf16",
+                    "with_bias": False,
+                },
+                {
+                    "num_heads": heads,
+                    "num_kv_heads": kv_heads,
+                    "head_dim": head_dim,
+                    "rope_dim": head_dim,
+                    "rope_base": 10000.0,
+                },
+            ),
             OpCall("reshape_and_cache", {"shape": [tokens, kv_heads, head_dim], "block_size": 16}),
         ]
         if prefill:
             per_seq = [tokens // seqs + (1 if i < tokens % seqs else 0) for i in range(seqs)]
             items.append(OpCall("attention_forward", {"num_heads": heads, "head_dim": head_dim, "seq_lens": per_seq}))
         else:
-            items.append(OpCall("paged_attention_decode", {"num_seqs": seqs, "ctx_len": ctx, "num_query_heads": heads,
-                                                           "num_kv_heads": kv_heads, "head_size": head_dim,
-                                                           "block_size": 16, "dtype": "bf16"}))
-        items += [gemm(tokens, heads * head_dim, hidden),
-                  OpCall("fused_add_rms_norm", {"token_count": tokens, "hidden_size": hidden}, {"eps": 1e-6})]
+            items.append(
+                OpCall(
+                    "paged_attention_decode",
+                    {
+                        "num_seqs": seqs,
+                        "ctx_len": ctx,
+                        "num_query_heads": heads,
+                        "num_kv_heads": kv_heads,
+                        "head_size": head_dim,
+                        "block_size": 16,
+                        "dtype": "bf16",
+                    },
+                )
+            )
+        items += [
+            gemm(tokens, heads * head_dim, hidden),
+            OpCall("fused_add_rms_norm", {"token_count": tokens, "hidden_size": hidden}, {"eps": 1e-6}),
+        ]
         if moe:
             items += [
                 gemm(tokens, hidden, experts),
@@ -116,8 +144,11 @@ def decoder_steps(device: str, quick: bool):
                 ),
             ]
         else:
-            items += [gemm(tokens, hidden, 2 * inter), OpCall("silu_and_mul", {"shape": [tokens, 2 * inter]}),
-                      gemm(tokens, inter, hidden)]
+            items += [
+                gemm(tokens, hidden, 2 * inter),
+                OpCall("silu_and_mul", {"shape": [tokens, 2 * inter]}),
+                gemm(tokens, inter, hidden),
+            ]
         return items
 
     def step(tokens: int, seqs: int, prefill: bool) -> Step:
@@ -129,8 +160,14 @@ def decoder_steps(device: str, quick: bool):
         return Step("prefill" if prefill else "decode", items)
 
     big = 256 if quick else 1024
-    return [step(big, 2, True), step(big - big // 8, 2, True),
-            step(16, 16, False), step(16, 16, False), step(13, 13, False), step(13, 13, False)]
+    return [
+        step(big, 2, True),
+        step(big - big // 8, 2, True),
+        step(16, 16, False),
+        step(16, 16, False),
+        step(13, 13, False),
+        step(13, 13, False),
+    ]
 
 
 def summarise(content) -> dict:
@@ -162,14 +199,19 @@ def summarise(content) -> dict:
 
 
 def markdown(summary: dict) -> str:
-    lines = [f"# Trace import of a reference decoder on {summary['hardware']}", "",
-             f"{summary['date']} · torch {summary['torch']} · rules {summary['rules_version']} · "
-             f"`python3 measurements/trace_decoder_gpu.py`", "",
-             "Two decoder layers (dense + MoE) from the benchmark references, 2 prefill + 4 decode steps; "
-             "projection GEMMs are plain torch (the expected 'other' time). Compiled variants keep "
-             f"{', '.join(sorted(EAGER_IN_COMPILED))} eager. See the script's docstring for the variants.", "",
-             "| variant | coverage | unmapped | mapped, not retained | operators found | retained | seconds |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Trace import of a reference decoder on {summary['hardware']}",
+        "",
+        f"{summary['date']} · torch {summary['torch']} · rules {summary['rules_version']} · "
+        f"`python3 measurements/trace_decoder_gpu.py`",
+        "",
+        "Two decoder layers (dense + MoE) from the benchmark references, 2 prefill + 4 decode steps; "
+        "projection GEMMs are plain torch (the expected 'other' time). Compiled variants keep "
+        f"{', '.join(sorted(EAGER_IN_COMPILED))} eager. See the script's docstring for the variants.",
+        "",
+        "| variant | coverage | unmapped | mapped, not retained | operators found | retained | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, v in summary["variants"].items():
         if "error" in v:
             lines.append(f"| {name} | — | — | — | error: {v['error'][:80]} | | |")
@@ -213,8 +255,12 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "results")
     parser.add_argument("--keep", type=Path, help="keep the traces in this directory")
-    parser.add_argument("--deadline-s", type=float, default=120.0,
-                        help="start no variant after this many seconds (keeps the run near 3 minutes)")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=120.0,
+        help="start no variant after this many seconds (keeps the run near 3 minutes)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -227,9 +273,15 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     steps = decoder_steps(args.device, args.quick)
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
-    summary: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "hardware": hardware,
-                     "torch": torch.__version__, "python": platform.python_version(),
-                     "rules_version": Rules.load().version, "quick": args.quick, "variants": {}}
+    summary: dict = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "hardware": hardware,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "rules_version": Rules.load().version,
+        "quick": args.quick,
+        "variants": {},
+    }
     traces: dict[str, Path] = {}
     begin = time.time()
     for name in args.variants.split(","):
@@ -246,11 +298,19 @@ def main() -> int:
                 for item in step.items:
                     if hasattr(item, "form"):
                         item.form = form
-            trace = record_trace(steps, work / f"{name}.json", device=args.device, warmup=2,
-                                 compile_model=compile_reference if compiled else None)
+            trace = record_trace(
+                steps,
+                work / f"{name}.json",
+                device=args.device,
+                warmup=2,
+                compile_model=compile_reference if compiled else None,
+            )
             content = build_snapshot([TraceSpec(name, trace)])
-            summary["variants"][name] = {**summarise(content), "seconds": time.time() - started,
-                                         "trace_mb": trace.stat().st_size / 1e6}
+            summary["variants"][name] = {
+                **summarise(content),
+                "seconds": time.time() - started,
+                "trace_mb": trace.stat().st_size / 1e6,
+            }
             traces[name] = trace
         except Exception as exc:  # noqa: BLE001 - one failing variant is reported, the others still run
             summary["variants"][name] = {"error": f"{type(exc).__name__}: {exc}", "seconds": time.time() - started}
@@ -260,8 +320,11 @@ def main() -> int:
         apps = work / "apps.yaml"
         apps.write_text("eager: 0.5\ncompiled: 0.5\n")
         try:
-            summary["combined"] = summarise(build_snapshot([TraceSpec("eager", traces["eager"]),
-                                                            TraceSpec("compiled", traces["compiled"])], apps_file=apps))
+            summary["combined"] = summarise(
+                build_snapshot(
+                    [TraceSpec("eager", traces["eager"]), TraceSpec("compiled", traces["compiled"])], apps_file=apps
+                )
+            )
         except Exception as exc:  # noqa: BLE001 - reported in the summary
             summary["combined"] = {"error": f"{type(exc).__name__}: {exc}"}
     args.out.mkdir(parents=True, exist_ok=True)

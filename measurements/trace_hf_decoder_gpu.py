@@ -36,8 +36,12 @@ TINY = dict(hidden=128, heads=4, kv_heads=2, intermediate=256, layers=1, vocab=2
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
-    parser.add_argument("--out", type=Path, default=ROOT / "measurements" / "results" / "trace_hf_decoder_h200",
-                        help="output directory (traces, snapshots, summary)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "measurements" / "results" / "trace_hf_decoder_h200",
+        help="output directory (traces, snapshots, summary)",
+    )
     parser.add_argument("--variants", default="eager,compiled", help="comma-separated: eager, compiled")
     parser.add_argument("--tiny", action="store_true", help="a tiny model (for a CPU smoke run)")
     parser.add_argument("--layers", type=int, help="decoder layers (default 2)")
@@ -73,16 +77,30 @@ def record_variant(variant: str, cfg, device: str, out: Path) -> dict:
         pd.generate(runner, cfg, device)  # warm-up: compiles and autotunes outside the profile
         warm = time.perf_counter() - started
         pd.record(runner, cfg, device, out, warmup=0)
-    return {"warmup_s": round(warm, 2), "record_s": round(time.perf_counter() - started - warm, 2),
-            "trace_bytes": out.stat().st_size}
+    return {
+        "warmup_s": round(warm, 2),
+        "record_s": round(time.perf_counter() - started - warm, 2),
+        "trace_bytes": out.stat().st_size,
+    }
 
 
 def import_variant(variant: str, trace: Path, out: Path) -> dict:
     """`atrex-mcp trace import` as a user runs it; the manifest comes back with --json. If the import
     is refused (no operator could be kept), the same report is built without writing."""
     snapshot = out / f"snapshot-{variant}"
-    command = [sys.executable, "-m", "atrex_mcp.cli", "trace", "import", str(trace), "--app", variant,
-               "--out", str(snapshot), "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "atrex_mcp.cli",
+        "trace",
+        "import",
+        str(trace),
+        "--app",
+        variant,
+        "--out",
+        str(snapshot),
+        "--json",
+    ]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -94,51 +112,92 @@ def import_variant(variant: str, trace: Path, out: Path) -> dict:
     from atrex_mcp.trace import TraceSpec, build_snapshot
 
     content = build_snapshot([TraceSpec(variant, trace)])
-    return {"command": " ".join(command[1:]), "rc": done.returncode, "error": done.stderr.strip()[-2000:],
-            "seconds": seconds, "manifest": json.loads(content.manifest.model_dump_json()),
-            "weights": content.weights["weights"]}
+    return {
+        "command": " ".join(command[1:]),
+        "rc": done.returncode,
+        "error": done.stderr.strip()[-2000:],
+        "seconds": seconds,
+        "manifest": json.loads(content.manifest.model_dump_json()),
+        "weights": content.weights["weights"],
+    }
 
 
 def summarise(variant: str, record: dict, imported: dict) -> dict:
     m = imported["manifest"]
     operators = {
-        op: {"retained": r["retained"], "calls": r["calls"], "unresolved_calls": r["unresolved_calls"],
-             "via": r["sources"], "phases": sorted(r["device_us"]), "device_us": round(sum(r["device_us"].values()), 1),
-             "shapes": len(r["shapes"]), "weight": imported["weights"].get(op),
-             "why_not_retained": r["dropped_reason"], "unresolved": r["unresolved_reasons"]}
-        for op, r in m["operators"].items()}
-    return {"variant": variant, **record, "import_rc": imported["rc"], "import_error": imported.get("error"),
-            "import_command": imported["command"], "import_s": imported["seconds"],
-            "mapped_share": 1 - m["unmapped_share"], "excluded_share": m["excluded_share"],
-            "unmapped_share": m["unmapped_share"],
-            "unmapped_by_category": {k: {"label": c["label"], "share": c["share"], "top": c["top"]}
-                                     for k, c in m["unmapped_by_category"].items()},
-            "fused_kernels": m["fused_kernels"], "links": m["inputs"][0]["links"],
-            "device_us_by_phase": m["device_us_by_app_phase"].get(variant, {}), "operators": operators}
+        op: {
+            "retained": r["retained"],
+            "calls": r["calls"],
+            "unresolved_calls": r["unresolved_calls"],
+            "via": r["sources"],
+            "phases": sorted(r["device_us"]),
+            "device_us": round(sum(r["device_us"].values()), 1),
+            "shapes": len(r["shapes"]),
+            "weight": imported["weights"].get(op),
+            "why_not_retained": r["dropped_reason"],
+            "unresolved": r["unresolved_reasons"],
+        }
+        for op, r in m["operators"].items()
+    }
+    return {
+        "variant": variant,
+        **record,
+        "import_rc": imported["rc"],
+        "import_error": imported.get("error"),
+        "import_command": imported["command"],
+        "import_s": imported["seconds"],
+        "mapped_share": 1 - m["unmapped_share"],
+        "excluded_share": m["excluded_share"],
+        "unmapped_share": m["unmapped_share"],
+        "unmapped_by_category": {
+            k: {"label": c["label"], "share": c["share"], "top": c["top"]} for k, c in m["unmapped_by_category"].items()
+        },
+        "fused_kernels": m["fused_kernels"],
+        "links": m["inputs"][0]["links"],
+        "device_us_by_phase": m["device_us_by_app_phase"].get(variant, {}),
+        "operators": operators,
+    }
 
 
 def markdown(doc: dict) -> str:
-    lines = [f"# trace import on a plain-PyTorch decoder ({doc['device_name']})", "",
-             f"{doc['created']} · torch {doc['torch']} · triton {doc['triton']} · Python {doc['python']} · "
-             f"config {doc['config']}", ""]
+    lines = [
+        f"# trace import on a plain-PyTorch decoder ({doc['device_name']})",
+        "",
+        f"{doc['created']} · torch {doc['torch']} · triton {doc['triton']} · Python {doc['python']} · "
+        f"config {doc['config']}",
+        "",
+    ]
     for s in doc["variants"]:
-        lines += [f"## {s['variant']}", "",
-                  f"mapped **{100 * s['mapped_share']:.1f} %** of device time to operators "
-                  f"(of which not retained {100 * s['excluded_share']:.1f} %); "
-                  f"unmapped {100 * s['unmapped_share']:.1f} %. "
-                  f"Trace {s['trace_bytes'] / 1e6:.2f} MB; warm-up {s['warmup_s']} s, record {s['record_s']} s, "
-                  f"import {s['import_s']} s (rc {s['import_rc']}).", "",
-                  "| unmapped | share | largest names |", "|---|---|---|"]
+        lines += [
+            f"## {s['variant']}",
+            "",
+            f"mapped **{100 * s['mapped_share']:.1f} %** of device time to operators "
+            f"(of which not retained {100 * s['excluded_share']:.1f} %); "
+            f"unmapped {100 * s['unmapped_share']:.1f} %. "
+            f"Trace {s['trace_bytes'] / 1e6:.2f} MB; warm-up {s['warmup_s']} s, record {s['record_s']} s, "
+            f"import {s['import_s']} s (rc {s['import_rc']}).",
+            "",
+            "| unmapped | share | largest names |",
+            "|---|---|---|",
+        ]
         for c in s["unmapped_by_category"].values():
             lines.append(f"| {c['label']} | {100 * c['share']:.1f} % | {', '.join(list(c['top'])[:3])} |")
-        lines += ["", "| operator | calls | phases | shapes | weight | via | retained / why not |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| operator | calls | phases | shapes | weight | via | retained / why not |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for op, o in s["operators"].items():
             weight = "" if o["weight"] is None else f"{o['weight']:.3f}"
-            state = "yes" if o["retained"] else (o["why_not_retained"] or "") + (
-                f" ({next(iter(o['unresolved']))})" if o["unresolved"] else "")
-            lines.append(f"| {op} | {o['calls']} | {', '.join(o['phases'])} | {o['shapes']} | {weight} | "
-                         f"{', '.join(list(o['via'])[:2])} | {state} |")
+            state = (
+                "yes"
+                if o["retained"]
+                else (o["why_not_retained"] or "") + (f" ({next(iter(o['unresolved']))})" if o["unresolved"] else "")
+            )
+            lines.append(
+                f"| {op} | {o['calls']} | {', '.join(o['phases'])} | {o['shapes']} | {weight} | "
+                f"{', '.join(list(o['via'])[:2])} | {state} |"
+            )
         for k in s["fused_kernels"]:
             lines.append(f"\nfused: `{k['kernel']}` covers {' + '.join(k['operators'])} ({k['launches']} launches)")
         if s["import_error"]:
@@ -172,15 +231,24 @@ def main(argv: list[str] | None = None) -> int:
         trace = out / f"{variant}.json.gz"
         record = record_variant(variant, cfg, args.device, trace)
         summaries.append(summarise(variant, record, import_variant(variant, trace, out)))
-        print(f"{variant}: mapped {100 * summaries[-1]['mapped_share']:.1f}% "
-              f"({time.perf_counter() - started:.0f} s so far)", flush=True)
-    doc = {"question": "what trace import finds in a plain-PyTorch decoder trace, eager and torch.compile'd",
-           "created": datetime.now(UTC).isoformat(timespec="seconds"),
-           "device_name": (torch.cuda.get_device_name() if args.device.startswith("cuda")
-                           else platform.processor() or "cpu"),
-           "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-           "config": {k: (str(v) if k == "dtype" else v) for k, v in cfg.__dict__.items()},
-           "total_s": round(time.perf_counter() - started, 1), "variants": summaries}
+        print(
+            f"{variant}: mapped {100 * summaries[-1]['mapped_share']:.1f}% "
+            f"({time.perf_counter() - started:.0f} s so far)",
+            flush=True,
+        )
+    doc = {
+        "question": "what trace import finds in a plain-PyTorch decoder trace, eager and torch.compile'd",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device_name": (
+            torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
+        ),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "config": {k: (str(v) if k == "dtype" else v) for k, v in cfg.__dict__.items()},
+        "total_s": round(time.perf_counter() - started, 1),
+        "variants": summaries,
+    }
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     (out / "summary.md").write_text(markdown(doc))
     print(markdown(doc))

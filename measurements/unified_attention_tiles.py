@@ -81,8 +81,11 @@ def _fail(message: str) -> None:
 def _args(argv: list[str] | None, shape_ids: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    parser.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
-                        help=f"comma-separated scored shape ids (default {','.join(DEFAULT_SHAPES)})")
+    parser.add_argument(
+        "--shapes",
+        default=",".join(DEFAULT_SHAPES),
+        help=f"comma-separated scored shape ids (default {','.join(DEFAULT_SHAPES)})",
+    )
     parser.add_argument("--runs", type=int, default=20, help="timed launches per (tile, shape); the median is kept")
     parser.add_argument("--warmup", type=int, default=3, help="untimed launches first (compile, caches)")
     parser.add_argument("--budget-s", type=float, default=200.0, help="start no new (candidate, shape) after this")
@@ -141,7 +144,7 @@ def candidates_for(kernel, head_dim: int, n_tokens: int, num_seqs: int, cls: int
     pairs += [(v, current) for v in VARIANTS if v != default and (short or v == OLD_VARIANT)]
     # The flat schedule's fused pipeline needs more shared memory (D = 128, 64 x 64: 120 KB at 4 stages, 104 KB at
     # 2, which fits two CTAs per SM), so it is tried on every candidate tile as well.
-    pairs += [(v, tuple(t)) for t in CANDIDATES.get(cls, []) for v in (default, "per_sequence_flat")[:1 + short]]
+    pairs += [(v, tuple(t)) for t in CANDIDATES.get(cls, []) for v in (default, "per_sequence_flat")[: 1 + short]]
     return list(dict.fromkeys(pairs))
 
 
@@ -151,8 +154,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    shapes = {s["id"]: s["inputs"] for s in json.loads((PROBLEM / "shapes.json").read_text())["shapes"]
-              if not s.get("smoke")}
+    shapes = {
+        s["id"]: s["inputs"] for s in json.loads((PROBLEM / "shapes.json").read_text())["shapes"] if not s.get("smoke")
+    }
     args = _args(argv, list(shapes))
     import torch  # after the arguments: --help and a bad argument answer without loading torch
 
@@ -170,9 +174,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def build(spec: dict, seq_lens: list[int] | None = None) -> dict:
         lens = seq_lens or spec["seq_lens"]
-        return make_inputs(seed=args.seed, device="cuda", num_seqs=len(lens), seq_lens=lens,
-                           num_query_heads=spec["num_query_heads"], num_kv_heads=spec["num_kv_heads"],
-                           head_size=spec["head_size"], block_size=spec["block_size"])
+        return make_inputs(
+            seed=args.seed,
+            device="cuda",
+            num_seqs=len(lens),
+            seq_lens=lens,
+            num_query_heads=spec["num_query_heads"],
+            num_kv_heads=spec["num_kv_heads"],
+            head_size=spec["head_size"],
+            block_size=spec["block_size"],
+        )
 
     results: dict[str, dict] = {}
     started = time.monotonic()
@@ -187,8 +198,18 @@ def main(argv: list[str] | None = None) -> int:
         flops = work_flops(spec)
         for variant, tile in pairs:
             key = f"D{cls} {_label(variant, tile)}"
-            entry = results.setdefault(key, {"head_dim_class": cls, "variant": variant, "tile": list(tile),
-                                             "current_for": [], "checks": {}, "shapes": {}, "regime": {}})
+            entry = results.setdefault(
+                key,
+                {
+                    "head_dim_class": cls,
+                    "variant": variant,
+                    "tile": list(tile),
+                    "current_for": [],
+                    "checks": {},
+                    "shapes": {},
+                    "regime": {},
+                },
+            )
             entry["regime"][sid] = group
             if (variant, tile) == pairs[0]:
                 entry["current_for"].append(sid)

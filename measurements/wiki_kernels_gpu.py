@@ -42,32 +42,56 @@ RESULT_NAME = "wiki_kernels_h200"
 
 
 def _shape_row(s) -> dict:
-    return {"id": s.id, "correct": s.correct, "time_ms": s.time_ms, "iqr_ms": s.iqr_ms, "dsl_share": s.dsl_share,
-            "stage": s.stage, "category": s.category, "message": s.message[:300],
-            "sm_clock_mhz": s.timing.sm_clock_mhz if s.timing else None,
-            "throttle": s.timing.throttle_reasons if s.timing else []}
+    return {
+        "id": s.id,
+        "correct": s.correct,
+        "time_ms": s.time_ms,
+        "iqr_ms": s.iqr_ms,
+        "dsl_share": s.dsl_share,
+        "stage": s.stage,
+        "category": s.category,
+        "message": s.message[:300],
+        "sm_clock_mhz": s.timing.sm_clock_mhz if s.timing else None,
+        "throttle": s.timing.throttle_reasons if s.timing else [],
+    }
 
 
 def _evaluate_kernel(path: Path, catalog: Catalog, seeds: int, timeout_s: float, shapes: list[str] | None) -> dict:
     source = path.read_text()
     meta, _ = kernel_front_matter(source, path.name)
     t0 = time.time()
-    result = evaluate(EvalRequest(op=meta["operator"], source=source, shapes=shapes, seeds=seeds, timing=True,
-                                  measure_dsl=True, timeout_s=timeout_s), catalog)
+    result = evaluate(
+        EvalRequest(
+            op=meta["operator"],
+            source=source,
+            shapes=shapes,
+            seeds=seeds,
+            timing=True,
+            measure_dsl=True,
+            timeout_s=timeout_s,
+        ),
+        catalog,
+    )
     shapes = [_shape_row(s) for s in result.shapes]
     times = [s["time_ms"] for s in shapes if s["correct"] and s["time_ms"] is not None]
     shares = [s["dsl_share"] for s in shapes if s["dsl_share"] is not None]
     contract = check_contract(source, catalog.visible(meta["operator"]).reference_source)
     return {
-        "file": str(path.relative_to(ROOT)), "operator": meta["operator"],
+        "file": str(path.relative_to(ROOT)),
+        "operator": meta["operator"],
         "sha256": hashlib.sha256(source.encode()).hexdigest(),
         "contract": {"passed": contract.passed, "violations": [v.describe() for v in contract.violations]},
-        "compiled": result.compiled, "compile_error": result.compile_error.message if result.compile_error else None,
-        "shapes_correct": sum(s["correct"] for s in shapes), "shapes_total": len(shapes),
-        "operator_score": result.operator_score, "operator_score_note": result.operator_score_note,
+        "compiled": result.compiled,
+        "compile_error": result.compile_error.message if result.compile_error else None,
+        "shapes_correct": sum(s["correct"] for s in shapes),
+        "shapes_total": len(shapes),
+        "operator_score": result.operator_score,
+        "operator_score_note": result.operator_score_note,
         "median_time_ms": statistics.median(times) if times else None,
         "median_dsl_share": statistics.median(shares) if shares else None,
-        "integrity": result.integrity, "shapes": shapes, "wall_s": round(time.time() - t0, 1),
+        "integrity": result.integrity,
+        "shapes": shapes,
+        "wall_s": round(time.time() - t0, 1),
         "device": result.device.model_dump(),
     }
 
@@ -132,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in paths if p.stem in wanted]
     catalog = Catalog()
     deadline = time.time() + args.budget_s
-    report["meta"].update(date=datetime.now(UTC).date().isoformat(), seeds=args.seeds, profile="h200",
-                          shapes=args.shapes or "all scored")
+    report["meta"].update(
+        date=datetime.now(UTC).date().isoformat(), seeds=args.seeds, profile="h200", shapes=args.shapes or "all scored"
+    )
     todo = [
         p
         for p in paths
@@ -159,11 +184,19 @@ def main(argv: list[str] | None = None) -> int:
             print(traceback.format_exc(), flush=True)
         else:
             device = entry.pop("device")
-            report["meta"].update(gpu=device.get("name"), sm_count=device.get("sm_count"), driver=device.get("driver"),
-                                  cuda=device.get("cuda"), versions=device.get("versions"))
+            report["meta"].update(
+                gpu=device.get("name"),
+                sm_count=device.get("sm_count"),
+                driver=device.get("driver"),
+                cuda=device.get("cuda"),
+                versions=device.get("versions"),
+            )
             report["kernels"][path.stem] = entry
-            print(f"      {entry['shapes_correct']}/{entry['shapes_total']} correct, S={entry['operator_score']}, "
-                  f"{entry['wall_s']} s", flush=True)
+            print(
+                f"      {entry['shapes_correct']}/{entry['shapes_total']} correct, S={entry['operator_score']}, "
+                f"{entry['wall_s']} s",
+                flush=True,
+            )
         save()
     save()
     print(f"wrote {json_path} and {md_path}")

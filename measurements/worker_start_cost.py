@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-_CHILD = r'''
+_CHILD = r"""
 import json, sys, time
 variant = sys.argv[1]
 out = {"variant": variant}
@@ -65,7 +65,7 @@ else:
     out["launch_us_median"] = times[100]
     out["launch_us_p90"] = times[180]
 print(json.dumps(out))
-'''
+"""
 
 VARIANTS = ("plain", "early", "timed_none", "timed_after")
 
@@ -96,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
                 summary[v][name + "_s"] = statistics.median(r[name]["s"] for r in mine)
                 summary[v][name + "_kernels"] = [r[name]["kernels"] for r in mine]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "summary": summary,
-                                    "runs": runs}, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "summary": summary, "runs": runs}, indent=1
+        )
+    )
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -51,8 +51,13 @@ REFRESH_LOW, REFRESH_HIGH = 0.75, 1.25  # the seeded per-element factor: keeps s
 def refreshable(value: Any) -> bool:
     """A floating-point tensor the refresh perturbs: not fp8 (no arithmetic for it in torch; its
     float scales are refreshed), dense without overlap (its K sets can share one flat buffer)."""
-    return (isinstance(value, torch.Tensor) and value.is_floating_point() and value.element_size() > 1
-            and value.numel() > 0 and _dense(value))
+    return (
+        isinstance(value, torch.Tensor)
+        and value.is_floating_point()
+        and value.element_size() > 1
+        and value.numel() > 0
+        and _dense(value)
+    )
 
 
 def _dense(t: torch.Tensor) -> bool:
@@ -97,8 +102,11 @@ class StackedInputs:
             inputs = dict(make(seed))
             if i == 0:
                 layout = {name: _layout(t) for name, t in inputs.items() if refreshable(t)}
-                live = {name: torch.empty(len(seeds) * t.numel(), dtype=t.dtype, device=t.device)
-                        for name, t in inputs.items() if name in layout}
+                live = {
+                    name: torch.empty(len(seeds) * t.numel(), dtype=t.dtype, device=t.device)
+                    for name, t in inputs.items()
+                    if name in layout
+                }
             for name, buffer in live.items():
                 t = inputs.get(name)
                 if not isinstance(t, torch.Tensor) or _layout(t) != layout[name]:
@@ -160,8 +168,9 @@ class GraphBurst:
         self.outputs, self.inputs = [], None
 
 
-def capture(model: Any, inputs: StackedInputs, device: str, *, sync: Any,
-            no_grad: Any = torch.no_grad) -> GraphBurst | str:
+def capture(
+    model: Any, inputs: StackedInputs, device: str, *, sync: Any, no_grad: Any = torch.no_grad
+) -> GraphBurst | str:
     """A GraphBurst of one forward per input set, or why it could not be captured (a string).
     The first set runs once on a side stream before the capture, as torch asks (lazy state,
     the allocator), so the capture records only kernel launches."""

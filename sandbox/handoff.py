@@ -119,7 +119,7 @@ class ArenaWriter:
             view = self._map(arena_bytes)
             for (_, t), offset in zip(items, offsets):
                 data = flat_bytes(t)
-                view[offset:offset + data.numel()].copy_(data)  # synchronous: in the arena after this line
+                view[offset : offset + data.numel()].copy_(data)  # synchronous: in the arena after this line
         return {"structure": structure, "tensors": entries, "written": written}
 
     def _map(self, nbytes: int) -> torch.Tensor:

@@ -101,8 +101,12 @@ def _task_limit() -> int | None:
     return value - 1 if value <= TASK_LIMIT_PID_MAX else None
 
 
-def enter(rlimits: dict[str, int], landlock_rules: dict[str, int] | None, tcp_ports: list[int] | None = None,
-          abstract_unix: bool = False) -> IsolationReport:
+def enter(
+    rlimits: dict[str, int],
+    landlock_rules: dict[str, int] | None,
+    tcp_ports: list[int] | None = None,
+    abstract_unix: bool = False,
+) -> IsolationReport:
     """Apply every mechanism this process can; the report says which ones held.
     `landlock_rules` None means Landlock was switched off by the operator (recorded);
     `tcp_ports`/`abstract_unix` are the openings a profiler wrapping the worker needs."""
@@ -114,8 +118,10 @@ def enter(rlimits: dict[str, int], landlock_rules: dict[str, int] | None, tcp_po
     filtered = syscall_filter.install(unix_sockets=abstract_unix, tcp=bool(tcp_ports))
     report.seccomp = asdict(filtered)
     if not filtered.enforced:
-        report.warnings.append(f"seccomp filter not enforced ({filtered.error}): file metadata, sockets and shared "
-                               "memory are limited by uid, Landlock and the network namespace only")
+        report.warnings.append(
+            f"seccomp filter not enforced ({filtered.error}): file metadata, sockets and shared "
+            "memory are limited by uid, Landlock and the network namespace only"
+        )
     if landlock_rules is None:
         report.landlock = asdict(
             landlock.LandlockReport(abi=landlock.abi_version(), error="disabled by ATREX_SANDBOX_LANDLOCK=0")

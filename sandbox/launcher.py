@@ -62,17 +62,44 @@ _PASS_ENV = (
     "OMP_NUM_THREADS",
 )
 _SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
-_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd", "/etc/group",
-              "/etc/nsswitch.conf", "/etc/localtime", "/etc/host.conf", "/etc/hosts")
-_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/nvidiactl", "/dev/nvidia-uvm",
-            "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
-_PROC_FILES = ("/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/filesystems", "/proc/sys/kernel",
-               "/proc/sys/vm/overcommit_memory", "/proc/driver/nvidia")
+_ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/host.conf",
+    "/etc/hosts",
+)
+_DEVICES = (
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+)
+_PROC_FILES = (
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/filesystems",
+    "/proc/sys/kernel",
+    "/proc/sys/vm/overcommit_memory",
+    "/proc/driver/nvidia",
+)
 WORKER_TASKS = 300  # tasks (threads included) a worker's PID namespace holds: its pid_max is one more
 SHM_BYTES = 64 << 20  # the worker's /dev/shm
 _MAX_OMP_THREADS = 64  # torch's CPU pool, unless the operator sets OMP_NUM_THREADS: well inside WORKER_TASKS
-_BOOTSTRAP = ("import json, sys; c = json.loads(sys.argv[1]); sys.path[:0] = c['sys_path']; "
-              "from sandbox.worker import main; main(c)")
+_BOOTSTRAP = (
+    "import json, sys; c = json.loads(sys.argv[1]); sys.path[:0] = c['sys_path']; "
+    "from sandbox.worker import main; main(c)"
+)
 
 
 class WorkerDied(Exception):
@@ -187,8 +214,15 @@ def landlock_rules(spec: LaunchSpec, sys_path: list[str]) -> dict[str, int]:
     for d in _SYSTEM_DIRS:
         _add_tree(rules, _real(d), landlock.READ_EXEC, protected)
     paths = sysconfig.get_paths()
-    roots = [*sys_path, paths["stdlib"], paths["platstdlib"], paths["include"], paths["platinclude"],
-             sysconfig.get_config_var("LIBDIR") or "", os.path.dirname(sys.executable)]
+    roots = [
+        *sys_path,
+        paths["stdlib"],
+        paths["platstdlib"],
+        paths["include"],
+        paths["platinclude"],
+        sysconfig.get_config_var("LIBDIR") or "",
+        os.path.dirname(sys.executable),
+    ]
     for var in ("CUDA_HOME", "CUDA_PATH"):
         roots.append(os.environ.get(var, ""))
     roots += os.environ.get("LD_LIBRARY_PATH", "").split(":")
@@ -220,29 +254,35 @@ def landlock_rules(spec: LaunchSpec, sys_path: list[str]) -> dict[str, int]:
 
 # Runs as root inside the new mount namespace, before the uid switch: an empty, read-only,
 # mode-000 tmpfs over every protected directory, then exec of the rest of the command line.
-HIDE_SCRIPT = ('while [ "$1" != "--" ]; do mount -t tmpfs -o ro,size=4k,mode=000 atrex-hidden "$1" || exit 97; '
-               'shift; done; shift; exec "$@"')
+HIDE_SCRIPT = (
+    'while [ "$1" != "--" ]; do mount -t tmpfs -o ro,size=4k,mode=000 atrex-hidden "$1" || exit 97; '
+    'shift; done; shift; exec "$@"'
+)
 
 
 # Runs as root inside the new namespaces, after HIDE_SCRIPT: caps the PID namespace's tasks,
 # gives the worker a small /dev/shm and, unless "$2" is "-", makes the scratch directory "$2"
 # read-only but for "$2/tmp" and "$2/.cache", one tmpfs of "$3" bytes owned by uid "$4", and
 # enters it again (the cwd inherited from the launcher is the directory below the new mounts).
-_PRELUDE_SCRIPT = ('echo "$1" > /proc/sys/kernel/pid_max 2>/dev/null; '
-                   'if [ "$2" != - ]; then mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" && '
-                   'mount -t tmpfs -o "size=$3,mode=0700,uid=$4,gid=$4" atrex-scratch "$2/tmp" && '
-                   'mkdir -m 0700 "$2/tmp/.cache" && chown "$4:$4" "$2/tmp/.cache" && '
-                   'mount --bind "$2/tmp/.cache" "$2/.cache" && cd "$2" || exit 96; fi; '
-                   'mount -t tmpfs -o "size=$5,mode=1777" atrex-shm /dev/shm 2>/dev/null; shift 5; exec "$@"')
+_PRELUDE_SCRIPT = (
+    'echo "$1" > /proc/sys/kernel/pid_max 2>/dev/null; '
+    'if [ "$2" != - ]; then mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" && '
+    'mount -t tmpfs -o "size=$3,mode=0700,uid=$4,gid=$4" atrex-scratch "$2/tmp" && '
+    'mkdir -m 0700 "$2/tmp/.cache" && chown "$4:$4" "$2/tmp/.cache" && '
+    'mount --bind "$2/tmp/.cache" "$2/.cache" && cd "$2" || exit 96; fi; '
+    'mount -t tmpfs -o "size=$5,mode=1777" atrex-shm /dev/shm 2>/dev/null; shift 5; exec "$@"'
+)
 # Runs as root inside a new network namespace when a profiler wraps the worker: its front end
 # and its injected library talk over loopback, which a new namespace has down.
-_LOOPBACK_UP = ("import fcntl, os, socket, struct, sys\n"
-                "try:\n"
-                "    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:\n"
-                "        fcntl.ioctl(s, 0x8914, struct.pack('16sH22x', b'lo', 0x1 | 0x8 | 0x40))\n"
-                "except OSError as exc:\n"
-                "    print('loopback not brought up:', exc, file=sys.stderr)\n"
-                "os.execvp(sys.argv[1], sys.argv[1:])")
+_LOOPBACK_UP = (
+    "import fcntl, os, socket, struct, sys\n"
+    "try:\n"
+    "    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:\n"
+    "        fcntl.ioctl(s, 0x8914, struct.pack('16sH22x', b'lo', 0x1 | 0x8 | 0x40))\n"
+    "except OSError as exc:\n"
+    "    print('loopback not brought up:', exc, file=sys.stderr)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
 
 
 @dataclass(frozen=True)
@@ -268,14 +308,30 @@ def _namespaces() -> Namespaces:
         base = (*base, "--net")
     with tempfile.TemporaryDirectory() as probe_dir:
         full = (*base, "--mount-proc")
-        probe = subprocess.run([*full, sh or "sh", "-c", HIDE_SCRIPT, "sh", probe_dir, "--", "true"],
-                               capture_output=True, timeout=20)
+        probe = subprocess.run(
+            [*full, sh or "sh", "-c", HIDE_SCRIPT, "sh", probe_dir, "--", "true"], capture_output=True, timeout=20
+        )
         if sh and probe.returncode == 0:
             scratch = Path(probe_dir) / "scratch"
             for sub in ("tmp", ".cache"):
                 (scratch / sub).mkdir(parents=True)
-            quota = subprocess.run([*full, sh, "-c", _PRELUDE_SCRIPT, "sh", str(WORKER_TASKS + 1), str(scratch),
-                                    str(1 << 20), "0", str(1 << 20), "true"], capture_output=True, timeout=20)
+            quota = subprocess.run(
+                [
+                    *full,
+                    sh,
+                    "-c",
+                    _PRELUDE_SCRIPT,
+                    "sh",
+                    str(WORKER_TASKS + 1),
+                    str(scratch),
+                    str(1 << 20),
+                    "0",
+                    str(1 << 20),
+                    "true",
+                ],
+                capture_output=True,
+                timeout=20,
+            )
             return Namespaces(full, True, network, quota.returncode == 0)
     probe = subprocess.run([*base, "true"], capture_output=True, timeout=20)
     return Namespaces(base, False, network) if probe.returncode == 0 else Namespaces()
@@ -332,19 +388,30 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
     if not network:
         notes.append("no network namespace: the seccomp filter alone keeps the worker off the network")
     if not hides:
-        notes.append("no task cap or scratch quota (they need the mount namespace): at most RLIMIT_NPROC tasks "
-                     "for a non-root uid, files of at most RLIMIT_FSIZE bytes each")
+        notes.append(
+            "no task cap or scratch quota (they need the mount namespace): at most RLIMIT_NPROC tasks "
+            "for a non-root uid, files of at most RLIMIT_FSIZE bytes each"
+        )
     elif not quota:
-        notes.append("no scratch quota (a read-only bind mount or tmpfs was refused here): files of at most "
-                     "RLIMIT_FSIZE bytes each")
+        notes.append(
+            "no scratch quota (a read-only bind mount or tmpfs was refused here): files of at most "
+            "RLIMIT_FSIZE bytes each"
+        )
     seccomp_missing = syscall_filter.available()
     if seccomp_missing:
         notes.append(f"no seccomp filter: {seccomp_missing}")
-    return {"drop_uid": drop_uid, "pid_namespace": bool(prefix), "mount_namespace": hides, "prefix": prefix,
-            "setpriv": setpriv, "notes": notes, "net_namespace": network,
-            "task_limit": WORKER_TASKS if hides else None,  # per-namespace pid_max; the worker reports if it held
-            "scratch_quota": quota,  # tmp/ and .cache/ on a capped tmpfs (not for a profiler-wrapped worker)
-            "seccomp": {"available": not seccomp_missing, "error": seccomp_missing}}
+    return {
+        "drop_uid": drop_uid,
+        "pid_namespace": bool(prefix),
+        "mount_namespace": hides,
+        "prefix": prefix,
+        "setpriv": setpriv,
+        "notes": notes,
+        "net_namespace": network,
+        "task_limit": WORKER_TASKS if hides else None,  # per-namespace pid_max; the worker reports if it held
+        "scratch_quota": quota,  # tmp/ and .cache/ on a capped tmpfs (not for a profiler-wrapped worker)
+        "seccomp": {"available": not seccomp_missing, "error": seccomp_missing},
+    }
 
 
 def hand_over(scratch: Path) -> None:
@@ -420,11 +487,17 @@ class Worker:
         self.plan = isolation_plan(self._sys_path)
         if self.plan["drop_uid"]:
             hand_over(scratch)
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch / "tmp"), "TMPDIR": str(scratch / "tmp"),
-               "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(scratch / ".cache"),
-               "TRITON_CACHE_DIR": str(scratch / ".cache" / "triton"),
-               "TORCHINDUCTOR_CACHE_DIR": str(scratch / ".cache" / "inductor"), "TORCHINDUCTOR_COMPILE_THREADS": "1",
-               "CUDA_CACHE_PATH": str(scratch / ".cache" / "nv")}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(scratch / "tmp"),
+            "TMPDIR": str(scratch / "tmp"),
+            "LANG": "C.UTF-8",
+            "XDG_CACHE_HOME": str(scratch / ".cache"),
+            "TRITON_CACHE_DIR": str(scratch / ".cache" / "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": str(scratch / ".cache" / "inductor"),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "CUDA_CACHE_PATH": str(scratch / ".cache" / "nv"),
+        }
         env.update({k: os.environ[k] for k in _PASS_ENV if k in os.environ})
         env.setdefault("OMP_NUM_THREADS", str(min(os.cpu_count() or 1, _MAX_OMP_THREADS)))
         env.update(self.spec.env)
@@ -434,8 +507,11 @@ class Worker:
         argv = [*self.spec.wrapper, sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(config)]
         kwargs: dict[str, Any] = {}
         if self.plan["prefix"]:
-            uid_switch = ([self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
-                          if self.plan["drop_uid"] else [])
+            uid_switch = (
+                [self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
+                if self.plan["drop_uid"]
+                else []
+            )
             hide = (
                 ["sh", "-c", HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else []
             )
@@ -445,8 +521,17 @@ class Worker:
         inherited = (req_r, resp_w) if self.spec.output_fd is None else (req_r, resp_w, self.spec.output_fd)
         self.spawned_at = time.perf_counter()
         try:
-            self.proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, pass_fds=inherited, start_new_session=True, **kwargs)
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=scratch,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=inherited,
+                start_new_session=True,
+                **kwargs,
+            )
         finally:
             os.close(req_r)
             os.close(resp_w)
@@ -460,8 +545,17 @@ class Worker:
         if self.plan["mount_namespace"]:
             quota = str(_real(self.spec.scratch)) if self.plan["scratch_quota"] and not self.spec.wrapper else "-"
             owner = SANDBOX_UID if self.plan["drop_uid"] else os.geteuid()
-            prelude += ["sh", "-c", _PRELUDE_SCRIPT, "sh", str(WORKER_TASKS + 1), quota, str(self.spec.scratch_bytes),
-                        str(owner), str(SHM_BYTES)]
+            prelude += [
+                "sh",
+                "-c",
+                _PRELUDE_SCRIPT,
+                "sh",
+                str(WORKER_TASKS + 1),
+                quota,
+                str(self.spec.scratch_bytes),
+                str(owner),
+                str(SHM_BYTES),
+            ]
         if self.plan["net_namespace"] and self.spec.wrapper:
             prelude += [sys.executable, "-I", "-S", "-c", _LOOPBACK_UP]
         return prelude
@@ -482,9 +576,15 @@ class Worker:
         elif os.geteuid() != 0:  # the worker runs as this process's uid: what it has now, and WORKER_TASKS more
             rlimits["NPROC"] = _tasks_of(os.geteuid()) + WORKER_TASKS
         rules = landlock_rules(self.spec, self._sys_path) if self.spec.landlock else {}
-        init = dataclasses.replace(init, rlimits=rlimits, landlock=rules, use_landlock=self.spec.landlock,
-                                   proc_self_rights=landlock.READ, tcp_ports=list(self.spec.tcp_ports),
-                                   abstract_unix=self.spec.abstract_unix)
+        init = dataclasses.replace(
+            init,
+            rlimits=rlimits,
+            landlock=rules,
+            use_landlock=self.spec.landlock,
+            proc_self_rights=landlock.READ,
+            tcp_ports=list(self.spec.tcp_ports),
+            abstract_unix=self.spec.abstract_unix,
+        )
         reply = self.request(init, timeout_s=self.spec.start_timeout_s, poll=poll)
         reply["start_s"] = time.perf_counter() - t0
         reply["spawned_ahead_s"] = max(0.0, t0 - self.spawned_at)

@@ -179,9 +179,22 @@ class ExitRequest(Request):
     command: ClassVar[str] = "exit"
 
 
-REQUESTS: tuple[type[Request], ...] = (InitRequest, LoadRequest, RunRequest, TimeRequest, BurstRequest, KeepRequest,
-                                       FetchRequest, ProfileRequest, ForwardsRequest, IntegrityRequest, PingRequest,
-                                       GraphCaptureRequest, GraphReplayRequest, ExitRequest)
+REQUESTS: tuple[type[Request], ...] = (
+    InitRequest,
+    LoadRequest,
+    RunRequest,
+    TimeRequest,
+    BurstRequest,
+    KeepRequest,
+    FetchRequest,
+    ProfileRequest,
+    ForwardsRequest,
+    IntegrityRequest,
+    PingRequest,
+    GraphCaptureRequest,
+    GraphReplayRequest,
+    ExitRequest,
+)
 
 
 class ErrorPayload(TypedDict):
@@ -279,7 +292,17 @@ class IntegrityReply(TypedDict):
 
 
 REPLIES: dict[str, type] = {
-    "init": InitReply, "load": LoadReply, "run": RunReply, "time": TimeReply, "burst": BurstReply, "keep": EmptyReply,
-    "fetch": FetchReply, "profile": ProfileReply, "forwards": ForwardsReply, "integrity": IntegrityReply,
-    "ping": EmptyReply, "graph_capture": GraphCaptureReply, "graph_replay": GraphReplayReply,
+    "init": InitReply,
+    "load": LoadReply,
+    "run": RunReply,
+    "time": TimeReply,
+    "burst": BurstReply,
+    "keep": EmptyReply,
+    "fetch": FetchReply,
+    "profile": ProfileReply,
+    "forwards": ForwardsReply,
+    "integrity": IntegrityReply,
+    "ping": EmptyReply,
+    "graph_capture": GraphCaptureReply,
+    "graph_replay": GraphReplayReply,
 }

@@ -40,8 +40,14 @@ class ProtocolViolation(Exception):
     """A message that is not a well-formed reply (too large, not JSON, wrong nonce)."""
 
 
-def send(fd: int, message: dict[str, Any], *, _dumps: Callable[..., str] = json.dumps,
-         _write: Callable[[int, bytes], int] = os.write, _pack: Callable[[int], bytes] = _HEADER.pack) -> None:
+def send(
+    fd: int,
+    message: dict[str, Any],
+    *,
+    _dumps: Callable[..., str] = json.dumps,
+    _write: Callable[[int, bytes], int] = os.write,
+    _pack: Callable[[int], bytes] = _HEADER.pack,
+) -> None:
     data = _dumps(message, separators=(",", ":")).encode()
     if len(data) > MAX_MESSAGE_BYTES:
         raise ProtocolViolation(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
@@ -51,9 +57,16 @@ def send(fd: int, message: dict[str, Any], *, _dumps: Callable[..., str] = json.
         payload = payload[written:]
 
 
-def _read_exactly(fd: int, count: int, deadline: float | None, poll: Callable[[], None] | None, *,
-                  _clock: Callable[[], float] = time.monotonic, _select: Callable[..., Any] = select.select,
-                  _read: Callable[[int, int], bytes] = os.read) -> bytes:
+def _read_exactly(
+    fd: int,
+    count: int,
+    deadline: float | None,
+    poll: Callable[[], None] | None,
+    *,
+    _clock: Callable[[], float] = time.monotonic,
+    _select: Callable[..., Any] = select.select,
+    _read: Callable[[int, int], bytes] = os.read,
+) -> bytes:
     chunks, remaining = [], count
     while remaining:
         wait = 0.2 if deadline is None else max(0.0, min(0.2, deadline - _clock()))
@@ -72,10 +85,16 @@ def _read_exactly(fd: int, count: int, deadline: float | None, poll: Callable[[]
     return b"".join(chunks)
 
 
-def receive(fd: int, timeout_s: float | None = None, poll: Callable[[], None] | None = None, *,
-            _clock: Callable[[], float] = time.monotonic, _read_exactly: Callable[..., bytes] = _read_exactly,
-            _unpack: Callable[[bytes], tuple[int]] = _HEADER.unpack,
-            _loads: Callable[..., Any] = json.loads) -> dict[str, Any]:
+def receive(
+    fd: int,
+    timeout_s: float | None = None,
+    poll: Callable[[], None] | None = None,
+    *,
+    _clock: Callable[[], float] = time.monotonic,
+    _read_exactly: Callable[..., bytes] = _read_exactly,
+    _unpack: Callable[[bytes], tuple[int]] = _HEADER.unpack,
+    _loads: Callable[..., Any] = json.loads,
+) -> dict[str, Any]:
     """One message; `poll()` is called while waiting (e.g. to honour a cancel request)."""
     deadline = None if timeout_s is None else _clock() + timeout_s
     (size,) = _unpack(_read_exactly(fd, _HEADER.size, deadline, poll))

@@ -37,19 +37,69 @@ except (ImportError, OSError, RuntimeError) as exc:  # not installed, or no libs
 else:
     _MISSING = ""
 
-METADATA_CALLS = ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
-                  "chown32", "fchown32", "lchown32", "setxattr", "lsetxattr", "fsetxattr", "removexattr",
-                  "lremovexattr", "fremovexattr", "utime", "utimes", "utimensat", "futimesat", "utimensat_time64")
+METADATA_CALLS = (
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "chown32",
+    "fchown32",
+    "lchown32",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "utime",
+    "utimes",
+    "utimensat",
+    "futimesat",
+    "utimensat_time64",
+)
 # Newer than some libseccomp releases: the same number on x86_64 and aarch64 (the unified table).
 NUMBERED_CALLS = {"setxattrat": 463, "removexattrat": 466, "file_setattr": 469, "memfd_secret": 447}
 MEMORY_CALLS = ("memfd_create", "shmget", "shmat")
 # What only capabilities allow, or what reaches past the sandbox's view: a thread that existed
 # before the worker dropped its capabilities (capset changes the calling thread only) keeps them.
-PRIVILEGED_CALLS = ("mount", "umount2", "pivot_root", "chroot", "setns", "unshare", "mknod", "mknodat",
-                    "open_by_handle_at", "name_to_handle_at", "ptrace", "process_vm_writev", "bpf",
-                    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
-                    "swapon", "swapoff", "syslog", "acct", "quotactl", "add_key", "request_key", "keyctl",
-                    "fsopen", "fsmount", "move_mount", "open_tree", "mount_setattr")
+PRIVILEGED_CALLS = (
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "setns",
+    "unshare",
+    "mknod",
+    "mknodat",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "ptrace",
+    "process_vm_writev",
+    "bpf",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "syslog",
+    "acct",
+    "quotactl",
+    "add_key",
+    "request_key",
+    "keyctl",
+    "fsopen",
+    "fsmount",
+    "move_mount",
+    "open_tree",
+    "mount_setattr",
+)
 RING_CALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 SOCKET_CALLS = ("connect", "bind", "listen", "accept", "accept4")
 # ioctl commands that change inode flags or attributes (chattr): FS_IOC_SETFLAGS in its 64- and
@@ -136,8 +186,9 @@ def build(report: SeccompReport, *, unix_sockets: bool, tcp: bool, shared_map_by
     return flt
 
 
-def install(*, unix_sockets: bool = False, tcp: bool = False,
-            shared_map_bytes: int = DEFAULT_SHARED_MAP_BYTES) -> SeccompReport:
+def install(
+    *, unix_sockets: bool = False, tcp: bool = False, shared_map_bytes: int = DEFAULT_SHARED_MAP_BYTES
+) -> SeccompReport:
     """Load the filter into this process (and so every child it starts from now on)."""
     report = SeccompReport()
     if pyseccomp is None:

@@ -43,20 +43,53 @@ import torch
 from sandbox.handoff import flat_bytes, output_tensors
 
 WATCHED = (
-    "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
-    "torch.cuda.synchronize", "torch._C._cuda_synchronize", "torch.cuda.current_stream", "torch.cuda.Stream",
-    "time.perf_counter", "time.monotonic", "time.time", "torch.allclose", "torch.equal", "torch.testing.assert_close",
-    "torch.Tensor.__eq__", "torch.Tensor.cpu", "torch.Tensor.to", "torch.Tensor.clone", "torch.Tensor.fill_",
-    "torch.Tensor.zero_", "torch.save", "torch.load", "torch.profiler.profile", "torch.cuda._sleep",
+    "torch.cuda.Event",
+    "torch.cuda.Event.record",
+    "torch.cuda.Event.elapsed_time",
+    "torch.cuda.Event.synchronize",
+    "torch.cuda.synchronize",
+    "torch._C._cuda_synchronize",
+    "torch.cuda.current_stream",
+    "torch.cuda.Stream",
+    "time.perf_counter",
+    "time.monotonic",
+    "time.time",
+    "torch.allclose",
+    "torch.equal",
+    "torch.testing.assert_close",
+    "torch.Tensor.__eq__",
+    "torch.Tensor.cpu",
+    "torch.Tensor.to",
+    "torch.Tensor.clone",
+    "torch.Tensor.fill_",
+    "torch.Tensor.zero_",
+    "torch.save",
+    "torch.load",
+    "torch.profiler.profile",
+    "torch.cuda._sleep",
     # the harness itself: none of these is ever reassigned by honest code
-    "sandbox.worker.time_calls", "sandbox.timing.time_calls", "sandbox.timing.digest",
-    "sandbox.timing.poison", "sandbox.timing.Primitives", "sandbox.protocol.send", "sandbox.protocol.receive",
-    "statistics.median", "statistics.quantiles", "json.dumps", "json.loads", "os.write", "gc.collect",
+    "sandbox.worker.time_calls",
+    "sandbox.timing.time_calls",
+    "sandbox.timing.digest",
+    "sandbox.timing.poison",
+    "sandbox.timing.Primitives",
+    "sandbox.protocol.send",
+    "sandbox.protocol.receive",
+    "statistics.median",
+    "statistics.quantiles",
+    "json.dumps",
+    "json.loads",
+    "os.write",
+    "gc.collect",
 )
 
 
-def _resolve(dotted: str, *, _import: Callable[[str], Any] = importlib.import_module,
-             _getattr: Callable[[Any, str], Any] = getattr) -> Any:
+def _resolve(
+    dotted: str,
+    *,
+    _import: Callable[[str], Any] = importlib.import_module,
+    _getattr: Callable[[Any, str], Any] = getattr,
+) -> Any:
     parts = dotted.split(".")
     obj: Any = _import(parts[0])
     for i, part in enumerate(parts[1:], start=1):
@@ -83,8 +116,11 @@ def _bound_cuda(snapshot: dict[str, Any]) -> dict[str, Any]:
     def synchronize(*, _sync: Callable[[], Any] = sync) -> None:
         _sync()
 
-    return {"torch.cuda.Event.record": record, "torch.cuda.Event.elapsed_time": elapsed_c,
-            "torch.cuda.synchronize": synchronize}
+    return {
+        "torch.cuda.Event.record": record,
+        "torch.cuda.Event.elapsed_time": elapsed_c,
+        "torch.cuda.synchronize": synchronize,
+    }
 
 
 @dataclass
@@ -140,12 +176,20 @@ class HostEvent:
 
 def host_primitives(*, _clock: Callable[[], float] = time.perf_counter) -> Primitives:
     """The timing loop's primitives on CPU: host-clock events, no device to synchronise or spin."""
+
     def nothing(*args: Any) -> None:
         return None
 
-    return Primitives({"torch.cuda.Event": HostEvent, "torch.cuda.Event.record": HostEvent.record,
-                       "torch.cuda.Event.elapsed_time": HostEvent.elapsed_time, "torch.cuda.synchronize": nothing,
-                       "time.perf_counter": _clock, "torch.cuda._sleep": nothing})
+    return Primitives(
+        {
+            "torch.cuda.Event": HostEvent,
+            "torch.cuda.Event.record": HostEvent.record,
+            "torch.cuda.Event.elapsed_time": HostEvent.elapsed_time,
+            "torch.cuda.synchronize": nothing,
+            "time.perf_counter": _clock,
+            "torch.cuda._sleep": nothing,
+        }
+    )
 
 
 def poison(value: Any, keep: set[int]) -> None:
@@ -181,10 +225,10 @@ def digest(value: Any, chunk: int = DIGEST_CHUNK_BYTES) -> torch.Tensor:
         weighted = torch.zeros((), dtype=torch.int64, device=flat.device)
         pos = torch.arange(1, min(chunk, flat.numel()) + 1, device=flat.device, dtype=torch.int64)
         for offset in range(0, flat.numel(), chunk):
-            b = flat[offset:offset + chunk].to(torch.int64)
+            b = flat[offset : offset + chunk].to(torch.int64)
             s = b.sum()
             total += s
-            weighted += (b * pos[:b.numel()]).sum() + offset * s
+            weighted += (b * pos[: b.numel()]).sum() + offset * s
         parts += [total, weighted]
     return torch.stack(parts)
 
@@ -200,7 +244,7 @@ def input_checksums(inputs: dict[str, Any], chunk: int = DIGEST_CHUNK_BYTES) -> 
             flat = flat_bytes(t)
             total = torch.zeros((), dtype=torch.int64, device=flat.device)
             for offset in range(0, flat.numel(), chunk):
-                total += flat[offset:offset + chunk].sum(dtype=torch.int64)
+                total += flat[offset : offset + chunk].sum(dtype=torch.int64)
             sums[name] = int(total.item())
     return sums
 
@@ -297,8 +341,11 @@ def _device_of(inputs: dict[str, Any]) -> torch.device:
 
 def _output_blocks(value: Any, protected: set[int]) -> list[tuple[int, torch.device]]:
     """(bytes, device) of each CUDA output tensor's storage that is not an input's."""
-    return [(t.untyped_storage().nbytes(), t.device) for t in output_tensors(value)
-            if type(t) is torch.Tensor and t.is_cuda and t.untyped_storage().data_ptr() not in protected]
+    return [
+        (t.untyped_storage().nbytes(), t.device)
+        for t in output_tensors(value)
+        if type(t) is torch.Tensor and t.is_cuda and t.untyped_storage().data_ptr() not in protected
+    ]
 
 
 def _reserve_cached_blocks(blocks: list[tuple[int, torch.device]], copies: int) -> None:
@@ -365,8 +412,9 @@ def time_calls(
         spin_us = min(SPIN_MAX_US, max(SPIN_MIN_US, 3.0 * _median(host_s) * 1e6 + 100.0))
     cycles = int(spin_us * SPIN_CYCLES_PER_US)
 
-    def loop(call: Callable[[Any], Any], plan: list[dict[str, Any] | None],
-             check: bool) -> tuple[list[float], list[float], list[Any], list[Any], list[float]]:
+    def loop(
+        call: Callable[[Any], Any], plan: list[dict[str, Any] | None], check: bool
+    ) -> tuple[list[float], list[float], list[Any], list[Any], list[float]]:
         n = len(plan)
         starts = [Event(enable_timing=True) for _ in range(n)]
         ends = [Event(enable_timing=True) for _ in range(n)]
@@ -410,9 +458,17 @@ def time_calls(
     kept: dict[int, Any] = {}
     for k, out in zip(order, outs):
         kept[k] = out  # the last call on each set wins; None when it was poisoned since
-    return _run(times_ms=times, synced_ms=synced, noop_gap_ms=[s - t for t, s in zip(noop_t, noop_s)],
-                    wall_s=wall, kept={k: v for k, v in kept.items() if v is not None}, warmup_calls=warmup,
-                    digests=[[int(v) for v in d.tolist()] for d in sums], spin_us=spin_us, host_us=host_us)
+    return _run(
+        times_ms=times,
+        synced_ms=synced,
+        noop_gap_ms=[s - t for t, s in zip(noop_t, noop_s)],
+        wall_s=wall,
+        kept={k: v for k, v in kept.items() if v is not None},
+        warmup_calls=warmup,
+        digests=[[int(v) for v in d.tolist()] for d in sums],
+        spin_us=spin_us,
+        host_us=host_us,
+    )
 
 
 def plan_calls(estimate_ms: float, minimum: int = 20, maximum: int = 200, target_s: float = 0.25) -> tuple[int, int]:

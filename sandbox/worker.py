@@ -34,15 +34,30 @@ import torch
 
 from sandbox import graph_burst, isolation, protocol
 from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaWriter, output_items
-from sandbox.timing import (Primitives, digest, fit_calls_to_sets, host_primitives, input_checksums,
-                            plan_calls, poison, storages, time_calls)
+from sandbox.timing import (
+    Primitives,
+    digest,
+    fit_calls_to_sets,
+    host_primitives,
+    input_checksums,
+    plan_calls,
+    poison,
+    storages,
+    time_calls,
+)
 
 if TYPE_CHECKING:  # the message types, for the annotations only: building a dozen classes costs start-up time
     from sandbox import messages
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
-LOOP_NAMES = ("torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.synchronize",
-              "time.perf_counter", "torch.cuda._sleep")
+LOOP_NAMES = (
+    "torch.cuda.Event",
+    "torch.cuda.Event.record",
+    "torch.cuda.Event.elapsed_time",
+    "torch.cuda.synchronize",
+    "time.perf_counter",
+    "torch.cuda._sleep",
+)
 
 
 def _loop_primitives(prims: Primitives) -> dict[str, Any]:
@@ -64,7 +79,8 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
         return {"stage": exc.stage, "category": exc.category, "type": "", "message": exc.message, "traceback": ""}
     kind = type(exc)
     return {
-        "stage": None, "category": None,
+        "stage": None,
+        "category": None,
         "type": f"{kind.__module__}.{kind.__qualname__}",
         "message": str(exc)[:4000],
         "traceback": "".join(traceback.format_exception(exc, limit=-12))[-6000:],
@@ -77,14 +93,23 @@ def _check_output(value: Any, device: str) -> None:
         raise Failure("runtime", "wrong_output_type", "Output dict keys must be strings.")
     _, items = output_items(value)
     if not 1 <= len(items) <= MAX_OUTPUT_TENSORS:
-        raise Failure("runtime", "wrong_output_type", f"Output holds {len(items)} tensors; return 1 to {MAX_OUTPUT_TENSORS}.")
+        raise Failure(
+            "runtime", "wrong_output_type", f"Output holds {len(items)} tensors; return 1 to {MAX_OUTPUT_TENSORS}."
+        )
     for _, t in items:
         if type(t) is not torch.Tensor:
-            raise Failure("runtime", "wrong_output_type",
-                          f"Output holds a {type(t).__module__}.{type(t).__qualname__}; return plain torch.Tensor objects "
-                          "(a tensor, a tuple or a dict of tensors).")
+            raise Failure(
+                "runtime",
+                "wrong_output_type",
+                f"Output holds a {type(t).__module__}.{type(t).__qualname__}; return plain torch.Tensor objects "
+                "(a tensor, a tuple or a dict of tensors).",
+            )
         if t.device.type != device:
-            raise Failure("runtime", "wrong_output_type", f"Output is on {t.device}, the inputs on {device}; return it where the inputs are.")
+            raise Failure(
+                "runtime",
+                "wrong_output_type",
+                f"Output is on {t.device}, the inputs on {device}; return it where the inputs are.",
+            )
 
 
 def _import_toolchain() -> dict[str, Any]:
@@ -143,11 +168,22 @@ class Worker:
         spec.loader.exec_module(module)
         self.make_inputs = module.make_inputs
         rules = dict(msg["landlock"])
-        rules[f"/proc/{os.readlink('/proc/self')}"] = msg["proc_self_rights"]  # the pid procfs knows, even in a PID namespace
-        report = isolation.enter(msg["rlimits"], rules if msg.get("use_landlock", True) else None,
-                                 tcp_ports=msg.get("tcp_ports", []), abstract_unix=msg.get("abstract_unix", False))
-        return {"isolation": isolation.as_dict(report), "versions": self.versions, "device": info, "cuda_init_s": cuda_s,
-                "init_s": time.perf_counter() - t0}
+        rules[f"/proc/{os.readlink('/proc/self')}"] = msg[
+            "proc_self_rights"
+        ]  # the pid procfs knows, even in a PID namespace
+        report = isolation.enter(
+            msg["rlimits"],
+            rules if msg.get("use_landlock", True) else None,
+            tcp_ports=msg.get("tcp_ports", []),
+            abstract_unix=msg.get("abstract_unix", False),
+        )
+        return {
+            "isolation": isolation.as_dict(report),
+            "versions": self.versions,
+            "device": info,
+            "cuda_init_s": cuda_s,
+            "init_s": time.perf_counter() - t0,
+        }
 
     def load(self, msg: messages.Wire) -> messages.LoadReply:
         t0 = time.perf_counter()
@@ -166,13 +202,18 @@ class Worker:
         except MemoryError:
             raise Failure("compile", "compile_oom", "Importing the candidate ran out of memory.") from None
         except BaseException as exc:  # noqa: BLE001 — anything the import raises is the candidate's failure
-            raise Failure("compile", "import_error", f"{type(exc).__name__}: {exc}\n" +
-                          "".join(traceback.format_exception(exc, limit=-8))[-4000:]) from None
+            raise Failure(
+                "compile",
+                "import_error",
+                f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc, limit=-8))[-4000:],
+            ) from None
         model = getattr(module, "Model", None)
         if model is None:
             raise Failure("compile", "no_model", "The candidate file defines no `Model`.")
         if not (isinstance(model, type) and issubclass(model, torch.nn.Module)):
-            raise Failure("compile", "not_nn_module", f"`Model` is a {type(model).__name__}, not a torch.nn.Module subclass.")
+            raise Failure(
+                "compile", "not_nn_module", f"`Model` is a {type(model).__name__}, not a torch.nn.Module subclass."
+            )
         self._check_signature(model, msg["init_sets"], msg["forward_params"])
         self.model_cls = model
         return {"load_s": time.perf_counter() - t0}
@@ -188,13 +229,19 @@ class Worker:
             try:
                 init_sig.bind(**init)
             except TypeError as exc:
-                raise Failure("compile", "signature_mismatch",
-                              f"Model(**{init}) does not bind: {exc}. Keep the reference's __init__ parameters.") from None
+                raise Failure(
+                    "compile",
+                    "signature_mismatch",
+                    f"Model(**{init}) does not bind: {exc}. Keep the reference's __init__ parameters.",
+                ) from None
         try:
             forward_sig.bind(None, **{name: None for name in forward_params})
         except TypeError as exc:
-            raise Failure("compile", "signature_mismatch",
-                          f"forward({', '.join(forward_params)}) does not bind: {exc}. Keep the reference's forward inputs.") from None
+            raise Failure(
+                "compile",
+                "signature_mismatch",
+                f"forward({', '.join(forward_params)}) does not bind: {exc}. Keep the reference's forward inputs.",
+            ) from None
 
     def _model(self, shape: dict[str, Any]) -> Any:
         key = json.dumps(shape["init"], sort_keys=True)
@@ -237,11 +284,20 @@ class Worker:
         self._release_cache()
         return {"output": manifest, "checksums": checksums, "call_s": seconds, "input_bytes": input_bytes}
 
-    def time(self, msg: messages.Wire, *, _time_calls: Any = time_calls, _plan: Any = plan_calls,
-             _fit: Any = fit_calls_to_sets, _poison: Any = poison, _storages: Any = storages,
-             _replaced: Any = PRIMS.replaced, _no_grad: Any = torch.no_grad,
-             _cuda: dict[str, Any] = _loop_primitives(PRIMS),
-             _host: dict[str, Any] = _loop_primitives(host_primitives())) -> messages.TimeReply:
+    def time(
+        self,
+        msg: messages.Wire,
+        *,
+        _time_calls: Any = time_calls,
+        _plan: Any = plan_calls,
+        _fit: Any = fit_calls_to_sets,
+        _poison: Any = poison,
+        _storages: Any = storages,
+        _replaced: Any = PRIMS.replaced,
+        _no_grad: Any = torch.no_grad,
+        _cuda: dict[str, Any] = _loop_primitives(PRIMS),
+        _host: dict[str, Any] = _loop_primitives(host_primitives()),
+    ) -> messages.TimeReply:
         prims = _cuda if self.device == "cuda" else _host
         shape = msg["shape"]
         model = self._model(shape)
@@ -266,13 +322,29 @@ class Worker:
             run = _time_calls(prims, fn, warm, sets, calls, warmup, msg["flush_bytes"])
         self.kept = run.kept
         self.ran.add(shape["id"])
-        return {"times_ms": run.times_ms, "synced_ms": run.synced_ms, "noop_gap_ms": run.noop_gap_ms, "wall_s": run.wall_s,
-                "calls": calls, "warmup": run.warmup_calls, "kept": sorted(run.kept), "digests": run.digests,
-                "spin_us": run.spin_us, "host_us": run.host_us, "replaced": _replaced()}
+        return {
+            "times_ms": run.times_ms,
+            "synced_ms": run.synced_ms,
+            "noop_gap_ms": run.noop_gap_ms,
+            "wall_s": run.wall_s,
+            "calls": calls,
+            "warmup": run.warmup_calls,
+            "kept": sorted(run.kept),
+            "digests": run.digests,
+            "spin_us": run.spin_us,
+            "host_us": run.host_us,
+            "replaced": _replaced(),
+        }
 
-    def burst(self, msg: dict[str, Any], *, _digest: Any = digest, _no_grad: Any = torch.no_grad,
-              _cuda: dict[str, Any] = _loop_primitives(PRIMS),
-              _host: dict[str, Any] = _loop_primitives(host_primitives())) -> dict[str, Any]:
+    def burst(
+        self,
+        msg: dict[str, Any],
+        *,
+        _digest: Any = digest,
+        _no_grad: Any = torch.no_grad,
+        _cuda: dict[str, Any] = _loop_primitives(PRIMS),
+        _host: dict[str, Any] = _loop_primitives(host_primitives()),
+    ) -> dict[str, Any]:
         """The judge's witness: input sets made from fresh `seeds`, then one forward on each back
         to back, nothing between them, one synchronisation at the end, and each output's digest.
         The judge times this whole request with its own clock (atrex_mcp.evaluate.timing_witness);
@@ -288,9 +360,14 @@ class Worker:
         self.burst_kept = dict(enumerate(outs))
         return {"digests": digests}
 
-    def graph_capture(self, msg: messages.Wire, *, _capture: Any = graph_burst.capture,
-                      _stack: Any = graph_burst.StackedInputs.stack,
-                      _cuda: dict[str, Any] = _loop_primitives(PRIMS)) -> messages.GraphCaptureReply:
+    def graph_capture(
+        self,
+        msg: messages.Wire,
+        *,
+        _capture: Any = graph_burst.capture,
+        _stack: Any = graph_burst.StackedInputs.stack,
+        _cuda: dict[str, Any] = _loop_primitives(PRIMS),
+    ) -> messages.GraphCaptureReply:
         """The graph burst's capture (sandbox.graph_burst), untimed: input sets from `seeds`, their
         floating-point inputs in one buffer per input for the replay's refresh, one forward each
         in one CUDA graph. Not capturable: `captured` false and the reason."""
@@ -308,8 +385,9 @@ class Worker:
         self.graph = captured
         return {"captured": True}
 
-    def graph_replay(self, msg: messages.Wire, *, _replay: Any = graph_burst.replay,
-                     _cuda: dict[str, Any] = _loop_primitives(PRIMS)) -> messages.GraphReplayReply:
+    def graph_replay(
+        self, msg: messages.Wire, *, _replay: Any = graph_burst.replay, _cuda: dict[str, Any] = _loop_primitives(PRIMS)
+    ) -> messages.GraphReplayReply:
         """The graph burst's timed window: the inputs refreshed from the request's `seed` (they
         are not known before it), one replay, its synchronisation, its fingerprints."""
         if self.graph is None:
@@ -376,8 +454,10 @@ class Worker:
                 entry[0] += float(event.get("dur", 0.0))
                 entry[1] += 1
         trace.unlink(missing_ok=True)
-        return {"kernels": [{"name": k, "time_us": v[0], "count": v[1], "kind": v[2]} for k, v in kernels.items()],
-                "replaced": _replaced()}
+        return {
+            "kernels": [{"name": k, "time_us": v[0], "count": v[1], "kind": v[2]} for k, v in kernels.items()],
+            "replaced": _replaced(),
+        }
 
     def forwards(self, msg: messages.Wire, *, _replaced: Any = PRIMS.replaced) -> messages.ForwardsReply:
         """`calls` forwards on one input set for an outside profiler, each in the NVTX range
@@ -407,14 +487,31 @@ class Worker:
         """Nothing: the judge times a round trip to calibrate its witness."""
         return {}
 
-    def serve(self, *, _receive: Any = protocol.receive, _send: Any = protocol.send,
-              _closed: type = protocol.ChannelClosed, _error: Any = _error_payload) -> None:
+    def serve(
+        self,
+        *,
+        _receive: Any = protocol.receive,
+        _send: Any = protocol.send,
+        _closed: type = protocol.ChannelClosed,
+        _error: Any = _error_payload,
+    ) -> None:
         # One handler per request of sandbox.messages (tests/test_sandbox_messages.py holds them equal),
         # built at start, before the candidate is imported.
-        handlers = {"init": self.init, "load": self.load, "run": self.run, "time": self.time, "fetch": self.fetch,
-                    "keep": self.keep, "profile": self.profile, "forwards": self.forwards, "integrity": self.integrity,
-                    "burst": self.burst, "ping": self.ping, "graph_capture": self.graph_capture,
-                    "graph_replay": self.graph_replay}
+        handlers = {
+            "init": self.init,
+            "load": self.load,
+            "run": self.run,
+            "time": self.time,
+            "fetch": self.fetch,
+            "keep": self.keep,
+            "profile": self.profile,
+            "forwards": self.forwards,
+            "integrity": self.integrity,
+            "burst": self.burst,
+            "ping": self.ping,
+            "graph_capture": self.graph_capture,
+            "graph_replay": self.graph_replay,
+        }
         req_fd, resp_fd = self.req_fd, self.resp_fd
         while True:
             try:

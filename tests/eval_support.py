@@ -34,10 +34,24 @@ def make_problem_root(root: Path) -> Path:
     for name in ("reference.py", "input.py"):
         shutil.copy(ROOT / "problems" / "rms_norm" / name, op_dir / name)
     (op_dir / "shapes.json").write_text(json.dumps({"op": "rms_norm", "shapes": SHAPES}))
-    (op_dir / "metadata.json").write_text(json.dumps({"op": "rms_norm", "dtype": "bf16", "canary": CANARY,
-                                                      "shapes": {s["id"]: {"description": CANARY} for s in SHAPES}}))
-    (op_dir / "roofline.json").write_text(json.dumps({"op": "rms_norm", "shapes": {
-        s["id"]: shape_record(WORKLOAD, {"h200": load_profile("h200")}) for s in SHAPES}}))
+    (op_dir / "metadata.json").write_text(
+        json.dumps(
+            {
+                "op": "rms_norm",
+                "dtype": "bf16",
+                "canary": CANARY,
+                "shapes": {s["id"]: {"description": CANARY} for s in SHAPES},
+            }
+        )
+    )
+    (op_dir / "roofline.json").write_text(
+        json.dumps(
+            {
+                "op": "rms_norm",
+                "shapes": {s["id"]: shape_record(WORKLOAD, {"h200": load_profile("h200")}) for s in SHAPES},
+            }
+        )
+    )
     (root / "weights.json").write_text(json.dumps({"weights": {"rms_norm": 1.0}}))
     return root
 

@@ -10,14 +10,32 @@ from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, Overhea
 MEASUREMENTS = Path(__file__).resolve().parent.parent / "measurements"
 
 
-def shape(sid: str, time_ms: float | None = None, correct: bool = True, seconds: dict[str, float] | None = None,
-          score: float | None = None) -> ShapeResult:
-    return ShapeResult(id=sid, correct=correct, time_ms=time_ms, score=score, seconds=seconds or {},
-                       stage=None if correct else "correctness", category=None if correct else "numeric_mismatch")
+def shape(
+    sid: str,
+    time_ms: float | None = None,
+    correct: bool = True,
+    seconds: dict[str, float] | None = None,
+    score: float | None = None,
+) -> ShapeResult:
+    return ShapeResult(
+        id=sid,
+        correct=correct,
+        time_ms=time_ms,
+        score=score,
+        seconds=seconds or {},
+        stage=None if correct else "correctness",
+        category=None if correct else "numeric_mismatch",
+    )
 
 
-def result(op: str, shapes: list[ShapeResult], candidate: str = "eager", overhead: Overhead | None = None,
-           started_at: str = "2026-01-01T00:00:00+00:00", device: str = "NVIDIA H200") -> EvalResult:
+def result(
+    op: str,
+    shapes: list[ShapeResult],
+    candidate: str = "eager",
+    overhead: Overhead | None = None,
+    started_at: str = "2026-01-01T00:00:00+00:00",
+    device: str = "NVIDIA H200",
+) -> EvalResult:
     return EvalResult(
         op=op,
         candidate=candidate,

@@ -35,18 +35,24 @@ def make_problem_root(root: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("reference.py", "input.py"):
         shutil.copy(REPO_ROOT / "problems" / OP / name, folder / name)
-    shapes = [{"id": "0", "init": {"eps": 1e-6}, "inputs": {"token_count": 2500, "hidden_size": 1024}},
-              {"id": "1", "init": {"eps": 1e-6}, "inputs": {"token_count": 4968, "hidden_size": 1024}},
-              {"id": "smoke", "smoke": True, "init": {"eps": 1e-6}, "inputs": {"token_count": 4, "hidden_size": 64}}]
+    shapes = [
+        {"id": "0", "init": {"eps": 1e-6}, "inputs": {"token_count": 2500, "hidden_size": 1024}},
+        {"id": "1", "init": {"eps": 1e-6}, "inputs": {"token_count": 4968, "hidden_size": 1024}},
+        {"id": "smoke", "smoke": True, "init": {"eps": 1e-6}, "inputs": {"token_count": 4, "hidden_size": 64}},
+    ]
     (folder / "shapes.json").write_text(json.dumps({"op": OP, "shapes": shapes}))
     roofline = {"op": OP, "counting": "closed-form SPEC §3", "shapes": {}}
     for s in shapes[:2]:
         t, h = s["inputs"]["token_count"], s["inputs"]["hidden_size"]
         read, written = 2 * t * h + 2 * h, 2 * t * h
-        roofline["shapes"][s["id"]] = {"flops": {"bf16": 3 * t * h + t}, "bytes_read": read, "bytes_written": written,
-                                       "arithmetic_intensity": (3 * t * h + t) / (read + written),
-                                       "t_sol_ms": {"h200": 1000 * (read + written) / 4.8e12},
-                                       "bound": {"h200": "memory"}}
+        roofline["shapes"][s["id"]] = {
+            "flops": {"bf16": 3 * t * h + t},
+            "bytes_read": read,
+            "bytes_written": written,
+            "arithmetic_intensity": (3 * t * h + t) / (read + written),
+            "t_sol_ms": {"h200": 1000 * (read + written) / 4.8e12},
+            "bound": {"h200": "memory"},
+        }
     (folder / "roofline.json").write_text(json.dumps(roofline))
     (folder / "metadata.json").write_text(json.dumps({"op": OP, "dtype": "bf16", "shapes": {}}))
     return root
@@ -126,8 +132,9 @@ def make_service(tmp_path: Path, judge: ScriptedJudge | None = None) -> RunServi
 
 
 def store_profile(service: RunService, run_id: str | None = None) -> str:
-    return service.store.save_profile(op=OP, shape="0", source_sha256="0" * 64, tool="ncu",
-                                      report={"bottleneck": {"kind": "memory"}}, run_id=run_id)
+    return service.store.save_profile(
+        op=OP, shape="0", source_sha256="0" * 64, tool="ncu", report={"bottleneck": {"kind": "memory"}}, run_id=run_id
+    )
 
 
 def loop_with_iterations(tmp_path: Path, speeds: list[float]) -> tuple[RunService, str]:

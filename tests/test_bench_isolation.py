@@ -82,8 +82,16 @@ def test_agent_of_another_uid_reaches_only_its_workspace_and_the_server(monkeypa
         probe.chmod(0o644)
         monkeypatch.setenv("PRIVATE_HIDDEN", str(private / "rms_norm" / "roofline.json"))
         monkeypatch.setenv("RUN_STATE", str(run / "ops" / "rms_norm" / "state.json"))
-        config, layout = open_run(RunRequest(out=run, agent=f"/bin/bash {probe}", ops="rms_norm", problems=[private],
-                                             budget_minutes=2, agent_env=["PRIVATE_HIDDEN", "RUN_STATE"]))
+        config, layout = open_run(
+            RunRequest(
+                out=run,
+                agent=f"/bin/bash {probe}",
+                ops="rms_norm",
+                problems=[private],
+                budget_minutes=2,
+                agent_env=["PRIVATE_HIDDEN", "RUN_STATE"],
+            )
+        )
         assert config.isolation.agent_uid == 65534 and config.server == "http"
         assert not [p for p in config.isolation.hidden_readable if p.startswith(str(private))]
         state = BenchRunner(config, layout, live=False).run().states["rms_norm"]

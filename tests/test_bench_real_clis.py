@@ -30,9 +30,14 @@ STEPS = ["list_problems", "get_problem", "validate", "package"]
 
 def operator_script() -> Script:
     source = (ROOT / "gpu_wiki" / "kernels" / f"{OP}.py").read_text()
-    return Script([ToolStep("list_problems", {}), ToolStep("get_problem", {"op": OP}),
-                   ToolStep("validate", {"op": OP, "source": source, "shapes": ["smoke"], "seeds": 1}),
-                   ToolStep("package", {"op": OP, "source": source})])
+    return Script(
+        [
+            ToolStep("list_problems", {}),
+            ToolStep("get_problem", {"op": OP}),
+            ToolStep("validate", {"op": OP, "source": source, "shapes": ["smoke"], "seeds": 1}),
+            ToolStep("package", {"op": OP, "source": source}),
+        ]
+    )
 
 
 def cli(name: str) -> Path:
@@ -105,8 +110,10 @@ def test_codex_plays_a_whole_operator(base, monkeypatch):
     binary = cli("codex")
     with fake_responses(operator_script()) as fake:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-key-for-tests")
-        provider = (f'model_providers.fake={{name="fake", base_url="{fake.base_url}/v1", wire_api="responses", '
-                    'env_key="OPENAI_API_KEY"}')
+        provider = (
+            f'model_providers.fake={{name="fake", base_url="{fake.base_url}/v1", wire_api="responses", '
+            'env_key="OPENAI_API_KEY"}'
+        )
         code = main(
             [
                 "bench",

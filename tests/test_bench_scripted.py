@@ -38,8 +38,25 @@ def run_dir(tmp_path_factory) -> Path:
     (kernels / f"{LEAKY}.py").write_text(leaky.replace("import torch\n", "import torch\nfrom os import listdir\n", 1))
     out = base / "scripted"
     ops = ",".join([*KNOWN, UNKNOWN, LEAKY])
-    code = main(["bench", "run", "--agent", scripted_agent(kernels), "--ops", ops, "--parallel", "2",
-                 "--budget-minutes", "4", "--agent-uid", "same", "--plain", "--out", str(out)])
+    code = main(
+        [
+            "bench",
+            "run",
+            "--agent",
+            scripted_agent(kernels),
+            "--ops",
+            ops,
+            "--parallel",
+            "2",
+            "--budget-minutes",
+            "4",
+            "--agent-uid",
+            "same",
+            "--plain",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     return out
 

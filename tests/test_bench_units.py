@@ -303,10 +303,16 @@ def test_resume_refuses_other_settings_and_accepts_none(tmp_path):
         open_run(RunRequest(out=tmp_path / "run", condition="optimizer"))
 
 
-@pytest.mark.parametrize(("overrides", "category"), [
-    ({"agent": None}, "missing_option"), ({"ops": "no_such_op"}, "unknown_problem"), ({"dsl": "cuda"}, "unknown_dsl"),
-    ({"agent": "no-such-agent-program"}, "agent_not_found"), ({"agent_uid": "x"}, "bad_agent_uid"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "category"),
+    [
+        ({"agent": None}, "missing_option"),
+        ({"ops": "no_such_op"}, "unknown_problem"),
+        ({"dsl": "cuda"}, "unknown_dsl"),
+        ({"agent": "no-such-agent-program"}, "agent_not_found"),
+        ({"agent_uid": "x"}, "bad_agent_uid"),
+    ],
+)
 def test_bad_run_requests_fail_with_a_category(tmp_path, overrides, category):
     with pytest.raises(AtrexError) as info:
         open_run(_request(tmp_path, **overrides))
@@ -324,8 +330,16 @@ def test_agent_is_stopped_at_its_budget_with_its_whole_group(tmp_path):
     marker = tmp_path / "child-alive"
     script = f"sleep 60 & echo started; sleep 1.5; touch {marker}; wait"
     start = time.monotonic()
-    done = run_agent(["/bin/sh", "-c", script], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, identity=ME, budget_s=0.5,
-                     transcript=tmp_path / "t.log", stderr_log=tmp_path / "e.log", cancel=threading.Event())
+    done = run_agent(
+        ["/bin/sh", "-c", script],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+        identity=ME,
+        budget_s=0.5,
+        transcript=tmp_path / "t.log",
+        stderr_log=tmp_path / "e.log",
+        cancel=threading.Event(),
+    )
     assert done.timed_out and not done.cancelled and time.monotonic() - start < 10
     time.sleep(2)
     assert not marker.exists(), "the agent's shell kept running after the budget"
@@ -336,9 +350,17 @@ def test_agent_lines_reach_the_callback_and_cancel_stops_it(tmp_path):
     seen: list[str] = []
     cancel = threading.Event()
     threading.Timer(1.0, cancel.set).start()
-    done = run_agent([sys.executable, "-c", "import time\nprint('one', flush=True)\ntime.sleep(30)"], cwd=tmp_path,
-                     env={"PATH": os.environ["PATH"]}, identity=ME, budget_s=60, transcript=tmp_path / "t.log",
-                     stderr_log=tmp_path / "e.log", cancel=cancel, on_line=seen.append)
+    done = run_agent(
+        [sys.executable, "-c", "import time\nprint('one', flush=True)\ntime.sleep(30)"],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        identity=ME,
+        budget_s=60,
+        transcript=tmp_path / "t.log",
+        stderr_log=tmp_path / "e.log",
+        cancel=cancel,
+        on_line=seen.append,
+    )
     assert done.cancelled and not done.timed_out and seen == ["one\n"]
 
 
@@ -374,9 +396,28 @@ def test_ctrl_c_stops_the_agents_and_leaves_a_resumable_run(tmp_path):
     import subprocess
 
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "atrex_mcp.cli", "bench", "run", "--agent", "/bin/sleep 60", "--ops",
-                             "rms_norm,silu_and_mul", "--agent-uid", "same", "--plain", "--out", str(out)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "atrex_mcp.cli",
+            "bench",
+            "run",
+            "--agent",
+            "/bin/sleep 60",
+            "--ops",
+            "rms_norm,silu_and_mul",
+            "--agent-uid",
+            "same",
+            "--plain",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     state_file = out / "ops" / "rms_norm" / "state.json"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and '"running"' not in (state_file.read_text() if state_file.exists() else ""):

@@ -26,7 +26,7 @@ EXAMPLE = ROOT / "examples" / "rms_norm_triton.py"
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU default")
 
 SYNTAX_ERROR = "import torch\n\nclass Model(torch.nn.Module:\n    pass\n"
-RAISES = '''import torch
+RAISES = """import torch
 from torch import nn
 
 
@@ -40,8 +40,8 @@ class Model(nn.Module):
 
     def forward(self, x, weight):
         return helper(x)
-'''
-WRONG = '''import torch
+"""
+WRONG = """import torch
 from torch import nn
 
 
@@ -51,7 +51,7 @@ class Model(nn.Module):
 
     def forward(self, x, weight):
         return (x * 2).to(x.dtype)
-'''
+"""
 
 
 def error_line(capsys) -> str:
@@ -70,9 +70,18 @@ def eval_file(tmp_path: Path, name: str, text: str, capsys, *extra: str) -> tupl
 
 
 def canned(shapes: list[ShapeResult]) -> EvalResult:
-    return EvalResult(op="rms_norm", candidate="candidate", candidate_sha256="0" * 64, dsl="triton", hardware="h200",
-                      compiled=True, shapes=shapes, device=DeviceInfo(kind="cpu", name="cpu"), isolation=Isolation(),
-                      started_at="2026-01-01T00:00:00+00:00")
+    return EvalResult(
+        op="rms_norm",
+        candidate="candidate",
+        candidate_sha256="0" * 64,
+        dsl="triton",
+        hardware="h200",
+        compiled=True,
+        shapes=shapes,
+        device=DeviceInfo(kind="cpu", name="cpu"),
+        isolation=Isolation(),
+        started_at="2026-01-01T00:00:00+00:00",
+    )
 
 
 @pytest.fixture
@@ -88,10 +97,18 @@ def fake_evaluate(monkeypatch):
                 progress(f"shape {shape_id}", (i + 0.5) / len(ids))
         if progress:
             progress("done", 1.0)
-        return canned([ShapeResult(id=i, correct=i not in state["fail"],
-                                   stage="correctness" if i in state["fail"] else None,
-                                   category="numeric_mismatch" if i in state["fail"] else None,
-                                   message="seed #0: off" if i in state["fail"] else "") for i in ids])
+        return canned(
+            [
+                ShapeResult(
+                    id=i,
+                    correct=i not in state["fail"],
+                    stage="correctness" if i in state["fail"] else None,
+                    category="numeric_mismatch" if i in state["fail"] else None,
+                    message="seed #0: off" if i in state["fail"] else "",
+                )
+                for i in ids
+            ]
+        )
 
     monkeypatch.setattr(atrex_mcp.evaluate, "evaluate", fake, raising=False)
     return state
@@ -130,10 +147,12 @@ def test_a_correct_kernel_exits_0_and_without_a_gpu_only_the_smoke_shape_is_judg
 
 
 def test_traceback_tail_starts_at_the_users_first_frame():
-    text = ('builtins.KeyError: 1\nTraceback (most recent call last):\n'
-            '  File "/x/sandbox/worker.py", line 325, in serve\n    reply = handler(msg)\n'
-            '  File "/tmp/atrex-eval-ab/candidate.py", line 9, in forward\n    return table[1]\n           ~~~~~^^^\n'
-            'KeyError: 1\n')
+    text = (
+        "builtins.KeyError: 1\nTraceback (most recent call last):\n"
+        '  File "/x/sandbox/worker.py", line 325, in serve\n    reply = handler(msg)\n'
+        '  File "/tmp/atrex-eval-ab/candidate.py", line 9, in forward\n    return table[1]\n           ~~~~~^^^\n'
+        "KeyError: 1\n"
+    )
     assert traceback_tail(text, "k.py") == ['  File "k.py", line 9, in forward', "    return table[1]", "KeyError: 1"]
     shown = user_names("SyntaxError: bad (candidate.py, line 2)", "/home/u/k.py")
     assert shown == "SyntaxError: bad (/home/u/k.py, line 2)"
@@ -151,18 +170,34 @@ def test_eval_exit_code_follows_the_judged_shapes(fake_evaluate, capsys):
 def test_mismatch_line_has_the_pytest_figures():
     from atrex_mcp.commands.failure_text import mismatch_line
 
-    m = MismatchDetail(output="out", rule="allclose", atol=0.01, rtol=0.05, max_abs_error=4.4, max_rel_error=0.96,
-                       mismatch_fraction=0.5, mismatches=2, numel=4, first_bad_index=[0, 1], reference_value=1.0,
-                       candidate_value=2.0)
-    assert mismatch_line(m) == ("out [allclose (atol 0.01, rtol 0.05)]: max abs error 4.4, max rel error 0.96, "
-                                "2/4 mismatched (50.00%); first bad index [0, 1]: got 2, expected 1")
+    m = MismatchDetail(
+        output="out",
+        rule="allclose",
+        atol=0.01,
+        rtol=0.05,
+        max_abs_error=4.4,
+        max_rel_error=0.96,
+        mismatch_fraction=0.5,
+        mismatches=2,
+        numel=4,
+        first_bad_index=[0, 1],
+        reference_value=1.0,
+        candidate_value=2.0,
+    )
+    assert mismatch_line(m) == (
+        "out [allclose (atol 0.01, rtol 0.05)]: max abs error 4.4, max rel error 0.96, "
+        "2/4 mismatched (50.00%); first bad index [0, 1]: got 2, expected 1"
+    )
 
 
 def test_problems_check_exits_1_for_a_problem_that_accepts_trivial_candidates(tmp_path, capsys):
     assert main(["problems", "init", "flat", "--dir", str(tmp_path)]) == 0
     reference = tmp_path / "flat" / "reference.py"
-    reference.write_text(reference.read_text().replace("return (xf * torch.sigmoid(xf) * self.scale).to(x.dtype)",
-                                                       "return torch.zeros_like(x)"))
+    reference.write_text(
+        reference.read_text().replace(
+            "return (xf * torch.sigmoid(xf) * self.scale).to(x.dtype)", "return torch.zeros_like(x)"
+        )
+    )
     assert main(["problems", "check", "flat", "--problems", str(tmp_path)]) == 1
     assert "FAIL flat" in capsys.readouterr().out
 
@@ -207,8 +242,10 @@ def test_a_shape_that_cannot_fit_is_refused_with_the_estimate(tmp_path, capsys):
     code = main(["eval", str(EXAMPLE), "--op", "big_op", "--problems", str(tmp_path), "--shapes", "huge"])
     assert code == 2
     line = error_line(capsys)
-    assert line.startswith("error: [input/shape_too_large] Shape 'huge' of big_op needs about 762.9 GiB "
-                           "(2 copies of 381.5 GiB of inputs); ")
+    assert line.startswith(
+        "error: [input/shape_too_large] Shape 'huge' of big_op needs about 762.9 GiB "
+        "(2 copies of 381.5 GiB of inputs); "
+    )
     assert line.endswith("Hint: Choose smaller shapes (--shapes), or run where there is more memory.")
 
 
@@ -282,11 +319,15 @@ def test_binary_and_non_utf8_candidates_are_one_line_errors(tmp_path, capsys):
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00")
     latin.write_bytes(b"x = '\xe9'\n")
     assert main(["eval", str(binary), "--op", "rms_norm"]) == 2
-    assert error_line(capsys) == (f"error: [input/binary_candidate] {binary} is a binary file, not Python source. "
-                                  "Hint: Pass the .py file that defines class Model.")
+    assert error_line(capsys) == (
+        f"error: [input/binary_candidate] {binary} is a binary file, not Python source. "
+        "Hint: Pass the .py file that defines class Model."
+    )
     assert main(["eval", str(latin), "--op", "rms_norm"]) == 2
-    assert error_line(capsys) == (f"error: [input/candidate_not_utf8] {latin} is not UTF-8 text (byte 5: invalid "
-                                  "continuation byte). Hint: Save the file as UTF-8.")
+    assert error_line(capsys) == (
+        f"error: [input/candidate_not_utf8] {latin} is not UTF-8 text (byte 5: invalid "
+        "continuation byte). Hint: Save the file as UTF-8."
+    )
     assert main(["eval", str(latin), "--op", "rms_norm", "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["error"]["category"] == "candidate_not_utf8"
 
@@ -306,8 +347,9 @@ def test_interrupt_and_unexpected_errors_end_in_one_line(monkeypatch, capsys):
 
     monkeypatch.setattr(problems, "_list", bug)
     assert main(["problems", "list"]) == 3
-    assert error_line(capsys) == ("error: [internal/ZeroDivisionError] division by zero "
-                                  "(set ATREX_DEBUG=1 for the traceback)")
+    assert error_line(capsys) == (
+        "error: [internal/ZeroDivisionError] division by zero (set ATREX_DEBUG=1 for the traceback)"
+    )
 
 
 F_SETPIPE_SZ = 1031  # Linux fcntl: set a pipe's capacity
@@ -318,8 +360,12 @@ def test_a_closed_pipe_ends_quietly():
     still writing when the reader goes away, however fast it is."""
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, F_SETPIPE_SZ, 4096)
-    proc = subprocess.Popen([sys.executable, "-m", "atrex_mcp.cli", "problems", "show", "rms_norm"], cwd=ROOT,
-                            stdout=write_end, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "atrex_mcp.cli", "problems", "show", "rms_norm"],
+        cwd=ROOT,
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+    )
     os.close(write_end)
     os.read(read_end, 10)
     os.close(read_end)
@@ -360,16 +406,34 @@ def test_init_check_and_eval_a_new_problem(tmp_path, capsys):
     assert listing[1].split() == ["my_op", "3", "0.0000", "bf16", "unknown"]
     candidate = tmp_path / "kernel.py"
     candidate.write_text((folder / "reference.py").read_text())  # the reference itself is a correct candidate
-    assert main(["eval", str(candidate), "--op", "my_op", "--problems", str(tmp_path), "--shapes", "smoke",
-                 "--seeds", "1", "--plain"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(candidate),
+                "--op",
+                "my_op",
+                "--problems",
+                str(tmp_path),
+                "--shapes",
+                "smoke",
+                "--seeds",
+                "1",
+                "--plain",
+            ]
+        )
+        == 0
+    )
     assert "1 passed, 0 failed" in capsys.readouterr().out
 
 
 def test_the_weight_shown_is_the_weight_used(tmp_path, capsys):
     for name, weight in (("one", "0"), ("two", "3"), ("three", "1")):
         main(["problems", "init", name, "--dir", str(tmp_path / "src")])
-        assert main(["problems", "add", str(tmp_path / "src" / name), "--into", str(tmp_path / "set"),
-                     "--weight", weight]) == 0
+        assert (
+            main(["problems", "add", str(tmp_path / "src" / name), "--into", str(tmp_path / "set"), "--weight", weight])
+            == 0
+        )
     capsys.readouterr()
     assert main(["problems", "list", "--problems", str(tmp_path / "set"), "--json"]) == 0
     weights = {r["name"]: r["weight"] for r in json.loads(capsys.readouterr().out)}

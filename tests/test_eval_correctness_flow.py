@@ -36,8 +36,12 @@ class _Session:
         if isinstance(out, Failure):
             return out
         manifest = ArenaWriter(self.arena.fd, cuda=False).write(out, payload["arena_bytes"])
-        return {"output": manifest, "checksums": input_checksums(inputs), "call_s": 0.01 * len(self.runs),
-                "input_bytes": 1000}
+        return {
+            "output": manifest,
+            "checksums": input_checksums(inputs),
+            "call_s": 0.01 * len(self.runs),
+            "input_bytes": 1000,
+        }
 
 
 def _correctness(answer, seeds=5):

@@ -21,8 +21,10 @@ REFERENCE_MATH = """
         xf = x.float()
         return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps) * weight.float()).to(x.dtype)
 """
-HEADER = ("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self, *, eps=1e-6):\n   "
-          "     super().__init__()\n        self.eps = eps\n")
+HEADER = (
+    "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self, *, eps=1e-6):\n   "
+    "     super().__init__()\n        self.eps = eps\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +68,11 @@ def test_eager_baseline_is_the_reference(catalog):
         ("import torch\nclass Other(torch.nn.Module):\n    pass\n", tx.NO_MODEL),
         ("class Model:\n    pass\n", tx.NOT_NN_MODULE),
         (HEADER + "\n    def forward(self, a, b, c):\n        return a\n", tx.SIGNATURE_MISMATCH),
-        ("import torch\nclass Model(torch.nn.Module):\n    def __init__(self, alpha):\n        super().__init__()\n"
-         "    def forward(self, x, weight):\n        return x\n", tx.SIGNATURE_MISMATCH),
+        (
+            "import torch\nclass Model(torch.nn.Module):\n    def __init__(self, alpha):\n        super().__init__()\n"
+            "    def forward(self, x, weight):\n        return x\n",
+            tx.SIGNATURE_MISMATCH,
+        ),
     ],
 )
 @pytest.mark.slow
@@ -80,8 +85,10 @@ def test_compile_stage_taxonomy(catalog, source, category):
 
 @pytest.mark.slow
 def test_import_that_hangs_or_exhausts_memory_fails_at_compile(catalog):
-    slow = evaluate(EvalRequest(op="rms_norm", source="import time\ntime.sleep(600)\n", shapes=["0"], seeds=1,
-                                compile_timeout_s=3), catalog)
+    slow = evaluate(
+        EvalRequest(op="rms_norm", source="import time\ntime.sleep(600)\n", shapes=["0"], seeds=1, compile_timeout_s=3),
+        catalog,
+    )
     assert (slow.compile_error.stage, slow.compile_error.category) == ("compile", tx.COMPILE_TIMEOUT)
     hungry = run_eval(catalog, "block = bytearray(1 << 40)\n")
     assert (hungry.compile_error.stage, hungry.compile_error.category) == ("compile", tx.COMPILE_OOM)
@@ -164,8 +171,12 @@ def test_cancel_kills_the_worker_and_raises(catalog):
 
     hang = HEADER + "\n    def forward(self, x, weight):\n        while True:\n            pass\n"
     with pytest.raises(AtrexError) as info:
-        evaluate(EvalRequest(op="rms_norm", source=hang, shapes=["0"], seeds=1, timeout_s=60), catalog,
-                 progress=progress, cancel=cancel)
+        evaluate(
+            EvalRequest(op="rms_norm", source=hang, shapes=["0"], seeds=1, timeout_s=60),
+            catalog,
+            progress=progress,
+            cancel=cancel,
+        )
     assert info.value.info.category == "cancelled"
 
 
@@ -178,8 +189,23 @@ def test_request_without_candidate_is_an_input_error(catalog):
 @pytest.mark.slow
 def test_cli_json_has_the_stable_fields(catalog, tmp_path, capsys):
     out = tmp_path / "results"
-    code = cli_main(["eval", str(EXAMPLES / "rms_norm_triton.py"), "--op", "rms_norm", "--shapes", "0", "--seeds", "1",
-                     "--problems", str(catalog.roots[0]), "--json", "--out", str(out)])
+    code = cli_main(
+        [
+            "eval",
+            str(EXAMPLES / "rms_norm_triton.py"),
+            "--op",
+            "rms_norm",
+            "--shapes",
+            "0",
+            "--seeds",
+            "1",
+            "--problems",
+            str(catalog.roots[0]),
+            "--json",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["op"] == "rms_norm" and data["compiled"] is True

@@ -25,8 +25,11 @@ def catalog(tmp_path_factory):
 def test_each_seed_is_judged_after_the_previous_seeds_tensors_are_freed(catalog, monkeypatch):
     inputs_seen: list[weakref.ref] = []
     references_seen: list[weakref.ref] = []
-    make_inputs, reference_output, compare = (evaluator.Trial.inputs, evaluator.Trial.reference_output,
-                                              evaluator.compare_outputs)
+    make_inputs, reference_output, compare = (
+        evaluator.Trial.inputs,
+        evaluator.Trial.reference_output,
+        evaluator.compare_outputs,
+    )
 
     def inputs(self, shape, seed):
         value = make_inputs(self, shape, seed)

@@ -23,9 +23,14 @@ from test_eval_gate import HEADER, REFERENCE_MATH
 
 SHAPES = ["0", "1", "smoke"]  # shape 1 is the only one with hidden_size 128
 # Right on every shape, but shape 1's forward sleeps far past any deadline a test sets.
-STALLS_ON_SHAPE_1 = "import time\n" + HEADER + REFERENCE_MATH.replace(
-    "    def forward(self, x, weight):\n",
-    "    def forward(self, x, weight):\n        if x.shape[-1] == 128:\n            time.sleep(600)\n")
+STALLS_ON_SHAPE_1 = (
+    "import time\n"
+    + HEADER
+    + REFERENCE_MATH.replace(
+        "    def forward(self, x, weight):\n",
+        "    def forward(self, x, weight):\n        if x.shape[-1] == 128:\n            time.sleep(600)\n",
+    )
+)
 LOAD_STALLS = "import time\ntime.sleep(600)\n" + HEADER + REFERENCE_MATH
 DEADLINE_S = 8.0  # loading and shape 0 take ~2 s on an idle CPU machine
 
@@ -73,8 +78,12 @@ def test_a_cancel_after_the_first_shape_raises_with_the_partial_result_attached(
             cancel.set()
 
     with pytest.raises(EvaluationCancelled) as info:
-        evaluate(EvalRequest(op="rms_norm", source=STALLS_ON_SHAPE_1, shapes=SHAPES, seeds=1, timeout_s=60), catalog,
-                 progress=progress, cancel=cancel)
+        evaluate(
+            EvalRequest(op="rms_norm", source=STALLS_ON_SHAPE_1, shapes=SHAPES, seeds=1, timeout_s=60),
+            catalog,
+            progress=progress,
+            cancel=cancel,
+        )
     assert isinstance(info.value, AtrexError) and info.value.info.category == "cancelled"
     assert "after 1 of 3 shapes" in info.value.info.message
     result = info.value.result
@@ -96,8 +105,10 @@ def test_a_deadline_during_the_candidate_load_judges_nothing_and_claims_no_score
 
 @pytest.mark.slow
 def test_a_complete_evaluation_under_a_deadline_is_not_partial(catalog):
-    result = evaluate(EvalRequest(op="rms_norm", source=HEADER + REFERENCE_MATH, shapes=["0", "smoke"], seeds=1,
-                                  deadline_s=300), catalog)
+    result = evaluate(
+        EvalRequest(op="rms_norm", source=HEADER + REFERENCE_MATH, shapes=["0", "smoke"], seeds=1, deadline_s=300),
+        catalog,
+    )
     assert result.partial is None and all(s.correct and s.judged for s in result.shapes)
     assert not result.operator_score_note.startswith("partial")
 
@@ -114,8 +125,11 @@ def test_not_run_is_a_stage_of_its_own_that_a_worker_cannot_claim():
 def test_a_worker_cannot_claim_a_verdict_of_the_trusted_side():
     """harness_oom would blame the harness, numeric_mismatch and timing_tampered are the trusted
     side's findings: from a worker they are read as the exception they are."""
-    for stage, category in ((tx.CORRECTNESS, tx.HARNESS_OOM), (tx.CORRECTNESS, tx.NUMERIC_MISMATCH),
-                            (tx.PERFORMANCE, tx.TIMING_TAMPERED)):
+    for stage, category in (
+        (tx.CORRECTNESS, tx.HARNESS_OOM),
+        (tx.CORRECTNESS, tx.NUMERIC_MISMATCH),
+        (tx.PERFORMANCE, tx.TIMING_TAMPERED),
+    ):
         assert classify({"stage": stage, "category": category, "type": "builtins.RuntimeError"}) == (
             tx.RUNTIME,
             tx.EXCEPTION,
@@ -126,8 +140,23 @@ def test_a_worker_cannot_claim_a_verdict_of_the_trusted_side():
 def test_cli_deadline_flag_gives_a_partial_result(catalog, tmp_path, capsys):
     candidate = tmp_path / "slow_load.py"
     candidate.write_text(LOAD_STALLS)
-    code = cli_main(["eval", str(candidate), "--op", "rms_norm", "--shapes", "0", "--seeds", "1", "--deadline-s", "2",
-                     "--problems", str(catalog.roots[0]), "--json"])
+    code = cli_main(
+        [
+            "eval",
+            str(candidate),
+            "--op",
+            "rms_norm",
+            "--shapes",
+            "0",
+            "--seeds",
+            "1",
+            "--deadline-s",
+            "2",
+            "--problems",
+            str(catalog.roots[0]),
+            "--json",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["partial"] == "deadline" and data["shapes"][0]["category"] == tx.NOT_RUN_DEADLINE

@@ -42,12 +42,20 @@ def test_profiler_openings_never_reach_a_protected_root(tmp_path):
     state.mkdir()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    spec = LaunchSpec(scratch=scratch, device="cpu", protected=[problems, state, ROOT / "atrex_mcp"],
-                      **{k: v for k, v in NCU_OPENINGS.launch_fields().items()})
+    spec = LaunchSpec(
+        scratch=scratch,
+        device="cpu",
+        protected=[problems, state, ROOT / "atrex_mcp"],
+        **{k: v for k, v in NCU_OPENINGS.launch_fields().items()},
+    )
     rules = landlock_rules(spec, [*import_paths(), str(ROOT), str(tmp_path)])
     allowed = [Path(p) for p in rules]
-    for secret in (problems / "rms_norm" / "roofline.json", state / "runs.sqlite", ROOT / "atrex_mcp" / "catalog.py",
-                   ROOT / ".git" / "config"):
+    for secret in (
+        problems / "rms_norm" / "roofline.json",
+        state / "runs.sqlite",
+        ROOT / "atrex_mcp" / "catalog.py",
+        ROOT / ".git" / "config",
+    ):
         assert not any(secret == a or a in secret.parents for a in allowed), secret
     writable = [p for p, rights in rules.items() if rights & landlock.WRITE_FILE]
     assert all(p.startswith("/dev/") or p == str(scratch.resolve()) for p in writable), writable
@@ -95,8 +103,19 @@ def test_leak_guard_output_never_depends_on_hidden_values(tmp_path):
 
 def test_leak_guard_finds_hidden_figures_in_any_rounding_unit_or_notation():
     guard = LeakGuard({0.0043521, 17.25391}, {"ATREX-HIDDEN-PROVENANCE-TEXT"})
-    for quoted in ("t = 0.0043521.", "0.00435 ms", "4.352 us", "4352.1 ns", "4.35e-3", "4.3521E-03", "t_0.00435x",
-                   "1253400.0", "17.254", "0.0172539 s", "from ATREX-HIDDEN-PROVENANCE-TEXT/x"):
+    for quoted in (
+        "t = 0.0043521.",
+        "0.00435 ms",
+        "4.352 us",
+        "4352.1 ns",
+        "4.35e-3",
+        "4.3521E-03",
+        "t_0.00435x",
+        "1253400.0",
+        "17.254",
+        "0.0172539 s",
+        "from ATREX-HIDDEN-PROVENANCE-TEXT/x",
+    ):
         assert guard.leaks(quoted), quoted
     for honest in (
         "max abs error 0.5",
@@ -160,8 +179,13 @@ def test_landlock_keeps_only_the_profiler_ports_open_for_tcp():
             s.bind(("127.0.0.1", 0))
             s.listen()
         allowed, closed = (s.getsockname()[1] for s in listeners)
-        done = subprocess.run([sys.executable, "-c", _TCP_PROBE, str(allowed), str(closed)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", _TCP_PROBE, str(allowed), str(closed)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         for s in listeners:
             s.close()

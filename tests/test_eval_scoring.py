@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.cli import main as cli_main
 from atrex_mcp.evaluate import scoring
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation, ShapeResult
 from atrex_mcp.evaluate.table import main_table, render_markdown
+from atrex_mcp.problemset.catalog import Catalog
 from eval_support import T_SOL_MS, make_problem_root
 
 
@@ -20,12 +20,34 @@ def catalog(tmp_path_factory):
     return Catalog(make_problem_root(tmp_path_factory.mktemp("problems")))
 
 
-def _result(op: str, shapes: list[tuple[str, bool, float | None, float | None]], candidate: str = "candidate",
-            compiled: bool = True) -> EvalResult:
-    return EvalResult(op=op, candidate=candidate, candidate_sha256="0" * 64, dsl="triton", hardware="h200", compiled=compiled,
-                      shapes=[ShapeResult(id=i, correct=ok, time_ms=t, dsl_share=d, category=None if ok else "numeric_mismatch",
-                                          stage=None if ok else "correctness") for i, ok, t, d in shapes],
-                      device=DeviceInfo(kind="cuda", name="NVIDIA H200"), isolation=Isolation(), started_at="2026-01-01T00:00:00+00:00")
+def _result(
+    op: str,
+    shapes: list[tuple[str, bool, float | None, float | None]],
+    candidate: str = "candidate",
+    compiled: bool = True,
+) -> EvalResult:
+    return EvalResult(
+        op=op,
+        candidate=candidate,
+        candidate_sha256="0" * 64,
+        dsl="triton",
+        hardware="h200",
+        compiled=compiled,
+        shapes=[
+            ShapeResult(
+                id=i,
+                correct=ok,
+                time_ms=t,
+                dsl_share=d,
+                category=None if ok else "numeric_mismatch",
+                stage=None if ok else "correctness",
+            )
+            for i, ok, t, d in shapes
+        ],
+        device=DeviceInfo(kind="cuda", name="NVIDIA H200"),
+        isolation=Isolation(),
+        started_at="2026-01-01T00:00:00+00:00",
+    )
 
 
 def test_shape_score_is_never_clipped():
@@ -72,9 +94,15 @@ def test_main_table_rows_ratios_and_dsl_adoption(catalog, tmp_path):
     cand = _result("rms_norm", [("0", True, 2 * T_SOL_MS, 0.9), ("1", True, T_SOL_MS / 2, 0.8)])
     (run / "rms_norm.json").write_text(cand.model_dump_json())
     (base / "rms_norm.eager.json").write_text(
-        _result("rms_norm", [("0", True, 8 * T_SOL_MS, 0.0), ("1", True, 2 * T_SOL_MS, 0.0)], candidate="eager").model_dump_json())
+        _result(
+            "rms_norm", [("0", True, 8 * T_SOL_MS, 0.0), ("1", True, 2 * T_SOL_MS, 0.0)], candidate="eager"
+        ).model_dump_json()
+    )
     (base / "rms_norm.torch-compile.json").write_text(
-        _result("rms_norm", [("0", True, 4 * T_SOL_MS, 0.0), ("1", True, T_SOL_MS, 0.0)], candidate="torch-compile").model_dump_json())
+        _result(
+            "rms_norm", [("0", True, 4 * T_SOL_MS, 0.0), ("1", True, T_SOL_MS, 0.0)], candidate="torch-compile"
+        ).model_dump_json()
+    )
     (run / "notes.json").write_text(json.dumps({"not": "a result"}))
     table = main_table([run], catalog, "h200", [base])
     row = next(r for r in table.rows if r.run == "run-a")
@@ -91,9 +119,11 @@ def test_main_table_rows_ratios_and_dsl_adoption(catalog, tmp_path):
 
 
 def test_rates_are_operator_balanced(catalog, tmp_path):
-    results = [_result("rms_norm", [(str(i), i < 1, 1.0, 0.0) for i in range(10)]),
-               _result("other_op", [("0", True, 1.0, 1.0)]),
-               _result("broken_op", [("0", False, None, None)], compiled=False)]
+    results = [
+        _result("rms_norm", [(str(i), i < 1, 1.0, 0.0) for i in range(10)]),
+        _result("other_op", [("0", True, 1.0, 1.0)]),
+        _result("broken_op", [("0", False, None, None)], compiled=False),
+    ]
     run = tmp_path / "run-b"
     run.mkdir()
     for r in results:
@@ -168,7 +198,9 @@ def test_an_operator_with_no_shape_judged_is_in_no_rate(catalog, tmp_path):
     is not 0 % correct; it is in none of the rates, reads "—", and counts 0 in S_agg (†)."""
     run = tmp_path / "run-u"
     run.mkdir()
-    (run / "rms_norm.json").write_text(_result("rms_norm", [("0", True, 2 * T_SOL_MS, 1.0), ("1", False, None, None)]).model_dump_json())
+    (run / "rms_norm.json").write_text(
+        _result("rms_norm", [("0", True, 2 * T_SOL_MS, 1.0), ("1", False, None, None)]).model_dump_json()
+    )
     unjudged = _result("l2_norm", [], compiled=False)
     unjudged.shapes = [ShapeResult(id="0", correct=False, stage=tx.NOT_RUN, category=tx.NOT_RUN_UNSELECTED)]
     unjudged.partial = "selection"

@@ -126,6 +126,7 @@ def test_profile_runs_an_untimed_forward_first_only_for_a_shape_the_worker_has_n
         Model.forward = _counted
     """)
     with open_session(catalog, "rms_norm", counting, shapes=["0", "1"], seeds=1) as worker:
+
         def forwards() -> int:
             time.sleep(0.2)  # the worker's output is drained on a thread
             return worker.session.worker.log_tail(64 * 1024).count("ATREX-FORWARD")

@@ -94,10 +94,18 @@ def test_digest_is_exact_and_tells_outputs_apart():
 
 
 def test_input_checksums_are_exact_byte_sums_for_any_chunk_size():
-    inputs = {"x": torch.randn(1000, 37).to(torch.bfloat16), "idx": torch.randint(0, 1 << 30, (999,)),
-              "view": torch.randn(64, 48).t(), "empty": torch.empty(0), "eps": 1e-6}
-    exact = {name: int(t.contiguous().view(-1).view(torch.uint8).to(torch.int64).sum()) for name, t in inputs.items()
-             if isinstance(t, torch.Tensor)}
+    inputs = {
+        "x": torch.randn(1000, 37).to(torch.bfloat16),
+        "idx": torch.randint(0, 1 << 30, (999,)),
+        "view": torch.randn(64, 48).t(),
+        "empty": torch.empty(0),
+        "eps": 1e-6,
+    }
+    exact = {
+        name: int(t.contiguous().view(-1).view(torch.uint8).to(torch.int64).sum())
+        for name, t in inputs.items()
+        if isinstance(t, torch.Tensor)
+    }
     assert (
         input_checksums(inputs) == input_checksums(inputs, chunk=97) == input_checksums(inputs, chunk=1 << 20) == exact
     )

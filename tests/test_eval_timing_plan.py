@@ -39,18 +39,21 @@ def test_a_set_is_timed_again_only_where_the_reuse_check_can_decide():
             assert reuse_checkable(sets, calls) == (calls > sets and input_reuse([1.0] * calls, first, phase).decided)
 
 
-@pytest.mark.parametrize(("sets", "planned", "expected"), [
-    (2, 20, 2),  # before: 20 calls, 19 on set 0, nothing decided
-    (8, 20, 8),  # 4 fresh calls in the shared phase: too few to compare
-    (9, 20, 20),
-    (17, 20, 22),  # 3 reused calls would be too few: 5 are made
-    (200, 200, 200),
-    (50, 20, 20),
-])
+@pytest.mark.parametrize(
+    ("sets", "planned", "expected"),
+    [
+        (2, 20, 2),  # before: 20 calls, 19 on set 0, nothing decided
+        (8, 20, 8),  # 4 fresh calls in the shared phase: too few to compare
+        (9, 20, 20),
+        (17, 20, 22),  # 3 reused calls would be too few: 5 are made
+        (200, 200, 200),
+        (50, 20, 20),
+    ],
+)
 def test_the_fitted_call_counts(sets, planned, expected):
     calls = fit_calls_to_sets(planned, sets)
     assert calls == expected
-    assert call_order(sets, calls)[:min(calls, sets)] == list(range(min(calls, sets))) or calls > sets
+    assert call_order(sets, calls)[: min(calls, sets)] == list(range(min(calls, sets))) or calls > sets
 
 
 def test_large_inputs_get_enough_sets_for_the_reuse_check_where_the_gpu_holds_them():
@@ -99,9 +102,20 @@ def _reply(calls, fresh_ms, reused_ms):
         for index in order:
             times.append(reused_ms if index in seen else fresh_ms)
             seen.add(index)
-        return {"times_ms": times, "synced_ms": [t + 0.01 for t in times], "noop_gap_ms": [0.01] * 50,
-                "wall_s": sum(times) / 1e3 + 0.5, "calls": calls, "warmup": 3, "kept": sorted(set(order)),
-                "digests": [[k, k] for k in order], "spin_us": 300.0, "host_us": [20.0] * calls, "replaced": []}
+        return {
+            "times_ms": times,
+            "synced_ms": [t + 0.01 for t in times],
+            "noop_gap_ms": [0.01] * 50,
+            "wall_s": sum(times) / 1e3 + 0.5,
+            "calls": calls,
+            "warmup": 3,
+            "kept": sorted(set(order)),
+            "digests": [[k, k] for k in order],
+            "spin_us": 300.0,
+            "host_us": [20.0] * calls,
+            "replaced": [],
+        }
+
     return reply
 
 
@@ -139,6 +153,7 @@ def test_a_reply_that_reused_sets_the_check_cannot_judge_is_voided():
 def test_kept_sets_that_name_no_timed_set_are_never_fetched():
     """The worker's list of kept outputs is its word: entries that are not indices of the timed
     sets are dropped before any is chosen, instead of crashing the judge."""
+
     def reply(payload):
         return {**_reply(calls=20, fresh_ms=2.0, reused_ms=2.0)(payload), "kept": ["x", None, -1, 10**6, 2.0]}
 

@@ -8,16 +8,35 @@ from __future__ import annotations
 
 import pytest
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.models import ShapeResult
 from atrex_mcp.evaluate.session import source_defines_model
-from atrex_mcp.evaluate.timing_witness import (GRAPH, GRAPH_BUDGET_BYTES, GRAPH_MAX_CALLS, GRAPH_TARGET_S, TIGHT_SHARE,
-                                               TOLERANCE, UNCAPTURABLE, WITNESS_CALLS, Calibration, GraphCalibration,
-                                               Witness, graph_calls, graph_conclusive, graph_slack_ms, host_allowance_ms, judge,
-                                               judge_graph, per_call_ms, profile_agrees, slack_ms, unwitnessed,
-                                               upper_bound_ok)
+from atrex_mcp.evaluate.timing_witness import (
+    GRAPH,
+    GRAPH_BUDGET_BYTES,
+    GRAPH_MAX_CALLS,
+    GRAPH_TARGET_S,
+    TIGHT_SHARE,
+    TOLERANCE,
+    UNCAPTURABLE,
+    WITNESS_CALLS,
+    Calibration,
+    GraphCalibration,
+    Witness,
+    graph_calls,
+    graph_conclusive,
+    graph_slack_ms,
+    host_allowance_ms,
+    judge,
+    judge_graph,
+    per_call_ms,
+    profile_agrees,
+    slack_ms,
+    unwitnessed,
+    upper_bound_ok,
+)
 from atrex_mcp.policy import Policy
+from atrex_mcp.problemset.catalog import Catalog
 
 # Recorded on the shape of an H200 burst of 16 forwards (a round trip of ~80 µs, making 16 input
 # sets ~0.9 ms, digesting 16 outputs ~0.6 ms in the judge's process).
@@ -79,12 +98,15 @@ def test_reported_calls_must_fit_in_the_judges_wall():
     assert not upper_bound_ok([3.0] * 100, request_wall_s=0.2)
 
 
-@pytest.mark.parametrize(("median_ms", "kernel_us", "agrees"), [
-    (0.0061, [3.9], True),  # rms_norm on the H200: a warm profiled forward is shorter than the cold median
-    (0.040, [25.0, 12.0, 9.0], True),
-    (0.0061 / 3, [6.0], True),  # a third of a tiny kernel hides inside the slack: the bound loop has to hold there
-    (0.40 / 3, [390.0], False),  # a third of a 0.4 ms kernel does not
-])
+@pytest.mark.parametrize(
+    ("median_ms", "kernel_us", "agrees"),
+    [
+        (0.0061, [3.9], True),  # rms_norm on the H200: a warm profiled forward is shorter than the cold median
+        (0.040, [25.0, 12.0, 9.0], True),
+        (0.0061 / 3, [6.0], True),  # a third of a tiny kernel hides inside the slack: the bound loop has to hold there
+        (0.40 / 3, [390.0], False),  # a third of a 0.4 ms kernel does not
+    ],
+)
 def test_the_profiled_kernels_cross_check_the_reported_time(median_ms, kernel_us, agrees):
     assert profile_agrees(median_ms, kernel_us) is agrees
 
@@ -103,31 +125,42 @@ def test_benchmark_mode_shows_the_same_verdict_whichever_side_of_t_sol_the_time_
 
 
 def test_a_forgery_the_witness_caught_shows_alike_in_both_modes():
-    forged = ShapeResult(id="0", correct=False, stage=tx.PERFORMANCE, category=tx.TIMING_TAMPERED,
-                         message="The reported median lies below what the judge's own clock witnessed.",
-                         integrity=[tx.TIMING_FORGED])
+    forged = ShapeResult(
+        id="0",
+        correct=False,
+        stage=tx.PERFORMANCE,
+        category=tx.TIMING_TAMPERED,
+        message="The reported median lies below what the judge's own clock witnessed.",
+        integrity=[tx.TIMING_FORGED],
+    )
     catalog = Catalog()
     shown = Policy("benchmark", catalog).verdict(forged)
     assert (shown.category, shown.integrity) == (tx.TIMING_TAMPERED, [tx.TIMING_FORGED])
 
 
-@pytest.mark.parametrize(("source", "defines"), [
-    ("import torch\nclass Model(torch.nn.Module):\n    pass\n", True),
-    ("from impl import Fast as Model\n", True),
-    ("Model = type('Model', (object,), {})\n", True),
-    ("def Model(**init):\n    return None\n", False),
-    ("class Other:\n    pass\n", False),
-    ("def broken(:\n", True),  # left to the worker, which reports the syntax error
-])
+@pytest.mark.parametrize(
+    ("source", "defines"),
+    [
+        ("import torch\nclass Model(torch.nn.Module):\n    pass\n", True),
+        ("from impl import Fast as Model\n", True),
+        ("Model = type('Model', (object,), {})\n", True),
+        ("def Model(**init):\n    return None\n", False),
+        ("class Other:\n    pass\n", False),
+        ("def broken(:\n", True),  # left to the worker, which reports the syntax error
+    ],
+)
 def test_the_judge_reads_model_from_the_source_itself(source, defines):
     assert source_defines_model(source) is defines
 
 
-@pytest.mark.parametrize("claimed", [
-    {"stage": "performance", "category": "faster_than_sol", "type": "builtins.RuntimeError", "message": "S > 1"},
-    {"stage": "correctness", "category": "numeric_mismatch", "type": "builtins.RuntimeError", "message": "wrong"},
-    {"stage": "not_run", "category": "not_run_deadline", "type": "builtins.RuntimeError", "message": "stopped"},
-])
+@pytest.mark.parametrize(
+    "claimed",
+    [
+        {"stage": "performance", "category": "faster_than_sol", "type": "builtins.RuntimeError", "message": "S > 1"},
+        {"stage": "correctness", "category": "numeric_mismatch", "type": "builtins.RuntimeError", "message": "wrong"},
+        {"stage": "not_run", "category": "not_run_deadline", "type": "builtins.RuntimeError", "message": "stopped"},
+    ],
+)
 def test_a_worker_cannot_name_a_verdict_of_the_judges_stages(claimed):
     """A failure the worker reports stays a failure, and only compile or runtime categories are
     taken from it: it cannot select a T_SOL-dependent or a not-run verdict."""
@@ -140,6 +173,7 @@ def test_a_worker_cannot_name_a_verdict_of_the_judges_stages(claimed):
 # A replay of a graph of K forwards is device time: no launch, no host window to subtract.
 # Recorded shapes on the H200: a ~60 µs round trip; fingerprints ~1.5 µs each in a graph. The input
 # refresh (two launches per float input, whatever K is) is assumed at ~30 µs, ±10 µs.
+
 
 def _graph_cal(calls: int) -> GraphCalibration:
     return GraphCalibration(round_trip_s=60e-6, fingerprints_s=calls * 1.5e-6, refresh_s=30e-6, refresh_spread_s=10e-6)
@@ -158,13 +192,16 @@ def test_the_graph_burst_is_long_enough_to_time_and_fits_its_memory_budget():
     assert graph_calls(1.0, set_bytes=GRAPH_BUDGET_BYTES) == 2
 
 
-@pytest.mark.parametrize(("device_ms", "median_ms"), [
-    (0.00435, 0.00435),  # rms_norm shape 5, host-bound in the timing loop, device-bound in a graph
-    (0.0067, 0.0067),  # shape 0
-    (0.0040, 0.00435),  # a warm replay a little faster than the cold timed median
-    (2 * 0.0067, 0.0067),  # the replay at half the clock of the timed loop
-    (1.0, 1.0),
-])
+@pytest.mark.parametrize(
+    ("device_ms", "median_ms"),
+    [
+        (0.00435, 0.00435),  # rms_norm shape 5, host-bound in the timing loop, device-bound in a graph
+        (0.0067, 0.0067),  # shape 0
+        (0.0040, 0.00435),  # a warm replay a little faster than the cold timed median
+        (2 * 0.0067, 0.0067),  # the replay at half the clock of the timed loop
+        (1.0, 1.0),
+    ],
+)
 def test_an_honest_kernel_passes_the_graph_witness(device_ms, median_ms):
     calls = graph_calls(median_ms, set_bytes=1_000_000)
     verdict = judge_graph(median_ms, _graph_wall(device_ms, calls), calls, _graph_cal(calls))
@@ -187,14 +224,14 @@ def test_the_replays_refresh_is_taken_off_the_wall_and_its_spread_joins_the_slac
     """rms_norm shape 0 on the H200: K = 209 calls of 6.7 µs, the refresh of 209 sets of x (~1 GB)
     about as long as the forwards; the witness is the forwards' time, a forged third stays caught."""
     calls, refresh = 209, 1.2e-3
-    cal = GraphCalibration(round_trip_s=60e-6, fingerprints_s=calls * 1.5e-6, refresh_s=refresh,
-                           refresh_spread_s=40e-6)
+    cal = GraphCalibration(round_trip_s=60e-6, fingerprints_s=calls * 1.5e-6, refresh_s=refresh, refresh_spread_s=40e-6)
     wall = cal.round_trip_s + refresh + cal.fingerprints_s + calls * 0.0067 / 1e3
     honest = judge_graph(0.0067, wall, calls, cal)
     assert honest.per_call_ms == pytest.approx(0.0067) and not honest.forged
     assert judge_graph(0.0067 / 3, wall, calls, cal).forged
-    assert graph_slack_ms(calls, cal) - graph_slack_ms(calls, GraphCalibration(60e-6, calls * 1.5e-6, refresh, 0.0)) \
-        == pytest.approx(40e-6 / calls * 1e3)
+    assert graph_slack_ms(calls, cal) - graph_slack_ms(
+        calls, GraphCalibration(60e-6, calls * 1.5e-6, refresh, 0.0)
+    ) == pytest.approx(40e-6 / calls * 1e3)
 
 
 def test_what_a_forger_can_claim_is_its_graph_device_time_over_the_tolerance():
@@ -218,6 +255,7 @@ def test_an_uncapturable_kernel_keeps_its_time_only_where_the_plain_burst_bounds
 
 # -- the evaluator's use of the graph witness (Evaluation.graph_witness, with graph_witness.run stubbed) --
 
+
 class _Session:
     alive = True
 
@@ -237,14 +275,33 @@ def _decide(monkeypatch, outcome, median_ms, plain):
     from atrex_mcp.evaluate.models import TimingStats
 
     monkeypatch.setattr(graph_witness, "run", lambda *args: outcome)
-    result = ShapeResult(id="0", correct=True, timing=TimingStats(
-        median_ms=median_ms, q1_ms=median_ms, q3_ms=median_ms, iqr_ms=0.0, min_ms=median_ms, calls=200, warmup_calls=1,
-        input_sets=200, flush_bytes=0, covers_side_streams=False, sync_gap_ms=0.0, wall_s=0.1,
-        witness_floor_ms=plain.floor_ms, witness="host"))
+    result = ShapeResult(
+        id="0",
+        correct=True,
+        timing=TimingStats(
+            median_ms=median_ms,
+            q1_ms=median_ms,
+            q3_ms=median_ms,
+            iqr_ms=0.0,
+            min_ms=median_ms,
+            calls=200,
+            warmup_calls=1,
+            input_sets=200,
+            flush_bytes=0,
+            covers_side_streams=False,
+            sync_gap_ms=0.0,
+            wall_s=0.1,
+            witness_floor_ms=plain.floor_ms,
+            witness="host",
+        ),
+    )
     session = _Session()
     trial = SimpleNamespace(request=SimpleNamespace(timeout_s=10.0))
     verdict = evaluator.Trial.graph_witness(trial, session, None, result, median_ms, 1 << 20, plain)
-    assert ("keep", {"sets": [], "burst_done": True}) in session.calls  # the graph and its outputs are dropped in every case
+    assert (
+        "keep",
+        {"sets": [], "burst_done": True},
+    ) in session.calls  # the graph and its outputs are dropped in every case
     return verdict, result
 
 
@@ -290,8 +347,9 @@ def test_the_plain_floor_stays_when_it_is_the_tighter(monkeypatch):
 
 
 def test_an_uncapturable_host_bound_kernel_fails_unwitnessed_with_a_hint(monkeypatch):
-    verdict, result = _decide(monkeypatch, "RuntimeError: operation not permitted when stream is capturing",
-                              0.00435, _plain(0.00435, 0.0))
+    verdict, result = _decide(
+        monkeypatch, "RuntimeError: operation not permitted when stream is capturing", 0.00435, _plain(0.00435, 0.0)
+    )
     assert verdict is None and not result.correct
     assert (result.stage, result.category) == (tx.PERFORMANCE, tx.TIMING_UNWITNESSED)
     assert ".item()" in result.message and "stream is capturing" in result.message
@@ -314,6 +372,7 @@ def test_a_failing_capture_request_fails_the_shape(monkeypatch):
 
 # -- S in the aggregates: a time below T_SOL counts as T_SOL ------------------------------------------
 
+
 def test_a_shape_faster_than_sol_raises_no_aggregate_above_one():
     from atrex_mcp.evaluate import scoring
 
@@ -329,14 +388,25 @@ def test_the_raw_score_stays_in_the_servers_result_and_the_agent_sees_the_same_e
     from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, Isolation
 
     catalog = Catalog()
-    beyond, within = _shape_faster_than_sol(catalog), ShapeResult(id="0", correct=True, time_ms=0.001, score=0.4,
-                                                                  t_sol_ms=0.0004)
+    beyond, within = (
+        _shape_faster_than_sol(catalog),
+        ShapeResult(id="0", correct=True, time_ms=0.001, score=0.4, t_sol_ms=0.0004),
+    )
     assert beyond.score == 3.2  # raw, with faster_than_sol, on the server side
     views = []
     for shape in (beyond, within):
-        result = EvalResult(op="rms_norm", candidate="candidate", candidate_sha256="0" * 64, dsl="triton",
-                            hardware="h200", compiled=True, shapes=[shape], device=DeviceInfo(kind="cuda", name="H200"),
-                            isolation=Isolation(), started_at="2026-01-01T00:00:00+00:00")
+        result = EvalResult(
+            op="rms_norm",
+            candidate="candidate",
+            candidate_sha256="0" * 64,
+            dsl="triton",
+            hardware="h200",
+            compiled=True,
+            shapes=[shape],
+            device=DeviceInfo(kind="cuda", name="H200"),
+            isolation=Isolation(),
+            started_at="2026-01-01T00:00:00+00:00",
+        )
         result.operator_score, _ = scoring.shapes_operator_score(result.shapes)
         assert result.operator_score <= 1.0
         view = Policy("benchmark", catalog).validate_view(result).model_dump()
@@ -359,6 +429,7 @@ def test_the_graph_fingerprint_is_the_byte_sum_of_each_output_tensor_and_cpu_has
 
 
 # -- graph_witness.run's protocol, with a scripted worker (the GPU run is measurements/forged_timing_gpu.py) --
+
 
 def _make_inputs(seed):
     """A tiny operator's input set: a float input the refresh perturbs, an index it keeps."""
@@ -485,6 +556,7 @@ def test_an_uncapturable_forward_comes_back_as_its_reason():
 
 # -- the replay's input refresh (sandbox.graph_burst.StackedInputs, refreshed_set) ------------------
 
+
 def _stacked(seeds, seed_of_refresh=None):
     from sandbox.graph_burst import StackedInputs
 
@@ -544,8 +616,11 @@ def test_the_refresh_keeps_strides_and_skips_fp8_and_integers():
 
     def make(seed):
         gen = torch.Generator().manual_seed(seed)
-        return {"w": torch.randn(4, 6, generator=gen, dtype=torch.bfloat16).t(),  # transposed: dense, not contiguous
-                "q": torch.randn(5, generator=gen).to(torch.float8_e4m3fn), "n": 3}
+        return {
+            "w": torch.randn(4, 6, generator=gen, dtype=torch.bfloat16).t(),  # transposed: dense, not contiguous
+            "q": torch.randn(5, generator=gen).to(torch.float8_e4m3fn),
+            "n": 3,
+        }
 
     stacked = StackedInputs.stack(make, [1, 2])
     assert [t.numel() for t in stacked.live] == [48]
@@ -557,8 +632,10 @@ def test_the_refresh_keeps_strides_and_skips_fp8_and_integers():
     assert not refreshable(torch.zeros(4, 4)[:, :2]) and not refreshable(torch.zeros(3, dtype=torch.int32))
 
 
-@pytest.mark.parametrize("op, precomputable", [("rms_norm", False), ("l2_norm", False), ("layer_norm", False),
-                                               ("moe_align_block_size", True)])
+@pytest.mark.parametrize(
+    "op, precomputable",
+    [("rms_norm", False), ("l2_norm", False), ("layer_norm", False), ("moe_align_block_size", True)],
+)
 def test_a_refreshed_set_changes_the_reference_output_unless_the_op_reads_only_integers(op, precomputable):
     """What the precompute forger returns (the output of the set as captured) against the judge's
     reference on the refreshed set: caught beyond the tolerance, scale-invariant norms included;

@@ -44,14 +44,17 @@ def _same(a, b):
     )
 
 
-@pytest.mark.parametrize("value", [
-    torch.randn(3, 5, dtype=torch.bfloat16),
-    torch.randn(7, 9).t(),  # not contiguous: handed over in C order of its logical shape
-    torch.tensor(2.5),  # 0-dim
-    torch.empty(0, 4, dtype=torch.float16),
-    torch.tensor([True, False, True]),
-    torch.randn(4, 8).to(torch.float8_e4m3fn),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        torch.randn(3, 5, dtype=torch.bfloat16),
+        torch.randn(7, 9).t(),  # not contiguous: handed over in C order of its logical shape
+        torch.tensor(2.5),  # 0-dim
+        torch.empty(0, 4, dtype=torch.float16),
+        torch.tensor([True, False, True]),
+        torch.randn(4, 8).to(torch.float8_e4m3fn),
+    ],
+)
 def test_a_tensor_comes_back_bit_for_bit(arena, value):
     back, written = arena.load(_hand_over(arena, value), "cpu", BIG)
     assert written and type(back) is torch.Tensor and back.is_contiguous() and _same(back, value.contiguous())
@@ -72,23 +75,29 @@ def _rejected(arena, manifest, category=tx.WRONG_OUTPUT_TYPE, max_bytes=BIG):
     return info.value.message
 
 
-@pytest.mark.parametrize("manifest", [
-    None, [], "tensor", {"structure": "pickle", "tensors": []},
-    {"structure": "tensor", "tensors": []},
-    {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [1]}] * 2},
-    {"structure": "tuple", "tensors": [{"dtype": "float32", "shape": [1]}] * 65},
-    {"structure": "tensor", "tensors": [{"dtype": "object", "shape": [1]}]},
-    {"structure": "tensor", "tensors": [{"dtype": "qint8", "shape": [1]}]},
-    {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [-1]}]},
-    {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [1.5]}]},
-    {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [True]}]},
-    {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [1] * 17}]},
-    {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": "4"}]},
-    {"structure": "dict", "tensors": [{"dtype": "float32", "shape": [1]}]},
-    {"structure": "tuple", "tensors": [{"key": "a", "dtype": "float32", "shape": [1]}]},
-    {"structure": "dict", "tensors": [{"key": "a", "dtype": "float32", "shape": [1]}] * 2},
-    {"structure": "tensor", "tensors": ["float32"]},
-])
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        None,
+        [],
+        "tensor",
+        {"structure": "pickle", "tensors": []},
+        {"structure": "tensor", "tensors": []},
+        {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [1]}] * 2},
+        {"structure": "tuple", "tensors": [{"dtype": "float32", "shape": [1]}] * 65},
+        {"structure": "tensor", "tensors": [{"dtype": "object", "shape": [1]}]},
+        {"structure": "tensor", "tensors": [{"dtype": "qint8", "shape": [1]}]},
+        {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [-1]}]},
+        {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [1.5]}]},
+        {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [True]}]},
+        {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [1] * 17}]},
+        {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": "4"}]},
+        {"structure": "dict", "tensors": [{"dtype": "float32", "shape": [1]}]},
+        {"structure": "tuple", "tensors": [{"key": "a", "dtype": "float32", "shape": [1]}]},
+        {"structure": "dict", "tensors": [{"key": "a", "dtype": "float32", "shape": [1]}] * 2},
+        {"structure": "tensor", "tensors": ["float32"]},
+    ],
+)
 def test_a_malformed_manifest_is_refused(arena, manifest):
     _hand_over(arena, torch.zeros(1))
     _rejected(arena, manifest)
@@ -124,11 +133,18 @@ def test_the_arena_is_sealed_against_shrinking_for_every_holder():
     arena = OutputArena(cuda=False)
     try:
         size = arena.reserve(1 << 20)
-        code = ("import os, sys\nfd = int(sys.argv[1])\n"
-                "try:\n    os.ftruncate(fd, 4096)\nexcept PermissionError:\n    print('refused')\n"
-                "os.ftruncate(fd, os.fstat(fd).st_size * 2)\nprint('grown')\n")
-        out = subprocess.run([sys.executable, "-c", code, str(arena.fd)], pass_fds=(arena.fd,), capture_output=True,
-                             text=True, check=True).stdout.split()
+        code = (
+            "import os, sys\nfd = int(sys.argv[1])\n"
+            "try:\n    os.ftruncate(fd, 4096)\nexcept PermissionError:\n    print('refused')\n"
+            "os.ftruncate(fd, os.fstat(fd).st_size * 2)\nprint('grown')\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(arena.fd)],
+            pass_fds=(arena.fd,),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         assert out == ["refused", "grown"]
         with pytest.raises(OSError) as info:
             os.ftruncate(arena.fd, 0)  # the seal binds the judge too

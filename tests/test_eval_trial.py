@@ -34,9 +34,13 @@ def test_without_one_the_default_state_dir_is_protected(tmp_path, monkeypatch):
 
 def test_the_server_no_longer_writes_the_state_dir_into_the_environment():
     tree = ast.parse((ROOT / "atrex_mcp" / "server" / "app.py").read_text())
-    writes = [node.lineno for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AugAssign))
-              for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-              if isinstance(target, ast.Subscript) and "environ" in ast.unparse(target.value)]
+    writes = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AugAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Subscript) and "environ" in ast.unparse(target.value)
+    ]
     assert not writes
 
 

@@ -26,8 +26,9 @@ def catalog(tmp_path_factory):
 
 def test_session_checks_and_runs_forwards_under_a_wrapper(catalog):
     source = WRAPPED + (EXAMPLES / "rms_norm_triton.py").read_text()
-    with open_session(catalog, "rms_norm", source, shapes=["0"], seeds=1,
-                      launch=LaunchOptions(wrapper=["env", "ATREX_WRAPPED=1"])) as worker:
+    with open_session(
+        catalog, "rms_norm", source, shapes=["0"], seeds=1, launch=LaunchOptions(wrapper=["env", "ATREX_WRAPPED=1"])
+    ) as worker:
         assert worker.check("0").correct
         reply = worker.forwards("0", calls=2)
         assert reply["calls"] == 2 and reply["replaced"] == []
@@ -35,12 +36,16 @@ def test_session_checks_and_runs_forwards_under_a_wrapper(catalog):
 
 @pytest.mark.slow
 def test_unwrapped_load_failure_and_unchecked_timing(catalog):
-    with pytest.raises(CandidateFailed) as caught, \
-            open_session(catalog, "rms_norm", WRAPPED + "class Model: pass\n", shapes=["0"]):
+    with (
+        pytest.raises(CandidateFailed) as caught,
+        open_session(catalog, "rms_norm", WRAPPED + "class Model: pass\n", shapes=["0"]),
+    ):
         pass
     assert caught.value.failure.category == "import_error"
-    with open_session(catalog, "rms_norm", (EXAMPLES / "rms_norm_triton.py").read_text(), shapes=["0"]) as worker, \
-            pytest.raises(ValueError, match="check"):
+    with (
+        open_session(catalog, "rms_norm", (EXAMPLES / "rms_norm_triton.py").read_text(), shapes=["0"]) as worker,
+        pytest.raises(ValueError, match="check"),
+    ):
         worker.time("0")
 
 

@@ -36,6 +36,7 @@ def catalog():
 
 # -- cost model and selection ------------------------------------------------------------------
 
+
 def test_cost_model_counts_the_calls_the_evaluator_makes():
     model = eval_cost.CostModel(seeds=5)
     for t_ms in (0.01, 1.0, 500.0):
@@ -198,6 +199,7 @@ def test_session_split_packs_whole_operators():
 
 # -- launch floor -------------------------------------------------------------------------------
 
+
 def test_floor_aware_score_equals_s_above_the_floor_and_uses_the_floor_below_it():
     assert floor_aware_score(0.010, 0.005, 0.020) == pytest.approx(0.5)  # T_SOL above the floor: S itself
     assert floor_aware_score(0.001, 0.005, 0.010) == pytest.approx(0.5)  # below: floor / T_cand
@@ -226,6 +228,7 @@ def test_floor_scores_report_both_scores_and_aggregates(catalog):
 
 
 # -- stability ----------------------------------------------------------------------------------
+
 
 def test_deviation_stats_median_and_p90():
     stats = stability.deviation_stats([1.0, 1.01, 0.98, 1.05, 1.0, 0.9, 1.02, 1.0, 1.0, 1.03])
@@ -285,6 +288,7 @@ def test_compare_runs_reports_host_bound_shapes_apart(tmp_path):
 
 # -- correctness-stage cost per GB of output -------------------------------------------------------
 
+
 def test_transfer_cost_is_what_correctness_spends_beyond_the_calls_per_output_gb(tmp_path, catalog):
     """Seconds beyond 2 × seeds calls at the timed median, per seed and GB written; small outputs left out."""
     hidden = catalog.hidden("per_token_group_quant_fp8")
@@ -310,6 +314,7 @@ def test_transfer_cost_is_what_correctness_spends_beyond_the_calls_per_output_gb
 
 # -- torch.compile from a sample ---------------------------------------------------------------
 
+
 def test_compile_estimate_scores_the_sample_beside_eager_on_the_same_shapes(tmp_path, catalog):
     """torch.compile judged on one rms_norm shape, twice as fast as eager there: its S_i is twice
     eager's on that shape, the lower-bound S_agg counts every other operator as 0, the measured
@@ -333,6 +338,7 @@ def test_compile_estimate_scores_the_sample_beside_eager_on_the_same_shapes(tmp_
 
 
 # -- timing accuracy: ncu CSV ------------------------------------------------------------------
+
 
 def _ncu_csv(rows: list[tuple[str, float, str]]) -> str:
     header = (
@@ -416,6 +422,7 @@ def test_case_specs_span_two_microseconds_to_ten_milliseconds():
 
 # -- baselines report parts -------------------------------------------------------------------
 
+
 def test_throughput_split_accounts_for_the_whole_wall_time():
     r = result(
         "rms_norm",
@@ -464,8 +471,13 @@ def test_selection_from_an_earlier_run_takes_exactly_its_judged_shapes(tmp_path,
     args = argparse.Namespace(shapes_from=earlier, ops=None, skip_judged=[])
     chosen, left = baselines.selection(args, catalog, {}, eval_cost.CostModel(), "eager")
     assert chosen == {"rms_norm": ["3", "7"], "l2_norm": ["1"]} and left == []
-    chosen, _ = baselines.selection(argparse.Namespace(shapes_from=earlier, ops="l2_norm", skip_judged=[]), catalog, {},
-                                    eval_cost.CostModel(), "eager")
+    chosen, _ = baselines.selection(
+        argparse.Namespace(shapes_from=earlier, ops="l2_norm", skip_judged=[]),
+        catalog,
+        {},
+        eval_cost.CostModel(),
+        "eager",
+    )
     assert chosen == {"l2_norm": ["1"]}
 
 
@@ -518,8 +530,10 @@ def test_a_compile_probe_gives_verdicts_only_for_the_shapes_it_fails(tmp_path, c
         tmp_path / "timed", [result("mrope", [shape(ids[0], 0.010)], started_at="2026-01-01T00:00:00+00:00")]
     )
     timeout = shape(ids[2], correct=False).model_copy(update={"stage": "runtime", "category": "timeout"})
-    probe = write_run(tmp_path / "probe", [result("mrope", [_probe_pass(ids[0]), _probe_pass(ids[1]), timeout],
-                                                  started_at="2026-01-02T00:00:00+00:00")])
+    probe = write_run(
+        tmp_path / "probe",
+        [result("mrope", [_probe_pass(ids[0]), _probe_pass(ids[1]), timeout], started_at="2026-01-02T00:00:00+00:00")],
+    )
     args = argparse.Namespace(shapes_from=None, select=None, ops="mrope", skip_judged=[timed, probe], shapes="all")
     chosen, left = baselines.selection(args, catalog, {}, eval_cost.CostModel(), "torch-compile")
     assert ids[0] not in chosen["mrope"] and ids[2] not in chosen["mrope"] and ids[1] in chosen["mrope"]
@@ -539,8 +553,15 @@ def test_a_compile_probe_gives_verdicts_only_for_the_shapes_it_fails(tmp_path, c
         baselines.combine(
             argparse.Namespace(dirs=[timed, probe], out=out, problems=None, exclude=f"mrope:{ids[2]}", why=None)
         )
-    baselines.combine(argparse.Namespace(dirs=[timed, probe], out=out, problems=None, exclude=f"mrope:{ids[2]}",
-                                         why="timed out in a probe within the lanes' slow-down of the limit"))
+    baselines.combine(
+        argparse.Namespace(
+            dirs=[timed, probe],
+            out=out,
+            problems=None,
+            exclude=f"mrope:{ids[2]}",
+            why="timed out in a probe within the lanes' slow-down of the limit",
+        )
+    )
     set_aside = {s["id"]: s for s in json.loads((out / "mrope.eager.json").read_text())["shapes"]}[ids[2]]
     assert set_aside["stage"] == "not_run" and "lanes' slow-down" in set_aside["message"]
     # a probe alone: no timed run of the operator at all
@@ -592,6 +613,7 @@ def test_lanes_sharing_a_gpu_are_refused_for_timed_work(tmp_path):
 
 # -- CPU dry runs of the scripts --------------------------------------------------------------
 
+
 def _script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout)
 
@@ -629,11 +651,14 @@ def test_gpu_measurements_dry_run_on_cpu(tmp_path):
     handoff = json.loads((tmp_path / "transfer.json").read_text())["arena"]
     assert handoff["registered"]["bytes"] == handoff["pageable"]["bytes"] == 4 << 20
     reuse = json.loads((tmp_path / "reuse.json").read_text())
-    assert reuse["old_plan"] == "needs a GPU" and [(r["candidate"], r["correct"]) for r in reuse["evaluator"]] == \
-        [("exploit", True), ("eager", True)]  # the cache's values are right: only its timing is the attack
+    assert reuse["old_plan"] == "needs a GPU" and [(r["candidate"], r["correct"]) for r in reuse["evaluator"]] == [
+        ("exploit", True),
+        ("eager", True),
+    ]  # the cache's values are right: only its timing is the attack
 
 
 # -- the GPU scripts' timing paths on a CPU timing backend ---------------------------------------
+
 
 class _HostEvent:
     """A torch.cuda.Event stand-in stamped with the host clock (CPU tensors run synchronously)."""
@@ -649,9 +674,16 @@ class _HostEvent:
 
 
 def _cpu_primitives() -> Primitives:
-    return Primitives({"torch.cuda.Event": _HostEvent, "torch.cuda.Event.record": _HostEvent.record,
-                       "torch.cuda.Event.elapsed_time": _HostEvent.elapsed_time, "torch.cuda.synchronize": lambda: None,
-                       "time.perf_counter": time.perf_counter, "torch.cuda._sleep": lambda cycles: None})
+    return Primitives(
+        {
+            "torch.cuda.Event": _HostEvent,
+            "torch.cuda.Event.record": _HostEvent.record,
+            "torch.cuda.Event.elapsed_time": _HostEvent.elapsed_time,
+            "torch.cuda.synchronize": lambda: None,
+            "time.perf_counter": time.perf_counter,
+            "torch.cuda._sleep": lambda cycles: None,
+        }
+    )
 
 
 def test_launch_floor_cases_go_through_the_timing_loop_on_a_cpu_backend():
@@ -713,8 +745,17 @@ def test_time_calls_reports_the_host_window_and_sizes_the_spin_to_outlast_it():
     assert len(run.host_us) == len(run.times_ms) == 10 and all(h > 0 for h in run.host_us)
     assert run.spin_us >= SPIN_MIN_US
     assert sorted(run.kept) == [0, 1, 2, 3] and all(torch.equal(run.kept[k], sets[k]["x"] * 2) for k in run.kept)
-    forced = time_calls(_cpu_primitives(), fn, {"x": torch.ones(64)}, sets, calls=4, warmup=1, flush_bytes=4096,
-                        spin_us=40.0, flush_by_writing=True)
+    forced = time_calls(
+        _cpu_primitives(),
+        fn,
+        {"x": torch.ones(64)},
+        sets,
+        calls=4,
+        warmup=1,
+        flush_bytes=4096,
+        spin_us=40.0,
+        flush_by_writing=True,
+    )
     assert forced.spin_us == 40.0 and len(forced.host_us) == 4
 
 
@@ -728,8 +769,10 @@ def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_no
     from atrex_mcp.problemset.catalog import Catalog
 
     ids = [s.id for s in Catalog().visible("mrope").scored_shapes]
-    early = write_run(tmp_path / "a", [result("mrope", [shape(ids[0], 0.010), shape(ids[1], 0.020)],
-                                              started_at="2026-01-01T00:00:00+00:00")])
+    early = write_run(
+        tmp_path / "a",
+        [result("mrope", [shape(ids[0], 0.010), shape(ids[1], 0.020)], started_at="2026-01-01T00:00:00+00:00")],
+    )
     stopped = shape(ids[1])
     stopped.correct, stopped.stage, stopped.category = False, "not_run", "not_run_deadline"
     late = write_run(
@@ -743,14 +786,28 @@ def test_combine_takes_each_shapes_latest_judged_result_and_lists_the_rest_as_no
     assert by_id[ids[0]]["time_ms"] == 0.012 and by_id[ids[1]]["time_ms"] == 0.020
     assert all(by_id[i]["category"] == "not_run_unselected" for i in ids[2:]) and merged["partial"] == "selection"
     # a shape a run meant to judge but lost (its batch failed) is not called unselected
-    (late / "run.json").write_text(json.dumps({"baseline": "eager", "not_run": [
-        {"op": "mrope", "shape": ids[2], "reason": "batch error: worker died"},
-        {"op": "mrope", "shape": ids[3], "reason": "budget: predicted 9 s, 1 s left"}]}))
+    (late / "run.json").write_text(
+        json.dumps(
+            {
+                "baseline": "eager",
+                "not_run": [
+                    {"op": "mrope", "shape": ids[2], "reason": "batch error: worker died"},
+                    {"op": "mrope", "shape": ids[3], "reason": "budget: predicted 9 s, 1 s left"},
+                ],
+            }
+        )
+    )
     # a shape another baseline's run lost says nothing of this baseline's
     other = tmp_path / "c"
     other.mkdir()
-    (other / "run.json").write_text(json.dumps({"baseline": "torch-compile", "not_run": [
-        {"op": "mrope", "shape": ids[4], "reason": "batch error: worker died"}]}))
+    (other / "run.json").write_text(
+        json.dumps(
+            {
+                "baseline": "torch-compile",
+                "not_run": [{"op": "mrope", "shape": ids[4], "reason": "batch error: worker died"}],
+            }
+        )
+    )
     baselines.combine(argparse.Namespace(dirs=[early, late, other], out=out, problems=None, exclude=None, why=None))
     merged = json.loads((out / "mrope.eager.json").read_text())
     by_id = {s["id"]: s for s in merged["shapes"]}

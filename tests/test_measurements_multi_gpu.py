@@ -60,8 +60,12 @@ class _FakeRunner:
         self.batches.append((batch.op, batch.shapes))
         time.sleep(batch.predicted_s * 0.01 / self.speed)
         if self.partial:
-            return {"status": "partial", "visible_devices": self.label, "result_file": "part.json",
-                    "not_run": [{"shape": batch.shapes[-1], "reason": "not_run_deadline: stopped in the timing stage"}]}
+            return {
+                "status": "partial",
+                "visible_devices": self.label,
+                "result_file": "part.json",
+                "not_run": [{"shape": batch.shapes[-1], "reason": "not_run_deadline: stopped in the timing stage"}],
+            }
         return {"status": "ok", "visible_devices": self.label}
 
     def close(self):
@@ -165,8 +169,15 @@ def test_two_cpu_workers_each_pinned_to_their_device_run_the_real_evaluator(tmp_
 def test_untimed_lanes_share_a_device_each_in_its_own_process(tmp_path):
     """Compile probes: two lanes on one device, labelled apart, both pinned to that device."""
     jobs = [Job("rms_norm", "smoke", 2.0), Job("silu_and_mul", "smoke", 1.0)]
-    schedule = multi_gpu.run_spread(jobs, ["0"], tmp_path / "parts", {"baseline": "eager", "seeds": 1, "timing": False},
-                                    batch_fixed_s=5.0, deadline_s=None, lanes_per_device=2)
+    schedule = multi_gpu.run_spread(
+        jobs,
+        ["0"],
+        tmp_path / "parts",
+        {"baseline": "eager", "seeds": 1, "timing": False},
+        batch_fixed_s=5.0,
+        deadline_s=None,
+        lanes_per_device=2,
+    )
     assert schedule.workers == ["0-1", "0-2"] and {o.status for o in schedule.outcomes} == {"ok"}
     assert {o.visible_devices for o in schedule.outcomes} == {"0"}
     assert len({o.result_file for o in schedule.outcomes}) == 2
@@ -177,9 +188,14 @@ def test_merging_a_batch_stopped_at_the_deadline_keeps_the_result_partial():
     from atrex_mcp.evaluate.models import ShapeResult
 
     done = result("rms_norm", [shape("0", 1.0, score=0.4)], started_at="2026-01-01T00:00:00+00:00")
-    stopped = result("rms_norm", [shape("1", 1.0, score=0.2),
-                                  ShapeResult(id="2", correct=False, stage=tx.NOT_RUN, category=tx.NOT_RUN_DEADLINE)],
-                     started_at="2026-01-01T00:01:00+00:00")
+    stopped = result(
+        "rms_norm",
+        [
+            shape("1", 1.0, score=0.2),
+            ShapeResult(id="2", correct=False, stage=tx.NOT_RUN, category=tx.NOT_RUN_DEADLINE),
+        ],
+        started_at="2026-01-01T00:01:00+00:00",
+    )
     stopped.partial = "deadline"
     merged = multi_gpu.merge_results([done, stopped], ["0", "1", "2"])
     assert merged.partial == "deadline" and merged.operator_score == pytest.approx(0.3)
@@ -197,8 +213,15 @@ def test_a_real_batch_running_at_the_deadline_keeps_its_finished_shape(tmp_path)
 
     problems = make_problem_root(tmp_path / "problems")
     jobs = [Job("rms_norm", "0", 2.0), Job("rms_norm", "1", 1.0)]  # one batch, shape 0 first
-    schedule = multi_gpu.run_spread(jobs, ["0"], tmp_path / "parts", {"source": STALLS_ON_SHAPE_1, "seeds": 1},
-                                    batch_fixed_s=1.0, deadline_s=15.0, problems=problems)
+    schedule = multi_gpu.run_spread(
+        jobs,
+        ["0"],
+        tmp_path / "parts",
+        {"source": STALLS_ON_SHAPE_1, "seeds": 1},
+        batch_fixed_s=1.0,
+        deadline_s=15.0,
+        problems=problems,
+    )
     [outcome] = schedule.outcomes
     assert outcome.status == "partial" and outcome.shapes == ["0", "1"]
     assert [(n["shape"], n["reason"].split(":")[0]) for n in schedule.not_run] == [("1", "not_run_deadline")]

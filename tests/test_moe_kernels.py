@@ -32,14 +32,18 @@ def _load(path: Path, name: str):
 
 @pytest.fixture(scope="module")
 def moe():
-    return (_load(ROOT / "gpu_wiki/kernels/fused_moe.py", "wiki_fused_moe"),
-            _load(ROOT / "problems/fused_moe/reference.py", "ref_fused_moe"))
+    return (
+        _load(ROOT / "gpu_wiki/kernels/fused_moe.py", "wiki_fused_moe"),
+        _load(ROOT / "problems/fused_moe/reference.py", "ref_fused_moe"),
+    )
 
 
 @pytest.fixture(scope="module")
 def fp8_moe():
-    return (_load(ROOT / "gpu_wiki/kernels/fp8_blockscale_fused_moe.py", "wiki_fp8_moe"),
-            _load(ROOT / "problems/fp8_blockscale_fused_moe/reference.py", "ref_fp8_moe"))
+    return (
+        _load(ROOT / "gpu_wiki/kernels/fp8_blockscale_fused_moe.py", "wiki_fp8_moe"),
+        _load(ROOT / "problems/fp8_blockscale_fused_moe/reference.py", "ref_fp8_moe"),
+    )
 
 
 def _ids(T: int, k: int, experts: list[int], gen: torch.Generator) -> torch.Tensor:
@@ -72,8 +76,8 @@ def test_fused_moe_matches_reference(case, moe):
     T, D, I, E, k, experts = MOE_CASES[case]
     gen = torch.Generator().manual_seed(7)
     x = (torch.randn(T, D, generator=gen) * 0.1).bfloat16()
-    w1 = (torch.randn(E, 2 * I, D, generator=gen) * D ** -0.5).bfloat16()
-    w2 = (torch.randn(E, D, I, generator=gen) * I ** -0.5).bfloat16()
+    w1 = (torch.randn(E, 2 * I, D, generator=gen) * D**-0.5).bfloat16()
+    w2 = (torch.randn(E, D, I, generator=gen) * I**-0.5).bfloat16()
     ids = _ids(T, k, experts if experts is not None else list(range(E)), gen)
     inputs = [t.to(DEVICE) for t in (x, w1, w2, _weights(T, k, gen), ids)]
     init = {"num_experts": E, "intermediate_size": I, "top_k": k}
@@ -113,8 +117,19 @@ def test_fp8_blockscale_fused_moe_matches_reference(case, fp8_moe):
         ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)]).to(torch.int32)
     else:
         ids = _ids(T, k, pool, gen)
-    inputs = [t.to(DEVICE) for t in (x, torch.stack(w1), torch.stack(w2), _weights(T, k, gen), ids, a_scale,
-                                     torch.stack(s1), torch.stack(s2))]
+    inputs = [
+        t.to(DEVICE)
+        for t in (
+            x,
+            torch.stack(w1),
+            torch.stack(w2),
+            _weights(T, k, gen),
+            ids,
+            a_scale,
+            torch.stack(s1),
+            torch.stack(s2),
+        )
+    ]
     init = {"num_experts": E, "intermediate_size": I, "top_k": k}
     ref = reference.Model(**init)(*inputs)
     out = kernel.Model(**init)(*inputs)
@@ -139,7 +154,7 @@ def test_routing_places_every_pair_once_in_single_expert_blocks(which, n_pairs, 
     for b, e in enumerate(block_expert.tolist()):
         if e < 0:
             continue
-        rows = pair_ids[b * bm: b * bm + block_live[b]].long()
+        rows = pair_ids[b * bm : b * bm + block_live[b]].long()
         assert 1 <= block_live[b] <= bm
         assert (flat[rows] == e).all()
         seen += rows.tolist()
@@ -150,8 +165,14 @@ def test_routing_places_every_pair_once_in_single_expert_blocks(which, n_pairs, 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU refusal of the GPU measurement")
 def test_tile_measurement_refuses_without_a_gpu_in_one_line(tmp_path):
     out = tmp_path / "tiles.json"
-    done = subprocess.run([sys.executable, str(ROOT / "measurements/moe_kernel_tiles.py"), "--out", str(out)],
-                          check=False, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "measurements/moe_kernel_tiles.py"), "--out", str(out)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "needs a CUDA GPU" in done.stderr
     assert not out.exists()

@@ -92,17 +92,26 @@ BYPASSES = [
     ("getattr_literal", "", "out = getattr(torch, 'load')('w.pt')", ACCESS),
     ("operator_attrgetter", "import operator\n", "out = operator.attrgetter('load')(torch)('w.pt')", ACCESS),
     ("torch_serialization_load", "", "out = torch.serialization.load('w.pt')", ACCESS),
-    ("untyped_storage_from_file", "", "s = torch.UntypedStorage.from_file('/etc/passwd', False, 64)" + KEEP,
-     ACCESS),
-    ("model_zoo_load_url", "import torch.utils.model_zoo\n", "out = torch.utils.model_zoo.load_url('http://x/w.pt')",
-     ACCESS),
-    ("hub_load_state_dict_from_url", "from torch.hub import load_state_dict_from_url\n",
-     "out = load_state_dict_from_url('http://x/w.pt')", ACCESS),
-    ("torch_multiprocessing_process", "", "torch.multiprocessing.Process(target=print).start()" + KEEP,
-     ACCESS),
-    ("get_type_hints_evaluates_string_annotation", "import typing\n",
-     "def probe(a: \"__import__('os').system('id')\"): pass\n        typing.get_type_hints(probe)" + KEEP,
-     NAME),
+    ("untyped_storage_from_file", "", "s = torch.UntypedStorage.from_file('/etc/passwd', False, 64)" + KEEP, ACCESS),
+    (
+        "model_zoo_load_url",
+        "import torch.utils.model_zoo\n",
+        "out = torch.utils.model_zoo.load_url('http://x/w.pt')",
+        ACCESS,
+    ),
+    (
+        "hub_load_state_dict_from_url",
+        "from torch.hub import load_state_dict_from_url\n",
+        "out = load_state_dict_from_url('http://x/w.pt')",
+        ACCESS,
+    ),
+    ("torch_multiprocessing_process", "", "torch.multiprocessing.Process(target=print).start()" + KEEP, ACCESS),
+    (
+        "get_type_hints_evaluates_string_annotation",
+        "import typing\n",
+        "def probe(a: \"__import__('os').system('id')\"): pass\n        typing.get_type_hints(probe)" + KEEP,
+        NAME,
+    ),
     ("string_annotation_alone", "", "leak: \"open('/etc/passwd').read()\" = None" + KEEP, NAME),
     ("string_annotation_nested", "", "leak: \"list['eval(1)']\" = None" + KEEP, NAME),
     ("dunder_import", "", "out = __import__('torch').empty_like(x)", NAME),
@@ -117,8 +126,7 @@ BYPASSES = [
     ("ctypes", "import ctypes\n", "ctypes.CDLL('libc.so.6')" + KEEP, ACCESS),
     ("subprocess", "import subprocess\n", "subprocess.run(['id'])" + KEEP, ACCESS),
     ("socket", "import socket\n", "socket.socket()" + KEEP, ACCESS),
-    ("pathlib_write", "from pathlib import Path\n", "Path('/tmp/x').write_text('1')" + KEEP,
-     ACCESS),
+    ("pathlib_write", "from pathlib import Path\n", "Path('/tmp/x').write_text('1')" + KEEP, ACCESS),
     ("io_open", "import io\n", "io.open('/etc/passwd')" + KEEP, ACCESS),
     ("numpy_load", "import numpy as np\n", "out = torch.from_numpy(np.load('w.npy'))", ACCESS),
     ("numpy_memmap", "from numpy import memmap\n", "m = memmap('/tmp/m')" + KEEP, ACCESS),
@@ -135,16 +143,18 @@ BYPASSES = [
     ("module_reexported_as_attribute", "", "torch.os.system('id')" + KEEP, ACCESS),
     ("module_dict", "", "out = torch.__dict__['load']('w.pt')", ATTRIBUTE),
     ("getattribute", "", "out = object.__getattribute__(torch, 'load')('w.pt')", ATTRIBUTE),
-    ("getattr_as_a_value", "import functools\n",
-     "out = functools.reduce(getattr, ['serialization', 'load'], torch)('w.pt')",
-     "dynamic_attribute"),
+    (
+        "getattr_as_a_value",
+        "import functools\n",
+        "out = functools.reduce(getattr, ['serialization', 'load'], torch)('w.pt')",
+        "dynamic_attribute",
+    ),
     ("getattr_submodule_then_member", "", "out = getattr(torch, 'hub').load('repo', 'model')", ACCESS),
     ("private_native_module", "", "torch._C._jit_set_profiling_executor(False)" + KEEP, ATTRIBUTE),
     ("os_function", "import os\n", "os.system('id')" + KEEP, ACCESS),
     ("os_path", "import os.path\n", "out = torch.empty_like(x)", ACCESS),
     ("from_os_import_function", "from os import listdir\n", "listdir('/')" + KEEP, ACCESS),
-    ("environ_write", "import os\n", "os.environ['TRITON_CACHE_DIR'] = '/tmp/x'" + KEEP,
-     ACCESS),
+    ("environ_write", "import os\n", "os.environ['TRITON_CACHE_DIR'] = '/tmp/x'" + KEEP, ACCESS),
     ("environ_update", "from os import environ\n", "environ.update(A='1')" + KEEP, ACCESS),
     ("environ_as_value", "import os\n", "e = os.environ" + KEEP, ACCESS),
     ("array_tofile", "", "x.numpy().tofile('/tmp/x')" + KEEP, ACCESS),
@@ -155,10 +165,13 @@ BYPASSES = [
     ("subclasses_walk", "", "s = (1).__class__.__base__.__subclasses__()" + KEEP, ATTRIBUTE),
     ("reduce_ex", "", "r = x.__reduce_ex__(2)" + KEEP, ATTRIBUTE),
     ("triton_build", "", "triton.runtime.build._build('m', 's', '/tmp')" + KEEP, ACCESS),
-    ("from_import_member", "from torch.serialization import load as restore\n", "out = restore('w.pt')",
-     ACCESS),
-    ("module_reached_again_through_a_submodule", "",
-     "torch.nn.modules.module.torch.distributed.init_process_group()" + KEEP, ACCESS),
+    ("from_import_member", "from torch.serialization import load as restore\n", "out = restore('w.pt')", ACCESS),
+    (
+        "module_reached_again_through_a_submodule",
+        "",
+        "torch.nn.modules.module.torch.distributed.init_process_group()" + KEEP,
+        ACCESS,
+    ),
     ("torch_ops_import_module", "", "torch.ops.import_module('os')" + KEEP, ACCESS),
     ("frame_globals", "", "f = (e for e in ()).gi_frame.f_globals" + KEEP, ACCESS),
 ]
@@ -173,14 +186,22 @@ def test_ways_to_reach_files_processes_or_the_network_are_refused(imports, line,
     assert all(v.line and v.fix for v in report.violations)
 
 
-@pytest.mark.parametrize("imports, line", [
-    ("import os\n", "out = torch.empty_like(x) if os.environ.get('TRITON_INTERPRET') == '1' else torch.empty_like(x)"),
-    ("import os\n", "out = torch.empty_like(x) if 'TRITON_INTERPRET' in os.environ or os.getenv('X') else None"),
-    ("from os import environ, getenv\n",
-     "out = torch.empty_like(x) if environ['HOME'] and getenv('X') is None else None"),
-    ("", "out: 'torch.Tensor' = torch.empty_like(x)"),
-    ("", "out = torch.empty_like(x) if x.dim() else torch.ops.aten._to_copy(torch._scaled_mm(x, x.t()))"),
-])
+@pytest.mark.parametrize(
+    "imports, line",
+    [
+        (
+            "import os\n",
+            "out = torch.empty_like(x) if os.environ.get('TRITON_INTERPRET') == '1' else torch.empty_like(x)",
+        ),
+        ("import os\n", "out = torch.empty_like(x) if 'TRITON_INTERPRET' in os.environ or os.getenv('X') else None"),
+        (
+            "from os import environ, getenv\n",
+            "out = torch.empty_like(x) if environ['HOME'] and getenv('X') is None else None",
+        ),
+        ("", "out: 'torch.Tensor' = torch.empty_like(x)"),
+        ("", "out = torch.empty_like(x) if x.dim() else torch.ops.aten._to_copy(torch._scaled_mm(x, x.t()))"),
+    ],
+)
 def test_honest_kernels_pass_environment_reads_and_public_api(imports, line):
     source = KERNEL.replace("import torch\n", f"import torch\n{imports}", 1).replace(LINE, line, 1)
     report = check_contract(source, REFERENCE)
@@ -282,6 +303,7 @@ def test_runs_refuse_kernels_that_could_never_be_packaged(tmp_path):
     service, run_id = loop_with_iterations(tmp_path, speeds=[])
     prof = service.store.save_profile(op=OP, shape="0", source_sha256="0" * 64, tool="ncu", report={})
     from tests.runs_fixtures import plan, source
+
     bad = source(2.0, "leaky").replace("import torch\n", "import torch\nimport subprocess\n", 1)
     record = service.record_iteration(run_id, plan(prof), bad)
     assert record.status == "failed" and "output contract" in record.reason and service.judge.calls["time_pair"] == 0

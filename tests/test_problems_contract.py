@@ -76,14 +76,19 @@ def _fused_qkv_rope(s: Shape, _: dict) -> list[Leaf]:
 
 def _mrope(s: Shape, _: dict) -> list[Leaf]:
     i = s.inputs
-    return [("q", (i["token_count"], i["num_query_heads"] * i["head_size"]), BF16),
-            ("k", (i["token_count"], i["num_kv_heads"] * i["head_size"]), BF16)]
+    return [
+        ("q", (i["token_count"], i["num_query_heads"] * i["head_size"]), BF16),
+        ("k", (i["token_count"], i["num_kv_heads"] * i["head_size"]), BF16),
+    ]
 
 
 def _moe_count_and_sort(s: Shape, _: dict) -> list[Leaf]:
     e = s.init["num_experts"]
-    return [("sorted_token_ids", (s.inputs["token_count"] * s.inputs["top_k"],), I32),
-            ("expert_token_counts", (e,), I32), ("cumsum", (e + 1,), I32)]
+    return [
+        ("sorted_token_ids", (s.inputs["token_count"] * s.inputs["top_k"],), I32),
+        ("expert_token_counts", (e,), I32),
+        ("cumsum", (e + 1,), I32),
+    ]
 
 
 def _moe_align_block_size(s: Shape, inputs: dict) -> list[Leaf]:
@@ -99,8 +104,10 @@ def _moe_align_block_size(s: Shape, inputs: dict) -> list[Leaf]:
 
 def _gated_delta_rule_update(s: Shape, _: dict) -> list[Leaf]:
     d = s.inputs
-    return [("out", (d["batch_size"], d["token_count"], d["num_v_heads"], d["value_dim"]), BF16),
-            ("final_state", (d["state_count"], d["num_v_heads"], d["key_dim"], d["value_dim"]), F32)]
+    return [
+        ("out", (d["batch_size"], d["token_count"], d["num_v_heads"], d["value_dim"]), BF16),
+        ("final_state", (d["state_count"], d["num_v_heads"], d["key_dim"], d["value_dim"]), F32),
+    ]
 
 
 def _chunk_gated_delta_rule_state(s: Shape, _: dict) -> list[Leaf]:

@@ -95,8 +95,17 @@ def test_fused_qkv_rope_matches_float64_rotation() -> None:
     heads, kv_heads, dim = 3, 2, 16
     init = {"num_heads": heads, "num_kv_heads": kv_heads, "head_dim": dim, "rope_dim": dim, "rope_base": 10000.0}
     for dtype, with_bias in (("fp16", False), ("bf16", True)):
-        inp = make_inputs("fused_qkv_rope", 4, total_tokens=5, num_heads=heads, num_kv_heads=kv_heads, head_dim=dim,
-                      dtype=dtype, with_bias=with_bias, max_position=64)
+        inp = make_inputs(
+            "fused_qkv_rope",
+            4,
+            total_tokens=5,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=dim,
+            dtype=dtype,
+            with_bias=with_bias,
+            max_position=64,
+        )
         q, k, v = model("fused_qkv_rope", init)(**inp)
         qkv = inp["qkv"] + inp["qkv_bias"] if with_bias else inp["qkv"]  # the bias add rounds in the input dtype
         rows = f64(qkv).reshape(5, heads + 2 * kv_heads, dim)
@@ -110,16 +119,21 @@ def test_fused_qkv_rope_matches_float64_rotation() -> None:
                     expected[t, h, i] = x1 * math.cos(theta) - x2 * math.sin(theta)
                     expected[t, h, i + half] = x2 * math.cos(theta) + x1 * math.sin(theta)
         assert_one_rounding(q, expected[:, :heads], noise=FP32_NOISE)
-        assert_one_rounding(k, expected[:, heads:heads + kv_heads], noise=FP32_NOISE)
-        assert same_bits(v, qkv[:, (heads + kv_heads) * dim:].reshape(5, kv_heads, dim))
+        assert_one_rounding(k, expected[:, heads : heads + kv_heads], noise=FP32_NOISE)
+        assert same_bits(v, qkv[:, (heads + kv_heads) * dim :].reshape(5, kv_heads, dim))
 
 
 @pytest.mark.parametrize(("interleaved", "neox"), [(False, True), (True, True), (False, False)])
 def test_mrope_matches_float64_loops(interleaved: bool, neox: bool) -> None:
     section, hs, rot, tokens = [4, 6, 6], 40, 32, 3
     inp = make_inputs("mrope", 6, token_count=tokens, num_query_heads=2, num_kv_heads=1, head_size=hs, rotary_dim=rot)
-    init = {"head_size": hs, "rotary_dim": rot, "mrope_section": section, "mrope_interleaved": interleaved,
-            "is_neox_style": neox}
+    init = {
+        "head_size": hs,
+        "rotary_dim": rot,
+        "mrope_section": section,
+        "mrope_interleaved": interleaved,
+        "is_neox_style": neox,
+    }
     out = model("mrope", init)(**inp)
     cos, sin = f64(inp["cos"]), f64(inp["sin"])
 
@@ -156,7 +170,7 @@ def test_block_scaled_mm_generator_and_float64_blocks() -> None:
     for j in range(k // g):
         cols = slice(j * g, (j + 1) * g)
         partial = a[:, cols] @ b[:, cols].T
-        expected += partial * a_s[:, j:j + 1] * np.repeat(b_s[:, j], g)[None, :]
+        expected += partial * a_s[:, j : j + 1] * np.repeat(b_s[:, j], g)[None, :]
     np.testing.assert_allclose(f64(out), expected, rtol=1e-5, atol=1e-4)
 
 
@@ -194,8 +208,17 @@ def _paged_keys_values(inp: dict[str, torch.Tensor], i: int, length: int, block_
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_paged_attention_decode_matches_float64_index_formula(dtype: str) -> None:
     seqs, ctx, heads, kv_heads, dim, bs = 3, 11, 4, 2, 16, 4
-    inp = make_inputs("paged_attention_decode", 10, num_seqs=seqs, ctx_len=ctx, num_query_heads=heads,
-                  num_kv_heads=kv_heads, head_size=dim, block_size=bs, dtype=dtype)
+    inp = make_inputs(
+        "paged_attention_decode",
+        10,
+        num_seqs=seqs,
+        ctx_len=ctx,
+        num_query_heads=heads,
+        num_kv_heads=kv_heads,
+        head_size=dim,
+        block_size=bs,
+        dtype=dtype,
+    )
     inp["seq_lens"] = torch.tensor([ctx, 5, 0], dtype=torch.int32)  # a shorter and an empty sequence
     out = model("paged_attention_decode", {})(**inp)
     q = f64(inp["query"])
@@ -206,14 +229,22 @@ def test_paged_attention_decode_matches_float64_index_formula(dtype: str) -> Non
         keys, values = _paged_keys_values(inp, i, length, bs, x=8)
         for hq in range(heads):
             h = hq // (heads // kv_heads)
-            expected[i, hq] = _softmax_attend(q[i, hq:hq + 1], keys[:, h], values[:, h], 1 / math.sqrt(dim))[0]
+            expected[i, hq] = _softmax_attend(q[i, hq : hq + 1], keys[:, h], values[:, h], 1 / math.sqrt(dim))[0]
     assert_one_rounding(out, expected, noise=FP32_NOISE)
 
 
 def test_unified_attention_matches_float64_flat_slots(monkeypatch: pytest.MonkeyPatch) -> None:
     kv_lens, heads, kv_heads, dim, bs = [7, 5, 4], 4, 2, 8, 4
-    inp = make_inputs("unified_attention", 11, num_seqs=3, seq_lens=kv_lens, num_query_heads=heads,
-                  num_kv_heads=kv_heads, head_size=dim, block_size=bs)
+    inp = make_inputs(
+        "unified_attention",
+        11,
+        num_seqs=3,
+        seq_lens=kv_lens,
+        num_query_heads=heads,
+        num_kv_heads=kv_heads,
+        head_size=dim,
+        block_size=bs,
+    )
     # Sequence 0 gets 3 queries against 7 cached keys (the unmasked case); 1 and 2 stay causal.
     q_lens = [3, 5, 4]
     inp["q"] = torch.cat([inp["q"][0:3], inp["q"][7:16]])
@@ -230,8 +261,9 @@ def test_unified_attention_matches_float64_flat_slots(monkeypatch: pytest.Monkey
         slots = [table[i][p // bs] * bs + p % bs for p in range(kv_len)]
         for hq in range(heads):
             h = hq // (heads // kv_heads)
-            expected[start:start + q_len, hq] = _softmax_attend(
-                q[start:start + q_len, hq], flat_k[slots, h], flat_v[slots, h], dim**-0.5, causal=q_len == kv_len)
+            expected[start : start + q_len, hq] = _softmax_attend(
+                q[start : start + q_len, hq], flat_k[slots, h], flat_v[slots, h], dim**-0.5, causal=q_len == kv_len
+            )
         start += q_len
     assert_one_rounding(reference(**inp), expected, noise=FP32_NOISE)
     monkeypatch.setattr(_module_of(reference), "SCORE_BLOCK_ELEMENTS", 2 * heads * 7)  # two query rows per chunk
@@ -240,15 +272,22 @@ def test_unified_attention_matches_float64_flat_slots(monkeypatch: pytest.Monkey
 
 def test_mla_decode_attention_matches_float64_per_head() -> None:
     batch, ctx, heads, latent, rope = 2, 5, 3, 16, 8
-    inp = make_inputs("mla_decode_attention", 12, batch_size=batch, ctx_len=ctx, nhead=heads,
-                  kv_lora_rank=latent, qk_rope_head_dim=rope)
+    inp = make_inputs(
+        "mla_decode_attention",
+        12,
+        batch_size=batch,
+        ctx_len=ctx,
+        nhead=heads,
+        kv_lora_rank=latent,
+        qk_rope_head_dim=rope,
+    )
     out = model("mla_decode_attention", {"nhead": heads, "kv_lora_rank": latent, "qk_rope_head_dim": rope})(**inp)
     q, cache_rows = f64(inp["q"]), f64(inp["kv_cache"])[:, 0]
     expected = np.zeros((batch, heads, latent))
     for i in range(batch):
-        rows = cache_rows[i * ctx:(i + 1) * ctx]
+        rows = cache_rows[i * ctx : (i + 1) * ctx]
         for h in range(heads):
-            expected[i, h] = _softmax_attend(q[i, h:h + 1], rows, rows[:, :latent], 1 / math.sqrt(latent + rope))[0]
+            expected[i, h] = _softmax_attend(q[i, h : h + 1], rows, rows[:, :latent], 1 / math.sqrt(latent + rope))[0]
     assert_one_rounding(out, expected, noise=FP32_NOISE)
 
 
@@ -267,8 +306,11 @@ def test_fused_qkv_rope_identity_fails_on_every_scored_shape() -> None:
             q, k, v = reference(**inp)
             assert (inp["positions"] > 0).all()
             flat = inp["qkv"]
-            identity = (flat[:, :q.shape[1] * q.shape[2]].reshape(q.shape),
-                        flat[:, q.shape[1] * q.shape[2]:q.shape[1] * q.shape[2] + k[0].numel()].reshape(k.shape), v)
+            identity = (
+                flat[:, : q.shape[1] * q.shape[2]].reshape(q.shape),
+                flat[:, q.shape[1] * q.shape[2] : q.shape[1] * q.shape[2] + k[0].numel()].reshape(k.shape),
+                v,
+            )
             assert _fails_judge("fused_qkv_rope", (q, k, v), identity), shape.id
 
 
@@ -295,8 +337,9 @@ def test_reshape_and_cache_keeps_untouched_slots() -> None:
     inp = make_inputs("reshape_and_cache", 0, **shape.inputs)
     reference = model("reshape_and_cache", {})
     out = reference(**inp)
-    fresh = reference(**{**inp, "key_cache": torch.zeros_like(inp["key_cache"]),
-                     "value_cache": torch.zeros_like(inp["value_cache"])})
+    fresh = reference(
+        **{**inp, "key_cache": torch.zeros_like(inp["key_cache"]), "value_cache": torch.zeros_like(inp["value_cache"])}
+    )
     assert _fails_judge("reshape_and_cache", out, fresh)
     assert not torch.equal(inp["slot_mapping"], torch.arange(len(inp["slot_mapping"])))
 

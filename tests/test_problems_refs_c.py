@@ -33,6 +33,7 @@ def assert_bf16_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 # --- independent checks on tiny inputs -----------------------------------------------------
 
+
 def test_moe_sum_reduce_matches_naive_sum():
     reference, x = build(
         "moe_sum_reduce", {"routed_scaling_factor": 2.5}, {"token_count": 3, "top_k": 4, "hidden_size": 5}
@@ -52,7 +53,7 @@ def _naive_router(logits: torch.Tensor, top_k: int, groups: int = 0, keep_groups
         probs = [e / sum(exps) for e in exps]
         if groups:
             size = len(probs) // groups
-            score = [max(probs[g * size:(g + 1) * size]) for g in range(groups)]
+            score = [max(probs[g * size : (g + 1) * size]) for g in range(groups)]
             kept = sorted(range(groups), key=lambda g: -score[g])[:keep_groups]
             probs = [p if i // size in kept else 0.0 for i, p in enumerate(probs)]
         order = sorted(range(len(probs)), key=lambda i: -probs[i])[:top_k]

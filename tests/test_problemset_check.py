@@ -18,8 +18,10 @@ def test_problems_check_passes_for_every_operator(catalog):
     assert {r.op for r in results} == set(catalog.names())
     failures = {r.op: [c for c in r.checks if not c.passed] for r in results if not r.passed}
     assert not failures, failures
-    assert all({c.name for c in r.checks} == {"finite", "seed_varies", "zeros", "constant", "input", "other_seed",
-                                                     "roofline"} for r in results)
+    assert all(
+        {c.name for c in r.checks} == {"finite", "seed_varies", "zeros", "constant", "input", "other_seed", "roofline"}
+        for r in results
+    )
 
 
 def _toy_problem(root, op: str, returns: str, shapes: str) -> Catalog:

@@ -35,8 +35,10 @@ def test_roofline_json_on_two_profiles(capsys):
         "bound": "memory",
     }
     xpu = run_json(capsys, "roofline", "rms_norm", "--hardware", "xpu-a", "--json")[0]
-    assert xpu["t_sol_ms"] == t_sol_ms(Workload(flops={"bf16": first["flops"]}, bytes_read=first["bytes_read"],
-                                                bytes_written=first["bytes_written"]), load_profile("xpu-a"))
+    assert xpu["t_sol_ms"] == t_sol_ms(
+        Workload(flops={"bf16": first["flops"]}, bytes_read=first["bytes_read"], bytes_written=first["bytes_written"]),
+        load_profile("xpu-a"),
+    )
 
 
 def test_roofline_unknown_hardware_is_an_input_error(capsys):

@@ -212,6 +212,10 @@ def test_fake_tensors_count_like_real_ones_where_no_value_is_read(catalog):
 
 def test_auto_falls_back_to_real_tensors_for_data_dependent_references(catalog):
     shape = catalog.visible("moe_count_and_sort").smoke_shape
-    result = count_problem(catalog.load_reference("moe_count_and_sort"), catalog.load_make_inputs("moe_count_and_sort"),
-                           shape.init, shape.inputs)
+    result = count_problem(
+        catalog.load_reference("moe_count_and_sort"),
+        catalog.load_make_inputs("moe_count_and_sort"),
+        shape.init,
+        shape.inputs,
+    )
     assert result.tensors == "real"

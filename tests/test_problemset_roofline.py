@@ -24,9 +24,17 @@ from atrex_mcp.profiling.service import _shape_roofline as profile_roofline
 PACKAGE = REPO_ROOT / "atrex_mcp" / "problemset"
 # A few shapes of operators of several kinds: memory-bound norms, compute-bound GEMMs and attention
 # (bf16 and fp8 peaks), an int op, an fp8 quantiser.
-CASES = [("rms_norm", "0"), ("rms_norm", "55"), ("silu_and_mul", "3"), ("linear_sigmoid_mul", "1"),
-         ("unified_attention", "2"), ("unified_attention", "21"), ("block_scaled_mm", "1"),
-         ("moe_align_block_size", "2"), ("per_token_group_quant_fp8", "4")]
+CASES = [
+    ("rms_norm", "0"),
+    ("rms_norm", "55"),
+    ("silu_and_mul", "3"),
+    ("linear_sigmoid_mul", "1"),
+    ("unified_attention", "2"),
+    ("unified_attention", "21"),
+    ("block_scaled_mm", "1"),
+    ("moe_align_block_size", "2"),
+    ("per_token_group_quant_fp8", "4"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +58,12 @@ def test_every_former_t_sol_site_gives_the_one_functions_figure(catalog, hardwar
         run = run_roofline(catalog.hidden(op), [shape_id], hardware)["shapes"][shape_id]  # a run's roofline
         assert run == one.summary() and run["t_sol_ms"] == one.t_sol_ms
         cli = {r.shape_id: r for r in roofline_rows(op, hardware)}[shape_id]  # atrex-mcp roofline
-        assert (cli.t_sol_ms, cli.bound, cli.bytes_read, cli.bytes_written) == (one.t_sol_ms, one.bound, one.bytes_read,
-                                                                                  one.bytes_written)
+        assert (cli.t_sol_ms, cli.bound, cli.bytes_read, cli.bytes_written) == (
+            one.t_sol_ms,
+            one.bound,
+            one.bytes_read,
+            one.bytes_written,
+        )
         assert scoring.Roofline.load(catalog, op, hardware).t_sol_ms(shape_id) == (one.t_sol_ms, "")  # scoring
         assert profile_roofline(catalog, op, shape_id, hardware) == one.summary()  # a profile report
     assert bounds == {"memory", "compute"}
@@ -109,8 +121,11 @@ def _imports(path: Path) -> set[str]:
             names = [a.name for a in node.names]
         else:
             continue
-        found |= {n.removeprefix("atrex_mcp.problemset.") for n in names
-                  if n.startswith("atrex_mcp.problemset.") and (PACKAGE / f"{n.rsplit('.', 1)[-1]}.py").is_file()}
+        found |= {
+            n.removeprefix("atrex_mcp.problemset.")
+            for n in names
+            if n.startswith("atrex_mcp.problemset.") and (PACKAGE / f"{n.rsplit('.', 1)[-1]}.py").is_file()
+        }
     return found
 
 

@@ -51,8 +51,13 @@ def test_parse_output_without_a_table():
 
 
 def test_command_wraps_the_target_with_clock_control_none(tmp_path):
-    cmd = ncu_command(["python3", "worker.py"], ["gpu__time_duration.sum", "dram__bytes_read.sum"], tmp_path / "o.csv",
-                      ncu="/opt/ncu", nvtx_range="atrex_profile")
+    cmd = ncu_command(
+        ["python3", "worker.py"],
+        ["gpu__time_duration.sum", "dram__bytes_read.sum"],
+        tmp_path / "o.csv",
+        ncu="/opt/ncu",
+        nvtx_range="atrex_profile",
+    )
     assert cmd[:3] == ["/opt/ncu", "--clock-control", "none"]
     assert "--csv" in cmd and cmd[cmd.index("--print-units") + 1] == "base"
     assert cmd[cmd.index("--metrics") + 1] == "gpu__time_duration.sum,dram__bytes_read.sum"
@@ -166,6 +171,7 @@ def test_standalone_tool_parses_a_csv(capsys):
     spec.loader.exec_module(tool)
     assert tool.main(["--parse", str(FIXTURE), "--json"]) == 0
     import json
+
     data = json.loads(capsys.readouterr().out)
     assert data["bottleneck"]["kind"] == "memory" and data["kernels"][0]["name"] == "_rms_kernel"
     assert tool.main(["--parse", str(FIXTURE)]) == 0
@@ -187,25 +193,36 @@ def test_command_limits_the_capture_to_few_kernel_replays(tmp_path):
 def test_wrapper_prefix_for_the_sandbox_worker(tmp_path):
     """With no target, the command is the argv prefix placed before the worker's interpreter:
     the worker is ncu's application process, filtered by the NVTX push/pop range."""
-    cmd = ncu_command([], ["gpu__time_duration.sum"], tmp_path / "o.csv", ncu="/opt/ncu", nvtx_range="atrex_forward",
-                      launch_count=16, child_processes=False)
+    cmd = ncu_command(
+        [],
+        ["gpu__time_duration.sum"],
+        tmp_path / "o.csv",
+        ncu="/opt/ncu",
+        nvtx_range="atrex_forward",
+        launch_count=16,
+        child_processes=False,
+    )
     assert cmd[-2:] == ["--log-file", str(tmp_path / "o.csv")]
     assert cmd[cmd.index("--target-processes") + 1] == "application-only"
-    assert cmd[cmd.index("--nvtx") + 1:cmd.index("--nvtx") + 3] == ["--nvtx-include", "atrex_forward/"]
+    assert cmd[cmd.index("--nvtx") + 1 : cmd.index("--nvtx") + 3] == ["--nvtx-include", "atrex_forward/"]
     assert "--kernel-name" not in cmd
 
 
 def test_replay_passes_are_read_from_ncu_progress_lines():
-    output = ('==PROF== Connected to process 12 (/usr/bin/python3)\n'
-              '==PROF== Profiling "_rms_norm_kernel" - 0: 0%....50%....100% - 9 passes\n'
-              '==PROF== Profiling "_rms_norm_kernel" - 1: 0%....50%....100% - 9 passes\n')
+    output = (
+        "==PROF== Connected to process 12 (/usr/bin/python3)\n"
+        '==PROF== Profiling "_rms_norm_kernel" - 0: 0%....50%....100% - 9 passes\n'
+        '==PROF== Profiling "_rms_norm_kernel" - 1: 0%....50%....100% - 9 passes\n'
+    )
     assert replay_passes(output) == [9, 9]
 
 
 def test_a_capture_past_its_limit_is_stopped_and_quotes_what_ncu_printed(tmp_path):
     fake = tmp_path / "ncu"
-    fake.write_text(f"#!{sys.executable}\nimport sys, time\nprint('==PROF== Connected to process 7', flush=True)\n"
-                    "print('==WARNING== waiting for the target', file=sys.stderr, flush=True)\ntime.sleep(60)\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport sys, time\nprint('==PROF== Connected to process 7', flush=True)\n"
+        "print('==WARNING== waiting for the target', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     started = time.monotonic()
     with pytest.raises(AtrexError) as info:

@@ -96,9 +96,16 @@ def test_cpu_profile_of_a_scored_shape_checks_the_smoke_shape_and_answers_at_onc
 
 
 def test_gpu_fallback_keeps_the_evaluators_attribution():
-    shape = ShapeResult(id="0", correct=True, time_ms=0.0101, dsl_share=9.5 / 10.3, kernels=[
-        KernelTime(name="_rms_norm_row", time_us=9.5, count=1, origin="candidate_dsl"),
-        KernelTime(name="elementwise_kernel", time_us=0.8, count=2, origin="framework")])
+    shape = ShapeResult(
+        id="0",
+        correct=True,
+        time_ms=0.0101,
+        dsl_share=9.5 / 10.3,
+        kernels=[
+            KernelTime(name="_rms_norm_row", time_us=9.5, count=1, origin="candidate_dsl"),
+            KernelTime(name="elementwise_kernel", time_us=0.8, count=2, origin="framework"),
+        ],
+    )
     report = counters_from_eval(
         OP,
         shape,
@@ -193,8 +200,9 @@ def test_ncu_launch_limit_is_said(tmp_path):
 @pytest.mark.slow
 def test_ncu_on_a_failing_kernel_refuses(tmp_path):
     with pytest.raises(AtrexError, match="does not pass \\(numeric_mismatch\\)"):
-        capture_counters(OP, KERNEL.replace("x * inv_rms * w", "x * w"), "smoke", Catalog(), roofline=None,
-                         ncu=_fake_ncu(tmp_path))
+        capture_counters(
+            OP, KERNEL.replace("x * inv_rms * w", "x * w"), "smoke", Catalog(), roofline=None, ncu=_fake_ncu(tmp_path)
+        )
 
 
 def test_ncu_past_its_time_limit_stops_with_the_tail(tmp_path):

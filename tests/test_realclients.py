@@ -36,8 +36,12 @@ TOOLS = {
     "wiki_read",
     "package",
 }
-QUIET_CLAUDE = {"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+QUIET_CLAUDE = {
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+}
 
 
 def _installed() -> bool:
@@ -62,8 +66,12 @@ def npm_bin() -> Path:
         if probe.returncode != 0:
             pytest.skip(f"the npm registry is unreachable: {probe.stderr.strip()[-300:]}")
         CACHE.mkdir(mode=0o755, parents=True, exist_ok=True)
-        done = subprocess.run([npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(CACHE), *specs],
-                              capture_output=True, text=True, timeout=900)
+        done = subprocess.run(
+            [npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(CACHE), *specs],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if done.returncode != 0 or not _installed():
             pytest.skip(f"npm install of {', '.join(specs)} failed: {done.stderr.strip()[-300:]}")
     return CACHE / "node_modules" / ".bin"

@@ -53,9 +53,24 @@ def test_two_processes_hammering_one_run(tmp_path):
     run = service.start_run("rms_norm", ["0", "1"])
     service.submit_baseline(run.run_id, source(1.0, "baseline"))
     prof = store_profile(service, run.run_id)
-    procs = [subprocess.Popen([sys.executable, "-c", CLIENT.format(
-        root=str(REPO_ROOT), state=str(tmp_path / "state"), problems=str(tmp_path / "problems"),
-        run=run.run_id, prof=prof, count=12, name=name)]) for name in ("alpha", "beta")]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                CLIENT.format(
+                    root=str(REPO_ROOT),
+                    state=str(tmp_path / "state"),
+                    problems=str(tmp_path / "problems"),
+                    run=run.run_id,
+                    prof=prof,
+                    count=12,
+                    name=name,
+                ),
+            ]
+        )
+        for name in ("alpha", "beta")
+    ]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     _check_consistent(RunStore(tmp_path / "state"), run.run_id, 24)
 

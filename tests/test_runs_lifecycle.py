@@ -87,7 +87,7 @@ def test_benchmark_view_hides_roofline_and_scores(tmp_path):
     assert all(it.times.score == {} for it in hidden.iterations)
     assert hidden.accepted.times.time_ms["0"] > 0  # the agent's own times stay visible
     text = hidden.model_dump_json()
-    assert "t_sol_ms" not in text and "score\": {\"" not in text
+    assert "t_sol_ms" not in text and 'score": {"' not in text
 
 
 def test_plans_must_cite_stored_profiles_of_the_same_operator(tmp_path):

@@ -72,7 +72,7 @@ def _shape():
 def test_a_round_is_the_median_of_a_fixed_number_of_calls_each_on_its_own_fresh_inputs():
     evaluation, session = _Trial(), _Session(_reply([0.10, 0.30, 0.12, 0.11, 0.50]))
     assert timing_round(evaluation, session, _shape(), "candidate", 24, 1 << 20).median_ms == pytest.approx(0.12)
-    (cmd, payload), = session.sent
+    ((cmd, payload),) = session.sent
     assert cmd == "time" and payload["min_calls"] == payload["max_calls"] == 24
     assert len(payload["seeds"]) == 24 and payload["warmup_seed"] not in payload["seeds"]  # no set is timed twice
     assert payload["flush_bytes"] == 2 * (50 << 20)
@@ -83,14 +83,17 @@ def test_a_round_of_a_large_shape_makes_one_call_per_set_the_gpu_holds():
     timing_round(
         _Trial(), session, _shape(), "candidate", 24, 20 * 10**9
     )  # 20 GB sets: the 2 the evaluator keeps at least
-    (_, payload), = session.sent
+    ((_, payload),) = session.sent
     assert payload["min_calls"] == payload["max_calls"] == len(payload["seeds"]) == 2
 
 
-@pytest.mark.parametrize("reply, says", [
-    (Failure("runtime", "cuda_fault", "illegal address"), "cuda_fault"),
-    (_reply([0.1] * 5, replaced=["torch.cuda.Event.record"]), "replaced timing primitives"),
-])
+@pytest.mark.parametrize(
+    "reply, says",
+    [
+        (Failure("runtime", "cuda_fault", "illegal address"), "cuda_fault"),
+        (_reply([0.1] * 5, replaced=["torch.cuda.Event.record"]), "replaced timing primitives"),
+    ],
+)
 def test_a_round_refuses_what_the_full_timing_stage_would_refuse(reply, says):
     with pytest.raises(MeasurementFailed, match=says):
         timing_round(_Trial(), _Session(reply), _shape(), "candidate", 24, 1 << 20)

@@ -29,6 +29,7 @@ def test_everything_survives_a_restart(tmp_path):
     # and the loop continues where it stopped
     profile = reopened.store.save_profile(op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu", report={})
     from tests.runs_fixtures import plan, source
+
     nxt = reopened.record_iteration(run_id, plan(profile), source(2.0, "after-restart"))
     assert nxt.number == len(before.iterations) + len(mask.masked) + 1 and nxt.status == "accepted"
 

@@ -32,7 +32,7 @@ def anyio_backend():
 @pytest.fixture(autouse=True)
 def scripted_judge(monkeypatch):
     judge = ScriptedJudge()
-    monkeypatch.setattr("atrex_mcp.server.run_tools.default_judge_factory", lambda ctx: (lambda device: judge))
+    monkeypatch.setattr("atrex_mcp.server.run_tools.default_judge_factory", lambda ctx: lambda device: judge)
     return judge
 
 
@@ -59,16 +59,18 @@ async def test_the_loop_through_the_tools(tmp_path, era):
         base = await call(client, "submit_baseline", {"run_id": run_id, "source": source(1.0, "base")})
         assert base["record"]["number"] == 0 and base["accepted"] == 0
 
-        profile_id = RunStore(cfg.state_dir).save_profile(op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu",
-                                                          report={}, run_id=run_id)
+        profile_id = RunStore(cfg.state_dir).save_profile(
+            op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu", report={}, run_id=run_id
+        )
         step = plan(profile_id).model_dump(mode="json", exclude={"knowledge"})
         faster = await call(client, "record_iteration", {"run_id": run_id, "plan": step, "source": source(1.4, "a")})
         slower = await call(client, "record_iteration", {"run_id": run_id, "plan": step, "source": source(1.1, "b")})
         assert faster["record"]["status"] == "accepted" and faster["accepted"] == 1
         assert slower["record"]["status"] == "rejected" and slower["accepted"] == 1
 
-        bad_plan = await client.call_tool("record_iteration", {"run_id": run_id, "plan": {**step, "category": "magic"},
-                                                                "source": source(2.0, "c")})
+        bad_plan = await client.call_tool(
+            "record_iteration", {"run_id": run_id, "plan": {**step, "category": "magic"}, "source": source(2.0, "c")}
+        )
         assert bad_plan.is_error
 
         state = await call(client, "run_state", {"run_id": run_id})
@@ -128,17 +130,19 @@ class NoGpuJudge(ScriptedJudge):
 
 async def test_without_a_gpu_a_correct_iteration_says_it_was_untimed_not_slower(tmp_path, monkeypatch):
     judge = NoGpuJudge()
-    monkeypatch.setattr("atrex_mcp.server.run_tools.default_judge_factory", lambda ctx: (lambda device: judge))
+    monkeypatch.setattr("atrex_mcp.server.run_tools.default_judge_factory", lambda ctx: lambda device: judge)
     cfg = config(tmp_path)
     async with connect(cfg) as client:
         run_id = (await call(client, "start_run", {"op": "rms_norm", "shapes": ["0", "1"]}))["run_id"]
         base = await call(client, "submit_baseline", {"run_id": run_id, "source": source(1.0, "base")})
-        profile_id = RunStore(cfg.state_dir).save_profile(op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu",
-                                                          report={}, run_id=run_id)
+        profile_id = RunStore(cfg.state_dir).save_profile(
+            op="rms_norm", shape="0", source_sha256="0" * 64, tool="ncu", report={}, run_id=run_id
+        )
         step = plan(profile_id).model_dump(mode="json", exclude={"knowledge"})
         untimed = await call(client, "record_iteration", {"run_id": run_id, "plan": step, "source": source(1.4, "a")})
-        wrong = await call(client, "record_iteration", {"run_id": run_id, "plan": step,
-                                                        "source": source(1.4, "b", wrong=True)})
+        wrong = await call(
+            client, "record_iteration", {"run_id": run_id, "plan": step, "source": source(1.4, "b", wrong=True)}
+        )
     assert not base["timed"] and "stored as the baseline, but not timed: this server has no GPU" in base["notes"][0]
     # The stored verdict is unchanged (the audit reads it); the answer says what it means and what to do.
     assert untimed["record"]["status"] == "rejected" and untimed["accepted"] == 0 and not untimed["timed"]

@@ -126,9 +126,19 @@ def test_a_wrapped_worker_has_its_own_loopback_and_no_way_to_the_host(tmp_path):
     host = socket.socket()
     host.bind(("127.0.0.1", 0))
     host.listen()
-    worker = Worker(LaunchSpec(scratch=tmp_path, device="cpu", protected=[],
-                               wrapper=[sys.executable, "-c", _WRAPPER_PROBE + "os.execvp(sys.argv[2], sys.argv[2:])",
-                                        str(host.getsockname()[1])]))
+    worker = Worker(
+        LaunchSpec(
+            scratch=tmp_path,
+            device="cpu",
+            protected=[],
+            wrapper=[
+                sys.executable,
+                "-c",
+                _WRAPPER_PROBE + "os.execvp(sys.argv[2], sys.argv[2:])",
+                str(host.getsockname()[1]),
+            ],
+        )
+    )
     try:
         worker.spawn()
         deadline = time.monotonic() + 30

@@ -28,12 +28,22 @@ def _keys_read(function: ast.FunctionDef) -> set[str]:
     """Keys the handler reads from its request (`msg["k"]`, `msg.get("k")`)."""
     keys = set()
     for node in ast.walk(function):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "msg" \
-                and isinstance(node.slice, ast.Constant):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "msg"
+            and isinstance(node.slice, ast.Constant)
+        ):
             keys.add(node.slice.value)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop") \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "msg" and node.args \
-                and isinstance(node.args[0], ast.Constant):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "pop")
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "msg"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             keys.add(node.args[0].value)
     return keys
 
@@ -67,21 +77,40 @@ def test_each_handler_reads_its_request_fields_and_returns_its_reply_keys(reques
 
 def test_the_worker_serves_exactly_the_requests_declared():
     serve = _handler_tree("serve")
-    table = next(node.value for node in ast.walk(serve) if isinstance(node, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == "handlers" for t in node.targets))
+    table = next(
+        node.value
+        for node in ast.walk(serve)
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "handlers" for t in node.targets)
+    )
     served = {key.value for key in table.keys}
-    exits = {node.comparators[0].value for node in ast.walk(serve) if isinstance(node, ast.Compare)
-             and isinstance(node.comparators[0], ast.Constant)}
+    exits = {
+        node.comparators[0].value
+        for node in ast.walk(serve)
+        if isinstance(node, ast.Compare) and isinstance(node.comparators[0], ast.Constant)
+    }
     assert served == {r.command for r in HANDLED} and messages.ExitRequest.command in exits
     assert all(key.value == value.attr for key, value in zip(table.keys, table.values))
 
 
 def test_a_request_goes_on_the_wire_with_its_command_and_every_field():
-    request = messages.TimeRequest(shape={"id": "0", "init": {}, "inputs": {}}, warmup_seed=1, seeds=[2, 3],
-                                   min_calls=2, max_calls=2, flush_bytes=1 << 20)
-    assert request.wire() == {"cmd": "time", "shape": {"id": "0", "init": {}, "inputs": {}}, "warmup_seed": 1,
-                              "seeds": [2, 3], "min_calls": 2, "max_calls": 2, "flush_bytes": 1 << 20,
-                              "fit_to_sets": False}
+    request = messages.TimeRequest(
+        shape={"id": "0", "init": {}, "inputs": {}},
+        warmup_seed=1,
+        seeds=[2, 3],
+        min_calls=2,
+        max_calls=2,
+        flush_bytes=1 << 20,
+    )
+    assert request.wire() == {
+        "cmd": "time",
+        "shape": {"id": "0", "init": {}, "inputs": {}},
+        "warmup_seed": 1,
+        "seeds": [2, 3],
+        "min_calls": 2,
+        "max_calls": 2,
+        "flush_bytes": 1 << 20,
+        "fit_to_sets": False,
+    }
     assert messages.ExitRequest().wire() == {"cmd": "exit"}
     with pytest.raises(TypeError):
         messages.RunRequest(shape={"id": "0", "init": {}, "inputs": {}}, seed=1)  # arena_bytes missing
@@ -96,9 +125,14 @@ def test_the_trusted_side_builds_every_request_through_a_message_class():
     bare = []
     for path in _python_files("atrex_mcp", "sandbox"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("call", "request") and node.args and isinstance(node.args[0], ast.Constant) \
-                    and node.args[0].value in {r.command for r in messages.REQUESTS}:
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("call", "request")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value in {r.command for r in messages.REQUESTS}
+            ):
                 bare.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not bare, bare
 

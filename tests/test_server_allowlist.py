@@ -32,8 +32,19 @@ async def test_only_allowed_tools_are_registered(tmp_path):
 async def test_run_tools_obey_the_allow_list_too(tmp_path):
     async with connect(config(tmp_path)) as client:
         every = {t.name for t in (await client.list_tools()).tools}
-    run_tools = sorted(every - {"list_problems", "get_problem", "validate", "profile_kernel", "roofline_lookup",
-                                "wiki_search", "wiki_read", "package"})
+    run_tools = sorted(
+        every
+        - {
+            "list_problems",
+            "get_problem",
+            "validate",
+            "profile_kernel",
+            "roofline_lookup",
+            "wiki_search",
+            "wiki_read",
+            "package",
+        }
+    )
     assert run_tools, "the run-memory tools are registered through the same hook"
     async with connect(config(tmp_path, tools=[run_tools[0]])) as client:
         assert {t.name for t in (await client.list_tools()).tools} == {run_tools[0]}
@@ -47,8 +58,17 @@ def test_unknown_tool_names_are_refused_with_the_choices(tmp_path):
 
 
 def test_serve_refuses_an_unknown_tool_before_serving(tmp_path, capsys):
-    code = cli.main(["serve", "--tools", "list_problems,bogus", "--state-dir", str(tmp_path / "state"),
-                     "--workspace", str(tmp_path)])
+    code = cli.main(
+        [
+            "serve",
+            "--tools",
+            "list_problems,bogus",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--workspace",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "bogus" in err and "Valid choices:" in err and "profile_kernel" in err
     assert cli.main(["serve", "--tools", " , "]) == 2

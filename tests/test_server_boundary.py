@@ -64,9 +64,16 @@ def _sneaky_candidates(hidden_dir: Path) -> dict[str, str]:
 
 
 def _path_tricks(workspace: Path, hidden_dir: Path) -> list[str]:
-    return ["problems/rms_norm/roofline.json", "problems/weights.json", str(hidden_dir / "metadata.json"),
-            os.path.relpath(REPO_ROOT / "problems" / OP / "roofline.json", workspace), "hidden_link.py",
-            "hidden_dir/roofline.json", "sub/../problems/rms_norm/metadata.json", "/proc/self/environ"]
+    return [
+        "problems/rms_norm/roofline.json",
+        "problems/weights.json",
+        str(hidden_dir / "metadata.json"),
+        os.path.relpath(REPO_ROOT / "problems" / OP / "roofline.json", workspace),
+        "hidden_link.py",
+        "hidden_dir/roofline.json",
+        "sub/../problems/rms_norm/metadata.json",
+        "/proc/self/environ",
+    ]
 
 
 def _calls(sneaky: list[str], tricks: list[str], hidden_dir: Path) -> list[tuple[str, dict]]:
@@ -113,9 +120,23 @@ async def test_no_hidden_figure_leaves_a_benchmark_mode_server(tmp_path):
     (workspace / "hidden_dir").symlink_to(hidden_dir)
     tricks = _path_tricks(workspace, hidden_dir)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(REPO_ROOT), "TRITON_INTERPRET": "1"}
-    params = StdioServerParameters(command=sys.executable, env=env, cwd=str(workspace), args=[
-        "-m", "atrex_mcp.cli", "serve", "--benchmark-mode", "--problems", str(workspace / "problems"),
-        "--workspace", str(workspace), "--state-dir", str(tmp_path / "state")])
+    params = StdioServerParameters(
+        command=sys.executable,
+        env=env,
+        cwd=str(workspace),
+        args=[
+            "-m",
+            "atrex_mcp.cli",
+            "serve",
+            "--benchmark-mode",
+            "--problems",
+            str(workspace / "problems"),
+            "--workspace",
+            str(workspace),
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+    )
     calls = _calls(list(sneaky), tricks, hidden_dir)
     received: list[tuple[bool, str]] = []
     with open(tmp_path / "server.log", "w") as errlog:
@@ -258,5 +279,9 @@ def test_the_strong_setup_another_account_uses_the_tools_but_cannot_read_the_hid
         server.terminate()
         server.wait(timeout=20)
     assert agent.returncode == 0, agent.stderr
-    assert agent.stdout.splitlines() == [f"READ {visible}", *(f"DENIED {path}" for path in hidden),
-                                         f"PROBLEMS {len(Catalog().names())}", "ROOFLINES 0"]
+    assert agent.stdout.splitlines() == [
+        f"READ {visible}",
+        *(f"DENIED {path}" for path in hidden),
+        f"PROBLEMS {len(Catalog().names())}",
+        "ROOFLINES 0",
+    ]

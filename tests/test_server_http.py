@@ -20,8 +20,12 @@ from tests.server_fixtures import ERAS, config, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789abcdef"
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
@@ -93,13 +97,16 @@ def anyio_backend():
     return "asyncio"
 
 
-@pytest.mark.parametrize(("host", "token", "allowed", "category"), [
-    ("0.0.0.0", "", [], "http_needs_token"),
-    ("192.0.2.10", "", [], "http_needs_token"),
-    ("127.0.0.1", "", [], "http_needs_token"),
-    ("127.0.0.1", "short", [], "weak_token"),
-    ("0.0.0.0", TOKEN, [], "http_needs_allowed_host"),
-])
+@pytest.mark.parametrize(
+    ("host", "token", "allowed", "category"),
+    [
+        ("0.0.0.0", "", [], "http_needs_token"),
+        ("192.0.2.10", "", [], "http_needs_token"),
+        ("127.0.0.1", "", [], "http_needs_token"),
+        ("127.0.0.1", "short", [], "weak_token"),
+        ("0.0.0.0", TOKEN, [], "http_needs_allowed_host"),
+    ],
+)
 def test_unsafe_setups_are_refused(host, token, allowed, category):
     with pytest.raises(AtrexError) as err:
         check_settings(HttpSettings(host=host, token=token, allowed_hosts=allowed))
@@ -120,6 +127,22 @@ def test_a_non_loopback_bind_admits_only_its_own_names(tmp_path):
 
 
 def test_the_cli_refuses_non_loopback_without_a_token(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "atrex_mcp.cli", "serve", "--transport", "http", "--host", "0.0.0.0",
-                           "--state-dir", str(tmp_path)], env=cli_env(), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "atrex_mcp.cli",
+            "serve",
+            "--transport",
+            "http",
+            "--host",
+            "0.0.0.0",
+            "--state-dir",
+            str(tmp_path),
+        ],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "without a bearer token" in done.stderr and "non-loopback" in done.stderr

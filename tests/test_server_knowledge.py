@@ -91,16 +91,33 @@ async def test_no_knowledge_offers_no_wiki_tools(tmp_path):
         called = await client.call_tool("wiki_search", {"query": "rms_norm"})
         assert called.is_error and "category: unknown_tool" in called.content[0].text
     with pytest.raises(AtrexError) as err:
-        build_server(ServerConfig(mode="benchmark", state_dir=tmp_path / "s2", workspaces=[tmp_path], devices=["cpu"],
-                                  knowledge="none", tools=["validate", "wiki_search"]))
+        build_server(
+            ServerConfig(
+                mode="benchmark",
+                state_dir=tmp_path / "s2",
+                workspaces=[tmp_path],
+                devices=["cpu"],
+                knowledge="none",
+                tools=["validate", "wiki_search"],
+            )
+        )
     assert err.value.info.category == "wiki_disabled"
 
 
 def _entry(
     kind: str, title: str = "t", body: str = "", code: str = "", tags=(), operators=(), rel_path="x.md"
 ) -> WikiEntry:
-    return WikiEntry(doc_id="d", kind=kind, category="recipes", title=title, body=body, code=code, rel_path=rel_path,
-                     tags=list(tags), operators=list(operators))
+    return WikiEntry(
+        doc_id="d",
+        kind=kind,
+        category="recipes",
+        title=title,
+        body=body,
+        code=code,
+        rel_path=rel_path,
+        tags=list(tags),
+        operators=list(operators),
+    )
 
 
 @pytest.mark.parametrize(

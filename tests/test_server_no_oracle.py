@@ -95,8 +95,10 @@ async def test_1600_guessed_figures_as_op_names_and_wiki_queries_get_the_same_an
     guesses = _guesses(PRODUCTION, 800) + _guesses(T_SOL, 800)
     assert len(guesses) == 1600 and repr(PRODUCTION) in guesses and repr(T_SOL) in guesses
     (tmp_path / "b").mkdir()
-    async with connect(config(tmp_path, "benchmark", problems=[decoy["real"]])) as real, \
-            connect(config(tmp_path / "b", "benchmark", problems=[decoy["decoy"]])) as other:
+    async with (
+        connect(config(tmp_path, "benchmark", problems=[decoy["real"]])) as real,
+        connect(config(tmp_path / "b", "benchmark", problems=[decoy["decoy"]])) as other,
+    ):
         assert len(await _answers(real, "get_problem", lambda g: {"op": g}, guesses)) == 1
         for guess in guesses:
             answer = await real.call_tool("wiki_search", {"query": guess})
@@ -111,14 +113,17 @@ def _hits(result) -> list:
     return [{k: v for k, v in hit.items() if k != "snippet"} for hit in result.structured_content["hits"]]
 
 
-@pytest.mark.parametrize("tool, args_for", [
-    ("validate", lambda g: {"op": OP, "path": g}),
-    ("validate", lambda g: {"op": OP, "source": "x", "shapes": [g]}),
-    ("wiki_read", lambda g: {"doc_id": g}),
-    ("roofline_lookup", lambda g: {"hardware": g}),
-    ("run_state", lambda g: {"run_id": g}),
-    ("package", lambda g: {"op": OP, "source": "x", "out_dir": g}),
-])
+@pytest.mark.parametrize(
+    "tool, args_for",
+    [
+        ("validate", lambda g: {"op": OP, "path": g}),
+        ("validate", lambda g: {"op": OP, "source": "x", "shapes": [g]}),
+        ("wiki_read", lambda g: {"doc_id": g}),
+        ("roofline_lookup", lambda g: {"hardware": g}),
+        ("run_state", lambda g: {"run_id": g}),
+        ("package", lambda g: {"op": OP, "source": "x", "out_dir": g}),
+    ],
+)
 async def test_hidden_figures_and_provenance_in_any_argument_get_the_same_answer(tmp_path, tool, args_for):
     guesses = _guesses(PRODUCTION, 30) + _guesses(T_SOL, 30)
     async with connect(config(tmp_path, "benchmark")) as client:
@@ -147,9 +152,14 @@ async def test_a_provenance_string_as_op_name_or_query_gets_the_ordinary_answer(
 def _expected(flops: int, bytes_read: int, bytes_written: int) -> dict:
     profile = load_profile("h200")
     workload = Workload(flops={"bf16": flops}, bytes_read=bytes_read, bytes_written=bytes_written)
-    return {"t_sol_ms": t_sol_ms(workload, profile), "compute_ms": 1000.0 * compute_seconds(workload, profile),
-            "memory_ms": 1000.0 * memory_seconds(workload, profile), "bound": bound(workload, profile),
-            "arithmetic_intensity": arithmetic_intensity(workload), "bytes": float(bytes_read + bytes_written)}
+    return {
+        "t_sol_ms": t_sol_ms(workload, profile),
+        "compute_ms": 1000.0 * compute_seconds(workload, profile),
+        "memory_ms": 1000.0 * memory_seconds(workload, profile),
+        "bound": bound(workload, profile),
+        "arithmetic_intensity": arithmetic_intensity(workload),
+        "bytes": float(bytes_read + bytes_written),
+    }
 
 
 async def test_roofline_lookup_of_traffic_hypotheses_is_a_pure_calculator(tmp_path, monkeypatch):
@@ -195,8 +205,17 @@ async def test_a_candidate_printing_a_guess_gets_the_same_answer_as_for_any_numb
 
 
 def _eval_result(incidents: list[str]) -> EvalResult:
-    shape = ShapeResult(id="0", correct=True, stage=None, category=None, message="", time_ms=0.001, t_sol_ms=T_SOL,
-                        score=T_SOL / 0.001, integrity=list(incidents))
+    shape = ShapeResult(
+        id="0",
+        correct=True,
+        stage=None,
+        category=None,
+        message="",
+        time_ms=0.001,
+        t_sol_ms=T_SOL,
+        score=T_SOL / 0.001,
+        integrity=list(incidents),
+    )
     return EvalResult(
         op=OP,
         candidate="candidate",

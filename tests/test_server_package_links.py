@@ -196,8 +196,15 @@ def test_a_link_swapped_in_and_out_during_packaging_never_reaches_the_problems(t
         flipper.join()
     assert _tree(problems) == before
     # every refusal a race can produce is fine; what matters is the unchanged problem above
-    assert outcomes <= {"written", "output_is_a_link", "path_outside_workspace", "output_dir_not_empty",
-                        "output_raced", "output_unwritable", "file_not_found"}
+    assert outcomes <= {
+        "written",
+        "output_is_a_link",
+        "path_outside_workspace",
+        "output_dir_not_empty",
+        "output_raced",
+        "output_unwritable",
+        "file_not_found",
+    }
 
 
 def test_package_run_refuses_a_planted_link_too(tmp_path):

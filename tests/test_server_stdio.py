@@ -42,8 +42,14 @@ async def test_serve_over_stdio_with_no_options(tmp_path):
 
 @pytest.mark.slow
 def test_demo_validates_the_example_kernel(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "atrex_mcp.cli", "demo"], env=_env(tmp_path), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "atrex_mcp.cli", "demo"],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "list_problems: 30 problems" in done.stdout or "problems in optimize mode" in done.stdout
     assert "compiled=True, 1 passed, 0 failed" in done.stdout

@@ -22,9 +22,15 @@ def _modules(root: Path) -> list[Path]:
 
 def _calls(tree: ast.AST, name: str) -> list[int]:
     """Lines where `name(...)` or `x.name(...)` is called."""
-    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call) and (
-        (isinstance(node.func, ast.Name) and node.func.id == name)
-        or (isinstance(node.func, ast.Attribute) and node.func.attr == name))]
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id == name)
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == name)
+        )
+    ]
 
 
 def test_only_the_policy_decides_what_an_agent_sees():
@@ -46,10 +52,15 @@ def test_the_server_looks_nothing_up_by_name():
         tree = ast.parse(path.read_text())
         for name in ("import_module", "find_spec", "service", "__import__"):
             found += [f"{path.name}:{line} {name}()" for line in _calls(tree, name)]
-        found += [f"{path.name}: imports importlib" for node in ast.walk(tree)
-                  if (isinstance(node, (ast.Import, ast.ImportFrom))
-                  and any(a.name.startswith("importlib") for a in node.names))
-                  or (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("importlib"))]
+        found += [
+            f"{path.name}: imports importlib"
+            for node in ast.walk(tree)
+            if (
+                isinstance(node, (ast.Import, ast.ImportFrom))
+                and any(a.name.startswith("importlib") for a in node.names)
+            )
+            or (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("importlib"))
+        ]
     assert found == []
 
 
@@ -57,8 +68,10 @@ def test_every_registered_tool_is_a_module_level_function_of_the_tool_lists(tmp_
     import anyio
 
     specs = {spec.fn.__name__: spec.fn for spec in (*tools.TOOLS, *run_tools.RUN_TOOLS)}
-    assert all(fn.__qualname__ == fn.__name__ and fn.__module__ in (tools.__name__, run_tools.__name__)
-               for fn in specs.values())
+    assert all(
+        fn.__qualname__ == fn.__name__ and fn.__module__ in (tools.__name__, run_tools.__name__)
+        for fn in specs.values()
+    )
     server = build_server(ServerConfig(state_dir=tmp_path / "state", workspaces=[tmp_path]))
     registered = {t.name for t in anyio.run(server.list_tools)}
     assert registered == set(specs)

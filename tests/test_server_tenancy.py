@@ -91,11 +91,22 @@ async def test_another_tokens_run_is_unknown_to_every_run_tool(two_client_server
         run_id = started.structured_content["run_id"]
         mine = await a.call_tool("run_state", {"run_id": run_id})
         assert not mine.is_error and mine.structured_content["run_id"] == run_id
-    plan = {"change": "wider rows", "bottleneck": "memory", "evidence": ["prof-000000000000"], "expected_effect": 1.1,
-            "category": "tiling"}
-    calls = [("run_state", {}), ("partial_restart", {"fraction": 0.5, "seed": 1}), ("unmask", {}), ("package_run", {}),
-             ("submit_baseline", {"path": "kernel.py"}), ("record_iteration", {"path": "kernel.py", "plan": plan}),
-             ("profile_kernel", {"op": "rms_norm", "path": "kernel.py", "shape": "smoke"})]
+    plan = {
+        "change": "wider rows",
+        "bottleneck": "memory",
+        "evidence": ["prof-000000000000"],
+        "expected_effect": 1.1,
+        "category": "tiling",
+    }
+    calls = [
+        ("run_state", {}),
+        ("partial_restart", {"fraction": 0.5, "seed": 1}),
+        ("unmask", {}),
+        ("package_run", {}),
+        ("submit_baseline", {"path": "kernel.py"}),
+        ("record_iteration", {"path": "kernel.py", "plan": plan}),
+        ("profile_kernel", {"op": "rms_norm", "path": "kernel.py", "shape": "smoke"}),
+    ]
     async with _client(url, TOKEN_B) as b:
         for tool, args in calls:
             theirs = await b.call_tool(tool, {**args, "run_id": run_id})

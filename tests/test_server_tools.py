@@ -8,7 +8,6 @@ import json
 import pytest
 
 from atrex_mcp.paths import problems_dir
-
 from atrex_mcp.server.app import fit_output
 from atrex_mcp.server.models import ProblemDetail, ToolOutput
 from tests.server_fixtures import ERAS, config, connect
@@ -67,8 +66,9 @@ async def test_list_and_get_problem_in_optimize_mode(tmp_path, era):
     assert any("triton" in rule for rule in detail.rules) and "triton" in detail.allowed_imports
     # shapes.json travels once, as the parsed shapes, which hold all of it.
     stored = json.loads((problems_dir() / "rms_norm" / "shapes.json").read_text())
-    rebuilt = [{"id": s.id, "init": s.init, "inputs": s.inputs, **({"smoke": True} if s.smoke else {})}
-               for s in detail.shapes]
+    rebuilt = [
+        {"id": s.id, "init": s.init, "inputs": s.inputs, **({"smoke": True} if s.smoke else {})} for s in detail.shapes
+    ]
     assert "shapes_json" not in got.structured_content and rebuilt == stored["shapes"]
 
 
@@ -214,10 +214,18 @@ async def test_isolation_warnings_are_listed_once_per_session_and_logged(tmp_pat
     evaluations = iter([[uid_warning], [uid_warning], [uid_warning, seccomp_warning]])
 
     async def canned(self, mcp_ctx, request):
-        return EvalResult(op=request.op, candidate="candidate", candidate_sha256="0" * 64, dsl="triton",
-                          hardware="h200", compiled=True, shapes=[ShapeResult(id="smoke", correct=True)],
-                          device=DeviceInfo(kind="cpu"), isolation=Isolation(warnings=next(evaluations)),
-                          started_at="2026-01-01T00:00:00Z")
+        return EvalResult(
+            op=request.op,
+            candidate="candidate",
+            candidate_sha256="0" * 64,
+            dsl="triton",
+            hardware="h200",
+            compiled=True,
+            shapes=[ShapeResult(id="smoke", correct=True)],
+            device=DeviceInfo(kind="cpu"),
+            isolation=Isolation(warnings=next(evaluations)),
+            started_at="2026-01-01T00:00:00Z",
+        )
 
     monkeypatch.setattr(ServerContext, "evaluate", canned)
     args = {"op": "rms_norm", "shapes": ["smoke"], "seeds": 1, "source": "class Model: pass\n"}

@@ -39,8 +39,17 @@ def test_reads_relative_and_absolute_paths_inside(layout):
     assert ws.read_source("sub/../kernel.py") == "x = 1\n"
 
 
-@pytest.mark.parametrize("trick", ["../outside/secret.txt", "/etc/passwd", "problems/op/roofline.json",
-                                   "problems/op/../op/roofline.json", "", "kernel.py\x00.txt"])
+@pytest.mark.parametrize(
+    "trick",
+    [
+        "../outside/secret.txt",
+        "/etc/passwd",
+        "problems/op/roofline.json",
+        "problems/op/../op/roofline.json",
+        "",
+        "kernel.py\x00.txt",
+    ],
+)
 def test_escapes_and_denied_paths_are_refused(layout, trick):
     work, problems, _ = layout
     ws = Workspace([work], denied=[problems])

@@ -57,14 +57,23 @@ def test_gzip_trace_is_read(tmp_path):
     assert manifest.operators["rms_norm"].retained
 
 
-@pytest.mark.parametrize("document, fragment", [
-    ({"traceEvents": "nope"}, "no 'traceEvents' list"),
-    ({"schemaVersion": 1}, "no 'traceEvents' list"),
-    ({"traceEvents": [3]}, "event 0 is a int"),
-    ({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": "soon", "dur": 1}]}, "event 0 (kernel) lacks"),
-    ({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": -5}]}, "non-negative 'dur'"),
-    ({"traceEvents": [{"ph": "M", "name": "process_name", "args": {}}]}, "no operator or kernel events"),
-])
+@pytest.mark.parametrize(
+    "document, fragment",
+    [
+        ({"traceEvents": "nope"}, "no 'traceEvents' list"),
+        ({"schemaVersion": 1}, "no 'traceEvents' list"),
+        ({"traceEvents": [3]}, "event 0 is a int"),
+        (
+            {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": "soon", "dur": 1}]},
+            "event 0 (kernel) lacks",
+        ),
+        (
+            {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": -5}]},
+            "non-negative 'dur'",
+        ),
+        ({"traceEvents": [{"ph": "M", "name": "process_name", "args": {}}]}, "no operator or kernel events"),
+    ],
+)
 def test_structurally_bad_traces(tmp_path, document, fragment):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(document))
@@ -90,8 +99,24 @@ def test_existing_output_is_refused(tmp_path):
 
 def test_cpu_and_gpu_traces_are_not_mixed(tmp_path):
     cpu = tmp_path / "cpu.json"
-    cpu.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 5.0,
-                                                "pid": 1, "tid": 1, "args": {}}]}))
+    cpu.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::mm",
+                        "ts": 1.0,
+                        "dur": 5.0,
+                        "pid": 1,
+                        "tid": 1,
+                        "args": {},
+                    }
+                ]
+            }
+        )
+    )
     err = import_error(tmp_path, good_trace(tmp_path / "gpu.json"), cpu)
     assert err.info.category == "mixed_devices" and "cpu.json" in err.info.message
 

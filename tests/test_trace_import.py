@@ -35,11 +35,16 @@ def block(tokens: int, seq_lens: list[int], form: str = "named") -> list:
 
 def steps(phase_ranges: bool, form: str = "named") -> list[Step]:
     """Two prefill steps (50 and 60 tokens: one bucket) and two decode steps (3 and 4 sequences)."""
+
     def name(phase: str) -> str | None:
         return phase if phase_ranges else None
 
-    return [Step(name("prefill"), block(50, [30, 20], form)), Step(name("prefill"), block(60, [35, 25], form)),
-            Step(name("decode"), block(3, [1, 1, 1], form)), Step(name("decode"), block(4, [1, 1, 1, 1], form))]
+    return [
+        Step(name("prefill"), block(50, [30, 20], form)),
+        Step(name("prefill"), block(60, [35, 25], form)),
+        Step(name("decode"), block(3, [1, 1, 1], form)),
+        Step(name("decode"), block(4, [1, 1, 1, 1], form)),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +128,10 @@ def test_ranges_and_anonymous_references(tmp_path):
     content = build_snapshot([TraceSpec("chat", ranged)])
     manifest = content.manifest
     assert set(manifest.operators) == BLOCK_OPS
-    assert all(not r.retained and r.unresolved_reasons == {"a range without a shape-bearing operator inside": 1}
-               for r in manifest.operators.values())
+    assert all(
+        not r.retained and r.unresolved_reasons == {"a range without a shape-bearing operator inside": 1}
+        for r in manifest.operators.values()
+    )
     assert manifest.excluded_share + manifest.unmapped_share == pytest.approx(
         1.0
     )  # one phase: all time is one or the other
@@ -150,8 +157,21 @@ def test_cli_import_and_json(annotated_trace, tmp_path, capsys):
     apps = tmp_path / "apps.yaml"
     apps.write_text("chat: 0.5\ncode: 0.5\n")
     out = tmp_path / "cli"
-    rc = main(["trace", "import", str(annotated_trace), f"code={annotated_trace}", "--app", "chat",
-               "--apps", str(apps), "--out", str(out), "--json"])
+    rc = main(
+        [
+            "trace",
+            "import",
+            str(annotated_trace),
+            f"code={annotated_trace}",
+            "--app",
+            "chat",
+            "--apps",
+            str(apps),
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
     assert rc == 0
     manifest = json.loads(capsys.readouterr().out)
     assert [i["app"] for i in manifest["inputs"]] == ["chat", "code"]

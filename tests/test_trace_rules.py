@@ -59,8 +59,11 @@ def test_every_operator_shape_is_read_back_from_a_profiler_record(tmp_path):
     is the smoke shape again, except for values the profiler cannot see."""
     catalog = Catalog()
     smoke = {op: catalog.visible(op).smoke_shape for op in catalog.names()}
-    trace = record_trace([Step("prefill", [OpCall(op, dict(s.inputs), dict(s.init)) for op, s in smoke.items()])],
-                         tmp_path / "all.json", warmup=0)
+    trace = record_trace(
+        [Step("prefill", [OpCall(op, dict(s.inputs), dict(s.init)) for op, s in smoke.items()])],
+        tmp_path / "all.json",
+        warmup=0,
+    )
     table = json.loads(DEFAULT_RULES.read_text())
     table["token_buckets"] = {"kind": "exact"}
     (tmp_path / "rules.json").write_text(json.dumps(table))
@@ -78,25 +81,30 @@ def test_every_operator_shape_is_read_back_from_a_profiler_record(tmp_path):
     assert snap.visible("attention_forward").scored_shapes[0].inputs["seq_lens"] == [20, 19, 19]  # 58 tokens
 
 
-@pytest.mark.parametrize("kernel, op", [
-    ("void vllm::rms_norm_kernel<c10::BFloat16, 8, 3>(c10::BFloat16*, ...)", "rms_norm"),
-    ("void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(...)", "fused_add_rms_norm"),
-    ("void vllm::act_and_mul_kernel<c10::BFloat16, &vllm::silu_kernel<c10::BFloat16>, true>(...)", "silu_and_mul"),
-    ("void vllm::paged_attention_v2_kernel<...>", "paged_attention_decode"),
-    ("fused_moe_kernel", "fused_moe"),
-    ("kernel_unified_attention_3d", "unified_attention"),
-    ("triton_red_fused_add_mean_mul_pow_rsqrt_0", None),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32", None),
-])
+@pytest.mark.parametrize(
+    "kernel, op",
+    [
+        ("void vllm::rms_norm_kernel<c10::BFloat16, 8, 3>(c10::BFloat16*, ...)", "rms_norm"),
+        ("void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(...)", "fused_add_rms_norm"),
+        ("void vllm::act_and_mul_kernel<c10::BFloat16, &vllm::silu_kernel<c10::BFloat16>, true>(...)", "silu_and_mul"),
+        ("void vllm::paged_attention_v2_kernel<...>", "paged_attention_decode"),
+        ("fused_moe_kernel", "fused_moe"),
+        ("kernel_unified_attention_3d", "unified_attention"),
+        ("triton_red_fused_add_mean_mul_pow_rsqrt_0", None),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", None),
+    ],
+)
 def test_kernel_names(rules, kernel, op):
     assert rules.match_kernel(kernel) == op
 
 
 def test_host_predicates(rules):
     def args(x, weight):
-        return {"Input Dims": [x, [len(x) - 1], weight, weight, []],
-                "Input type": ["c10::BFloat16", "ScalarList", "c10::BFloat16", "c10::BFloat16", "Scalar"],
-                "Concrete Inputs": ["", str([x[-1]]), "", "", "1e-05"]}
+        return {
+            "Input Dims": [x, [len(x) - 1], weight, weight, []],
+            "Input type": ["c10::BFloat16", "ScalarList", "c10::BFloat16", "c10::BFloat16", "Scalar"],
+            "Concrete Inputs": ["", str([x[-1]]), "", "", "1e-05"],
+        }
 
     match = rules.match_host("aten::layer_norm", args([10, 1, 1152], [1152]))
     assert match is not None and match.op == "layer_norm"
@@ -143,12 +151,15 @@ def test_expressions():
             expr.evaluate(hostile, names)
 
 
-@pytest.mark.parametrize("edit, fragment", [
-    (lambda t: t["operators"]["rms_norm"]["host_ops"].append({"name": "(unclosed"}), "rms_norm"),
-    (lambda t: t["operators"]["rms_norm"].update(tokens="x.shape"), "Attribute"),
-    (lambda t: t.pop("version"), "version"),
-    (lambda t: t.update(token_buckets={"kind": "log"}), "token_buckets"),
-])
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda t: t["operators"]["rms_norm"]["host_ops"].append({"name": "(unclosed"}), "rms_norm"),
+        (lambda t: t["operators"]["rms_norm"].update(tokens="x.shape"), "Attribute"),
+        (lambda t: t.pop("version"), "version"),
+        (lambda t: t.update(token_buckets={"kind": "log"}), "token_buckets"),
+    ],
+)
 def test_malformed_rules_are_refused(tmp_path, edit, fragment):
     table = json.loads(DEFAULT_RULES.read_text())
     edit(table)

@@ -19,8 +19,9 @@ from atrex_mcp.trace.synthetic import OpCall, Step, record_trace
 from tests.trace_fixtures import COMPILED_TRACE, record_compiled_decoder
 
 # 2 sequences of a 40-token prompt, then 3 decode steps; 4 query heads on 2 KV heads of size 32.
-TINY = pd.DecoderConfig(hidden=128, heads=4, kv_heads=2, intermediate=256, layers=2, vocab=256, batch=2,
-                        prompt=40, decode_steps=3)
+TINY = pd.DecoderConfig(
+    hidden=128, heads=4, kv_heads=2, intermediate=256, layers=2, vocab=256, batch=2, prompt=40, decode_steps=3
+)
 DECODER_OPS = {"rms_norm", "mrope", "reshape_and_cache", "unified_attention", "paged_attention_decode", "silu_and_mul"}
 
 
@@ -52,17 +53,24 @@ def test_plain_pytorch_decoder_operators_and_rules(plain_snapshot):
     assert all(r.retained and r.unresolved_calls == 0 for r in manifest.operators.values())
     sources = {op: set(r.sources) for op, r in manifest.operators.items()}
     # F.rms_norm is one aten op; the hand-written LlamaRMSNorm is a pattern of six.
-    assert sources["rms_norm"] == {"aten::rms_norm",
-                                   "pattern aten::pow+aten::mean+aten::add+aten::rsqrt+aten::mul+aten::mul"}
+    assert sources["rms_norm"] == {
+        "aten::rms_norm",
+        "pattern aten::pow+aten::mean+aten::add+aten::rsqrt+aten::mul+aten::mul",
+    }
     assert sources["silu_and_mul"] == {"pattern aten::silu+aten::mul"}
     assert sources["unified_attention"] == sources["paged_attention_decode"] == {"aten::scaled_dot_product_attention"}
     assert sources["reshape_and_cache"] == {"aten::index_copy_"}
     assert next(iter(sources["mrope"])).startswith("pattern aten::mul+aten::neg+aten::cat+aten::mul+aten::add")
     calls = {op: r.calls for op, r in manifest.operators.items()}
     layers, steps = TINY.layers, 1 + TINY.decode_steps
-    assert calls == {"rms_norm": (2 * layers + 1) * steps, "mrope": layers * steps, "silu_and_mul": layers * steps,
-                     "reshape_and_cache": 2 * layers * steps, "unified_attention": layers,
-                     "paged_attention_decode": layers * TINY.decode_steps}
+    assert calls == {
+        "rms_norm": (2 * layers + 1) * steps,
+        "mrope": layers * steps,
+        "silu_and_mul": layers * steps,
+        "reshape_and_cache": 2 * layers * steps,
+        "unified_attention": layers,
+        "paged_attention_decode": layers * TINY.decode_steps,
+    }
     assert manifest.fused_kernels == []
 
 
@@ -91,16 +99,36 @@ def test_plain_pytorch_decoder_shapes_run(plain_snapshot):
     out, manifest = plain_snapshot
     catalog = Catalog(out)
     attention = scored(catalog, "unified_attention")
-    assert [s.inputs for s in attention] == [{"num_seqs": 2, "seq_lens": [64, 64], "num_query_heads": 4,
-                                              "num_kv_heads": 2, "head_size": 32, "block_size": 16}]
+    assert [s.inputs for s in attention] == [
+        {
+            "num_seqs": 2,
+            "seq_lens": [64, 64],
+            "num_query_heads": 4,
+            "num_kv_heads": 2,
+            "head_size": 32,
+            "block_size": 16,
+        }
+    ]
     (decode,) = scored(catalog, "paged_attention_decode")
-    assert decode.inputs == {"num_seqs": 2, "ctx_len": 64, "num_query_heads": 4, "num_kv_heads": 2, "head_size": 32,
-                             "block_size": 16, "dtype": "bf16"}
+    assert decode.inputs == {
+        "num_seqs": 2,
+        "ctx_len": 64,
+        "num_query_heads": 4,
+        "num_kv_heads": 2,
+        "head_size": 32,
+        "block_size": 16,
+        "dtype": "bf16",
+    }
     assert all(s.defaulted == ["block_size"] for s in manifest.operators["paged_attention_decode"].shapes.values())
     rope = {s.inputs["token_count"]: s for s in scored(catalog, "mrope")}
     assert set(rope) == {128, 2}  # 80 prompt tokens, 2 decode tokens
-    assert rope[2].inputs == {"token_count": 2, "num_query_heads": 4, "num_kv_heads": 2, "head_size": 32,
-                              "rotary_dim": 32}
+    assert rope[2].inputs == {
+        "token_count": 2,
+        "num_query_heads": 4,
+        "num_kv_heads": 2,
+        "head_size": 32,
+        "rotary_dim": 32,
+    }
     assert rope[2].init["mrope_section"] == [4, 6, 6] and rope[2].init["is_neox_style"] is True
     assert {tuple(s.inputs["shape"]) for s in scored(catalog, "silu_and_mul")} == {(128, 512), (2, 512)}
     assert {tuple(s.inputs["shape"]) for s in scored(catalog, "reshape_and_cache")} == {(128, 2, 32), (2, 2, 32)}
@@ -117,8 +145,9 @@ def test_plain_snapshot_loads_with_problems_and_passes_check(plain_trace, plain_
     results = json.loads(capsys.readouterr().out)
     assert len(results) == len(DECODER_OPS)
     snap = tmp_path / "via-cli"
-    assert main(["trace", "import", str(plain_trace), "--app", "chat", "--problems", "problems",
-                 "--out", str(snap)]) == 0
+    assert (
+        main(["trace", "import", str(plain_trace), "--app", "chat", "--problems", "problems", "--out", str(snap)]) == 0
+    )
     text = capsys.readouterr().out
     assert "GEMM (not a benchmark operator)" in text and "unified_attention" in text
     assert Catalog(snap).names() == sorted(DECODER_OPS)
@@ -128,20 +157,42 @@ def custom_op_step(phase: str, tokens: int, seqs: int) -> Step:
     """The decoder's blocks as the project's atrex:: custom ops, with a projection GEMM between."""
     weight = torch.randn(256, 128, dtype=torch.bfloat16)
     x = torch.randn(tokens, 128, dtype=torch.bfloat16)
-    attention = (OpCall("unified_attention", {"num_seqs": seqs, "seq_lens": [tokens // seqs] * seqs,
-                                              "num_query_heads": 4, "num_kv_heads": 2, "head_size": 32,
-                                              "block_size": 16})
-                 if phase == "prefill" else
-                 OpCall("paged_attention_decode", {"num_seqs": seqs, "ctx_len": 48, "num_query_heads": 4,
-                                                   "num_kv_heads": 2, "head_size": 32, "block_size": 16,
-                                                   "dtype": "bf16"}))
-    return Step(phase, [
-        OpCall("rms_norm", {"token_count": tokens, "hidden_size": 128}, {"eps": 1e-6}),
-        lambda: torch.nn.functional.linear(x, weight),
-        OpCall("reshape_and_cache", {"shape": [tokens, 2, 32], "block_size": 16}),
-        attention,
-        OpCall("silu_and_mul", {"shape": [tokens, 512]}),
-    ])
+    attention = (
+        OpCall(
+            "unified_attention",
+            {
+                "num_seqs": seqs,
+                "seq_lens": [tokens // seqs] * seqs,
+                "num_query_heads": 4,
+                "num_kv_heads": 2,
+                "head_size": 32,
+                "block_size": 16,
+            },
+        )
+        if phase == "prefill"
+        else OpCall(
+            "paged_attention_decode",
+            {
+                "num_seqs": seqs,
+                "ctx_len": 48,
+                "num_query_heads": 4,
+                "num_kv_heads": 2,
+                "head_size": 32,
+                "block_size": 16,
+                "dtype": "bf16",
+            },
+        )
+    )
+    return Step(
+        phase,
+        [
+            OpCall("rms_norm", {"token_count": tokens, "hidden_size": 128}, {"eps": 1e-6}),
+            lambda: torch.nn.functional.linear(x, weight),
+            OpCall("reshape_and_cache", {"shape": [tokens, 2, 32], "block_size": 16}),
+            attention,
+            OpCall("silu_and_mul", {"shape": [tokens, 512]}),
+        ],
+    )
 
 
 def test_custom_op_blocks(tmp_path):
@@ -171,7 +222,8 @@ def assert_compiled_decoder(trace) -> None:
     for op in ("rms_norm", "silu_and_mul", "mrope", "reshape_and_cache"):
         assert all(s.startswith("cpp_fused_") for s in ops[op].sources), op
         assert ops[op].unresolved_reasons == {
-            "shape incomplete: the generated kernel's launch records no argument shapes": ops[op].calls}
+            "shape incomplete: the generated kernel's launch records no argument shapes": ops[op].calls
+        }
         assert not ops[op].retained
     assert any({"mrope", "reshape_and_cache"} <= set(k.operators) for k in manifest.fused_kernels)
     assert set(manifest.device_us_by_app_phase["chat"]) == {"prefill", "decode"}

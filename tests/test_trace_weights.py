@@ -91,8 +91,15 @@ def test_framework_ops_give_bucketed_shapes(tmp_path):
     (attention,) = catalog.visible("attention_forward").scored_shapes
     assert attention.inputs == {"num_heads": 2, "head_dim": 64, "seq_lens": [64, 64]}
     (paged,) = catalog.visible("paged_attention_decode").scored_shapes
-    assert paged.inputs == {"num_seqs": 4, "ctx_len": 128, "num_query_heads": 4, "num_kv_heads": 2,
-                            "head_size": 64, "block_size": 16, "dtype": "bf16"}
+    assert paged.inputs == {
+        "num_seqs": 4,
+        "ctx_len": 128,
+        "num_query_heads": 4,
+        "num_kv_heads": 2,
+        "head_size": 64,
+        "block_size": 16,
+        "dtype": "bf16",
+    }
 
 
 def fallback_trace(path):
@@ -150,9 +157,13 @@ def test_app_shares_file_formats(tmp_path):
     js = tmp_path / "apps.json"
     js.write_text('{"chat": 2, "code": 1}')
     assert read_app_shares(js) == {"chat": 2.0, "code": 1.0}
-    for text, fragment in [("chat 0.5\n", "expected `name: share`"), ("chat: -1\n", "non-negative"),
-                           ("a: 1\na: 2\n", "line 2: application 'a' is listed twice"), ("a: 0\n", "positive"),
-                           ("{bad json", "line 1")]:
+    for text, fragment in [
+        ("chat 0.5\n", "expected `name: share`"),
+        ("chat: -1\n", "non-negative"),
+        ("a: 1\na: 2\n", "line 2: application 'a' is listed twice"),
+        ("a: 0\n", "positive"),
+        ("{bad json", "line 1"),
+    ]:
         lines.write_text(text)
         with pytest.raises(AtrexError, match=fragment):
             read_app_shares(lines)

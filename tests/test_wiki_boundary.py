@@ -15,6 +15,8 @@ SHARED = ROOT.parent / "shared" / "atrex-ops"
 PROBLEMS = ROOT / "problems"
 # A decimal literal, and whether a time unit follows it.
 NUMBER = re.compile(r"(?<![\w.])(\d+\.\d+)(?![\w.])(\s?(?:µs|us|ms)\b)?")
+
+
 # Four significant digits identify a figure; three only when written as a time ("9.95 µs"):
 # bare three-digit values such as 4.26 (TB/s) or 2.11 (a version) recur by chance.
 def _identifying(literal: str, timed: bool) -> bool:
@@ -73,8 +75,11 @@ def _wiki_files() -> list[Path]:
 
 def _leaks(text: str, hidden) -> list[str]:
     by_decimals, strings = hidden
-    numbers = [m for m, unit in NUMBER.findall(text)
-               if _identifying(m, bool(unit)) and m in by_decimals.get(len(m.split(".")[1]), ())]
+    numbers = [
+        m
+        for m, unit in NUMBER.findall(text)
+        if _identifying(m, bool(unit)) and m in by_decimals.get(len(m.split(".")[1]), ())
+    ]
     lowered = text.lower()
     return numbers + [s for s in strings if s in lowered]
 

@@ -34,8 +34,12 @@ def test_front_matter_is_complete(entries):
 
 
 def test_links_resolve(entries):
-    broken = [(doc_id, target) for doc_id, e in entries.items()
-              for target in LINK.findall(e.body + e.code) if target not in entries]
+    broken = [
+        (doc_id, target)
+        for doc_id, e in entries.items()
+        for target in LINK.findall(e.body + e.code)
+        if target not in entries
+    ]
     assert not broken, broken
 
 

@@ -21,7 +21,8 @@ def _doc(title, category, body, *, tags=(), op_family=("any",), dsl=("any",), ha
     def toml_list(values):
         return "[" + ", ".join(json.dumps(v) for v in values) + "]"
 
-    return textwrap.dedent(f"""\
+    return (
+        textwrap.dedent(f"""\
         +++
         title = {json.dumps(title)}
         category = "{category}"
@@ -31,7 +32,9 @@ def _doc(title, category, body, *, tags=(), op_family=("any",), dsl=("any",), ha
         hardware = {toml_list(hardware)}
         sources = ["A source — https://example.org"]
         +++
-        """) + body
+        """)
+        + body
+    )
 
 
 KERNEL = '''"""
@@ -64,14 +67,29 @@ def wiki(tmp_path):
     (root / "docs" / "patterns").mkdir(parents=True)
     (root / "docs" / "pitfalls").mkdir(parents=True)
     (root / "kernels").mkdir()
-    (root / "docs" / "patterns" / "split-k.md").write_text(_doc(
-        "Split-K for skinny GEMMs", "patterns",
-        "Cut the reduction dimension K into SPLIT_K slices when M is small.\n\n"
-        "Use `tl.atomic_add` or a workspace.\n",
-        tags=["split-k", "gemm"], op_family=["gemm"], dsl=["triton"], hardware=["hopper"]))
-    (root / "docs" / "pitfalls" / "fp8.md").write_text(_doc(
-        "fp8 saturation", "pitfalls", "Casting to e4m3fn does not saturate: values above 464 become NaN.\n",
-        tags=["fp8"], op_family=["quant"], dsl=["cuda"], hardware=["h20"]))
+    (root / "docs" / "patterns" / "split-k.md").write_text(
+        _doc(
+            "Split-K for skinny GEMMs",
+            "patterns",
+            "Cut the reduction dimension K into SPLIT_K slices when M is small.\n\n"
+            "Use `tl.atomic_add` or a workspace.\n",
+            tags=["split-k", "gemm"],
+            op_family=["gemm"],
+            dsl=["triton"],
+            hardware=["hopper"],
+        )
+    )
+    (root / "docs" / "pitfalls" / "fp8.md").write_text(
+        _doc(
+            "fp8 saturation",
+            "pitfalls",
+            "Casting to e4m3fn does not saturate: values above 464 become NaN.\n",
+            tags=["fp8"],
+            op_family=["quant"],
+            dsl=["cuda"],
+            hardware=["h20"],
+        )
+    )
     (root / "kernels" / "toy_scale.py").write_text(KERNEL)
     return root, tmp_path / "state"
 
@@ -149,8 +167,10 @@ def test_read_and_unknown_id(wiki):
 def test_a_kernel_named_by_its_operator_ranks_above_its_namesakes(wiki):
     root, state = wiki
     (root / "kernels" / "toy_scale_add.py").write_text(
-        KERNEL.replace('"toy_scale"', '"fused_toy_scale_add"').replace("Toy scale kernel", "Toy scale and add kernel")
-        .replace("Multiplies by two", "Toy scale then add: multiplies a toy scale by two, scales, adds"))
+        KERNEL.replace('"toy_scale"', '"fused_toy_scale_add"')
+        .replace("Toy scale kernel", "Toy scale and add kernel")
+        .replace("Multiplies by two", "Toy scale then add: multiplies a toy scale by two, scales, adds")
+    )
     ix = WikiIndex(wiki_root=root, state_dir=state)
     assert ix.search("fused toy scale add kernel")[0].doc_id == "kernels/toy_scale_add"  # named too: words decide
     for query in ("toy scale triton kernel", "toy_scale kernel", "how do I write TOY SCALE"):
@@ -159,7 +179,7 @@ def test_a_kernel_named_by_its_operator_ranks_above_its_namesakes(wiki):
 
 def test_bad_front_matter_is_reported(wiki):
     root, state = wiki
-    (root / "docs" / "patterns" / "broken.md").write_text("+++\ntitle = \"no category\"\n+++\nbody\n")
+    (root / "docs" / "patterns" / "broken.md").write_text('+++\ntitle = "no category"\n+++\nbody\n')
     with pytest.raises(AtrexError) as err:
         WikiIndex(wiki_root=root, state_dir=state)
     assert err.value.info.category == "bad_wiki_doc" and "category" in err.value.info.message
@@ -188,10 +208,17 @@ def test_added_root_is_indexed_as_source(wiki, tmp_path):
 def test_cli_json(wiki):
     root, state = wiki
     env = {**os.environ, "ATREX_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
-    code = f"import atrex_mcp.wiki.index as i, pathlib; i.wiki_dir = lambda: pathlib.Path({str(root)!r})\n" \
-           "from atrex_mcp.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
-    out = subprocess.run([sys.executable, "-c", code, "wiki", "search", "fp8 NaN", "--json", "--limit", "1"],
-                         env=env, capture_output=True, text=True, check=True)
+    code = (
+        f"import atrex_mcp.wiki.index as i, pathlib; i.wiki_dir = lambda: pathlib.Path({str(root)!r})\n"
+        "from atrex_mcp.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "wiki", "search", "fp8 NaN", "--json", "--limit", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     hits = json.loads(out.stdout)
     assert [h["doc_id"] for h in hits] == ["docs/pitfalls/fp8"] and hits[0]["category"] == "pitfalls"
     bad = subprocess.run([sys.executable, "-c", code, "wiki", "read", "nope"], env=env, capture_output=True, text=True)

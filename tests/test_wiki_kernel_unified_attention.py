@@ -49,8 +49,15 @@ def problem():
 
 def _inputs(problem, seq_lens, hq, hkv, d, seed=0):
     _, make = problem
-    return make.make_inputs(seed=seed, num_seqs=len(seq_lens), seq_lens=seq_lens, num_query_heads=hq,
-                            num_kv_heads=hkv, head_size=d, block_size=16)
+    return make.make_inputs(
+        seed=seed,
+        num_seqs=len(seq_lens),
+        seq_lens=seq_lens,
+        num_query_heads=hq,
+        num_kv_heads=hkv,
+        head_size=d,
+        block_size=16,
+    )
 
 
 def _check(problem, out: torch.Tensor, inputs: dict) -> None:
@@ -59,20 +66,24 @@ def _check(problem, out: torch.Tensor, inputs: dict) -> None:
     verdict = compare_outputs(ref, out, "unified_attention")
     assert verdict.ok, verdict.message or verdict.details
     err = (out.double() - ref.double()).abs()
-    bound = ref.double().abs() * 2 ** -6 + 2 ** -7  # two bf16 ulps of the output, plus P rounded to bf16
+    bound = ref.double().abs() * 2**-6 + 2**-7  # two bf16 ulps of the output, plus P rounded to bf16
     assert bool((err <= bound).all()), f"max error {err.max().item():.4g} beyond two bf16 ulps"
     assert err.mean().item() < 3e-3, "a systematic error (one key too many or too few) shows in the mean"
 
 
-@pytest.mark.parametrize(("seq_lens", "hq", "hkv", "d"), [
-    ([1, 7, 16, 17, 37], 4, 4, 64),    # G = 1, every length class in one batch
-    ([37, 1, 16], 8, 2, 72),           # G = 4, D = 72 = 64 + 16 (8 masked): the smoke shape
-    ([17, 7], 16, 1, 80),              # G = 16, D = 80 = 64 + 16
-    ([16, 1, 37], 10, 1, 128),         # G = 10: 12 tokens x 10 heads, 8 idle rows per tile
-    ([7, 17], 2, 1, 192),              # D = 192 = 128 + 64
-    ([37, 1, 7, 16, 17], 8, 2, 256),   # G = 4, D = 256 (smaller tile)
-    ([150], 2, 2, 64),                 # a sequence past one 128-row tile: the mask-free key loop runs
-], ids=lambda v: "-".join(map(str, v)) if isinstance(v, list) else str(v))
+@pytest.mark.parametrize(
+    ("seq_lens", "hq", "hkv", "d"),
+    [
+        ([1, 7, 16, 17, 37], 4, 4, 64),  # G = 1, every length class in one batch
+        ([37, 1, 16], 8, 2, 72),  # G = 4, D = 72 = 64 + 16 (8 masked): the smoke shape
+        ([17, 7], 16, 1, 80),  # G = 16, D = 80 = 64 + 16
+        ([16, 1, 37], 10, 1, 128),  # G = 10: 12 tokens x 10 heads, 8 idle rows per tile
+        ([7, 17], 2, 1, 192),  # D = 192 = 128 + 64
+        ([37, 1, 7, 16, 17], 8, 2, 256),  # G = 4, D = 256 (smaller tile)
+        ([150], 2, 2, 64),  # a sequence past one 128-row tile: the mask-free key loop runs
+    ],
+    ids=lambda v: "-".join(map(str, v)) if isinstance(v, list) else str(v),
+)
 @pytest.mark.parametrize("regime", ["short", "long"])
 def test_matches_reference_with_the_shipped_tiles(kernel, problem, seq_lens, hq, hkv, d, regime):
     """Each batch with the tile and schedule the kernel ships for its head dim in either regime (these tiny
@@ -108,7 +119,7 @@ def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem, schedule
     table = torch.zeros(len(q_lens), max(pages) + 2, dtype=torch.int32)
     used = 0
     for i, n in enumerate(pages):
-        table[i, :n] = order[used:used + n].flip(0)
+        table[i, :n] = order[used : used + n].flip(0)
         used += n
     cu = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
     inputs = {
@@ -123,9 +134,13 @@ def test_hand_built_table_unmasked_and_empty_sequences(kernel, problem, schedule
     assert out[5:8].abs().max() == 0  # the query sequence without keys: softmax over nothing
     # The reference divides by kv_len, so it is judged on the batch without that sequence.
     keep = [0, 1, 3]
-    without = {**inputs, "q": torch.cat([inputs["q"][:5], inputs["q"][8:]]),
-               "cu_seqlens_q": torch.tensor([0, 5, 5, 25], dtype=torch.int32),
-               "seqused_k": inputs["seqused_k"][keep], "block_table": table[keep]}
+    without = {
+        **inputs,
+        "q": torch.cat([inputs["q"][:5], inputs["q"][8:]]),
+        "cu_seqlens_q": torch.tensor([0, 5, 5, 25], dtype=torch.int32),
+        "seqused_k": inputs["seqused_k"][keep],
+        "block_table": table[keep],
+    }
     _check(problem, torch.cat([out[:5], out[8:]]), without)
 
 
@@ -152,11 +167,11 @@ def _few_key_rows_batch(kernel, length: int = 48, d: int = 64, bs: int = 16):
     attends keys with V ~ 0.01, so the output RMS is ~4e-3 and the judge's atol (0.05·RMS) ~2e-4, as on a
     long sequence where most rows average thousands of keys. Row 2 lies in the masked diagonal loop, row 17
     (with 16-token tiles) in the mask-free loop of its tile."""
-    scale = torch.tensor(d ** -0.5 * kernel._LOG2E, dtype=torch.float32)
+    scale = torch.tensor(d**-0.5 * kernel._LOG2E, dtype=torch.float32)
 
     def rounding(w: torch.Tensor) -> float:  # |p - bf16(p)| in half-ulps of p in [0.5, 1)
         p = torch.exp2((320 + w.float()) * scale - 320 * scale)
-        return float((p - p.to(torch.bfloat16).float()).abs() / 2 ** -9)
+        return float((p - p.to(torch.bfloat16).float()).abs() / 2**-9)
 
     w = max(torch.arange(-2.6, -2.0, 1 / 64).to(torch.bfloat16).unique(), key=rounding)
     assert rounding(w) > 0.9
@@ -177,16 +192,25 @@ def _few_key_rows_batch(kernel, length: int = 48, d: int = 64, bs: int = 16):
     padded = pages * bs - length
     k_cache[order[:pages].long()] = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, padded)).view(pages, bs, 1, d)
     v_cache[order[:pages].long()] = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, padded)).view(pages, bs, 1, d)
-    return {"q": q.bfloat16(), "k_cache": k_cache.bfloat16(), "v_cache": v_cache.bfloat16(),
-            "cu_seqlens_q": torch.tensor([0, length], dtype=torch.int32),
-            "seqused_k": torch.tensor([length], dtype=torch.int32), "block_table": order[None, :pages].contiguous()}
+    return {
+        "q": q.bfloat16(),
+        "k_cache": k_cache.bfloat16(),
+        "v_cache": v_cache.bfloat16(),
+        "cu_seqlens_q": torch.tensor([0, length], dtype=torch.int32),
+        "seqused_k": torch.tensor([length], dtype=torch.int32),
+        "block_table": order[None, :pages].contiguous(),
+    }
 
 
-@pytest.mark.parametrize(("tile", "schedule"), [
-    (None, None),                        # the shipped tile: all 48 rows in one masked diagonal tile
-    ((16, 16, 4, 1), "q_tiles"),         # row 17 in the mask-free loop of the second q tile
-    ((16, 16, 4, 1), "per_sequence"),
-], ids=["shipped", "q_tiles-16", "per_sequence-16"])
+@pytest.mark.parametrize(
+    ("tile", "schedule"),
+    [
+        (None, None),  # the shipped tile: all 48 rows in one masked diagonal tile
+        ((16, 16, 4, 1), "q_tiles"),  # row 17 in the mask-free loop of the second q tile
+        ((16, 16, 4, 1), "per_sequence"),
+    ],
+    ids=["shipped", "q_tiles-16", "per_sequence-16"],
+)
 def test_rows_over_few_keys_keep_p_precise(kernel, problem, tile, schedule):
     """bf16(P) before the P·V dot fails the judge's tolerance on rows that see few keys when the output is
     small elsewhere (the H200 failures: single long sequences, an early token, one element); splitting P into
@@ -236,8 +260,9 @@ def test_tuning_script_refuses_clearly_without_a_gpu(tmp_path):
     env.pop("TRITON_INTERPRET", None)
 
     def run(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, env=env,
-                              check=False)
+        return subprocess.run(
+            [sys.executable, str(script), *argv], capture_output=True, text=True, env=env, check=False
+        )
 
     helped = run("--help")
     assert helped.returncode == 0 and "--out" in helped.stdout

@@ -62,8 +62,12 @@ def test_kernel_passes_the_evaluator_on_smoke(path, catalog):
         assert "re-validated" in meta.get("gpu_note", ""), (
             "say in gpu_note what was fixed and whether it was re-validated"
         )
-    result = evaluate(EvalRequest(op=meta["operator"], source=path.read_text(), shapes=["smoke"], seeds=2,
-                                  timing=False, measure_dsl=False), catalog)
+    result = evaluate(
+        EvalRequest(
+            op=meta["operator"], source=path.read_text(), shapes=["smoke"], seeds=2, timing=False, measure_dsl=False
+        ),
+        catalog,
+    )
     assert result.compiled, result.compile_error
     failures = [(s.id, s.stage, s.category, s.message) for s in result.shapes if not s.correct]
     assert not failures, failures

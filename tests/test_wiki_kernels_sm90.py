@@ -21,8 +21,17 @@ from atrex_mcp.wiki.corpus import kernel_front_matter
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = sorted(p for p in (ROOT / "gpu_wiki" / "kernels").glob("*.py") if not p.name.startswith("_"))
-TORCH_TO_TRITON = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4nv",
-                   torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8", torch.int8: "i8", torch.bool: "i1"}
+TORCH_TO_TRITON = {
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float32: "fp32",
+    torch.float8_e4m3fn: "fp8e4nv",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.uint8: "u8",
+    torch.int8: "i8",
+    torch.bool: "i1",
+}
 LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg"}
 
 interpreter = pytest.importorskip("triton.runtime.interpreter")
@@ -41,7 +50,7 @@ def _launch_spec(path: Path, fn, args, kwargs) -> dict:
             signature[p.name], constexprs[p.name] = "constexpr", v
         elif isinstance(v, torch.Tensor):
             signature[p.name] = "*" + TORCH_TO_TRITON[v.dtype]
-            div16.append(i)                                    # device allocations are 16-byte aligned
+            div16.append(i)  # device allocations are 16-byte aligned
         elif isinstance(v, bool):
             signature[p.name] = "i1"
         elif isinstance(v, int):
@@ -50,8 +59,14 @@ def _launch_spec(path: Path, fn, args, kwargs) -> dict:
                 div16.append(i)
         else:
             signature[p.name] = "fp32"
-    return {"file": str(path), "kernel": fn.__name__, "signature": signature, "constexprs": constexprs,
-            "div16": div16, "options": {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS}}
+    return {
+        "file": str(path),
+        "kernel": fn.__name__,
+        "signature": signature,
+        "constexprs": constexprs,
+        "div16": div16,
+        "options": {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +96,23 @@ def sm90_report(tmp_path_factory):
     spec_path = tmp_path_factory.mktemp("sm90") / "launches.json"
     spec_path.write_text(json.dumps(launches))
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    out = subprocess.run([sys.executable, str(ROOT / "tests" / "wiki_sm90_compile.py"), str(spec_path)],
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "wiki_sm90_compile.py"), str(spec_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout)
-    print("\n" + "\n".join(f"{r['file']:28s} {r['kernel']:22s} regs={r.get('registers')} stack={r.get('stack_bytes')} "
-                           f"ptx={r.get('ptx')}" for r in report))
+    print(
+        "\n"
+        + "\n".join(
+            f"{r['file']:28s} {r['kernel']:22s} regs={r.get('registers')} stack={r.get('stack_bytes')} "
+            f"ptx={r.get('ptx')}"
+            for r in report
+        )
+    )
     return report
 
 

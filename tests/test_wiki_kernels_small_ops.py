@@ -103,18 +103,29 @@ def test_chunk_delta_rule_output_matches_the_reference(catalog, case):
 
 def test_chunk_delta_rule_output_honours_an_explicit_scale(catalog):
     op = "chunk_delta_rule_output"
-    x = catalog.load_make_inputs(op)(seed=4, device=DEVICE, batch_size=1, token_count=40, num_q_heads=1, num_v_heads=2,
-                                     key_dim=32, value_dim=64, chunk_size=64)
+    x = catalog.load_make_inputs(op)(
+        seed=4,
+        device=DEVICE,
+        batch_size=1,
+        token_count=40,
+        num_q_heads=1,
+        num_v_heads=2,
+        key_dim=32,
+        value_dim=64,
+        chunk_size=64,
+    )
     reference, kernel = _pair(catalog, op, dict(chunk_size=64, scale=0.5))
     _assert_same(op, reference(**x), kernel(**x), rel=1e-2)
 
 
 STATE_CASES = {
-    "ragged last chunk, two batches on scattered slots": dict(batch_size=2, token_count=70, num_k_heads=1,
-                                                             num_v_heads=2, state_count=5),
+    "ragged last chunk, two batches on scattered slots": dict(
+        batch_size=2, token_count=70, num_k_heads=1, num_v_heads=2, state_count=5
+    ),
     "one head, one short chunk": dict(batch_size=1, token_count=10, num_k_heads=1, num_v_heads=1, state_count=3),
-    "exact chunks, more key heads than value heads": dict(batch_size=1, token_count=128, num_k_heads=2, num_v_heads=1,
-                                                          state_count=2),
+    "exact chunks, more key heads than value heads": dict(
+        batch_size=1, token_count=128, num_k_heads=2, num_v_heads=1, state_count=2
+    ),
 }
 
 
@@ -131,8 +142,17 @@ def test_chunk_gated_delta_rule_state_matches_the_reference(catalog, case):
 def test_chunk_gated_delta_rule_state_every_column_block_is_correct(catalog):
     """The tile table's column split (BV) changes only how the state is partitioned across programs."""
     op = "chunk_gated_delta_rule_state"
-    x = catalog.load_make_inputs(op)(seed=6, device=DEVICE, batch_size=1, token_count=80, num_k_heads=1, num_v_heads=1,
-                                     key_dim=32, value_dim=32, state_count=2)
+    x = catalog.load_make_inputs(op)(
+        seed=6,
+        device=DEVICE,
+        batch_size=1,
+        token_count=80,
+        num_k_heads=1,
+        num_v_heads=1,
+        key_dim=32,
+        value_dim=32,
+        state_count=2,
+    )
     reference, kernel = _pair(catalog, op, dict(chunk_size=64))
     expected = reference(**x)
     for column_block in (16, 32):

@@ -47,13 +47,16 @@ def test_precision_and_recall(wiki):
     assert p3 >= 0.8, f"precision@3 {p3:.3f} < 0.8 (recall@5 {r5:.3f})"
 
 
-@pytest.mark.parametrize("query, kernel", [
-    ("rms norm triton kernel", "kernels/rms_norm"),
-    ("rms norm triton kernel h200", "kernels/rms_norm"),
-    ("fused moe triton kernel", "kernels/fused_moe"),
-    ("paged attention decode triton kernel", "kernels/paged_attention_decode"),
-    ("layer_norm kernel", "kernels/layer_norm"),
-])
+@pytest.mark.parametrize(
+    "query, kernel",
+    [
+        ("rms norm triton kernel", "kernels/rms_norm"),
+        ("rms norm triton kernel h200", "kernels/rms_norm"),
+        ("fused moe triton kernel", "kernels/fused_moe"),
+        ("paged attention decode triton kernel", "kernels/paged_attention_decode"),
+        ("layer_norm kernel", "kernels/layer_norm"),
+    ],
+)
 def test_an_operator_named_in_words_finds_its_kernel(wiki, query, kernel):
     """The validated kernel of the operator a query names, with spaces or underscores, comes before
     the kernels of operators that merely share its words (fused_add_rms_norm, gated_rms_norm)."""

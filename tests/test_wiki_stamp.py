@@ -22,18 +22,38 @@ def scored_ids() -> list[str]:
 
 def _shape(shape_id: str, correct: bool, time_ms: float | None) -> dict:
     # "score" stands for anything per-shape the stamp must not copy
-    return {"id": shape_id, "correct": correct, "time_ms": time_ms, "score": 0.9876 if correct else None,
-            "category": None if correct else "numeric_mismatch", "stage": None if correct else "correctness"}
+    return {
+        "id": shape_id,
+        "correct": correct,
+        "time_ms": time_ms,
+        "score": 0.9876 if correct else None,
+        "category": None if correct else "numeric_mismatch",
+        "stage": None if correct else "correctness",
+    }
 
 
 def _write_report(tmp_path: Path, shapes: list[dict], shapes_meta: str) -> Path:
     correct = [s for s in shapes if s["correct"]]
-    report = {"meta": {"date": "2026-12-01", "gpu": "NVIDIA H200", "versions": {"torch": "2.11.0", "triton": "3.6.0"},
-                       "shapes": shapes_meta},
-              "kernels": {"rms_norm": {"operator": "rms_norm", "shapes": shapes, "shapes_correct": len(correct),
-                                       "shapes_total": len(shapes), "operator_score": 0.6123,
-                                       "median_time_ms": 0.756, "median_dsl_share": 1.0},
-                          "broken": {"error": "Traceback ..."}}}
+    report = {
+        "meta": {
+            "date": "2026-12-01",
+            "gpu": "NVIDIA H200",
+            "versions": {"torch": "2.11.0", "triton": "3.6.0"},
+            "shapes": shapes_meta,
+        },
+        "kernels": {
+            "rms_norm": {
+                "operator": "rms_norm",
+                "shapes": shapes,
+                "shapes_correct": len(correct),
+                "shapes_total": len(shapes),
+                "operator_score": 0.6123,
+                "median_time_ms": 0.756,
+                "median_dsl_share": 1.0,
+            },
+            "broken": {"error": "Traceback ..."},
+        },
+    }
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
     return path

@@ -21,7 +21,8 @@ class KinetoBuilder:
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = [
-            {"ph": "M", "name": "process_name", "pid": HOST[0], "tid": 0, "args": {"name": "python3"}}]
+            {"ph": "M", "name": "process_name", "pid": HOST[0], "tid": 0, "args": {"name": "python3"}}
+        ]
         self._correlation = 1000
         self._external = 1
         self.device_clock = 10_000.0
@@ -41,21 +42,43 @@ class KinetoBuilder:
 
     def op(self, name: str, ts: float, dur: float, args: list[tuple[list[int], str, str]]) -> dict[str, Any]:
         """A cpu_op; args as (dims, Input type, Concrete Inputs) triples in schema order."""
-        return self._x("cpu_op", name, ts, dur, HOST, {
-            "External id": self._next_external(),
-            "Input Dims": [a[0] for a in args], "Input type": [a[1] for a in args],
-            "Concrete Inputs": [a[2] for a in args]})
+        return self._x(
+            "cpu_op",
+            name,
+            ts,
+            dur,
+            HOST,
+            {
+                "External id": self._next_external(),
+                "Input Dims": [a[0] for a in args],
+                "Input type": [a[1] for a in args],
+                "Concrete Inputs": [a[2] for a in args],
+            },
+        )
 
-    def kernel(self, name: str, dur: float, launcher: dict[str, Any] | None, link: str = "correlation",
-               ts: float | None = None, cat: str = "kernel") -> dict[str, Any]:
+    def kernel(
+        self,
+        name: str,
+        dur: float,
+        launcher: dict[str, Any] | None,
+        link: str = "correlation",
+        ts: float | None = None,
+        cat: str = "kernel",
+    ) -> dict[str, Any]:
         """A kernel of `dur` µs launched from inside `launcher` (a cpu_op), tied to it by `link`:
         'correlation' (a cudaLaunchKernel inside the op), 'external_id', or 'none' (time only)."""
         self._correlation += 1
         args: dict[str, Any] = {"device": 0, "stream": STREAM[1]}
         if link == "correlation":
             assert launcher is not None
-            self._x("cuda_runtime", "cudaLaunchKernel", launcher["ts"] + 0.5, 0.2, HOST,
-                    {"correlation": self._correlation, "External id": launcher["args"]["External id"]})
+            self._x(
+                "cuda_runtime",
+                "cudaLaunchKernel",
+                launcher["ts"] + 0.5,
+                0.2,
+                HOST,
+                {"correlation": self._correlation, "External id": launcher["args"]["External id"]},
+            )
             args["correlation"] = self._correlation
         elif link == "external_id":
             assert launcher is not None
@@ -69,8 +92,16 @@ class KinetoBuilder:
         return self._external
 
     def write(self, path: Path) -> Path:
-        path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Test GPU"}],
-                                    "traceEvents": self.events, "traceName": str(path)}))
+        path.write_text(
+            json.dumps(
+                {
+                    "schemaVersion": 1,
+                    "deviceProperties": [{"id": 0, "name": "Test GPU"}],
+                    "traceEvents": self.events,
+                    "traceName": str(path),
+                }
+            )
+        )
         return path
 
 
@@ -95,10 +126,18 @@ def paged_args(
     block_tables, seq_lens, block_size, max_seq_len)."""
     blocks = -(-ctx // block)
     pool = seqs * blocks + 16
-    return [([seqs, heads, dim], BF16, ""), ([seqs, heads, dim], BF16, ""),
-            ([pool, kv_heads, dim // 8, block, 8], BF16, ""), ([pool, kv_heads, dim, block], BF16, ""),
-            ([], "Scalar", str(kv_heads)), ([], "Scalar", "0.125"), ([seqs, blocks], "int", ""), ([seqs], "int", ""),
-            ([], "Scalar", str(block)), ([], "Scalar", str(ctx))]
+    return [
+        ([seqs, heads, dim], BF16, ""),
+        ([seqs, heads, dim], BF16, ""),
+        ([pool, kv_heads, dim // 8, block, 8], BF16, ""),
+        ([pool, kv_heads, dim, block], BF16, ""),
+        ([], "Scalar", str(kv_heads)),
+        ([], "Scalar", "0.125"),
+        ([seqs, blocks], "int", ""),
+        ([seqs], "int", ""),
+        ([], "Scalar", str(block)),
+        ([], "Scalar", str(ctx)),
+    ]
 
 
 def mm_args(m: int, k: int, n: int) -> list[tuple[list[int], str, str]]:
@@ -120,8 +159,9 @@ def record_compiled_decoder(path: Path) -> Path:
 
     from atrex_mcp.trace import plain_decoder as pd
 
-    cfg = pd.DecoderConfig(hidden=64, heads=2, kv_heads=1, intermediate=128, layers=1, vocab=64, batch=1,
-                           prompt=24, decode_steps=1)
+    cfg = pd.DecoderConfig(
+        hidden=64, heads=2, kv_heads=1, intermediate=128, layers=1, vocab=64, batch=1, prompt=24, decode_steps=1
+    )
     torch._dynamo.reset()
     with inductor_config.patch({"cpp.enable_kernel_profile": True}):
         model = torch.compile(pd.build(cfg, "cpu"))

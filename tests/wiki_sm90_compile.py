@@ -44,8 +44,12 @@ def compile_launch(launch: dict, module) -> dict:
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=launch["options"])
     regs, stack = _resources(kernel.asm["cubin"])
     ptx = kernel.asm["ptx"]
-    return {"registers": regs, "stack_bytes": stack, "shared_bytes": kernel.metadata.shared,
-            "ptx": {fact: ptx.count(fact) for fact in PTX_FACTS if fact in ptx}}
+    return {
+        "registers": regs,
+        "stack_bytes": stack,
+        "shared_bytes": kernel.metadata.shared,
+        "ptx": {fact: ptx.count(fact) for fact in PTX_FACTS if fact in ptx},
+    }
 
 
 def main(path: str) -> int:

@@ -57,8 +57,13 @@ def main(argv: list[str] | None = None) -> int:
             kernels, unavailable = parsed.kernels, parsed.unavailable
         elif command:
             with tempfile.TemporaryDirectory(prefix="ncu-capture-") as tmp:
-                result = capture(command, workdir=Path(tmp), metrics=args.metrics.split(",") if args.metrics else None,
-                                 nvtx_range=args.nvtx, kernel_regex=args.kernel)
+                result = capture(
+                    command,
+                    workdir=Path(tmp),
+                    metrics=args.metrics.split(",") if args.metrics else None,
+                    nvtx_range=args.nvtx,
+                    kernel_regex=args.kernel,
+                )
             kernels, unavailable = result.kernels, result.unavailable
         else:
             parser.error("give --parse FILE or a command after --")
@@ -67,8 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     bottleneck = classify(kernels)
     if args.json:
-        print(json.dumps({"kernels": [k.model_dump() for k in kernels], "unavailable": unavailable,
-                          "bottleneck": bottleneck.model_dump()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "kernels": [k.model_dump() for k in kernels],
+                    "unavailable": unavailable,
+                    "bottleneck": bottleneck.model_dump(),
+                },
+                indent=2,
+            )
+        )
     else:
         _print_text(kernels, unavailable, bottleneck)
     return 0

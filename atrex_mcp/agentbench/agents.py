@@ -63,8 +63,14 @@ def _environment(task: AgentTask, spec: AgentSpec, prefixes: tuple[str, ...]) ->
     env = {k: os.environ[k] for k in _BASE_ENV if k in os.environ}
     env.update({k: v for k, v in os.environ.items() if k.startswith(prefixes)})
     env.update({k: os.environ[k] for k in spec.pass_env if k in os.environ})
-    env.update({"HOME": str(task.home), "TMPDIR": str(task.home / "tmp"), "ATREX_OP": task.op,
-                "ATREX_WORKSPACE": str(task.workspace)})
+    env.update(
+        {
+            "HOME": str(task.home),
+            "TMPDIR": str(task.home / "tmp"),
+            "ATREX_OP": task.op,
+            "ATREX_WORKSPACE": str(task.workspace),
+        }
+    )
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     return env
 
@@ -115,16 +121,35 @@ class ClaudeDriver:
         config = task.home / MCP_CONFIG_FILE
         allowed = [f"mcp__{SERVER_NAME}__{t}" for t in task.tools] + list(self.FILE_TOOLS)
         denied = list(self.DENIED_TOOLS) + [f"mcp__{SERVER_NAME}__{t}" for t in SERVER_TOOLS if t not in task.tools]
-        argv = [str(executable), "-p", task.prompt, "--strict-mcp-config", "--mcp-config", str(config),
-                "--allowedTools", ",".join(allowed), "--disallowedTools", ",".join(denied),
-                "--output-format", "stream-json", "--verbose"]
+        argv = [
+            str(executable),
+            "-p",
+            task.prompt,
+            "--strict-mcp-config",
+            "--mcp-config",
+            str(config),
+            "--allowedTools",
+            ",".join(allowed),
+            "--disallowedTools",
+            ",".join(denied),
+            "--output-format",
+            "stream-json",
+            "--verbose",
+        ]
         if self.spec.model:
             argv += ["--model", self.spec.model]
         env = _environment(task, self.spec, self.ENV_PREFIXES)
-        env.update({"ENABLE_TOOL_SEARCH": "false",  # MCP tools in the first request, not behind a search tool
-                    "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
-                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                    "MCP_TIMEOUT": str(MCP_STARTUP_S * 1000), "MCP_TOOL_TIMEOUT": str(int(task.budget_s * 1000))})
+        env.update(
+            {
+                "ENABLE_TOOL_SEARCH": "false",  # MCP tools in the first request, not behind a search tool
+                "DISABLE_TELEMETRY": "1",
+                "DISABLE_ERROR_REPORTING": "1",
+                "DISABLE_AUTOUPDATER": "1",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "MCP_TIMEOUT": str(MCP_STARTUP_S * 1000),
+                "MCP_TOOL_TIMEOUT": str(int(task.budget_s * 1000)),
+            }
+        )
         return Invocation(argv + self.spec.extra_args, env, {config: task.endpoint.mcp_config_json()})
 
     @staticmethod
@@ -134,11 +159,15 @@ class ClaudeDriver:
             return None
         last = results[-1]
         usage = last.get("usage") or {}
-        return TokenUsage(input_tokens=_int(usage.get("input_tokens")), output_tokens=_int(usage.get("output_tokens")),
-                          cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
-                          cache_write_tokens=_int(usage.get("cache_creation_input_tokens")),
-                          cost_usd=last.get("total_cost_usd"), turns=_int(last.get("num_turns")),
-                          source="claude stream-json result event")
+        return TokenUsage(
+            input_tokens=_int(usage.get("input_tokens")),
+            output_tokens=_int(usage.get("output_tokens")),
+            cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
+            cache_write_tokens=_int(usage.get("cache_creation_input_tokens")),
+            cost_usd=last.get("total_cost_usd"),
+            turns=_int(last.get("num_turns")),
+            source="claude stream-json result event",
+        )
 
     @staticmethod
     def describe(line: str) -> str | None:
@@ -180,11 +209,19 @@ class CodexDriver:
         key = f"mcp_servers.{SERVER_NAME}"
         ep = task.endpoint
         server: dict[str, Any] = (
-            {"command": ep.command[0], "args": ep.command[1:], "env": ep.env} if ep.transport == "stdio"
+            {"command": ep.command[0], "args": ep.command[1:], "env": ep.env}
+            if ep.transport == "stdio"
             else {"url": ep.url, "bearer_token_env_var": TOKEN_ENV}
         )
-        server.update({"required": True, "startup_timeout_sec": MCP_STARTUP_S, "tool_timeout_sec": int(task.budget_s),
-                       "default_tools_approval_mode": "approve", "enabled_tools": list(task.tools)})
+        server.update(
+            {
+                "required": True,
+                "startup_timeout_sec": MCP_STARTUP_S,
+                "tool_timeout_sec": int(task.budget_s),
+                "default_tools_approval_mode": "approve",
+                "enabled_tools": list(task.tools),
+            }
+        )
         overrides = [f"{key}.{name}={_toml(value)}" for name, value in server.items()]
         argv = [str(executable), "exec", "--skip-git-repo-check", "--json", "-C", str(task.workspace)]
         if not any(a in ("-s", "--sandbox") or a.startswith("--sandbox=") for a in self.spec.extra_args):
@@ -211,10 +248,14 @@ class CodexDriver:
             return sum(v for v in values if v is not None) if any(v is not None for v in values) else None
 
         reported, cached = total("input_tokens"), total("cached_input_tokens")
-        return TokenUsage(input_tokens=None if reported is None else reported - (cached or 0),
-                          output_tokens=total("output_tokens"), cache_read_tokens=cached,
-                          cache_write_tokens=total("cache_write_input_tokens"), turns=len(turns),
-                          source="codex --json turn.completed events (summed)")
+        return TokenUsage(
+            input_tokens=None if reported is None else reported - (cached or 0),
+            output_tokens=total("output_tokens"),
+            cache_read_tokens=cached,
+            cache_write_tokens=total("cache_write_input_tokens"),
+            turns=len(turns),
+            source="codex --json turn.completed events (summed)",
+        )
 
     @staticmethod
     def describe(line: str) -> str | None:
@@ -257,13 +298,23 @@ class CommandDriver:
         config = task.home / MCP_CONFIG_FILE
         env = _environment(task, self.spec, self.ENV_PREFIXES)
         env.update(task.endpoint.agent_env())
-        env.update({"ATREX_PROMPT_FILE": str(task.workspace / PROMPT_FILE), "ATREX_MCP_CONFIG": str(config),
-                    "ATREX_CONDITION": task.condition, "ATREX_DSL": task.dsl, "ATREX_BUDGET_S": f"{task.budget_s:g}",
-                    "ATREX_ALLOWED_TOOLS": ",".join(task.tools)})
+        env.update(
+            {
+                "ATREX_PROMPT_FILE": str(task.workspace / PROMPT_FILE),
+                "ATREX_MCP_CONFIG": str(config),
+                "ATREX_CONDITION": task.condition,
+                "ATREX_DSL": task.dsl,
+                "ATREX_BUDGET_S": f"{task.budget_s:g}",
+                "ATREX_ALLOWED_TOOLS": ",".join(task.tools),
+            }
+        )
         if self.spec.model:
             env["ATREX_MODEL"] = self.spec.model
-        return Invocation([str(executable), *self.spec.command[1:], *self.spec.extra_args], env,
-                          {config: task.endpoint.mcp_config_json()})
+        return Invocation(
+            [str(executable), *self.spec.command[1:], *self.spec.extra_args],
+            env,
+            {config: task.endpoint.mcp_config_json()},
+        )
 
     @staticmethod
     def usage(transcript: Path) -> TokenUsage | None:

@@ -65,8 +65,9 @@ def contract_lines(report: ContractReport) -> list[str]:
     return [f"{v.describe()} — fix: {v.fix}" for v in report.violations]
 
 
-def collect_submission(workspace: Path, op: str, catalog: Catalog, dest: Path, run_root: Path, dsl: str,
-                       server_state: Path | None = None) -> Submission:
+def collect_submission(
+    workspace: Path, op: str, catalog: Catalog, dest: Path, run_root: Path, dsl: str, server_state: Path | None = None
+) -> Submission:
     """Find, read and re-package the agent's submission for `op` into `dest`; `server_state` is
     the server's state directory, where a refused package is recorded."""
     found = find_package(workspace, op)
@@ -81,8 +82,9 @@ def collect_submission(workspace: Path, op: str, catalog: Catalog, dest: Path, r
     matches = hashlib.sha256(text.encode()).hexdigest() == (manifest.get("artifact") or {}).get("sha256")
     report = check_contract(text, catalog.visible(op).reference_source, dsl=dsl)
     if not report.passed:
-        return Submission(outcome="contract_failed", found=where, matches_manifest=matches,
-                          violations=contract_lines(report))
+        return Submission(
+            outcome="contract_failed", found=where, matches_manifest=matches, violations=contract_lines(report)
+        )
     if dest.exists():
         shutil.rmtree(dest)
     try:
@@ -97,5 +99,10 @@ def collect_submission(workspace: Path, op: str, catalog: Catalog, dest: Path, r
         return Submission(
             outcome="contract_failed", found=where, matches_manifest=matches, violations=[exc.info.message]
         )
-    return Submission(outcome="submitted", found=where, artifact=str(Path(packaged.artifact).relative_to(run_root)),
-                      sha256=packaged.sha256, matches_manifest=matches)
+    return Submission(
+        outcome="submitted",
+        found=where,
+        artifact=str(Path(packaged.artifact).relative_to(run_root)),
+        sha256=packaged.sha256,
+        matches_manifest=matches,
+    )

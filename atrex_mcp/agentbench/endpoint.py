@@ -57,8 +57,11 @@ class McpEndpoint:
     def agent_env(self) -> dict[str, str]:
         """The variables that tell a generic agent how to reach the server."""
         if self.transport == "stdio":
-            return {"ATREX_MCP_TRANSPORT": "stdio", "ATREX_MCP_COMMAND": json.dumps(self.command),
-                    "ATREX_MCP_ENV": json.dumps(self.env)}
+            return {
+                "ATREX_MCP_TRANSPORT": "stdio",
+                "ATREX_MCP_COMMAND": json.dumps(self.command),
+                "ATREX_MCP_ENV": json.dumps(self.env),
+            }
         return {"ATREX_MCP_TRANSPORT": "http", "ATREX_MCP_URL": self.url or "", TOKEN_ENV: self.token or ""}
 
 
@@ -68,9 +71,23 @@ def _import_root() -> str:
 
 
 def server_command(config: RunConfig, workspace: Path, state_dir: Path, *, log_level: str) -> list[str]:
-    argv = [sys.executable, "-m", "atrex_mcp.cli", "serve", "--benchmark-mode", "--knowledge", config.knowledge,
-            "--hardware", config.hardware,
-            "--workspace", str(workspace), "--state-dir", str(state_dir), "--log-level", log_level]
+    argv = [
+        sys.executable,
+        "-m",
+        "atrex_mcp.cli",
+        "serve",
+        "--benchmark-mode",
+        "--knowledge",
+        config.knowledge,
+        "--hardware",
+        config.hardware,
+        "--workspace",
+        str(workspace),
+        "--state-dir",
+        str(state_dir),
+        "--log-level",
+        log_level,
+    ]
     for root in config.problems:
         argv += ["--problems", root]
     return argv
@@ -78,8 +95,11 @@ def server_command(config: RunConfig, workspace: Path, state_dir: Path, *, log_l
 
 def stdio_endpoint(config: RunConfig, workspace: Path, state_dir: Path) -> McpEndpoint:
     # WARNING: the agent's CLI forwards the server's stderr into its own logs and screen
-    return McpEndpoint("stdio", command=server_command(config, workspace, state_dir, log_level="WARNING"),
-                       env={"PYTHONPATH": _import_root()})
+    return McpEndpoint(
+        "stdio",
+        command=server_command(config, workspace, state_dir, log_level="WARNING"),
+        env={"PYTHONPATH": _import_root()},
+    )
 
 
 def _free_port() -> int:
@@ -124,10 +144,19 @@ def http_server(config: RunConfig, workspace: Path, state_dir: Path, log_path: P
     for _attempt in range(_PORT_ATTEMPTS):
         port = _free_port()
         argv = server_command(config, workspace, state_dir, log_level="INFO") + [
-            "--transport", "http", "--host", "127.0.0.1", "--port", str(port), "--token-env", TOKEN_ENV]
+            "--transport",
+            "http",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--token-env",
+            TOKEN_ENV,
+        ]
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while proc.poll() is None and time.monotonic() < deadline and not _answers(port):
             time.sleep(0.25)

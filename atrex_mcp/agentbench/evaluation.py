@@ -71,9 +71,13 @@ class EvalSummary:
     unsent: list[str] = field(default_factory=list)  # cluster shards left for the next call (its sending time ran out)
 
     def line(self) -> str:
-        parts = [f"{len(self.evaluated)} evaluated", f"{len(self.skipped)} already evaluated",
-                 f"{len(self.not_submitted)} without a submission", f"{len(self.failed)} failed to evaluate",
-                 f"{len(self.rejected)} with a failing shape"]
+        parts = [
+            f"{len(self.evaluated)} evaluated",
+            f"{len(self.skipped)} already evaluated",
+            f"{len(self.not_submitted)} without a submission",
+            f"{len(self.failed)} failed to evaluate",
+            f"{len(self.rejected)} with a failing shape",
+        ]
         if self.retried:
             parts.append(f"{len(self.retried)} shard(s) re-run after a lost worker")
         if self.unsent:
@@ -172,9 +176,17 @@ def _settings(layout: RunLayout, wanted: StoredSettings, force: bool) -> None:
     write_json_atomic(path, wanted)
 
 
-def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, stream: TextIO | None = None,
-                 live: bool | None = None, cluster: str | None = None, shard_shapes: int | None = None,
-                 send_until: float | None = None) -> EvalSummary:
+def evaluate_run(
+    run_dir: Path,
+    settings: EvalSettings,
+    *,
+    force: bool = False,
+    stream: TextIO | None = None,
+    live: bool | None = None,
+    cluster: str | None = None,
+    shard_shapes: int | None = None,
+    send_until: float | None = None,
+) -> EvalSummary:
     """Evaluate every submission of the run in `run_dir` that has no current result: here, one
     evaluation after another, or with `cluster` (a Dask scheduler address or local[:N]) as
     shards on the cluster's GPU workers (atrex_mcp.cluster.dispatch), into the same files; with
@@ -250,9 +262,17 @@ def evaluate_run(run_dir: Path, settings: EvalSettings, *, force: bool = False, 
             from atrex_mcp.cluster.engine import connect
 
             with connect(cluster) as connection:
-                record = judge_on_cluster(connection, jobs, layout, catalog, problems=problem_roots(catalog.roots),
-                                          shard_shapes=shard_shapes or DEFAULT_SHARD_SHAPES, on_op_done=done,
-                                          stage=board.stage, send_until=send_until)
+                record = judge_on_cluster(
+                    connection,
+                    jobs,
+                    layout,
+                    catalog,
+                    problems=problem_roots(catalog.roots),
+                    shard_shapes=shard_shapes or DEFAULT_SHARD_SHAPES,
+                    on_op_done=done,
+                    stage=board.stage,
+                    send_until=send_until,
+                )
             summary.retried, summary.unsent = record.retried, record.unsent
     finally:
         board.close(summary.line())
@@ -277,8 +297,16 @@ def _rejected(path: Path) -> bool:
     return result.compile_error is not None or any(s.failed for s in result.shapes)
 
 
-def _op_jobs(layout: RunLayout, catalog: Catalog, config: Any, settings: EvalSettings, op: str, source: str,
-             baselines: bool, force: bool) -> list[Job]:
+def _op_jobs(
+    layout: RunLayout,
+    catalog: Catalog,
+    config: Any,
+    settings: EvalSettings,
+    op: str,
+    source: str,
+    baselines: bool,
+    force: bool,
+) -> list[Job]:
     """The evaluations of one operator that have no current result (all of them with force)."""
     from atrex_mcp.evaluate import EvalRequest
 
@@ -293,16 +321,27 @@ def _op_jobs(layout: RunLayout, catalog: Catalog, config: Any, settings: EvalSet
         if exists and not force and (expected_sha is None or stored_sha == expected_sha):
             continue
         candidate = kind == "candidate"
-        request = EvalRequest(op=op, source=source if candidate else None, baseline=None if candidate else kind,
-                              shapes=shapes, seeds=settings.seeds, hardware=config.hardware, dsl=config.dsl,
-                              timing=True, measure_dsl=candidate, timeout_s=settings.timeout_s)
-        jobs.append(Job(op=op, kind=kind, path=path, request=request,
-                        knowledge=config.knowledge if candidate else None))
+        request = EvalRequest(
+            op=op,
+            source=source if candidate else None,
+            baseline=None if candidate else kind,
+            shapes=shapes,
+            seeds=settings.seeds,
+            hardware=config.hardware,
+            dsl=config.dsl,
+            timing=True,
+            measure_dsl=candidate,
+            timeout_s=settings.timeout_s,
+        )
+        jobs.append(
+            Job(op=op, kind=kind, path=path, request=request, knowledge=config.knowledge if candidate else None)
+        )
     return jobs
 
 
-def _judge_here(jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInfo | None], None],
-                board: ProgressBoard) -> None:
+def _judge_here(
+    jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInfo | None], None], board: ProgressBoard
+) -> None:
     """The local path: one evaluation after another, each operator's worker spawned while the
     evaluation before it runs."""
     from atrex_mcp.evaluate import Standby, evaluate
@@ -315,9 +354,14 @@ def _judge_here(jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInf
             try:
                 for job in op_jobs:
                     board.stage(op, f"{job.kind}: starting")
-                    result = evaluate(job.request, catalog, standby=standby,
-                                      progress=lambda message, fraction, kind=job.kind, op=op: board.stage(
-                                          op, f"{kind}: {message} ({fraction:.0%})"))
+                    result = evaluate(
+                        job.request,
+                        catalog,
+                        standby=standby,
+                        progress=lambda message, fraction, kind=job.kind, op=op: board.stage(
+                            op, f"{kind}: {message} ({fraction:.0%})"
+                        ),
+                    )
                     result.knowledge = job.knowledge
                     write_json_atomic(job.path, result)
             except AtrexError as exc:

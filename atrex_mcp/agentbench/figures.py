@@ -33,8 +33,17 @@ def _pyplot():
 
 
 def _not_measured(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=11, transform=ax.transAxes,
-            bbox={"boxstyle": "round", "facecolor": "#f4f4f4", "edgecolor": "#999999"})
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        ha="center",
+        va="center",
+        wrap=True,
+        fontsize=11,
+        transform=ax.transAxes,
+        bbox={"boxstyle": "round", "facecolor": "#f4f4f4", "edgecolor": "#999999"},
+    )
     ax.set_xticks([])
     ax.set_yticks([])
 

@@ -83,8 +83,10 @@ def choose_identity(requested: str, executable: Path | None) -> tuple[AgentIdent
     root = os.geteuid() == 0
     if requested == "auto":
         if not root:
-            return me, ["not running as root: the agent runs as the server's uid and could read the hidden files "
-                        "(see docs/bench.md, 'The strong setup')"]
+            return me, [
+                "not running as root: the agent runs as the server's uid and could read the hidden files "
+                "(see docs/bench.md, 'The strong setup')"
+            ]
         target = AgentIdentity(NOBODY, NOBODY)
         if executable is not None and not accessible_to(target, [executable.resolve()], "-x"):
             return me, [
@@ -99,12 +101,20 @@ def choose_identity(requested: str, executable: Path | None) -> tuple[AgentIdent
             "input", "bad_agent_uid", f"--agent-uid must be auto, same or a number, not {requested!r}."
         ) from None
     if uid != me.uid and not root:
-        raise AtrexError("input", "agent_uid_needs_root", f"Running the agent as uid {uid} needs root.",
-                         "Run bench as root, or use --agent-uid same (weaker: see docs/bench.md).")
+        raise AtrexError(
+            "input",
+            "agent_uid_needs_root",
+            f"Running the agent as uid {uid} needs root.",
+            "Run bench as root, or use --agent-uid same (weaker: see docs/bench.md).",
+        )
     target = AgentIdentity(uid, uid)
     if executable is not None and not accessible_to(target, [executable.resolve()], "-x"):
-        raise AtrexError("input", "agent_not_runnable", f"uid {uid} cannot run {executable}.",
-                         "Install the agent where that uid can read and execute it.")
+        raise AtrexError(
+            "input",
+            "agent_not_runnable",
+            f"uid {uid} cannot run {executable}.",
+            "Install the agent where that uid can read and execute it.",
+        )
     return target, []
 
 
@@ -142,8 +152,14 @@ def describe(
                 else ""
             )
         )
-    return Isolation(agent_uid=identity.uid, agent_gid=identity.gid, server_uid=os.geteuid(), transport=transport,
-                     hidden_readable=[str(p) for p in readable], warnings=warnings)
+    return Isolation(
+        agent_uid=identity.uid,
+        agent_gid=identity.gid,
+        server_uid=os.geteuid(),
+        transport=transport,
+        hidden_readable=[str(p) for p in readable],
+        warnings=warnings,
+    )
 
 
 def hand_over(path: Path, identity: AgentIdentity) -> None:

@@ -135,8 +135,9 @@ class RunStore:
         except FileNotFoundError:
             return OpState(op=op)
         except (ValidationError, ValueError) as exc:
-            raise AtrexError("internal", "bad_state_file", f"{path} is damaged: {exc}",
-                             f"Delete {path} to run {op} again.") from None
+            raise AtrexError(
+                "internal", "bad_state_file", f"{path} is damaged: {exc}", f"Delete {path} to run {op} again."
+            ) from None
 
     def save_state(self, state: OpState) -> None:
         with self._lock:

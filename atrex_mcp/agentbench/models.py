@@ -43,7 +43,7 @@ class Isolation(BaseModel):
     server_uid: int = Field(description="uid the MCP server (and the bench runner) runs as.")
     transport: ServerTransport = Field(
         description="stdio: the agent's CLI starts the server; http: the runner starts it, the agent connects with a "
-                    "token."
+        "token."
     )
     hidden_readable: list[str] | None = Field(
         default=None, description="Evaluator-only files the agent's uid could read (null = not checked, [] = none)."
@@ -94,8 +94,10 @@ class TokenUsage(BaseModel):
 class Submission(BaseModel):
     """The artifact the agent packaged, as the trusted side collected and re-checked it."""
 
-    outcome: Outcome = Field(description="submitted, no_submission (no package found) or contract_failed "
-                                         "(the trusted re-check, or the server's package tool, refused it).")
+    outcome: Outcome = Field(
+        description="submitted, no_submission (no package found) or contract_failed "
+        "(the trusted re-check, or the server's package tool, refused it)."
+    )
     found: str | None = Field(default=None, description="Where the package was found in the workspace (relative path).")
     artifact: str | None = Field(
         default=None, description="The trusted copy, relative to RUN_DIR (ops/<op>/submission/<op>.py)."
@@ -104,8 +106,9 @@ class Submission(BaseModel):
     matches_manifest: bool | None = Field(
         default=None, description="The workspace file still had the hash its package manifest recorded."
     )
-    violations: list[str] = Field(default_factory=list,
-                                  description="Output-contract violations, each `rule (line N): message — fix: …`.")
+    violations: list[str] = Field(
+        default_factory=list, description="Output-contract violations, each `rule (line N): message — fix: …`."
+    )
 
 
 class OpState(BaseModel):

@@ -44,15 +44,32 @@ def _stop_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_agent(argv: list[str], *, cwd: Path, env: dict[str, str], identity: AgentIdentity, budget_s: float,
-              transcript: Path, stderr_log: Path, cancel: threading.Event,
-              on_line: Callable[[str], None] = lambda line: None) -> AgentExit:
+def run_agent(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    identity: AgentIdentity,
+    budget_s: float,
+    transcript: Path,
+    stderr_log: Path,
+    cancel: threading.Event,
+    on_line: Callable[[str], None] = lambda line: None,
+) -> AgentExit:
     """Run the agent to its end, its budget, or `cancel`; `on_line` sees each stdout line."""
     transcript.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(transcript, "wb") as out, open(stderr_log, "wb") as err:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                start_new_session=True, **identity.popen_kwargs())
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
+            **identity.popen_kwargs(),
+        )
 
         def pump() -> None:
             written = 0
@@ -81,5 +98,9 @@ def run_agent(argv: list[str], *, cwd: Path, env: dict[str, str], identity: Agen
                 break
         _signal_group(proc.pid, signal.SIGKILL)  # whatever the agent left running in its group
         reader.join(TERM_GRACE_S)
-    return AgentExit(exit_code=proc.returncode, timed_out=timed_out, cancelled=cancelled,
-                     elapsed_s=round(time.monotonic() - started, 3))
+    return AgentExit(
+        exit_code=proc.returncode,
+        timed_out=timed_out,
+        cancelled=cancelled,
+        elapsed_s=round(time.monotonic() - started, 3),
+    )

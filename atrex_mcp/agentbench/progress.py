@@ -25,8 +25,14 @@ REDRAW_PER_S = 2
 class ProgressBoard:
     """Thread-safe: workers call `stage(op, text)` and `finish(op, text)`."""
 
-    def __init__(self, title: str, total: int, stream: TextIO | None = None, live: bool | None = None,
-                 estimate_s: float | None = None):
+    def __init__(
+        self,
+        title: str,
+        total: int,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+        estimate_s: float | None = None,
+    ):
         self.title, self.total, self.estimate_s = title, total, estimate_s
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
@@ -39,11 +45,19 @@ class ProgressBoard:
 
     def begin(self, already_done: int = 0) -> None:
         self._done = already_done
-        self._write(f"{self.title}: {self.total} operator(s), {already_done} already done"
-                    + (f"; estimate {clock(self.estimate_s)}" if self.estimate_s else ""))
+        self._write(
+            f"{self.title}: {self.total} operator(s), {already_done} already done"
+            + (f"; estimate {clock(self.estimate_s)}" if self.estimate_s else "")
+        )
         if self.live:
-            self._board = Live(get_renderable=self._render, console=self.console, refresh_per_second=REDRAW_PER_S,
-                               transient=True, redirect_stdout=False, redirect_stderr=False)
+            self._board = Live(
+                get_renderable=self._render,
+                console=self.console,
+                refresh_per_second=REDRAW_PER_S,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self._board.start()
 
     def stage(self, op: str, text: str) -> None:
@@ -66,8 +80,10 @@ class ProgressBoard:
             since = self._running.pop(op, ("", now))[1]
             self._done += counted
             self._done_here += counted
-            self._write(f"[{clock(now - self._start)}] {op}: {text} ({clock(now - since)}) — "
-                        f"{self._done}/{self.total} done{self._eta()}")
+            self._write(
+                f"[{clock(now - self._start)}] {op}: {text} ({clock(now - since)}) — "
+                f"{self._done}/{self.total} done{self._eta()}"
+            )
 
     def close(self, summary: str = "") -> None:
         if self._board is not None:
@@ -90,8 +106,10 @@ class ProgressBoard:
     def _render(self) -> Group:
         now = time.monotonic()
         with self._lock:
-            head = Text(f"{self.title}: {self._done}/{self.total} done, {len(self._running)} running, "
-                        f"{clock(now - self._start)} elapsed{self._eta()}")
+            head = Text(
+                f"{self.title}: {self._done}/{self.total} done, {len(self._running)} running, "
+                f"{clock(now - self._start)} elapsed{self._eta()}"
+            )
             table = Table.grid(padding=(0, 2))
             for op, (text, since) in sorted(self._running.items()):
                 table.add_row(f"  {op}", clock(now - since), Text(text, overflow="ellipsis", no_wrap=True))

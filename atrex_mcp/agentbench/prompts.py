@@ -20,8 +20,20 @@ from atrex_mcp.knowledge import Knowledge
 SERVER_NAME = "atrex"  # the MCP server's name in every agent config: Claude sees mcp__atrex__<tool>
 
 VANILLA_TOOLS = ("list_problems", "get_problem", "validate", "package")
-OPTIMIZER_TOOLS = (*VANILLA_TOOLS, "profile_kernel", "roofline_lookup", "wiki_search", "wiki_read", "start_run",
-                   "submit_baseline", "record_iteration", "run_state", "partial_restart", "unmask", "package_run")
+OPTIMIZER_TOOLS = (
+    *VANILLA_TOOLS,
+    "profile_kernel",
+    "roofline_lookup",
+    "wiki_search",
+    "wiki_read",
+    "start_run",
+    "submit_baseline",
+    "record_iteration",
+    "run_state",
+    "partial_restart",
+    "unmask",
+    "package_run",
+)
 SERVER_TOOLS = (
     OPTIMIZER_TOOLS  # every tool the benchmark-mode server has; a condition's others are denied where the CLI can
 )
@@ -46,6 +58,7 @@ def render_prompt(condition: Condition, op: str, dsl: str, budget_s: float, know
     """The prompt for one operator; every placeholder must be filled (a typo fails loudly)."""
     tools = ", ".join(f"`{t}`" for t in allowed_tools(condition, knowledge))
     prompt = string.Template(template(condition)).substitute(
-        op=op, dsl_name=DSL_NAMES.get(dsl, dsl), tools=tools, budget_minutes=f"{budget_s / 60:g}")
+        op=op, dsl_name=DSL_NAMES.get(dsl, dsl), tools=tools, budget_minutes=f"{budget_s / 60:g}"
+    )
     uses_wiki = any(t in CONDITION_TOOLS[condition] for t in WIKI_TOOLS)
     return prompt.rstrip("\n") + NO_WIKI_NOTE if knowledge == "none" and uses_wiki else prompt

@@ -63,7 +63,7 @@ class OperatorLine(BaseModel):
     faster_than_sol: int = Field(
         default=0,
         description="Shapes with S > 1: evaluation errors against a datasheet profile; against a measured one, a "
-                    "ceiling the kernel beat.",
+        "ceiling the kernel beat.",
     )
     failure: str | None = Field(
         default=None, description="Where the operator stopped (stage/category); null when every shape was correct."
@@ -282,8 +282,10 @@ def run_report(run: LoadedRun, name: str, profile: str, baselines: dict[tuple[st
         unscored = sorted(op for op, v in scores.items() if v is None)
         if unscored:
             mismatch = next((m for r in results if (m := scoring.profile_mismatch(profile, r.device.name))), "")
-            s_note = (f"correct shapes without a score for {', '.join(unscored)} "
-                      f"({mismatch or f'not timed, or no roofline for {profile}'})")
+            s_note = (
+                f"correct shapes without a score for {', '.join(unscored)} "
+                f"({mismatch or f'not timed, or no roofline for {profile}'})"
+            )
         else:
             s = _mean([v for v in scores.values() if v is not None])
             s_agg, _ = scoring.aggregate(scores, {op: weights.get(op, 0.0) for op in ops})
@@ -322,9 +324,15 @@ def run_report(run: LoadedRun, name: str, profile: str, baselines: dict[tuple[st
         notes=notes,
     )
     device = next((f"{r.device.kind}: {r.device.name}" for r in results), None)
-    return RunReport(row=main, operators=lines, run_dir=str(run.layout.root), hardware=profile,
-                     evaluated_shapes=run.settings.shapes if run.settings else None, device=device,
-                     isolation_warnings=config.isolation.warnings)
+    return RunReport(
+        row=main,
+        operators=lines,
+        run_dir=str(run.layout.root),
+        hardware=profile,
+        evaluated_shapes=run.settings.shapes if run.settings else None,
+        device=device,
+        isolation_warnings=config.isolation.warnings,
+    )
 
 
 def _baseline_rows(runs: list[LoadedRun], profile: str, baselines: dict[tuple[str, str], EvalResult]) -> list[MainRow]:

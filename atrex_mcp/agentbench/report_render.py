@@ -194,8 +194,11 @@ def blocks(report: BenchReport) -> list[Block]:
 
     for run in report.runs:
         out.append(Heading(f"Per operator: {run.row.run}"))
-        facts = [f"run directory: `{run.run_dir}`", f"evaluated shapes: {run.evaluated_shapes or 'not evaluated'}",
-                 f"evaluated on: {run.device or 'not evaluated'}"]
+        facts = [
+            f"run directory: `{run.run_dir}`",
+            f"evaluated shapes: {run.evaluated_shapes or 'not evaluated'}",
+            f"evaluated on: {run.device or 'not evaluated'}",
+        ]
         facts += [f"isolation warning: {w}" for w in run.isolation_warnings]
         out.append(Bullets(facts))
         out.append(_operator_table(run))
@@ -220,8 +223,14 @@ def _inline(text: str) -> Markup:
 
 def _environment(figure_dir: Path | None = None) -> Environment:
     """The report templates (package data), with a test per block kind and the filters they use."""
-    env = Environment(loader=PackageLoader("atrex_mcp", "templates/report"), autoescape=select_autoescape(["html.j2"]),
-                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=StrictUndefined)
+    env = Environment(
+        loader=PackageLoader("atrex_mcp", "templates/report"),
+        autoescape=select_autoescape(["html.j2"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=StrictUndefined,
+    )
     for kind in (Heading, Paragraph, Table, Bullets, Figure):
         env.tests[kind.__name__.lower()] = lambda item, kind=kind: isinstance(item, kind)
 
@@ -230,8 +239,12 @@ def _environment(figure_dir: Path | None = None) -> Environment:
             raise ValueError("a report with figures renders to HTML with a figure directory")
         return base64.b64encode((Path(figure_dir) / name).read_bytes()).decode()
 
-    env.filters |= {"md_cell": _md_cell, "inline": _inline, "esc": lambda text: Markup(html.escape(text)),
-                    "png_base64": png_base64}
+    env.filters |= {
+        "md_cell": _md_cell,
+        "inline": _inline,
+        "esc": lambda text: Markup(html.escape(text)),
+        "png_base64": png_base64,
+    }
     return env
 
 
@@ -248,8 +261,11 @@ def write_report(report: BenchReport, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     figures = draw_all(report, out_dir)
     items = blocks(report)
-    written = {"report.md": to_markdown(items), "report.html": to_html(items, out_dir, report.title),
-               "report.json": report.model_dump_json(indent=1)}
+    written = {
+        "report.md": to_markdown(items),
+        "report.html": to_html(items, out_dir, report.title),
+        "report.json": report.model_dump_json(indent=1),
+    }
     for name, text in written.items():
         (out_dir / name).write_text(text)
     return [out_dir / name for name in written] + list(figures.values())

@@ -37,8 +37,14 @@ from atrex_mcp.paths import problems_dir
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.derive import derive_missing
 
-DEFAULTS: dict[str, Any] = {"dsl": "triton", "condition": "vanilla", "budget_minutes": 30.0, "hardware": "h200",
-                            "server": "auto", "knowledge": default_knowledge(benchmark=True)}
+DEFAULTS: dict[str, Any] = {
+    "dsl": "triton",
+    "condition": "vanilla",
+    "budget_minutes": 30.0,
+    "hardware": "h200",
+    "server": "auto",
+    "knowledge": default_knowledge(benchmark=True),
+}
 VISIBLE = {"reference.py": "reference_source", "input.py": "input_source", "shapes.json": "shapes_json"}
 
 
@@ -71,8 +77,13 @@ def parse_agent(
     relative to here are made absolute, since the agent runs in its workspace."""
     if agent in ("claude", "codex"):
         kind: Literal["claude", "codex"] = "claude" if agent == "claude" else "codex"
-        return AgentSpec(kind=kind, binary=str(Path(binary).resolve()) if binary else None, model=model,
-                         extra_args=extra_args, pass_env=pass_env)
+        return AgentSpec(
+            kind=kind,
+            binary=str(Path(binary).resolve()) if binary else None,
+            model=model,
+            extra_args=extra_args,
+            pass_env=pass_env,
+        )
     argv = shlex.split(agent)
     if not argv:
         raise AtrexError(
@@ -110,8 +121,13 @@ def _check_resume(config: RunConfig, request: RunRequest) -> None:
     """A resumed run keeps its settings: refuse any option that would change them."""
     differs: list[str] = []
     if request.agent is not None:
-        spec = parse_agent(request.agent, binary=request.agent_bin, model=config.agent.model,
-                           extra_args=config.agent.extra_args, pass_env=config.agent.pass_env)
+        spec = parse_agent(
+            request.agent,
+            binary=request.agent_bin,
+            model=config.agent.model,
+            extra_args=config.agent.extra_args,
+            pass_env=config.agent.pass_env,
+        )
         if (spec.kind, spec.command) != (config.agent.kind, config.agent.command):
             differs.append("--agent")
     budget_s = request.budget_minutes * 60 if request.budget_minutes is not None else None
@@ -173,13 +189,22 @@ def open_run(request: RunRequest) -> tuple[RunConfig, RunLayout]:
         )
     ops = _resolve_ops(request.ops, catalog)
     derive_missing(catalog, ops)  # the explicit derive step, once, before any server of the run starts
-    spec = parse_agent(request.agent, binary=request.agent_bin, model=request.model, extra_args=request.agent_args,
-                       pass_env=request.agent_env)
+    spec = parse_agent(
+        request.agent,
+        binary=request.agent_bin,
+        model=request.model,
+        extra_args=request.agent_args,
+        pass_env=request.agent_env,
+    )
     executable = driver_for(spec).executable()
     if executable is None:
         what = spec.command[0] if spec.kind == "command" else spec.kind
-        raise AtrexError("input", "agent_not_found", f"The agent program {what!r} was not found.",
-                         "Install it, put it on PATH, or pass --agent-bin PATH (claude/codex).")
+        raise AtrexError(
+            "input",
+            "agent_not_found",
+            f"The agent program {what!r} was not found.",
+            "Install it, put it on PATH, or pass --agent-bin PATH (claude/codex).",
+        )
     identity, warnings = isolation.choose_identity(request.agent_uid, executable)
     transport = isolation.choose_transport(request.server or DEFAULTS["server"], identity)
     checked_roots = list(dict.fromkeys([*catalog.roots, problems_dir()]))
@@ -242,8 +267,15 @@ class RunSummary:
 class BenchRunner:
     """Runs the operators of one run that are not done yet."""
 
-    def __init__(self, config: RunConfig, layout: RunLayout, *, parallel: int = 1, stream: TextIO | None = None,
-                 live: bool | None = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        layout: RunLayout,
+        *,
+        parallel: int = 1,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+    ):
         self.config = config
         self.layout = layout
         self.store = RunStore(layout)
@@ -314,10 +346,17 @@ class BenchRunner:
                     path.write_text(text)
                 isolation.hand_over(task.home, self.identity)
                 self.board.stage(op, "agent started")
-                finished = run_agent(invocation.argv, cwd=task.workspace, env=invocation.env, identity=self.identity,
-                                     budget_s=self.config.budget_s, transcript=self.layout.transcript(op),
-                                     stderr_log=self.layout.agent_log(op), cancel=self.cancel,
-                                     on_line=lambda line: self._on_line(op, line))
+                finished = run_agent(
+                    invocation.argv,
+                    cwd=task.workspace,
+                    env=invocation.env,
+                    identity=self.identity,
+                    budget_s=self.config.budget_s,
+                    transcript=self.layout.transcript(op),
+                    stderr_log=self.layout.agent_log(op),
+                    cancel=self.cancel,
+                    on_line=lambda line: self._on_line(op, line),
+                )
             state.elapsed_s, state.exit_code, state.timed_out = (
                 finished.elapsed_s,
                 finished.exit_code,
@@ -328,8 +367,15 @@ class BenchRunner:
                 state.status = "interrupted"
             else:
                 self.board.stage(op, "collecting the submission")
-                state.submission = collect_submission(workspace, op, self.catalog, self.layout.submission_dir(op),
-                                                      self.layout.root, self.config.dsl, self.layout.server_state(op))
+                state.submission = collect_submission(
+                    workspace,
+                    op,
+                    self.catalog,
+                    self.layout.submission_dir(op),
+                    self.layout.root,
+                    self.config.dsl,
+                    self.layout.server_state(op),
+                )
                 state.status = "done"
         except AtrexError as exc:
             state.status, state.error = "error", exc.info

@@ -12,8 +12,11 @@ from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("bench", help="drive an agent over the operators, evaluate its kernels, report",
-                                   description="Agent-driven benchmark runs: run -> eval -> report (docs/bench.md).")
+    parser = subparsers.add_parser(
+        "bench",
+        help="drive an agent over the operators, evaluate its kernels, report",
+        description="Agent-driven benchmark runs: run -> eval -> report (docs/bench.md).",
+    )
     sub = parser.add_subparsers(dest="bench_command", metavar="STEP", required=True)
 
     run = sub.add_parser(
@@ -60,10 +63,20 @@ def register(subparsers) -> None:
         help="uid the agent runs as: auto = 65534 when run as root (and it can run the agent), else this uid",
     )
     run.add_argument("--agent-bin", metavar="PATH", help="the claude/codex executable (default: found on PATH)")
-    run.add_argument("--agent-arg", action="append", default=[], metavar="ARG",
-                     help="extra argument for the agent's command line (repeatable; write --agent-arg=--flag)")
-    run.add_argument("--agent-env", action="append", default=[], metavar="NAME",
-                     help="environment variable passed through to the agent (repeatable; credentials, proxies)")
+    run.add_argument(
+        "--agent-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for the agent's command line (repeatable; write --agent-arg=--flag)",
+    )
+    run.add_argument(
+        "--agent-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="environment variable passed through to the agent (repeatable; credentials, proxies)",
+    )
     run.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     run.set_defaults(func=run_command)
 
@@ -76,27 +89,45 @@ def register(subparsers) -> None:
         "evaluated, 2 for a usage or input error.",
     )
     ev.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    ev.add_argument("--shapes", default=None, help="all (every scored shape), smoke, or comma-separated shape ids "
-                                                   "(default: all on a GPU, smoke without one)")
-    ev.add_argument("--seeds", type=count(1, 64), default=5,
-                    help="fresh random input seeds per shape, 1-64 (default 5)")
-    ev.add_argument("--baselines", choices=("auto", "yes", "no"), default="auto",
-                    help="also time the eager and torch.compile references (auto: when a GPU is present)")
+    ev.add_argument(
+        "--shapes",
+        default=None,
+        help="all (every scored shape), smoke, or comma-separated shape ids (default: all on a GPU, smoke without one)",
+    )
+    ev.add_argument(
+        "--seeds", type=count(1, 64), default=5, help="fresh random input seeds per shape, 1-64 (default 5)"
+    )
+    ev.add_argument(
+        "--baselines",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="also time the eager and torch.compile references (auto: when a GPU is present)",
+    )
     ev.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds per shape and stage (default 120)")
     ev.add_argument(
         "--force", action="store_true", help="evaluate again, also with settings other than the stored ones"
     )
-    ev.add_argument("--cluster", metavar="ADDRESS|local[:N]",
-                    help="judge on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] "
-                         "(one worker per GPU of this host); needs the cluster extra (docs/cluster.md)")
-    ev.add_argument("--shard-shapes", type=count(1), metavar="N",
-                    help="with --cluster: shapes per shard sent to one worker (default 8)")
+    ev.add_argument(
+        "--cluster",
+        metavar="ADDRESS|local[:N]",
+        help="judge on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] "
+        "(one worker per GPU of this host); needs the cluster extra (docs/cluster.md)",
+    )
+    ev.add_argument(
+        "--shard-shapes",
+        type=count(1),
+        metavar="N",
+        help="with --cluster: shapes per shard sent to one worker (default 8)",
+    )
     ev.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     ev.set_defaults(func=eval_command)
 
-    rep = sub.add_parser("report", help="tables and figures of one or more runs (markdown + HTML)",
-                         description="The main table per run, the failure taxonomy, per-operator tables and figures, "
-                                     "as report.md, a self-contained report.html, report.json and PNG figures.")
+    rep = sub.add_parser(
+        "report",
+        help="tables and figures of one or more runs (markdown + HTML)",
+        description="The main table per run, the failure taxonomy, per-operator tables and figures, "
+        "as report.md, a self-contained report.html, report.json and PNG figures.",
+    )
     rep.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     rep.add_argument(
         "--out", type=Path, help="output directory (default: RUN_DIR/report for one run; required for several)"
@@ -144,14 +175,27 @@ def eval_command(args: argparse.Namespace) -> int:
     if shapes is None:
         shapes = "all" if has_gpu() else "smoke"
         if shapes == "smoke":
-            print("note: no GPU: judging only each operator's smoke shape, for correctness (nothing is timed); "
-                  "pass --shapes all or shape ids for more", file=sys.stderr)
+            print(
+                "note: no GPU: judging only each operator's smoke shape, for correctness (nothing is timed); "
+                "pass --shapes all or shape ids for more",
+                file=sys.stderr,
+            )
     if args.shard_shapes is not None and args.cluster is None:
-        raise AtrexError("input", "shard_shapes_without_cluster", "--shard-shapes only applies with --cluster.",
-                         "Add --cluster ADDRESS|local[:N], or drop --shard-shapes.")
+        raise AtrexError(
+            "input",
+            "shard_shapes_without_cluster",
+            "--shard-shapes only applies with --cluster.",
+            "Add --cluster ADDRESS|local[:N], or drop --shard-shapes.",
+        )
     settings = EvalSettings(shapes=shapes, seeds=args.seeds, timeout_s=args.timeout, baselines=args.baselines)
-    summary = evaluate_run(args.run_dir, settings, force=args.force, live=False if args.plain else None,
-                           cluster=args.cluster, shard_shapes=args.shard_shapes)
+    summary = evaluate_run(
+        args.run_dir,
+        settings,
+        force=args.force,
+        live=False if args.plain else None,
+        cluster=args.cluster,
+        shard_shapes=args.shard_shapes,
+    )
     return 1 if summary.failed or summary.rejected else 0
 
 

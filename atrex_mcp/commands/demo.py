@@ -13,8 +13,11 @@ from atrex_mcp.commands.grammar import count
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("demo", help="start the server, connect an MCP client, validate an example kernel",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "demo",
+        help="start the server, connect an MCP client, validate an example kernel",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--op", default="rms_norm", help="problem to validate (default rms_norm)")
     p.add_argument("--kernel", type=Path, help="kernel file (default: the shipped example for --op)")
     p.add_argument(
@@ -92,8 +95,10 @@ async def _demo(args: argparse.Namespace, kernel: Path) -> int:
         _say(f"connected: {name}, protocol {client.protocol_version}")
         _say(f"tools: {', '.join(t.name for t in (await client.list_tools()).tools)}")
         listed = (await client.call_tool("list_problems", {})).structured_content
-        _say(f"list_problems: {len(listed['problems'])} problems in {listed['mode']} mode: "
-             + ", ".join(p["name"] for p in listed["problems"]))
+        _say(
+            f"list_problems: {len(listed['problems'])} problems in {listed['mode']} mode: "
+            + ", ".join(p["name"] for p in listed["problems"])
+        )
         # The smoke shape first (quick anywhere); where the server has a GPU, then every scored shape, timed.
         v = await _validate(client, args, kernel, args.shapes.split(",") if args.shapes else ["smoke"])
         if v is not None and not args.shapes and v["device"].startswith("cuda") and v["failed"] == 0:

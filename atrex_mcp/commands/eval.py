@@ -13,33 +13,46 @@ from atrex_mcp.commands.grammar import add_problems_option, count, positive_seco
 from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS
 
 EXIT_PASSED, EXIT_FAILED = 0, 1
-NO_GPU_NOTE = ("no GPU: judging only the smoke shape ({id}), for correctness (nothing is timed); "
-               "pass --shapes all or shape ids for more")
+NO_GPU_NOTE = (
+    "no GPU: judging only the smoke shape ({id}), for correctness (nothing is timed); "
+    "pass --shapes all or shape ids for more"
+)
 LONG_S = 30.0  # an estimate above this is printed before the work starts
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("eval", help="evaluate a candidate kernel file (or the reference as a baseline)",
-                                   description=__doc__.split("\n\n")[0])
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate a candidate kernel file (or the reference as a baseline)",
+        description=__doc__.split("\n\n")[0],
+    )
     parser.add_argument("candidate", nargs="?", type=Path, help="Python file defining class Model(nn.Module)")
     parser.add_argument("--op", required=True, help="operator (problem) name")
     parser.add_argument(
         "--baseline", choices=("eager", "torch-compile"), help="evaluate the reference itself instead of a file"
     )
-    parser.add_argument("--shapes", default=None,
-                        help="comma-separated shape ids, 'all' (every scored shape) or 'smoke' "
-                             "(default: all on a GPU, smoke without one)")
-    parser.add_argument("--seeds", type=count(1, 64), default=5,
-                        help="fresh random input seeds per shape, 1-64 (default 5)")
+    parser.add_argument(
+        "--shapes",
+        default=None,
+        help="comma-separated shape ids, 'all' (every scored shape) or 'smoke' "
+        "(default: all on a GPU, smoke without one)",
+    )
+    parser.add_argument(
+        "--seeds", type=count(1, 64), default=5, help="fresh random input seeds per shape, 1-64 (default 5)"
+    )
     parser.add_argument("--hardware", default="h200", help="hardware profile for T_SOL and scores (default h200)")
     parser.add_argument("--dsl", default="triton", help="target DSL (default triton)")
     parser.add_argument("--no-timing", action="store_true", help="skip the performance stage")
     parser.add_argument("--no-dsl", action="store_true", help="skip the profiler trace for DSL attribution")
-    parser.add_argument("--timeout", type=positive_seconds, default=120.0,
-                        help="seconds per shape and stage (default 120)")
-    parser.add_argument("--deadline-s", type=positive_seconds,
-                        help="seconds for the whole evaluation: past it the shape in progress is stopped and the "
-                             "result is partial (finished shapes kept, the rest not_run)")
+    parser.add_argument(
+        "--timeout", type=positive_seconds, default=120.0, help="seconds per shape and stage (default 120)"
+    )
+    parser.add_argument(
+        "--deadline-s",
+        type=positive_seconds,
+        help="seconds for the whole evaluation: past it the shape in progress is stopped and the "
+        "result is partial (finished shapes kept, the rest not_run)",
+    )
     add_problems_option(parser)
     parser.add_argument(
         "--out", type=Path, help="write the result JSON into this directory (<op>.json, <op>.<baseline>.json)"
@@ -82,16 +95,20 @@ def _summary(result, candidate: Path | None, source: str | None) -> str:
     ]
     if result.partial:
         judged = sum(s.judged for s in result.shapes)
-        lines.append(f"PARTIAL ({result.partial}): {judged} of {len(result.shapes)} shapes judged; "
-                     f"S_i {result.operator_score_note}")
+        lines.append(
+            f"PARTIAL ({result.partial}): {judged} of {len(result.shapes)} shapes judged; "
+            f"S_i {result.operator_score_note}"
+        )
     for s in result.shapes:
         time = f"{s.time_ms:.4f} ms" if s.time_ms is not None else (s.timing_note or "—")
         share = f"{s.dsl_share:.2f}" if s.dsl_share is not None else "—"
         score = f"{s.score:.4f}" if s.score is not None else "—"
         verdict = "ok" if s.judged and not s.failed else f"{s.stage}/{s.category}"
-        lines.append(f"  {s.id:>6}  {verdict:<32} time {time:<22} dsl {share:<5} S {score}"
-                     + (f"  integrity: {','.join(s.integrity)}" if s.integrity else "")
-                     + ("" if s.judged else f"  {s.message}"))
+        lines.append(
+            f"  {s.id:>6}  {verdict:<32} time {time:<22} dsl {share:<5} S {score}"
+            + (f"  integrity: {','.join(s.integrity)}" if s.integrity else "")
+            + ("" if s.judged else f"  {s.message}")
+        )
     isolation = isolation_summary(result.isolation.warnings)
     if isolation:
         lines.append(isolation)
@@ -100,8 +117,10 @@ def _summary(result, candidate: Path | None, source: str | None) -> str:
         lines += [""] + failures
     judged = [s for s in result.shapes if s.judged]
     bad = sum(s.failed for s in judged)
-    lines.append(f"{len(judged) - bad} passed, {bad} failed" + (f", {len(result.shapes) - len(judged)} not run"
-                                                                if len(judged) < len(result.shapes) else ""))
+    lines.append(
+        f"{len(judged) - bad} passed, {bad} failed"
+        + (f", {len(result.shapes) - len(judged)} not run" if len(judged) < len(result.shapes) else "")
+    )
     return "\n".join(lines)
 
 
@@ -122,9 +141,12 @@ def run(args: argparse.Namespace) -> int:
     from atrex_mcp.progress import ShapeProgress, clock
 
     if (args.candidate is None) == (args.baseline is None):
-        raise AtrexError("input", "missing_candidate", "Give either a candidate file or --baseline.",
-                         "e.g. atrex-mcp eval kernel.py --op rms_norm, "
-                         "or atrex-mcp eval --baseline eager --op rms_norm")
+        raise AtrexError(
+            "input",
+            "missing_candidate",
+            "Give either a candidate file or --baseline.",
+            "e.g. atrex-mcp eval kernel.py --op rms_norm, or atrex-mcp eval --baseline eager --op rms_norm",
+        )
     source = read_source(args.candidate) if args.candidate is not None else None
     catalog = Catalog(args.problems) if args.problems else Catalog()
     derive_missing(catalog, [args.op])
@@ -134,16 +156,29 @@ def run(args: argparse.Namespace) -> int:
     where = footprint.room()
     sized = footprint.sizes(catalog, args.op, chosen)
     footprint.check_fit(args.op, sized, where)
-    request = EvalRequest(op=args.op, source=source, baseline=args.baseline, shapes=shapes, seeds=args.seeds,
-                          hardware=args.hardware, dsl=args.dsl, timing=not args.no_timing, measure_dsl=not args.no_dsl,
-                          timeout_s=args.timeout, deadline_s=args.deadline_s)
+    request = EvalRequest(
+        op=args.op,
+        source=source,
+        baseline=args.baseline,
+        shapes=shapes,
+        seeds=args.seeds,
+        hardware=args.hardware,
+        dsl=args.dsl,
+        timing=not args.no_timing,
+        measure_dsl=not args.no_dsl,
+        timeout_s=args.timeout,
+        deadline_s=args.deadline_s,
+    )
     estimate = footprint.estimate_s(sized, args.seeds, where.kind, request.timing)
     if not args.json:
         if note:
             print(f"note: {note}", file=sys.stderr)
         if estimate > LONG_S:
-            print(f"note: {len(chosen)} shape(s) x {args.seeds} seed(s) on {where.kind}: about {clock(estimate)} "
-                  "(a rough estimate)", file=sys.stderr)
+            print(
+                f"note: {len(chosen)} shape(s) x {args.seeds} seed(s) on {where.kind}: about {clock(estimate)} "
+                "(a rough estimate)",
+                file=sys.stderr,
+            )
     if args.json:
         result = evaluate(request, catalog)
     else:

@@ -34,7 +34,7 @@ def traceback_tail(text: str, user_file: str) -> list[str]:
     starts = [i for i, line in enumerate(lines) if line == "Traceback (most recent call last):"]
     if not starts:
         return []
-    body = lines[starts[-1] + 1:]
+    body = lines[starts[-1] + 1 :]
     frames: list[list[str]] = []
     ending: list[str] = []
     for line in body:
@@ -45,7 +45,7 @@ def traceback_tail(text: str, user_file: str) -> list[str]:
         elif line.strip():
             ending.append(line)
     own = [i for i, f in enumerate(frames) if (m := FRAME.match(f[0])) is not None and m["file"] == user_file]
-    kept = frames[own[0]:] if own else frames
+    kept = frames[own[0] :] if own else frames
     out = [line for frame in kept[-TAIL_FRAMES:] for line in frame if line.strip(" ^~")]
     return out + ending[-3:]
 
@@ -58,9 +58,11 @@ def mismatch_line(m: MismatchDetail) -> str:
             where += f": got {m.candidate_value:.6g}, expected {m.reference_value:.6g}"
     tolerance = f" (atol {m.atol:.3g}, rtol {m.rtol:.3g})" if m.atol is not None and m.rtol is not None else ""
     nonfinite = f"; {m.nonfinite_mismatches} NaN/inf mismatches" if m.nonfinite_mismatches else ""
-    return (f"{m.output} [{m.rule}{tolerance}]: max abs error {m.max_abs_error:.4g}, "
-            f"max rel error {m.max_rel_error:.4g}, {m.mismatches}/{m.numel} mismatched ({m.mismatch_fraction:.2%})"
-            f"{where}{nonfinite}")
+    return (
+        f"{m.output} [{m.rule}{tolerance}]: max abs error {m.max_abs_error:.4g}, "
+        f"max rel error {m.max_rel_error:.4g}, {m.mismatches}/{m.numel} mismatched ({m.mismatch_fraction:.2%})"
+        f"{where}{nonfinite}"
+    )
 
 
 def _source_line(source: str | None, message: str) -> list[str]:

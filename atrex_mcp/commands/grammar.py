@@ -12,8 +12,10 @@ from typing import Any
 
 from atrex_mcp.errors import AtrexError, did_you_mean
 
-PROBLEMS_HELP = ("problem root (repeatable; a later root's problem of the same name wins; "
-                 "default: ATREX_PROBLEMS or the shipped set)")
+PROBLEMS_HELP = (
+    "problem root (repeatable; a later root's problem of the same name wins; "
+    "default: ATREX_PROBLEMS or the shipped set)"
+)
 
 
 class UsageError(Exception):
@@ -52,18 +54,28 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def add_problems_option(parser: argparse.ArgumentParser, *, after_action: bool = False,
-                        help: str = PROBLEMS_HELP) -> None:
+def add_problems_option(
+    parser: argparse.ArgumentParser, *, after_action: bool = False, help: str = PROBLEMS_HELP
+) -> None:
     """`--problems DIR` (repeatable), with `--root` as a hidden deprecated alias. On an action's own
     parser (after_action) it leaves the value given before the action alone when not repeated."""
     default = argparse.SUPPRESS if after_action else None
     parser.add_argument("--problems", action="append", type=Path, metavar="DIR", default=default, help=help)
-    parser.add_argument("--root", dest="problems", type=Path, action=DeprecatedAlias, new_flag="--problems",
-                        append=True, default=default, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--root",
+        dest="problems",
+        type=Path,
+        action=DeprecatedAlias,
+        new_flag="--problems",
+        append=True,
+        default=default,
+        help=argparse.SUPPRESS,
+    )
 
 
-def shared_options(group: argparse.ArgumentParser, actions: list[argparse.ArgumentParser],
-                   add: Callable[..., None]) -> None:
+def shared_options(
+    group: argparse.ArgumentParser, actions: list[argparse.ArgumentParser], add: Callable[..., None]
+) -> None:
     """Options of a command group accepted before the action (`runs --state-dir D list`) and after
     it (`runs list --state-dir D`): `add(parser, after_action=...)` declares them once."""
     add(group, after_action=False)
@@ -103,18 +115,34 @@ def read_source(path: Path, what: str = "candidate") -> str:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise AtrexError("input", f"unreadable_{what}", f"Cannot read {path}: {exc.strerror or exc}.",
-                         "Pass the path of a Python file.") from None
+        raise AtrexError(
+            "input",
+            f"unreadable_{what}",
+            f"Cannot read {path}: {exc.strerror or exc}.",
+            "Pass the path of a Python file.",
+        ) from None
     if b"\0" in data:
-        raise AtrexError("input", f"binary_{what}", f"{path} is a binary file, not Python source.",
-                         "Pass the .py file that defines class Model.")
+        raise AtrexError(
+            "input",
+            f"binary_{what}",
+            f"{path} is a binary file, not Python source.",
+            "Pass the .py file that defines class Model.",
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise AtrexError("input", f"{what}_not_utf8", f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}).",
-                         "Save the file as UTF-8.") from None
+        raise AtrexError(
+            "input",
+            f"{what}_not_utf8",
+            f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}).",
+            "Save the file as UTF-8.",
+        ) from None
 
 
 def add_state_dir_option(parser: argparse.ArgumentParser, after_action: bool = False) -> None:
-    parser.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS if after_action else None,
-                        help="state directory (default: ATREX_STATE_DIR or ~/.local/state/atrex-mcp)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=argparse.SUPPRESS if after_action else None,
+        help="state directory (default: ATREX_STATE_DIR or ~/.local/state/atrex-mcp)",
+    )

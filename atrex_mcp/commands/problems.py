@@ -18,8 +18,10 @@ class ProblemSummary(BaseModel):
 
     name: str = Field(description="Operator (problem folder) name.")
     num_shapes: int = Field(description="Number of scored shapes (the smoke shape is not counted).")
-    weight: float = Field(description="Importance weight in S_agg, normalised over the catalog's operators "
-                                      "(sum 1; all 0 when no operator has a weight).")
+    weight: float = Field(
+        description="Importance weight in S_agg, normalised over the catalog's operators "
+        "(sum 1; all 0 when no operator has a weight)."
+    )
     dtype: str = Field(description="Dtype label of the operator's work (metadata.json).")
     phase: str = Field(description="Serving phase: prefill, decode or prefill/decode.")
 
@@ -38,15 +40,20 @@ def register(subparsers) -> None:
 
     init = sub.add_parser("init", help="write a working three-file problem template to edit (docs/byo-problem.md)")
     init.add_argument("name", help="operator name: the folder's name, lower case letters, digits and _")
-    init.add_argument("--dir", type=Path, default=Path("."),
-                      help="folder to create NAME/ in (default: the current one)")
+    init.add_argument(
+        "--dir", type=Path, default=Path("."), help="folder to create NAME/ in (default: the current one)"
+    )
 
     add = sub.add_parser("add", help="validate a problem folder and derive its hidden files")
     add.add_argument("path", type=Path, help="folder holding reference.py, input.py and shapes.json")
     add.add_argument("--into", type=Path, default=None, help="copy the problem into DIR/<name> first")
-    add.add_argument("--weight", type=_weight, default=1.0,
-                     help="importance weight in the aggregate score, relative to the other problems "
-                          "(default 1; 0 leaves the problem out of it)")
+    add.add_argument(
+        "--weight",
+        type=_weight,
+        default=1.0,
+        help="importance weight in the aggregate score, relative to the other problems "
+        "(default 1; 0 leaves the problem out of it)",
+    )
 
     build = sub.add_parser("build", help="(re)build metadata.json, roofline.json and weights.json of the shipped set")
     build.add_argument(
@@ -89,13 +96,21 @@ def _list(args: argparse.Namespace) -> int:
     rows = []
     for op in catalog.names():
         meta = catalog.hidden(op).metadata
-        rows.append(ProblemSummary(name=op, num_shapes=len(catalog.visible(op).scored_shapes), weight=weights[op],
-                                   dtype=meta["dtype"], phase=meta["phase"]))
+        rows.append(
+            ProblemSummary(
+                name=op,
+                num_shapes=len(catalog.visible(op).scored_shapes),
+                weight=weights[op],
+                dtype=meta["dtype"],
+                phase=meta["phase"],
+            )
+        )
     if args.json:
         print(json.dumps([r.model_dump() for r in rows], indent=2))
         return 0
-    table = plain_table(["operator", "shapes", "weight", "dtype", "phase"],
-                        justify={"shapes": "right", "weight": "right"})
+    table = plain_table(
+        ["operator", "shapes", "weight", "dtype", "phase"], justify={"shapes": "right", "weight": "right"}
+    )
     for r in rows:
         table.add_row(r.name, str(r.num_shapes), f"{r.weight:.4f}", r.dtype, r.phase)
     print_table(table)
@@ -106,8 +121,12 @@ def _list(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     catalog = _catalog(args)
     visible = catalog.visible(args.op)
-    doc = {"name": visible.name, "shapes": json.loads(visible.shapes_json)["shapes"],
-           "reference.py": visible.reference_source, "input.py": visible.input_source}
+    doc = {
+        "name": visible.name,
+        "shapes": json.loads(visible.shapes_json)["shapes"],
+        "reference.py": visible.reference_source,
+        "input.py": visible.input_source,
+    }
     if args.hidden:
         if not catalog.has_hidden(args.op):  # the explicit derive step
             from atrex_mcp.problemset.derive import derive_missing
@@ -137,8 +156,10 @@ def _init(args: argparse.Namespace) -> int:
 
     target = write_template(args.name, args.dir)
     print(f"wrote {target}/reference.py, input.py and shapes.json")
-    print(f"next: edit them, then  atrex-mcp problems add {target}  and  "
-          f"atrex-mcp problems check --problems {target.parent} {target.name}")
+    print(
+        f"next: edit them, then  atrex-mcp problems add {target}  and  "
+        f"atrex-mcp problems check --problems {target.parent} {target.name}"
+    )
     return 0
 
 

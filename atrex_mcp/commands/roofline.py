@@ -51,8 +51,16 @@ def rows(op: str, hardware: str, roots: list[Path] | None = None) -> list[Roofli
     out = []
     for shape in catalog.visible(op).scored_shapes:
         r = shape_roofline(hidden, shape.id, profile)
-        out.append(RooflineRow(shape_id=shape.id, flops=sum(r.flops.values()), bytes_read=r.bytes_read,
-                               bytes_written=r.bytes_written, t_sol_ms=r.t_sol_ms, bound=r.bound))
+        out.append(
+            RooflineRow(
+                shape_id=shape.id,
+                flops=sum(r.flops.values()),
+                bytes_read=r.bytes_read,
+                bytes_written=r.bytes_written,
+                t_sol_ms=r.t_sol_ms,
+                bound=r.bound,
+            )
+        )
     return out
 
 
@@ -70,7 +78,13 @@ def run(args: argparse.Namespace) -> int:
     numbers = ["shape", "GFLOP", "MB read", "MB written", "T_SOL µs"]
     listing = plain_table([*numbers, "bound"], justify=dict.fromkeys(numbers, "right"))
     for r in table:
-        listing.add_row(r.shape_id, f"{r.flops / 1e9:.3f}", f"{r.bytes_read / 1e6:.3f}", f"{r.bytes_written / 1e6:.3f}",
-                        f"{r.t_sol_ms * 1e3:.3f}", r.bound)
+        listing.add_row(
+            r.shape_id,
+            f"{r.flops / 1e9:.3f}",
+            f"{r.bytes_read / 1e6:.3f}",
+            f"{r.bytes_written / 1e6:.3f}",
+            f"{r.t_sol_ms * 1e3:.3f}",
+            r.bound,
+        )
     print_table(listing)
     return 0

@@ -36,8 +36,12 @@ def run(args: argparse.Namespace) -> int:
         except AtrexError as exc:
             if exc.info.category != "unknown_run":
                 raise
-            raise AtrexError("input", "unknown_run", exc.info.message,
-                             f"State: {store.path}; `atrex-mcp runs list` shows every client's runs.") from None
+            raise AtrexError(
+                "input",
+                "unknown_run",
+                exc.info.message,
+                f"State: {store.path}; `atrex-mcp runs list` shows every client's runs.",
+            ) from None
         print(t.model_dump_json(indent=2) if args.json else render_timeline(t))
         return 0
     runs = store.list_runs()
@@ -49,7 +53,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     table = plain_table(["run", "operator", "dsl", "hardware", "created", "state"])
     for r in runs:
-        table.add_row(r.run_id, r.op, r.dsl, r.hardware, r.created_at,
-                      "no baseline" if r.baseline is None else f"accepted #{r.accepted}")
+        table.add_row(
+            r.run_id,
+            r.op,
+            r.dsl,
+            r.hardware,
+            r.created_at,
+            "no baseline" if r.baseline is None else f"accepted #{r.accepted}",
+        )
     print_table(table)
     return 0

@@ -43,8 +43,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             floor_ms = json.loads(args.floor.read_text()).get("floor_ms")
         except (OSError, ValueError, AttributeError) as exc:
-            raise AtrexError("input", "bad_floor_file", f"Cannot read the launch floor {args.floor}: {exc}",
-                             "Pass the JSON that measurements/launch_floor.py measure wrote.") from None
+            raise AtrexError(
+                "input",
+                "bad_floor_file",
+                f"Cannot read the launch floor {args.floor}: {exc}",
+                "Pass the JSON that measurements/launch_floor.py measure wrote.",
+            ) from None
     table = main_table(args.runs, catalog, args.hardware, args.baselines, floor_ms)
     markdown, data = render_markdown(table), table.model_dump_json(indent=1)
     if args.out:

@@ -24,17 +24,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the MCP tool server (stdio by default)",
         description="Run the MCP tool server. With no options: stdio, optimize mode, the embedded problems and wiki.",
     )
-    p.add_argument("--benchmark-mode", action="store_true",
-                   help="hide roofline figures, scores, production timings, provenance and weights from every tool")
+    p.add_argument(
+        "--benchmark-mode",
+        action="store_true",
+        help="hide roofline figures, scores, production timings, provenance and weights from every tool",
+    )
     p.add_argument("--knowledge", choices=KNOWLEDGE_CONDITIONS, help=KNOWLEDGE_HELP)
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
     p.add_argument("--port", type=int, default=8765, help="HTTP port")
-    p.add_argument("--token-env", metavar="VAR", action="append", default=[],
-                   help="environment variable holding an HTTP bearer token (required for HTTP; repeatable: each token "
-                        "is one client, and a client sees only its own runs)")
-    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
-                   help="a Host name clients use to reach a non-loopback HTTP server (repeatable)")
+    p.add_argument(
+        "--token-env",
+        metavar="VAR",
+        action="append",
+        default=[],
+        help="environment variable holding an HTTP bearer token (required for HTTP; repeatable: each token "
+        "is one client, and a client sees only its own runs)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name clients use to reach a non-loopback HTTP server (repeatable)",
+    )
     add_problems_option(p)
     p.add_argument("--hardware", default="h200", help="hardware profile for roofline figures (default h200)")
     p.add_argument("--state-dir", type=Path, help="where the server keeps its state (wiki index, runs)")
@@ -44,16 +57,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="DIR",
         help="folder tools may read candidate files from and write packages into (repeatable; default: the current "
-             "folder)",
+        "folder)",
     )
-    p.add_argument("--correctness-jobs", type=count(1), default=2, metavar="N",
-                   help="correctness-only evaluations that may run at once (timed work always has a GPU to itself)")
-    p.add_argument("--cluster", metavar="ADDRESS|local[:N]",
-                   help="run validate, profile_kernel and run iterations on a Dask cluster's GPUs (a scheduler address "
-                        "such as tcp://HOST:8786, or local[:N]) instead of this server's own queue; docs/cluster.md")
-    p.add_argument("--tools", type=_tool_list, metavar="A,B,C",
-                   help="register only these tools (comma-separated allow-list; unknown names are refused at start "
-                        "with the valid choices); default: every tool")
+    p.add_argument(
+        "--correctness-jobs",
+        type=count(1),
+        default=2,
+        metavar="N",
+        help="correctness-only evaluations that may run at once (timed work always has a GPU to itself)",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="ADDRESS|local[:N]",
+        help="run validate, profile_kernel and run iterations on a Dask cluster's GPUs (a scheduler address "
+        "such as tcp://HOST:8786, or local[:N]) instead of this server's own queue; docs/cluster.md",
+    )
+    p.add_argument(
+        "--tools",
+        type=_tool_list,
+        metavar="A,B,C",
+        help="register only these tools (comma-separated allow-list; unknown names are refused at start "
+        "with the valid choices); default: every tool",
+    )
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run)
 
@@ -91,10 +116,19 @@ def run(args: argparse.Namespace) -> int:
     for var in args.token_env:
         tokens.append(os.environ.get(var, ""))
         if not tokens[-1]:
-            raise AtrexError("input", "token_env_empty", f"The environment variable {var} is empty or unset.",
-                             f"export {var}=<long random secret> before starting the server.")
-    http = HttpSettings(host=args.host, port=args.port, token=tokens[0] if tokens else "", more_tokens=tokens[1:],
-                        allowed_hosts=args.allowed_host)
+            raise AtrexError(
+                "input",
+                "token_env_empty",
+                f"The environment variable {var} is empty or unset.",
+                f"export {var}=<long random secret> before starting the server.",
+            )
+    http = HttpSettings(
+        host=args.host,
+        port=args.port,
+        token=tokens[0] if tokens else "",
+        more_tokens=tokens[1:],
+        allowed_hosts=args.allowed_host,
+    )
     check_settings(http)  # refuse an unsafe setup before loading anything heavy
     _serve(args, http)
     return 0

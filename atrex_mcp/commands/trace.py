@@ -16,9 +16,13 @@ def register(subparsers) -> None:
     sub = parser.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
 
     imp = sub.add_parser("import", help="torch.profiler traces → snapshot (shapes, weights, manifest)")
-    imp.add_argument("traces", nargs="+", metavar="TRACE",
-                     help="Kineto/Chrome trace JSON (.json or .json.gz) from torch.profiler with record_shapes=True; "
-                          "APP=PATH assigns one trace to another application than --app")
+    imp.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="Kineto/Chrome trace JSON (.json or .json.gz) from torch.profiler with record_shapes=True; "
+        "APP=PATH assigns one trace to another application than --app",
+    )
     imp.add_argument("--app", help="application of the traces not written as APP=PATH")
     imp.add_argument(
         "--phase",
@@ -26,15 +30,22 @@ def register(subparsers) -> None:
         default="auto",
         help="force a phase, or infer it from prefill/decode ranges, else from token counts (default auto)",
     )
-    imp.add_argument("--apps", type=Path, metavar="APPS_FILE",
-                     help="card-hour share per application: `name: share` lines (YAML style) or a JSON object")
+    imp.add_argument(
+        "--apps",
+        type=Path,
+        metavar="APPS_FILE",
+        help="card-hour share per application: `name: share` lines (YAML style) or a JSON object",
+    )
     imp.add_argument("--out", type=Path, required=True, metavar="SNAPSHOT_DIR", help="new directory for the snapshot")
     imp.add_argument(
         "--problems", type=Path, help="problem set to copy references and smoke shapes from (default: the shipped one)"
     )
     imp.add_argument("--rules", type=Path, help="rules table (default: atrex_mcp/trace/rules.json)")
-    imp.add_argument("--decode-max-tokens", type=count(1),
-                     help="token threshold for decode without phase ranges (default from the rules)")
+    imp.add_argument(
+        "--decode-max-tokens",
+        type=count(1),
+        help="token threshold for decode without phase ranges (default from the rules)",
+    )
     imp.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
     diff = sub.add_parser("diff", help="compare two problem sets: weights, new/removed operators and shapes")
@@ -66,11 +77,13 @@ def _specs(args: argparse.Namespace):
 
 
 def _summary(manifest) -> str:
-    lines = [f"device time: {manifest.device}; rules {manifest.rules_version}; {len(manifest.inputs)} trace(s); "
-             f"apps {', '.join(f'{a}={s:.3g}' for a, s in manifest.apps.items())}",
-             f"mapped {100 * (1 - manifest.unmapped_share):.1f}% of device time to operators "
-             f"(mapped but not retained {100 * manifest.excluded_share:.1f}%); "
-             f"unmapped {100 * manifest.unmapped_share:.1f}%:"]
+    lines = [
+        f"device time: {manifest.device}; rules {manifest.rules_version}; {len(manifest.inputs)} trace(s); "
+        f"apps {', '.join(f'{a}={s:.3g}' for a, s in manifest.apps.items())}",
+        f"mapped {100 * (1 - manifest.unmapped_share):.1f}% of device time to operators "
+        f"(mapped but not retained {100 * manifest.excluded_share:.1f}%); "
+        f"unmapped {100 * manifest.unmapped_share:.1f}%:",
+    ]
     for category in manifest.unmapped_by_category.values():
         top = ", ".join(list(category.top)[:3])
         lines.append(f"  {100 * category.share:5.1f}%  {category.label}" + (f"  [{top}]" if top else ""))
@@ -82,8 +95,10 @@ def _summary(manifest) -> str:
         if rec.unresolved_reasons:
             lines.append(f"  {'':<30} unresolved: {next(iter(rec.unresolved_reasons))}")
     for kernel in manifest.fused_kernels:
-        lines.append(f"fused kernel {kernel.kernel}: {' + '.join(kernel.operators)} ({kernel.launches} launches, "
-                     "time split evenly)")
+        lines.append(
+            f"fused kernel {kernel.kernel}: {' + '.join(kernel.operators)} ({kernel.launches} launches, "
+            "time split evenly)"
+        )
     return "\n".join(lines)
 
 
@@ -91,9 +106,15 @@ def run(args: argparse.Namespace) -> int:
     from atrex_mcp.trace import diff_problem_sets, import_traces, render_diff
 
     if args.trace_command == "import":
-        manifest = import_traces(_specs(args), args.out, phase=args.phase, apps_file=args.apps,
-                                 problems=args.problems, rules_path=args.rules,
-                                 decode_max_tokens=args.decode_max_tokens)
+        manifest = import_traces(
+            _specs(args),
+            args.out,
+            phase=args.phase,
+            apps_file=args.apps,
+            problems=args.problems,
+            rules_path=args.rules,
+            decode_max_tokens=args.decode_max_tokens,
+        )
         print(manifest.model_dump_json(indent=2) if args.json else f"wrote {args.out}\n{_summary(manifest)}")
     else:
         result = diff_problem_sets(args.a, args.b)

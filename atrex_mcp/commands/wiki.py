@@ -39,8 +39,12 @@ def register(subparsers) -> None:
 
 def _add_dirs(parser: argparse.ArgumentParser, after_action: bool) -> None:
     add_state_dir_option(parser, after_action)
-    parser.add_argument("--index-dir", type=Path, default=argparse.SUPPRESS if after_action else None,
-                        help="where the search index lives (default: <state dir>/wiki-index)")
+    parser.add_argument(
+        "--index-dir",
+        type=Path,
+        default=argparse.SUPPRESS if after_action else None,
+        help="where the search index lives (default: <state dir>/wiki-index)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,15 +56,23 @@ def run(args: argparse.Namespace) -> int:
     if args.wiki_command == "add-root":
         root = add_root(state_dir, args.path, args.name)
         report = WikiIndex(state_dir=state_dir, index_dir=args.index_dir).last_refresh
-        print(f"added {root.name} = {root.path}; indexed {report.added} new, {report.updated} changed, "
-              f"{report.removed} removed")
+        print(
+            f"added {root.name} = {root.path}; indexed {report.added} new, {report.updated} changed, "
+            f"{report.removed} removed"
+        )
         return 0
     wiki = WikiIndex(state_dir=state_dir, index_dir=args.index_dir)
     if args.wiki_command == "index":
         print(wiki.last_refresh.model_dump_json(indent=2))
     elif args.wiki_command == "search":
-        hits = wiki.search(args.query, category=args.category, dsl=args.dsl, hardware=args.hardware,
-                           op_family=args.op_family, limit=args.limit)
+        hits = wiki.search(
+            args.query,
+            category=args.category,
+            dsl=args.dsl,
+            hardware=args.hardware,
+            op_family=args.op_family,
+            limit=args.limit,
+        )
         if args.json:
             print(json.dumps([h.model_dump() for h in hits], indent=2))
         for rank, h in enumerate([] if args.json else hits, 1):

@@ -162,7 +162,7 @@ def _chunks(chunk: int, ref: torch.Tensor, *others: torch.Tensor) -> Iterator[tu
     (a candidate held in host memory is moved one chunk at a time)."""
     flats = [t.reshape(-1) for t in (ref, *others)]
     for offset in range(0, ref.numel(), chunk):
-        yield offset, tuple(flat[offset:offset + chunk].to(ref.device) for flat in flats)
+        yield offset, tuple(flat[offset : offset + chunk].to(ref.device) for flat in flats)
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
@@ -206,12 +206,21 @@ class _Tally:
 
     def detail(self, name: str, tol: Tolerance, atol: float | None, rtol: float | None) -> MismatchDetail:
         numel = math.prod(self.shape)
-        return MismatchDetail(output=name, rule=tol.rule, atol=atol, rtol=rtol, max_abs_error=self.max_abs,
-                              max_rel_error=self.max_rel, mismatch_fraction=self.mismatches / numel if numel else 0.0,
-                              mismatches=self.mismatches, numel=numel,
-                              first_bad_index=None if self.first is None else _unravel(self.first, self.shape),
-                              reference_value=self.ref_value, candidate_value=self.cand_value,
-                              nonfinite_mismatches=self.nonfinite_mismatches)
+        return MismatchDetail(
+            output=name,
+            rule=tol.rule,
+            atol=atol,
+            rtol=rtol,
+            max_abs_error=self.max_abs,
+            max_rel_error=self.max_rel,
+            mismatch_fraction=self.mismatches / numel if numel else 0.0,
+            mismatches=self.mismatches,
+            numel=numel,
+            first_bad_index=None if self.first is None else _unravel(self.first, self.shape),
+            reference_value=self.ref_value,
+            candidate_value=self.cand_value,
+            nonfinite_mismatches=self.nonfinite_mismatches,
+        )
 
 
 def _json_float(value: float | None) -> float | None:
@@ -330,9 +339,11 @@ def compare_outputs(reference: Any, candidate: Any, op: str, *, chunk: int = CHU
     if not bad:
         return CompareResult(ok=True, details=tuple(details))
     worst = max(bad, key=lambda d: d.mismatch_fraction)
-    message = (f"Output {worst.output}: {worst.mismatches}/{worst.numel} elements outside tolerance ({worst.rule}); "
-               f"max abs error {worst.max_abs_error:.4g}, max rel error {worst.max_rel_error:.4g}, "
-               f"first at {worst.first_bad_index} (reference {worst.reference_value}, got {worst.candidate_value}).")
+    message = (
+        f"Output {worst.output}: {worst.mismatches}/{worst.numel} elements outside tolerance ({worst.rule}); "
+        f"max abs error {worst.max_abs_error:.4g}, max rel error {worst.max_rel_error:.4g}, "
+        f"first at {worst.first_bad_index} (reference {worst.reference_value}, got {worst.candidate_value})."
+    )
     return CompareResult(
         ok=False, stage=tx.CORRECTNESS, category=tx.NUMERIC_MISMATCH, message=message, details=tuple(details)
     )

@@ -51,8 +51,11 @@ class _Nvml:
 
     def clocks(self) -> tuple[int | None, int | None, int | None]:
         """(SM clock, memory clock, max SM clock) in MHz."""
-        return (self._uint("nvmlDeviceGetClockInfo", _CLOCK_SM), self._uint("nvmlDeviceGetClockInfo", _CLOCK_MEM),
-                self._uint("nvmlDeviceGetMaxClockInfo", _CLOCK_SM))
+        return (
+            self._uint("nvmlDeviceGetClockInfo", _CLOCK_SM),
+            self._uint("nvmlDeviceGetClockInfo", _CLOCK_MEM),
+            self._uint("nvmlDeviceGetMaxClockInfo", _CLOCK_SM),
+        )
 
     def throttle_reasons(self) -> list[str]:
         mask = ctypes.c_ulonglong()
@@ -94,9 +97,14 @@ def describe() -> DeviceInfo:
     if not has_gpu():
         return DeviceInfo(kind="cpu", name=platform.processor() or platform.machine())
     props = torch.cuda.get_device_properties(0)
-    info = DeviceInfo(kind="cuda", name=props.name, sm_count=props.multi_processor_count,
-                      l2_bytes=int(getattr(props, "L2_cache_size", 0) or 0) or None, memory_bytes=props.total_memory,
-                      cuda=torch.version.cuda)
+    info = DeviceInfo(
+        kind="cuda",
+        name=props.name,
+        sm_count=props.multi_processor_count,
+        l2_bytes=int(getattr(props, "L2_cache_size", 0) or 0) or None,
+        memory_bytes=props.total_memory,
+        cuda=torch.version.cuda,
+    )
     nvml = _nvml()
     if nvml is not None:
         info.name = nvml.name() or info.name

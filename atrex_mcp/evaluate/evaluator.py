@@ -27,21 +27,39 @@ from typing import Any
 
 import torch
 
-from atrex_mcp.problemset.catalog import Catalog, Shape, VisibleProblem
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate import device, dsl, graph_witness, scoring, timing_checks, timing_witness
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.baselines import baseline_source
 from atrex_mcp.evaluate.compare import CompareResult, check_structure, compare_outputs
 from atrex_mcp.evaluate.leakguard import LeakGuard
-from atrex_mcp.evaluate.models import NOT_TIMED_BY_REQUEST, EvalRequest, EvalResult, KernelTime, ShapeResult, TimingStats
+from atrex_mcp.evaluate.models import (
+    NOT_TIMED_BY_REQUEST,
+    EvalRequest,
+    EvalResult,
+    KernelTime,
+    ShapeResult,
+    TimingStats,
+)
 from atrex_mcp.evaluate.session import Failure, Session, protected_roots, source_defines_model
 from atrex_mcp.evaluate.standby import Spare, Standby
 from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
 from atrex_mcp.evaluate.transfer import OutputRejected, arena_bytes, manifest_bytes, output_bytes
+from atrex_mcp.problemset.catalog import Catalog, Shape, VisibleProblem
 from sandbox.launcher import Cancelled, LaunchSpec
-from sandbox.messages import (BurstRequest, FetchRequest, InitRequest, IntegrityRequest, KeepRequest, LoadRequest,
-                              PingRequest, ProfileRequest, RunRequest, ShapePayload, TimeRequest)
+from sandbox.messages import (
+    BurstRequest,
+    FetchRequest,
+    InitRequest,
+    IntegrityRequest,
+    KeepRequest,
+    LoadRequest,
+    PingRequest,
+    ProfileRequest,
+    RunRequest,
+    ShapePayload,
+    TimeRequest,
+)
 from sandbox.timing import call_order, digest, flush_bytes_for, input_checksums, poison, reuse_phase
 
 Progress = Callable[[str, float], None]
@@ -52,7 +70,9 @@ CHECKABLE_SETS = 10  # input sets that let the reuse check decide (sandbox.timin
 TIMING_MEMORY_SHARE = 0.2  # ... for which the budget grows, up to this share of the GPU's memory
 MIN_TIMED_CALLS, MAX_TIMED_CALLS = 20, 200
 CHECKED_TIMED_SETS = 3
-PINNED_SLACK_BYTES = 4 << 30  # cached GPU memory this process may keep beside a held reference output (_cache_pins_memory)
+PINNED_SLACK_BYTES = (
+    4 << 30
+)  # cached GPU memory this process may keep beside a held reference output (_cache_pins_memory)
 CPU_FLUSH_BYTES = 1 << 20  # the host-clock loop on CPU (workers.CandidateWorker.time): no device L2 to sweep
 CPU_HOST_MEMORY_BYTES = 8 << 30
 GPU_HOST_MEMORY_BYTES = 32 << 30
@@ -81,6 +101,7 @@ def timing_sets(set_bytes: int, device_memory_bytes: int | None) -> int:
 
 def _copy_structure(value: Any, device: torch.device | str | None = None) -> Any:
     """A copy of an output (tensor, tuple or dict of tensors), on `device` (default: where it is)."""
+
     def copy(t: torch.Tensor) -> torch.Tensor:
         return t.clone() if device is None else t.to(device, copy=True)
 
@@ -96,7 +117,10 @@ def _cache_pins_memory() -> bool:
     GPU memory that it does not use. The caching allocator can place a reference output in the
     segment of a larger intermediate freed before it, and empty_cache releases no segment with a
     live block in it; that memory would stay pinned while the worker, which shares the GPU, runs."""
-    return torch.cuda.is_initialized() and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > PINNED_SLACK_BYTES
+    return (
+        torch.cuda.is_initialized()
+        and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > PINNED_SLACK_BYTES
+    )
 
 
 class _HarnessOutOfMemory(Exception):
@@ -111,7 +135,9 @@ def _harness_memory(doing: str) -> Iterator[None]:
     try:
         yield
     except torch.OutOfMemoryError:
-        raise _HarnessOutOfMemory(f"The harness ran out of GPU memory {doing}; this is no verdict on the candidate.") from None
+        raise _HarnessOutOfMemory(
+            f"The harness ran out of GPU memory {doing}; this is no verdict on the candidate."
+        ) from None
 
 
 def _release_cached_gpu_memory() -> None:
@@ -136,8 +162,10 @@ def forged_reply(result: ShapeResult) -> None:
         result.integrity.append(tx.REPLY_FORGED)
     if result.correct:
         result.correct, result.stage, result.category = False, tx.PERFORMANCE, tx.TIMING_TAMPERED
-        result.message = ("The candidate wrote frames on the worker's reply channel (a forged answer); "
-                          "its results are void. " + result.message).strip()
+        result.message = (
+            "The candidate wrote frames on the worker's reply channel (a forged answer); "
+            "its results are void. " + result.message
+        ).strip()
         result.time_ms = result.iqr_ms = None
         result.timing_note = "time voided by an integrity failure"
 
@@ -154,7 +182,9 @@ class LaunchOptions:
     """How the worker process is started, beyond what the evaluator always does."""
 
     extra_env: dict[str, str] = field(default_factory=dict)  # added to the worker's minimal environment (e.g. ncu's)
-    wrapper: list[str] = field(default_factory=list)  # argv placed before the worker's interpreter, e.g. [ncu, --nvtx, …]
+    wrapper: list[str] = field(
+        default_factory=list
+    )  # argv placed before the worker's interpreter, e.g. [ncu, --nvtx, …]
     tcp_ports: list[int] = field(default_factory=list)  # TCP ports the wrapper's injected library may still use
     abstract_unix: bool = False  # abstract unix sockets the wrapper's injected library may still reach
     extra_rules: dict[str, int] = field(default_factory=dict)  # Landlock paths (path → rights) the wrapper needs
@@ -177,8 +207,15 @@ class Trial:
     optimisation loop's paired timing (atrex_mcp.runs.evaluator_judge) and the worker sessions
     of profilers (atrex_mcp.evaluate.workers)."""
 
-    def __init__(self, request: EvalRequest, catalog: Catalog, progress: Progress | None, cancel: threading.Event | None,
-                 standby: Standby | None = None, launch: LaunchOptions | None = None):
+    def __init__(
+        self,
+        request: EvalRequest,
+        catalog: Catalog,
+        progress: Progress | None,
+        cancel: threading.Event | None,
+        standby: Standby | None = None,
+        launch: LaunchOptions | None = None,
+    ):
         self.request, self.catalog, self.standby = request, catalog, standby
         self.launch = launch or LaunchOptions()
         self.progress = progress or (lambda message, fraction: None)
@@ -192,8 +229,12 @@ class Trial:
         elif request.source is not None:
             self.source = request.source
         else:
-            raise AtrexError("input", "missing_candidate", "Neither a candidate source nor a baseline was given.",
-                             "Pass the candidate file's text, or baseline='eager' / 'torch-compile'.")
+            raise AtrexError(
+                "input",
+                "missing_candidate",
+                "Neither a candidate source nor a baseline was given.",
+                "Pass the candidate file's text, or baseline='eager' / 'torch-compile'.",
+            )
         self.cuda = device.has_gpu()
         self.device = "cuda" if self.cuda else "cpu"
         self.device_info = device.describe()
@@ -230,7 +271,9 @@ class Trial:
         """(verdict, candidate) on the output the worker just handed over for `reference`'s
         inputs; raises OutputRejected for a malformed hand-over. The candidate is copied into
         this process's memory on the reference's device (one DMA where there is a GPU)."""
-        candidate, written = session.arena.load(manifest, self.device, max_bytes=4 * output_bytes(reference) + (1 << 20))
+        candidate, written = session.arena.load(
+            manifest, self.device, max_bytes=4 * output_bytes(reference) + (1 << 20)
+        )
         if written:
             return compare_outputs(reference, candidate, self.request.op), candidate
         structure = check_structure(reference, candidate)
@@ -284,7 +327,9 @@ class Trial:
                     return None
                 if k == 0:
                     input_bytes = reply.get("input_bytes")
-                    set_bytes = manifest_bytes(reply["output"]) + (input_bytes if type(input_bytes) is int and input_bytes > 0 else 0)
+                    set_bytes = manifest_bytes(reply["output"]) + (
+                        input_bytes if type(input_bytes) is int and input_bytes > 0 else 0
+                    )
         finally:
             _release_cached_gpu_memory()
             result.seconds["correctness"] = worker_s
@@ -315,9 +360,11 @@ class Trial:
         return reference, checksums, arena
 
     def _correctness_timeout(self, seeds: int, stopped_in: int) -> str:
-        return (f"The candidate's {seeds} correctness calls did not finish within {self.request.timeout_s:.0f} s "
-                f"(stopped in seed #{stopped_in}); the worker's process group was killed. The first call of a shape "
-                "includes the DSL's JIT compilation.")
+        return (
+            f"The candidate's {seeds} correctness calls did not finish within {self.request.timeout_s:.0f} s "
+            f"(stopped in seed #{stopped_in}); the worker's process group was killed. The first call of a shape "
+            "includes the DSL's JIT compilation."
+        )
 
     def timing(self, session: Session, shape: Shape, result: ShapeResult, set_bytes: int) -> None:
         """The performance stage, after a passed `correctness` (`set_bytes`: what it returned): the
@@ -330,10 +377,19 @@ class Trial:
         flush_bytes = flush_bytes_for(session.worker_device.get("l2_bytes")) if self.cuda else CPU_FLUSH_BYTES
         t0 = time.perf_counter()
         with device.ClockSampler() as clocks:
-            reply = session.call(TimeRequest(shape=self.payload_shape(shape), warmup_seed=result.timing_seeds[0],
-                                             seeds=result.timing_seeds[1:], min_calls=MIN_TIMED_CALLS,
-                                             max_calls=MAX_TIMED_CALLS, flush_bytes=flush_bytes, fit_to_sets=True),
-                                 self.request.timeout_s, timeout_category=tx.OVER_TIME_BUDGET)
+            reply = session.call(
+                TimeRequest(
+                    shape=self.payload_shape(shape),
+                    warmup_seed=result.timing_seeds[0],
+                    seeds=result.timing_seeds[1:],
+                    min_calls=MIN_TIMED_CALLS,
+                    max_calls=MAX_TIMED_CALLS,
+                    flush_bytes=flush_bytes,
+                    fit_to_sets=True,
+                ),
+                self.request.timeout_s,
+                timeout_category=tx.OVER_TIME_BUDGET,
+            )
         request_wall = time.perf_counter() - t0
         result.seconds["timing"] = request_wall
         if isinstance(reply, Failure):
@@ -353,28 +409,48 @@ class Trial:
         if reuse.detected:  # a cache: its hits are not the kernel's time, so only first visits of a set count
             result.integrity.append(tx.INPUT_REUSE_SPEEDUP)
             per_call = [t for t, fresh in zip(per_call, first_visit) if fresh]
-            result.timing_note = (f"timed on the {len(per_call)} calls on fresh input sets: calls on reused sets ran "
-                                  f"{reuse.reused_ms:.4g} ms against {reuse.fresh_ms:.4g} ms")
+            result.timing_note = (
+                f"timed on the {len(per_call)} calls on fresh input sets: calls on reused sets ran "
+                f"{reuse.reused_ms:.4g} ms against {reuse.fresh_ms:.4g} ms"
+            )
         if calls > sets and not reuse.decided:  # the worker's loop plans by fit_calls_to_sets; this one did not
             result.integrity.append(tx.REUSE_UNCHECKED)
         if reply.get("replaced"):
             result.integrity.append(tx.PRIMITIVES_REPLACED)
             names = [str(name)[:100] for name in reply["replaced"]][:40] if isinstance(reply["replaced"], list) else []
             result.message = f"The candidate replaced harness primitives: {', '.join(names)}."
-        if (sum(times) / 1e3 > reply["wall_s"] * 1.05 + 1e-3 or reply["wall_s"] > request_wall
-                or not timing_witness.upper_bound_ok(times, request_wall)):
+        if (
+            sum(times) / 1e3 > reply["wall_s"] * 1.05 + 1e-3
+            or reply["wall_s"] > request_wall
+            or not timing_witness.upper_bound_ok(times, request_wall)
+        ):
             result.integrity.append(tx.WALL_CLOCK_INCONSISTENT)
         q1, med, q3 = statistics.quantiles(per_call, n=4, method="inclusive")
         sm, mem, below, throttle = clocks.summary()
         late = _late_calls(reply.get("host_us"), reply.get("spin_us"))
-        result.timing = TimingStats(median_ms=med, q1_ms=q1, q3_ms=q3, iqr_ms=q3 - q1, min_ms=min(per_call),
-                                    calls=calls, warmup_calls=reply["warmup"], input_sets=sets,
-                                    flush_bytes=flush_bytes, covers_side_streams=side.detected,
-                                    sync_gap_ms=statistics.median(reply["noop_gap_ms"]), wall_s=reply["wall_s"],
-                                    sm_clock_mhz=sm, mem_clock_mhz=mem, sm_below_max_fraction=below,
-                                    throttle_reasons=throttle, spin_us=reply.get("spin_us"), reuse_compared=reuse.decided,
-                                    host_bound=timing_checks.host_bound(late, calls),
-                                    host_late_calls=late, request_wall_s=request_wall)
+        result.timing = TimingStats(
+            median_ms=med,
+            q1_ms=q1,
+            q3_ms=q3,
+            iqr_ms=q3 - q1,
+            min_ms=min(per_call),
+            calls=calls,
+            warmup_calls=reply["warmup"],
+            input_sets=sets,
+            flush_bytes=flush_bytes,
+            covers_side_streams=side.detected,
+            sync_gap_ms=statistics.median(reply["noop_gap_ms"]),
+            wall_s=reply["wall_s"],
+            sm_clock_mhz=sm,
+            mem_clock_mhz=mem,
+            sm_below_max_fraction=below,
+            throttle_reasons=throttle,
+            spin_us=reply.get("spin_us"),
+            reuse_compared=reuse.decided,
+            host_bound=timing_checks.host_bound(late, calls),
+            host_late_calls=late,
+            request_wall_s=request_wall,
+        )
         order = call_order(sets, calls)
         digests = reply.get("digests") or []
         if len(digests) != calls:
@@ -412,8 +488,16 @@ class Trial:
         if result.stage is None:  # not when a hand-over or a check above failed the shape
             result.time_ms, result.iqr_ms = med, q3 - q1
 
-    def witness(self, session: Session, shape: Shape, result: ShapeResult, calls: int, median_ms: float,
-                host_ms: float, set_bytes: int = 0) -> None:
+    def witness(
+        self,
+        session: Session,
+        shape: Shape,
+        result: ShapeResult,
+        calls: int,
+        median_ms: float,
+        host_ms: float,
+        set_bytes: int = 0,
+    ) -> None:
         """The judge's witness of `median_ms` (timing_witness): WITNESS_BURSTS bursts of `calls`
         forwards on fresh input sets, each timed by this process's clock; the fastest, less what
         this process calibrates (a round trip, making the input sets, digesting the outputs),
@@ -450,12 +534,21 @@ class Trial:
         if verdict.forged:
             kind = "replayed in a CUDA graph" if verdict.graph else "back to back"
             result.integrity.append(tx.TIMING_FORGED)
-            result.message = (f"The reported median ({median_ms:.4g} ms) lies below what the judge's own clock "
-                              f"witnessed: {verdict.calls} calls {kind} left {verdict.per_call_ms:.4g} ms per call, "
-                              f"which allows no median under {verdict.floor_ms:.4g} ms.")
+            result.message = (
+                f"The reported median ({median_ms:.4g} ms) lies below what the judge's own clock "
+                f"witnessed: {verdict.calls} calls {kind} left {verdict.per_call_ms:.4g} ms per call, "
+                f"which allows no median under {verdict.floor_ms:.4g} ms."
+            )
 
-    def graph_witness(self, session: Session, shape: Shape, result: ShapeResult, median_ms: float, set_bytes: int,
-                      plain: timing_witness.Witness) -> timing_witness.Witness | None:
+    def graph_witness(
+        self,
+        session: Session,
+        shape: Shape,
+        result: ShapeResult,
+        median_ms: float,
+        set_bytes: int,
+        plain: timing_witness.Witness,
+    ) -> timing_witness.Witness | None:
         """The graph burst (graph_witness) after the plain one: the verdict that judges the median
         (its floor the larger of the two), or None once the shape has failed. A forward that
         cannot be captured keeps its time only where the plain burst bounds it (timing_witness.unwitnessed)."""
@@ -474,12 +567,20 @@ class Trial:
         if isinstance(outcome, str):
             timing.witness, timing.witness_note = timing_witness.UNCAPTURABLE, outcome
             if not plain.forged and timing_witness.unwitnessed(median_ms, plain.floor_ms):
-                _fail(result, Failure(tx.PERFORMANCE, tx.TIMING_UNWITNESSED, (
-                    f"The forward could not be captured in a CUDA graph ({outcome}), and the judge's plain burst "
-                    f"allows any median down to {plain.floor_ms:.4g} ms, so the reported {median_ms:.4g} ms is not "
-                    "witnessed. "
-                    "Remove host synchronisations (.item(), .cpu(), .tolist(), torch.cuda.synchronize, shapes read "
-                    "from device data) and allocations that depend on them from forward.")))
+                _fail(
+                    result,
+                    Failure(
+                        tx.PERFORMANCE,
+                        tx.TIMING_UNWITNESSED,
+                        (
+                            f"The forward could not be captured in a CUDA graph ({outcome}), and the judge's plain burst "
+                            f"allows any median down to {plain.floor_ms:.4g} ms, so the reported {median_ms:.4g} ms is not "
+                            "witnessed. "
+                            "Remove host synchronisations (.item(), .cpu(), .tolist(), torch.cuda.synchronize, shapes read "
+                            "from device data) and allocations that depend on them from forward."
+                        ),
+                    ),
+                )
                 result.timing_note = "not scored: the time has no witness"
                 return None
             return plain
@@ -487,16 +588,19 @@ class Trial:
         timing.graph_calls, timing.graph_witness_ms = outcome.calls, outcome.per_call_ms
         timing.graph_floor_ms = outcome.floor_ms
         if not timing_witness.graph_conclusive(outcome, plain):
-            timing.witness_note = (f"graph replay inconclusive: {outcome.subtracted_ms:.4g} ms a call of input refresh "
-                                   f"and fingerprints taken off, more than the plain burst's {plain.per_call_ms:.4g} ms")
+            timing.witness_note = (
+                f"graph replay inconclusive: {outcome.subtracted_ms:.4g} ms a call of input refresh "
+                f"and fingerprints taken off, more than the plain burst's {plain.per_call_ms:.4g} ms"
+            )
             return plain
         if outcome.floor_ms <= plain.floor_ms:
             return plain
         timing.witness_floor_ms = outcome.floor_ms
         return outcome
 
-    def check_burst_output(self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int],
-                           digests: Any) -> bool:
+    def check_burst_output(
+        self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int], digests: Any
+    ) -> bool:
         """One output of a witness burst, chosen after it ran, against the reference and the digest
         the worker reported for it: the burst's calls did the work (False: the shape failed)."""
         if not isinstance(digests, list) or len(digests) != len(seeds):
@@ -511,12 +615,24 @@ class Trial:
             reported = digest(candidate).tolist() == digests[chosen]
         del candidate
         if not reported:
-            self._timed_mismatch(result, f"Output of {what} is wrong: its digest is not the one the worker reported", [])
+            self._timed_mismatch(
+                result, f"Output of {what} is wrong: its digest is not the one the worker reported", []
+            )
             return False
         return True
 
-    def fetch_checked(self, session: Session, shape: Shape, result: ShapeResult, seed: int, index: int, burst: bool,
-                      what: str, inputs: dict[str, Any] | None = None, graph: bool = False) -> Any:
+    def fetch_checked(
+        self,
+        session: Session,
+        shape: Shape,
+        result: ShapeResult,
+        seed: int,
+        index: int,
+        burst: bool,
+        what: str,
+        inputs: dict[str, Any] | None = None,
+        graph: bool = False,
+    ) -> Any:
         """The reference output for `seed` (or for `inputs`, where the worker's set was changed
         after it was made), made here, against the output the worker kept for input set `index`
         (of a witness burst with `burst`, of the graph burst with `graph`): the candidate's output
@@ -526,8 +642,9 @@ class Trial:
             reference = self.reference_output(shape, self.inputs(shape, seed) if inputs is None else inputs)
         size = output_bytes(reference)
         arena = session.arena.reserve(arena_bytes(reference))
-        reply = session.call(FetchRequest(set=index, arena_bytes=arena, burst=burst, graph=graph),
-                             self.request.timeout_s)
+        reply = session.call(
+            FetchRequest(set=index, arena_bytes=arena, burst=burst, graph=graph), self.request.timeout_s
+        )
         if isinstance(reply, Failure):
             _fail(result, reply)
             return None
@@ -540,14 +657,17 @@ class Trial:
                     message = exc.message
             del reference
         if verdict is None or not verdict.ok:
-            self._timed_mismatch(result, f"Output of {what} is wrong: "
-                                         f"{verdict.message if verdict is not None else message}",
-                                 list(verdict.details) if verdict is not None else [])
+            self._timed_mismatch(
+                result,
+                f"Output of {what} is wrong: {verdict.message if verdict is not None else message}",
+                list(verdict.details) if verdict is not None else [],
+            )
             return None
         return candidate
 
-    def calibrate_witness(self, session: Session, shape: Shape, result: ShapeResult,
-                          seeds: list[int]) -> timing_witness.Calibration | None:
+    def calibrate_witness(
+        self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int]
+    ) -> timing_witness.Calibration | None:
         """What a burst over `seeds` costs besides its forwards, measured in this process."""
         round_trip = []
         for _ in range(3):
@@ -573,13 +693,22 @@ class Trial:
             digests_s = time.perf_counter() - t0
         return timing_witness.Calibration(round_trip_s=min(round_trip), inputs_s=inputs_s, digests_s=digests_s)
 
-    def check_timed_outputs(self, session: Session, shape: Shape, result: ShapeResult, kept: list[int],
-                            order: list[int], digests: list[list[int]]) -> None:
+    def check_timed_outputs(
+        self,
+        session: Session,
+        shape: Shape,
+        result: ShapeResult,
+        kept: list[int],
+        order: list[int],
+        digests: list[list[int]],
+    ) -> None:
         """Every timed call: its output's digest (computed in the worker right after the call)
         must not be a poisoned output's nor another input set's output's — a replayed or stale
         output is caught in any call. A few sets, chosen after the run, are compared with the
         reference in full, and their bytes must match the digests the worker reported."""
-        pool = sorted({i for i in kept if type(i) is int and 0 <= i < len(result.timing_seeds) - 1})  # the worker's list
+        pool = sorted(
+            {i for i in kept if type(i) is int and 0 <= i < len(result.timing_seeds) - 1}
+        )  # the worker's list
         chosen = [pool.pop(secrets.randbelow(len(pool))) for _ in range(min(CHECKED_TIMED_SETS, len(pool)))]
         last_call = {index: i for i, index in enumerate(order)}
         fetched: dict[int, list[int]] = {}
@@ -590,16 +719,27 @@ class Trial:
                 _fail(result, reply)
                 return
             for index in chosen:
-                candidate = self.fetch_checked(session, shape, result, result.timing_seeds[1 + index], index, False,
-                                               f"a timed call (input set {index})")
+                candidate = self.fetch_checked(
+                    session,
+                    shape,
+                    result,
+                    result.timing_seeds[1 + index],
+                    index,
+                    False,
+                    f"a timed call (input set {index})",
+                )
                 if candidate is None:
                     return
                 # GPU memory here: one set's candidate output at a time, and its poisoned copy only briefly
                 with _harness_memory("digesting a timed call's output"):
                     fetched[index] = digest(candidate).tolist()
                     if fetched[index] != digests[last_call[index]]:
-                        self._timed_mismatch(result, f"The digest the worker reported for input set {index} does not match "
-                                                     "the output it returned.", [])
+                        self._timed_mismatch(
+                            result,
+                            f"The digest the worker reported for input set {index} does not match "
+                            "the output it returned.",
+                            [],
+                        )
                         return
                     if poisoned is None:
                         stale = _copy_structure(candidate)
@@ -620,7 +760,9 @@ class Trial:
             other = seen.setdefault(key, index)
             if other != index and key not in shared:
                 if not self.same_reference(shape, result, index, other):
-                    self._timed_mismatch(result, f"Timed call {i} (input set {index}) returned the output of input set {other}.", [])
+                    self._timed_mismatch(
+                        result, f"Timed call {i} (input set {index}) returned the output of input set {other}.", []
+                    )
                     return
                 shared.add(key)
 
@@ -628,7 +770,9 @@ class Trial:
         """Whether two timed input sets legitimately give the same output (their reference
         outputs agree), as for an op that ignores the inputs that were varied."""
         with _harness_memory("comparing the reference outputs of two timed input sets"):
-            ref_a, ref_b = (self.reference_output(shape, self.inputs(shape, result.timing_seeds[1 + k])) for k in (a, b))
+            ref_a, ref_b = (
+                self.reference_output(shape, self.inputs(shape, result.timing_seeds[1 + k])) for k in (a, b)
+            )
             return compare_outputs(ref_a, ref_b, self.request.op).ok
 
     @staticmethod
@@ -644,8 +788,14 @@ class Trial:
             _fail(result, reply)
         elif reply.get("replaced"):
             result.integrity.append(tx.PRIMITIVES_REPLACED)
-            _fail(result, Failure(tx.PERFORMANCE, tx.TIMING_TAMPERED,
-                                  f"The candidate replaced harness primitives: {', '.join(reply['replaced'])}."))
+            _fail(
+                result,
+                Failure(
+                    tx.PERFORMANCE,
+                    tx.TIMING_TAMPERED,
+                    f"The candidate replaced harness primitives: {', '.join(reply['replaced'])}.",
+                ),
+            )
 
     def profile(self, session: Session, shape: Shape, result: ShapeResult) -> None:
         """One profiled forward: the kernels' device times and the DSL's share of them (the
@@ -654,12 +804,21 @@ class Trial:
         reply = session.call(ProfileRequest(shape=self.payload_shape(shape), seed=self.seed()), self.request.timeout_s)
         result.seconds["profile"] = time.perf_counter() - t0
         if isinstance(reply, Failure):
-            result.message = (result.message + "\n" if result.message else "") + f"DSL share not measured: {reply.category}: {reply.message}"
+            result.message = (
+                result.message + "\n" if result.message else ""
+            ) + f"DSL share not measured: {reply.category}: {reply.message}"
             return
         if reply.get("replaced") and tx.PRIMITIVES_REPLACED not in result.integrity:
             result.integrity.append(tx.PRIMITIVES_REPLACED)
-        kernels = [KernelTime(name=k["name"][:300], time_us=float(k["time_us"]), count=int(k["count"]),
-                              origin=self.adapter.origin(k["name"], self.own_kernels)) for k in reply["kernels"]]
+        kernels = [
+            KernelTime(
+                name=k["name"][:300],
+                time_us=float(k["time_us"]),
+                count=int(k["count"]),
+                origin=self.adapter.origin(k["name"], self.own_kernels),
+            )
+            for k in reply["kernels"]
+        ]
         result.kernels = sorted(kernels, key=lambda k: -k.time_us)
         result.dsl_share = dsl.dsl_share([(k.name, k.time_us, k.origin) for k in kernels])
         device_us = [k.time_us for k in kernels]
@@ -695,11 +854,17 @@ class Trial:
         """How this trial's worker starts in `scratch` (`launch`: this trial's options when None)."""
         launch = launch or self.launch
         protected = protected_roots(self.catalog.roots, launch.state_dir)
-        return LaunchSpec(scratch=scratch, device=self.device, protected=protected,
-                          env={**self.adapter.worker_env(self.cuda), **launch.extra_env},
-                          host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES,
-                          wrapper=list(launch.wrapper), tcp_ports=list(launch.tcp_ports), abstract_unix=launch.abstract_unix,
-                          extra_rules=dict(launch.extra_rules))
+        return LaunchSpec(
+            scratch=scratch,
+            device=self.device,
+            protected=protected,
+            env={**self.adapter.worker_env(self.cuda), **launch.extra_env},
+            host_memory_bytes=GPU_HOST_MEMORY_BYTES if self.cuda else CPU_HOST_MEMORY_BYTES,
+            wrapper=list(launch.wrapper),
+            tcp_ports=list(launch.tcp_ports),
+            abstract_unix=launch.abstract_unix,
+            extra_rules=dict(launch.extra_rules),
+        )
 
     def open_session(self, scratch: Path, launch: LaunchOptions | None = None, spare: Spare | None = None) -> Session:
         """Fill `scratch` with the candidate and the visible problem files and describe its
@@ -711,11 +876,20 @@ class Trial:
         (scratch / CANDIDATE_FILE).write_text(self.source)
         spec = self.launch_spec(scratch, launch)
         rlimits = {"CORE": 0, "FSIZE": spec.file_size_bytes, "DATA_EXTRA": spec.host_memory_bytes, "NOFILE": 4096}
-        return Session(spec, init=InitRequest(device=self.device, input_file="input.py", rlimits=rlimits),
-                       load=LoadRequest(candidate_file=CANDIDATE_FILE, init_sets=[s.init for s in self.shapes],
-                                        forward_params=self.forward_params),
-                       guard=self.guard, compile_timeout_s=self.request.compile_timeout_s, cancel=self.stop,
-                       spare=spare, defines_model=source_defines_model(self.source))
+        return Session(
+            spec,
+            init=InitRequest(device=self.device, input_file="input.py", rlimits=rlimits),
+            load=LoadRequest(
+                candidate_file=CANDIDATE_FILE,
+                init_sets=[s.init for s in self.shapes],
+                forward_params=self.forward_params,
+            ),
+            guard=self.guard,
+            compile_timeout_s=self.request.compile_timeout_s,
+            cancel=self.stop,
+            spare=spare,
+            defines_model=source_defines_model(self.source),
+        )
 
     def load(self, session: Session) -> Failure | None:
         """Start the session's first worker and import the candidate there; a Failure says why it
@@ -725,11 +899,18 @@ class Trial:
     def run(self) -> EvalResult:
         """Every step on every requested shape: what `evaluate()` returns (see there)."""
         t_start = time.perf_counter()
-        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        result = EvalResult(op=self.request.op, candidate=self.request.baseline or "candidate",
-                            candidate_sha256=hashlib.sha256(self.source.encode()).hexdigest(), dsl=self.request.dsl,
-                            hardware=self.request.hardware, compiled=False, device=self.device_info.model_copy(),
-                            isolation={}, started_at=started)
+        started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        result = EvalResult(
+            op=self.request.op,
+            candidate=self.request.baseline or "candidate",
+            candidate_sha256=hashlib.sha256(self.source.encode()).hexdigest(),
+            dsl=self.request.dsl,
+            hardware=self.request.hardware,
+            compiled=False,
+            device=self.device_info.model_copy(),
+            isolation={},
+            started_at=started,
+        )
         spare = self.standby.take(self.launch_spec(Path("."))) if self.standby is not None else None
         with spare.directory if spare is not None else tempfile.TemporaryDirectory(prefix="atrex-eval-") as tmp:
             session = self.open_session(Path(tmp), spare=spare)
@@ -759,10 +940,22 @@ class Trial:
         if self.standby is not None:  # the next evaluation's worker starts while this one runs
             self.standby.refill(session.spec)
         if failure is not None:
-            result.compile_error = ErrorInfo(stage="compile", category=failure.category, message=failure.message,
-                                             hint="Fix the candidate file so it imports and defines Model as the reference does.")
-            result.shapes = [ShapeResult(id=s.id, correct=False, stage=failure.stage, category=failure.category,
-                                         message="not evaluated: the candidate did not load") for s in self.shapes]
+            result.compile_error = ErrorInfo(
+                stage="compile",
+                category=failure.category,
+                message=failure.message,
+                hint="Fix the candidate file so it imports and defines Model as the reference does.",
+            )
+            result.shapes = [
+                ShapeResult(
+                    id=s.id,
+                    correct=False,
+                    stage=failure.stage,
+                    category=failure.category,
+                    message="not evaluated: the candidate did not load",
+                )
+                for s in self.shapes
+            ]
             return
         for i, shape in enumerate(self.shapes):
             self.in_progress = None
@@ -777,13 +970,18 @@ class Trial:
         result.device.versions = session.versions
         result.overhead = session.overhead
         result.overhead.total_s = total_s
-        result.compiled = (result.compile_error is None and not session.forged
-                           and any(s.judged and s.stage != tx.COMPILE for s in result.shapes))
+        result.compiled = (
+            result.compile_error is None
+            and not session.forged
+            and any(s.judged and s.stage != tx.COMPILE for s in result.shapes)
+        )
         result.operator_score, result.operator_score_note = scoring.shapes_operator_score(result.shapes)
         result.seeds = self.seeds
-        result.integrity = sorted({i for s in result.shapes for i in s.integrity}
-                                  | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set())
-                                  | ({tx.REPLY_FORGED} if session.forged else set()))
+        result.integrity = sorted(
+            {i for s in result.shapes for i in s.integrity}
+            | ({tx.HIDDEN_DATA_LEAK} if session.leaked else set())
+            | ({tx.REPLY_FORGED} if session.forged else set())
+        )
 
     def begin(self, index: int | None, stage: str) -> None:
         """Note what is running, so a stop can say where it caught the evaluation."""
@@ -794,19 +992,33 @@ class Trial:
         progress says in which stage and how far in it was stopped."""
         deadline = self.stop.reason == "deadline"
         category = tx.NOT_RUN_DEADLINE if deadline else tx.NOT_RUN_CANCELLED
-        why = f"the evaluation's deadline ({self.stop.deadline_s:g} s) passed" if deadline else "the caller cancelled the evaluation"
+        why = (
+            f"the evaluation's deadline ({self.stop.deadline_s:g} s) passed"
+            if deadline
+            else "the caller cancelled the evaluation"
+        )
         caught, index = "", None
         if self.in_progress is not None:
             index, stage, t0 = self.in_progress
-            caught = f"Not judged: {why} during {stage}, {time.perf_counter() - t0:.1f} s into it; the worker was killed"
+            caught = (
+                f"Not judged: {why} during {stage}, {time.perf_counter() - t0:.1f} s into it; the worker was killed"
+            )
         results = []
         for i, shape in enumerate(self.shapes[done:], start=done):
             if caught and index in (None, i):
                 message = caught + (" (no shape had started)." if index is None else ".")
             else:
                 message = f"Not judged: {why} before this shape started."
-            results.append(ShapeResult(id=shape.id, correct=False, stage=tx.NOT_RUN, category=category, message=message,
-                                       score_note="not run"))
+            results.append(
+                ShapeResult(
+                    id=shape.id,
+                    correct=False,
+                    stage=tx.NOT_RUN,
+                    category=category,
+                    message=message,
+                    score_note="not run",
+                )
+            )
         return results
 
     def evaluate_shape(self, session: Session, shape: Shape, index: int) -> ShapeResult:
@@ -836,9 +1048,15 @@ class Trial:
         return result
 
 
-def evaluate(request: EvalRequest, catalog: Catalog, *, progress: Progress | None = None,
-             cancel: threading.Event | None = None, standby: Standby | None = None,
-             launch: LaunchOptions | None = None) -> EvalResult:
+def evaluate(
+    request: EvalRequest,
+    catalog: Catalog,
+    *,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    standby: Standby | None = None,
+    launch: LaunchOptions | None = None,
+) -> EvalResult:
     """Evaluate a candidate (or a baseline) on an operator's shapes; see the module docstring.
 
     When `request.deadline_s` passes, the shape in progress is stopped (its worker killed) and a

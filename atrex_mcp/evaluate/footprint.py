@@ -78,17 +78,19 @@ def check_fit(op: str, sized: dict[str, int | None], where: Room) -> None:
     """Refuse, in one error naming the estimate, the first shape whose inputs cannot fit."""
     for shape_id, size in sized.items():
         if size is not None and COPIES * size > where.bytes:
-            raise AtrexError("input", "shape_too_large",
-                             f"Shape {shape_id!r} of {op} needs about {gib(COPIES * size)} ({COPIES} copies of "
-                             f"{gib(size)} of inputs); {gib(where.bytes)} is available ({where.name}).",
-                             "Choose smaller shapes (--shapes), or run where there is more memory.")
+            raise AtrexError(
+                "input",
+                "shape_too_large",
+                f"Shape {shape_id!r} of {op} needs about {gib(COPIES * size)} ({COPIES} copies of "
+                f"{gib(size)} of inputs); {gib(where.bytes)} is available ({where.name}).",
+                "Choose smaller shapes (--shapes), or run where there is more memory.",
+            )
 
 
 def estimate_s(sized: dict[str, int | None], seeds: int, kind: str, timing: bool) -> float:
     """A rough wall time for the evaluation (unknown sizes count as the mean of the known ones)."""
     known = [s for s in sized.values() if s is not None]
     mean = sum(known) / len(known) if known else 0
-    per_shape = [seeds * (PER_SEED_S[kind] + (mean if s is None else s) / BYTES_PER_S[kind])
-                 for s in sized.values()]
+    per_shape = [seeds * (PER_SEED_S[kind] + (mean if s is None else s) / BYTES_PER_S[kind]) for s in sized.values()]
     extra = TIMING_S * len(sized) if timing and kind == "cuda" else 0.0
     return START_S[kind] + sum(per_shape) + extra

@@ -99,8 +99,9 @@ def round_trip_s(session: Session, timeout_s: float) -> float | Failure:
     return min(walls)
 
 
-def run(trial: Any, session: Session, shape: Any, result: Any, median_ms: float,
-        set_bytes: int) -> timing_witness.Witness | str | Failure | None:
+def run(
+    trial: Any, session: Session, shape: Any, result: Any, median_ms: float, set_bytes: int
+) -> timing_witness.Witness | str | Failure | None:
     """The graph burst's verdict on `median_ms`: a Witness; the reason the forward could not be
     captured (str); the worker's Failure; or None once a check here has failed the shape (the
     result says how). `trial` is the evaluation (its request, payloads, fetch_checked)."""
@@ -130,13 +131,15 @@ def run(trial: Any, session: Session, shape: Any, result: Any, median_ms: float,
     if isinstance(trip, Failure):
         return trip
     refresh, spread = refresh_s(trial.inputs(shape, seeds[0]), calls)
-    calibration = timing_witness.GraphCalibration(round_trip_s=trip, fingerprints_s=fingerprints_s(checked, calls),
-                                                  refresh_s=refresh, refresh_spread_s=spread)
+    calibration = timing_witness.GraphCalibration(
+        round_trip_s=trip, fingerprints_s=fingerprints_s(checked, calls), refresh_s=refresh, refresh_spread_s=spread
+    )
     return timing_witness.judge_graph(median_ms, min(walls), calls, calibration)
 
 
-def check_replay(trial: Any, session: Session, shape: Any, result: Any, seeds: list[int], refresh_seed: int,
-                 digests: Any) -> Any:
+def check_replay(
+    trial: Any, session: Session, shape: Any, result: Any, seeds: list[int], refresh_seed: int, digests: Any
+) -> Any:
     """One output of the replay just timed, chosen now, against the reference on that set's
     inputs as the replay's refresh left them, and against the fingerprint the replay's reply
     committed to: the candidate's output, or None (shape failed)."""
@@ -146,12 +149,14 @@ def check_replay(trial: Any, session: Session, shape: Any, result: Any, seeds: l
     chosen = secrets.randbelow(len(seeds))
     what = f"a graph-burst call (set {chosen})"
     inputs = refreshed_set(trial.inputs(shape, seeds[chosen]), chosen, len(seeds), refresh_seed)
-    candidate = trial.fetch_checked(session, shape, result, seeds[chosen], chosen, False, what, graph=True,
-                                    inputs=inputs)
+    candidate = trial.fetch_checked(
+        session, shape, result, seeds[chosen], chosen, False, what, graph=True, inputs=inputs
+    )
     if candidate is None:
         return None
     if fingerprint(candidate).tolist() != digests[chosen]:
-        trial._timed_mismatch(result, f"Output of {what} is wrong: its fingerprint is not the one the replay "
-                                      "reported.", [])
+        trial._timed_mismatch(
+            result, f"Output of {what} is wrong: its fingerprint is not the one the replay reported.", []
+        )
         return None
     return candidate

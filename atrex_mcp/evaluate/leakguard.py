@@ -88,7 +88,7 @@ def _same_figure(number: float, digits: int, integer: bool, figure: float) -> bo
         return False
     any_power = integer or digits >= _MIN_ANY_POWER_SIGNIFICANT
     for exponent in range(-15, 16) if any_power else _UNIT_EXPONENTS:
-        scaled = figure * 10.0 ** exponent
+        scaled = figure * 10.0**exponent
         if not 0.5 < number / scaled < 2.0:
             continue
         rounded = float(f"{scaled:.{digits - 1}e}")
@@ -137,8 +137,11 @@ class LeakGuard:
         to 3+ significant digits, any power-of-1000 unit, reversed, or inside a name?"""
         if any(secret in text for secret in self.strings):
             return True
-        return any(_same_figure(n, d, i, f) for n, d, i in _candidates(text)
-                   for f in self._by_prefix.get(_mantissa(n)[:_MIN_SIGNIFICANT], ()))
+        return any(
+            _same_figure(n, d, i, f)
+            for n, d, i in _candidates(text)
+            for f in self._by_prefix.get(_mantissa(n)[:_MIN_SIGNIFICANT], ())
+        )
 
     def scrub(self, text: str) -> tuple[str, bool]:
         """(the text with every decimal figure masked, whether it quoted hidden data). The text

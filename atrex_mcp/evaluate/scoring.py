@@ -37,7 +37,7 @@ class Roofline:
         self._hidden = hidden
 
     @classmethod
-    def load(cls, catalog: Catalog, op: str, profile: str) -> "Roofline":
+    def load(cls, catalog: Catalog, op: str, profile: str) -> Roofline:
         try:
             return cls(catalog.hidden(op), profile)
         except (AtrexError, ImportError, OSError, KeyError, ValueError) as exc:
@@ -67,8 +67,10 @@ def profile_mismatch(profile: str, device_name: str) -> str:
     family = profile_family(profile)
     if re.search(rf"(?<![a-z0-9]){re.escape(family)}(?![a-z0-9])", device_name.lower()):
         return ""
-    return (f"profile {profile!r} describes another accelerator than the one measured ({device_name!r}); "
-            "a time is only scored against the T_SOL of the device that produced it")
+    return (
+        f"profile {profile!r} describes another accelerator than the one measured ({device_name!r}); "
+        "a time is only scored against the T_SOL of the device that produced it"
+    )
 
 
 def shape_score(t_sol_ms: float | None, time_ms: float | None) -> float | None:
@@ -115,7 +117,9 @@ def judged_operator_score(judged: Iterable[tuple[bool, float | None]], not_run: 
     if not judged:
         return None, f"partial: no shape was judged ({not_run} not run)"
     score, note = operator_score(judged)
-    return score, "; ".join(filter(None, [f"partial: over the {len(judged)} judged shapes only, {not_run} not run", note]))
+    return score, "; ".join(
+        filter(None, [f"partial: over the {len(judged)} judged shapes only, {not_run} not run", note])
+    )
 
 
 def shapes_operator_score(shapes: Iterable[Any]) -> tuple[float | None, str]:
@@ -124,7 +128,9 @@ def shapes_operator_score(shapes: Iterable[Any]) -> tuple[float | None, str]:
     return judged_operator_score(((s.correct, s.score) for s in shapes if s.judged), sum(not s.judged for s in shapes))
 
 
-def aggregate(operator_scores: Mapping[str, float | None], weights: Mapping[str, float]) -> tuple[float | None, list[str]]:
+def aggregate(
+    operator_scores: Mapping[str, float | None], weights: Mapping[str, float]
+) -> tuple[float | None, list[str]]:
     """S_agg over `weights` (normalised here); (score, operators counted as 0 for lack of a result).
     None when some operator has a result without a score."""
     total = sum(weights.values())

@@ -84,9 +84,17 @@ class Session:
     """The workers of one evaluation, started one after another as faults require, and the output
     arena (evaluate.transfer) they all inherit; `stop` ends both."""
 
-    def __init__(self, spec: LaunchSpec, init: InitRequest, load: LoadRequest, guard: LeakGuard,
-                 compile_timeout_s: float, cancel: threading.Event | None, spare: Spare | None = None,
-                 defines_model: bool = True):
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        init: InitRequest,
+        load: LoadRequest,
+        guard: LeakGuard,
+        compile_timeout_s: float,
+        cancel: threading.Event | None,
+        spare: Spare | None = None,
+        defines_model: bool = True,
+    ):
         """`spare`: a worker spawned ahead in `spec.scratch` (evaluate.standby), with its arena;
         the first start uses it instead of spawning one. `defines_model`: what the judge found in
         the candidate's source itself (`source_defines_model`); a load the worker reports as ok
@@ -172,8 +180,12 @@ class Session:
         if not isinstance(outcome, Failure):
             if self.defines_model:
                 return None
-            outcome = Failure(tx.COMPILE, tx.NO_MODEL, "The worker reported the candidate loaded, but its source "
-                              "defines no `Model` (a class, assignment or import of that name).")
+            outcome = Failure(
+                tx.COMPILE,
+                tx.NO_MODEL,
+                "The worker reported the candidate loaded, but its source "
+                "defines no `Model` (a class, assignment or import of that name).",
+            )
             assert self.worker is not None  # the call above ran in it
             self.worker.kill()  # whatever loaded there is not the file the judge was given
             return outcome
@@ -189,15 +201,24 @@ class Session:
         ll = report.get("landlock") or {}
         plan = self.worker.plan if self.worker else {}
         self.isolation = Isolation(
-            uid=report.get("uid"), pid_namespace=bool(plan.get("pid_namespace")),
-            mount_namespace=bool(plan.get("mount_namespace")), landlock_abi=ll.get("abi", 0),
-            landlock_enforced=bool(ll.get("enforced")), landlock_handles=list(ll.get("handles", [])),
-            capabilities_dropped=bool(report.get("capabilities_dropped")), rlimits=dict(report.get("rlimits", {})),
+            uid=report.get("uid"),
+            pid_namespace=bool(plan.get("pid_namespace")),
+            mount_namespace=bool(plan.get("mount_namespace")),
+            landlock_abi=ll.get("abi", 0),
+            landlock_enforced=bool(ll.get("enforced")),
+            landlock_handles=list(ll.get("handles", [])),
+            capabilities_dropped=bool(report.get("capabilities_dropped")),
+            rlimits=dict(report.get("rlimits", {})),
             seccomp_enforced=bool((report.get("seccomp") or {}).get("enforced")),
-            network_namespace=bool(plan.get("net_namespace")), task_limit=report.get("task_limit"),
-            scratch_bytes=(self.worker.spec.scratch_bytes
-                           if self.worker and plan.get("scratch_quota") and not self.worker.spec.wrapper else None),
-            warnings=[*plan.get("notes", []), *report.get("warnings", [])])
+            network_namespace=bool(plan.get("net_namespace")),
+            task_limit=report.get("task_limit"),
+            scratch_bytes=(
+                self.worker.spec.scratch_bytes
+                if self.worker and plan.get("scratch_quota") and not self.worker.spec.wrapper
+                else None
+            ),
+            warnings=[*plan.get("notes", []), *report.get("warnings", [])],
+        )
         self.versions = reply.get("versions", {})
         self.worker_device = reply.get("device", {})
 

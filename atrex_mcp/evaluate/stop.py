@@ -42,7 +42,10 @@ class EvaluationCancelled(AtrexError):
 
     def __init__(self, result: EvalResult):
         judged = sum(s.judged for s in result.shapes)
-        super().__init__("runtime", "cancelled",
-                         f"The evaluation was cancelled after {judged} of {len(result.shapes)} shapes were judged; "
-                         "its worker was killed.")
+        super().__init__(
+            "runtime",
+            "cancelled",
+            f"The evaluation was cancelled after {judged} of {len(result.shapes)} shapes were judged; "
+            "its worker was killed.",
+        )
         self.result = result

@@ -54,7 +54,7 @@ class OperatorRow(BaseModel):
     op: str = Field(description="Operator.")
     compiled: bool | None = Field(
         description="The candidate compiled; null when no shape was judged (nothing ran, e.g. a selection left the "
-                    "operator out)."
+        "operator out)."
     )
     shapes: int = Field(description="Shapes judged (every requested shape, unless the result is partial).")
     not_run: int = Field(
@@ -63,7 +63,7 @@ class OperatorRow(BaseModel):
     partial: str | None = Field(
         default=None,
         description="Why the result is partial ('deadline' / 'cancelled' / 'selection'): S_i covers the judged "
-                    "shapes only. null: complete.",
+        "shapes only. null: complete.",
     )
     correct: int = Field(description="Shapes correct.")
     correctness: float | None = Field(description="Share of judged shapes correct; null when none was judged.")
@@ -71,7 +71,7 @@ class OperatorRow(BaseModel):
     score_floor: float | None = Field(
         default=None,
         description="S_floor_i: median S_floor_j = max(T_SOL, T_floor)/T_cand over correct shapes; null without a "
-                    "floor.",
+        "floor.",
     )
     dsl_share: float | None = Field(description="Median DSL share over correct, profiled shapes.")
     dsl_dominant: bool = Field(description="dsl_share ≥ 0.5.")
@@ -79,7 +79,7 @@ class OperatorRow(BaseModel):
     vs_eager: float | None = Field(description="Median over shapes of T_eager / T_cand.")
     faster_than_sol: int = Field(
         description="Shapes with S > 1, not clipped: against a datasheet profile an evaluation error; against a "
-                    "measured profile, a ceiling the kernel beat (the profile understates the hardware)."
+        "measured profile, a ceiling the kernel beat (the profile understates the hardware)."
     )
 
 
@@ -143,8 +143,14 @@ def _ratios(result: EvalResult, baseline: EvalResult | None) -> float | None:
     return _median([times[s.id] / s.time_ms for s in result.shapes if s.correct and s.time_ms and s.id in times])
 
 
-def operator_row(result: EvalResult, catalog: Catalog | None, profile: str,
-                 eager: EvalResult | None, compiled: EvalResult | None, floor_ms: float | None = None) -> OperatorRow:
+def operator_row(
+    result: EvalResult,
+    catalog: Catalog | None,
+    profile: str,
+    eager: EvalResult | None,
+    compiled: EvalResult | None,
+    floor_ms: float | None = None,
+) -> OperatorRow:
     reason = "no catalog" if catalog is None else scoring.profile_mismatch(profile, result.device.name)
     if reason or catalog is None:
         roofline = scoring.Roofline(None, profile, reason)
@@ -184,8 +190,14 @@ def operator_row(result: EvalResult, catalog: Catalog | None, profile: str,
     )
 
 
-def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profile: str,
-            baselines: dict[tuple[str, str], EvalResult], floor_ms: float | None = None) -> RunRow:
+def run_row(
+    name: str,
+    results: list[EvalResult],
+    catalog: Catalog | None,
+    profile: str,
+    baselines: dict[tuple[str, str], EvalResult],
+    floor_ms: float | None = None,
+) -> RunRow:
     rows = [
         operator_row(
             r, catalog, profile, baselines.get((r.op, "eager")), baselines.get((r.op, "torch-compile")), floor_ms
@@ -219,8 +231,13 @@ def run_row(name: str, results: list[EvalResult], catalog: Catalog | None, profi
     )
 
 
-def main_table(run_dirs: list[Path], catalog: Catalog | None, profile: str, baseline_dirs: Sequence[Path] = (),
-               floor_ms: float | None = None) -> MainTable:
+def main_table(
+    run_dirs: list[Path],
+    catalog: Catalog | None,
+    profile: str,
+    baseline_dirs: Sequence[Path] = (),
+    floor_ms: float | None = None,
+) -> MainTable:
     """Rows for each run's candidates, plus a row per baseline found among the results; with
     `floor_ms`, the S_floor columns beside S."""
     baselines: dict[tuple[str, str], EvalResult] = {}
@@ -273,13 +290,21 @@ def render_markdown(table: MainTable) -> str:
         )
     for r in table.rows:
         if r.partial_operators:
-            lines += ["", f"† {r.run}: S_agg includes partial results ({', '.join(r.partial_operators)}): "
-                          "their S_i covers only the shapes judged."]
+            lines += [
+                "",
+                f"† {r.run}: S_agg includes partial results ({', '.join(r.partial_operators)}): "
+                "their S_i covers only the shapes judged.",
+            ]
     for r in table.rows:
-        lines += ["", f"### {r.run}", "",
-                  "| operator | compiled | correct | S_i |" + (" S_floor_i |" if floor else "")
-                  + " DSL share | vs torch.compile | vs eager | S>1 |",
-                  "|---|---|---|---|" + ("---|" if floor else "") + "---|---|---|---|"]
+        lines += [
+            "",
+            f"### {r.run}",
+            "",
+            "| operator | compiled | correct | S_i |"
+            + (" S_floor_i |" if floor else "")
+            + " DSL share | vs torch.compile | vs eager | S>1 |",
+            "|---|---|---|---|" + ("---|" if floor else "") + "---|---|---|---|",
+        ]
         for o in r.per_operator:
             lines.append(
                 f"| {o.op} | {'—' if o.compiled is None else 'yes' if o.compiled else 'no'} | {o.correct}/{o.shapes}"
@@ -287,7 +312,7 @@ def render_markdown(table: MainTable) -> str:
                 + f" | {_fmt(o.score, 4)}{_partial(bool(o.partial))} |"
                 + (f" {_fmt(o.score_floor, 4)}{_partial(bool(o.partial))} |" if floor else "")
                 + f" {_fmt(o.dsl_share, 2)} | {_fmt(o.vs_torch_compile, 2)} | {_fmt(o.vs_eager, 2)} | "
-                  f"{o.faster_than_sol} |"
+                f"{o.faster_than_sol} |"
             )
         if r.failures:
             lines += ["", "| failure (stage/category) | shapes |", "|---|---|"]

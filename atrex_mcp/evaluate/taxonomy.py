@@ -43,7 +43,9 @@ WRONG_KEYS: Final = "wrong_keys"  # dict keys or tuple length
 # correctness: well-formed but numerically wrong.
 NUMERIC_MISMATCH: Final = "numeric_mismatch"
 TIMED_OUTPUT_MISMATCH: Final = "timed_output_mismatch"  # right in the checked calls, wrong in the timed ones
-HARNESS_OOM: Final = "harness_oom"  # the trusted side ran out of GPU memory judging the outputs: no verdict on the candidate
+HARNESS_OOM: Final = (
+    "harness_oom"  # the trusted side ran out of GPU memory judging the outputs: no verdict on the candidate
+)
 
 # performance: correct but not timed to a trusted figure.
 OVER_TIME_BUDGET: Final = "over_time_budget"
@@ -51,8 +53,16 @@ TIMING_TAMPERED: Final = "timing_tampered"  # timing or comparison primitives we
 TIMING_UNWITNESSED: Final = "timing_unwitnessed"  # no CUDA graph of the forward; the plain burst does not bound it
 
 CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
-    COMPILE: (SYNTAX_ERROR, IMPORT_ERROR, NO_MODEL, NOT_NN_MODULE, SIGNATURE_MISMATCH, COMPILE_TIMEOUT, COMPILE_OOM,
-              KERNEL_COMPILE_ERROR),
+    COMPILE: (
+        SYNTAX_ERROR,
+        IMPORT_ERROR,
+        NO_MODEL,
+        NOT_NN_MODULE,
+        SIGNATURE_MISMATCH,
+        COMPILE_TIMEOUT,
+        COMPILE_OOM,
+        KERNEL_COMPILE_ERROR,
+    ),
     RUNTIME: (EXCEPTION, TIMEOUT, CUDA_FAULT, CRASH, OOM, WRONG_OUTPUT_TYPE, WRONG_SHAPE, WRONG_DTYPE, WRONG_KEYS),
     CORRECTNESS: (NUMERIC_MISMATCH, TIMED_OUTPUT_MISMATCH, HARNESS_OOM),
     PERFORMANCE: (OVER_TIME_BUDGET, TIMING_TAMPERED, TIMING_UNWITNESSED),
@@ -77,15 +87,29 @@ WALL_CLOCK_INCONSISTENT: Final = "wall_clock_inconsistent"  # reported call time
 INPUT_MISMATCH: Final = "input_mismatch"  # the worker's generated inputs differ from the trusted side's
 INPUT_REUSE_SPEEDUP: Final = "input_reuse_speedup"  # calls on an input set seen before ran much faster (a cache?)
 REUSE_UNCHECKED: Final = "reuse_unchecked"  # input sets were timed again with too few calls for the reuse check
-HIDDEN_DATA_LEAK: Final = "hidden_data_leak"  # evaluator-only data appeared in text from the worker (trusted record only)
+HIDDEN_DATA_LEAK: Final = (
+    "hidden_data_leak"  # evaluator-only data appeared in text from the worker (trusted record only)
+)
 TIMING_FORGED: Final = "timing_forged"  # the reported time lies below the judge's own clock's witness (timing_witness)
 REPLY_FORGED: Final = "reply_forged"  # a frame on the reply channel answered no request, or answered one twice
 PROFILE_DISAGREES: Final = "profile_disagrees"  # the profiled forward's kernels took far longer than the reported time
-INTEGRITY_INCIDENTS: Final = (FASTER_THAN_SOL, SIDE_STREAM_WORK, PRIMITIVES_REPLACED, WALL_CLOCK_INCONSISTENT,
-                              TIMED_OUTPUT_MISMATCH, INPUT_MISMATCH, INPUT_REUSE_SPEEDUP, REUSE_UNCHECKED,
-                              HIDDEN_DATA_LEAK, TIMING_FORGED, REPLY_FORGED, PROFILE_DISAGREES)
-INTEGRITY_FAILS: Final = frozenset({PRIMITIVES_REPLACED, WALL_CLOCK_INCONSISTENT, TIMED_OUTPUT_MISMATCH,
-                                    REUSE_UNCHECKED, TIMING_FORGED, REPLY_FORGED})
+INTEGRITY_INCIDENTS: Final = (
+    FASTER_THAN_SOL,
+    SIDE_STREAM_WORK,
+    PRIMITIVES_REPLACED,
+    WALL_CLOCK_INCONSISTENT,
+    TIMED_OUTPUT_MISMATCH,
+    INPUT_MISMATCH,
+    INPUT_REUSE_SPEEDUP,
+    REUSE_UNCHECKED,
+    HIDDEN_DATA_LEAK,
+    TIMING_FORGED,
+    REPLY_FORGED,
+    PROFILE_DISAGREES,
+)
+INTEGRITY_FAILS: Final = frozenset(
+    {PRIMITIVES_REPLACED, WALL_CLOCK_INCONSISTENT, TIMED_OUTPUT_MISMATCH, REUSE_UNCHECKED, TIMING_FORGED, REPLY_FORGED}
+)
 
 
 def stage_of(category: str) -> str:

@@ -49,8 +49,11 @@ def side_stream(times_ms: list[float], synced_ms: list[float], noop_gap_ms: list
     calibration) and a majority of calls exceed it; then that work is counted in every call."""
     gap0 = statistics.median(noop_gap_ms)
     excess = [(s - t) - gap0 for t, s in zip(times_ms, synced_ms)]
-    threshold = max(SIDE_STREAM_MIN_US / 1e3, SIDE_STREAM_MIN_FRACTION_OF_CALL * statistics.median(times_ms),
-                    SIDE_STREAM_NOISE_IQRS * _iqr(noop_gap_ms))
+    threshold = max(
+        SIDE_STREAM_MIN_US / 1e3,
+        SIDE_STREAM_MIN_FRACTION_OF_CALL * statistics.median(times_ms),
+        SIDE_STREAM_NOISE_IQRS * _iqr(noop_gap_ms),
+    )
     median_excess = statistics.median(excess)
     majority = sum(e > threshold for e in excess) >= SIDE_STREAM_MAJORITY * len(excess)
     detected = median_excess > threshold and majority

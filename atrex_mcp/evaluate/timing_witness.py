@@ -170,8 +170,15 @@ def judge_graph(median_ms: float, wall_s: float, calls: int, calibration: GraphC
     witness = max(0.0, rest) / max(1, calls) * 1e3
     floor = max(0.0, witness - graph_slack_ms(calls, calibration)) / TOLERANCE
     subtracted = (calibration.refresh_s + calibration.fingerprints_s) / max(1, calls) * 1e3
-    return Witness(calls=calls, wall_s=wall_s, per_call_ms=witness, floor_ms=floor, forged=median_ms < floor,
-                   graph=True, subtracted_ms=subtracted)
+    return Witness(
+        calls=calls,
+        wall_s=wall_s,
+        per_call_ms=witness,
+        floor_ms=floor,
+        forged=median_ms < floor,
+        graph=True,
+        subtracted_ms=subtracted,
+    )
 
 
 def graph_conclusive(graph: Witness, plain: Witness) -> bool:
@@ -190,4 +197,3 @@ def unwitnessed(median_ms: float, plain_floor_ms: float) -> bool:
     bounds it tightly (a device-bound kernel: its floor reaches TIGHT_SHARE of the median). A
     host-bound one, whose plain floor is ~0, would otherwise report any time it likes."""
     return plain_floor_ms < TIGHT_SHARE * median_ms
-

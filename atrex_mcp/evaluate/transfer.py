@@ -23,9 +23,26 @@ from atrex_mcp.evaluate import taxonomy as tx
 from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaMapping, layout, tensor_sizes
 
 MAX_DIMS = 16
-_DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
-                "float8_e5m2fnuz", "float8_e8m0fnu", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16",
-                "uint8", "bool")
+_DTYPE_NAMES = (
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint64",
+    "uint32",
+    "uint16",
+    "uint8",
+    "bool",
+)
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in _DTYPE_NAMES if hasattr(torch, name)}
 
 
@@ -59,8 +76,11 @@ def _entries(manifest: Any) -> tuple[str, list[tuple[str | None, torch.dtype, tu
             raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "Output dict keys must be strings (and only dicts have keys).")
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise OutputRejected(tx.WRONG_OUTPUT_TYPE, f"Output dtype {str(dtype)[:40]!r} is not a plain tensor dtype.")
-        if (not isinstance(shape, list) or len(shape) > MAX_DIMS
-                or not all(type(n) is int and 0 <= n < 1 << 40 for n in shape)):
+        if (
+            not isinstance(shape, list)
+            or len(shape) > MAX_DIMS
+            or not all(type(n) is int and 0 <= n < 1 << 40 for n in shape)
+        ):
             raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "Output shape in the manifest is malformed.")
         entries.append((key, DTYPES[dtype], tuple(shape)))
     if structure == "dict" and len({k for k, _, _ in entries}) != len(entries):
@@ -124,8 +144,10 @@ class OutputArena:
             tensors = [torch.empty(shape, dtype=dtype, device="meta") for _, dtype, shape in entries]
         else:
             raw = self._snapshot(span, device)
-            tensors = [raw[offset:offset + size].view(dtype).reshape(shape)
-                       for (_, dtype, shape), size, offset in zip(entries, sizes, offsets)]
+            tensors = [
+                raw[offset : offset + size].view(dtype).reshape(shape)
+                for (_, dtype, shape), size, offset in zip(entries, sizes, offsets)
+            ]
         if structure == "dict":
             value: Any = {key: t for (key, _, _), t in zip(entries, tensors)}
         else:

@@ -82,8 +82,9 @@ class CandidateWorker:
     def forwards(self, shape_id: str, calls: int, nvtx: str | None = NVTX_FORWARD) -> dict:
         """`calls` forwards on one fresh input set, each inside an NVTX range named `nvtx`
         (none when None); unchecked — run `check` first. Returns the worker's reply."""
-        request = ForwardsRequest(shape=self.trial.payload_shape(self._shape(shape_id)), seed=self.trial.seed(),
-                                  calls=calls, nvtx=nvtx)
+        request = ForwardsRequest(
+            shape=self.trial.payload_shape(self._shape(shape_id)), seed=self.trial.seed(), calls=calls, nvtx=nvtx
+        )
         reply = self.session.call(request, self.trial.request.timeout_s)
         if isinstance(reply, Failure):
             raise CandidateFailed(f"forwards on shape {shape_id}", reply)
@@ -91,13 +92,32 @@ class CandidateWorker:
 
 
 @contextmanager
-def open_session(catalog: Catalog, op: str, source: str, *, shapes: list[str], hardware: str = "h200",
-                 dsl: str = "triton", seeds: int = 3, timeout_s: float = 120.0, launch: LaunchOptions | None = None,
-                 scratch: Path | None = None, cancel: threading.Event | None = None) -> Iterator[CandidateWorker]:
+def open_session(
+    catalog: Catalog,
+    op: str,
+    source: str,
+    *,
+    shapes: list[str],
+    hardware: str = "h200",
+    dsl: str = "triton",
+    seeds: int = 3,
+    timeout_s: float = 120.0,
+    launch: LaunchOptions | None = None,
+    scratch: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[CandidateWorker]:
     """A started worker with `source` loaded, stopped on exit. Raises CandidateFailed when the
     candidate does not load; AtrexError('runtime', 'cancelled') when `cancel` is set."""
-    request = EvalRequest(op=op, source=source, shapes=shapes, seeds=seeds, hardware=hardware, dsl=dsl,
-                          measure_dsl=False, timeout_s=timeout_s)
+    request = EvalRequest(
+        op=op,
+        source=source,
+        shapes=shapes,
+        seeds=seeds,
+        hardware=hardware,
+        dsl=dsl,
+        measure_dsl=False,
+        timeout_s=timeout_s,
+    )
     trial = Trial(request, catalog, None, cancel, launch=launch)
     with ExitStack() as stack:
         where = scratch or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="atrex-worker-")))

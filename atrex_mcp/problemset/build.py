@@ -50,8 +50,12 @@ class BuildReport:
 def _read_source(source: Path) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
     shapes_dir = source / "shapes"
     if not shapes_dir.is_dir() or not (source / "weights.json").is_file():
-        raise AtrexError("input", "bad_source", f"{source} has no shapes/ folder or weights.json.",
-                         "Pass --source pointing at the atrex-ops operator set.")
+        raise AtrexError(
+            "input",
+            "bad_source",
+            f"{source} has no shapes/ folder or weights.json.",
+            "Pass --source pointing at the atrex-ops operator set.",
+        )
     shared = {p.stem: json.loads(p.read_text()) for p in sorted(shapes_dir.glob("*.json"))}
     return shared, json.loads((source / "weights.json").read_text())
 
@@ -60,7 +64,7 @@ def weights_document(raw: dict[str, float], source: Path) -> dict[str, Any]:
     total = sum(raw.values())
     return {
         "source": f"{source.name}/weights.json: the original importance_score per operator (trace-derived share of "
-                  "GPU time)",
+        "GPU time)",
         "raw_sum": round(total, 6),
         "raw": dict(raw),
         "weights": {op: w / total for op, w in raw.items()},
@@ -118,8 +122,9 @@ def operator_roofline(op: str, visible: VisibleProblem) -> dict[str, Any]:
     return roofline_document(op, COUNTING, workloads, note=workload_formulas.NOTES.get(op, ""), extra=extra)
 
 
-def build_operator(catalog: Catalog, op: str, shared: dict[str, Any], weights: dict[str, Any],
-                   deviations: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def build_operator(
+    catalog: Catalog, op: str, shared: dict[str, Any], weights: dict[str, Any], deviations: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """metadata.json and roofline.json of one shipped operator."""
     visible = catalog.visible(op)
     cross_check(visible, shared)

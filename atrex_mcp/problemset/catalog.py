@@ -177,10 +177,13 @@ class Catalog:
 
     def hidden(self, op: str) -> HiddenProblem:
         if not self.has_hidden(op):
-            raise AtrexError("input", "hidden_files_missing",
-                             f"Problem {op} has no metadata.json/roofline.json yet.",
-                             "Derive them with `atrex-mcp problems add` on the problem's folder "
-                             "(serve, eval, score and bench do so for a set opened with --problems).")
+            raise AtrexError(
+                "input",
+                "hidden_files_missing",
+                f"Problem {op} has no metadata.json/roofline.json yet.",
+                "Derive them with `atrex-mcp problems add` on the problem's folder "
+                "(serve, eval, score and bench do so for a set opened with --problems).",
+            )
         return HiddenProblem(
             name=op,
             metadata=self._hidden_json(op, "metadata.json"),

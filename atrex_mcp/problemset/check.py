@@ -66,8 +66,12 @@ def _leaves(out: Any) -> dict[str, Any]:
     """The named output leaves; a reference whose output is not a tensor, tuple or dict is the problem's error."""
     leaves = flatten_outputs(out)
     if isinstance(leaves, CompareResult):
-        raise AtrexError("input", "bad_reference_output", f"The reference's output cannot be checked: {leaves.message}",
-                         "Return a tensor, a tuple/list of tensors or a dict of tensors from Model.forward.")
+        raise AtrexError(
+            "input",
+            "bad_reference_output",
+            f"The reference's output cannot be checked: {leaves.message}",
+            "Return a tensor, a tuple/list of tensors or a dict of tensors from Model.forward.",
+        )
     return leaves
 
 
@@ -153,8 +157,11 @@ def _disagrees(hidden: HiddenProblem, shape_id: str, profile: str, entry: dict[s
 def _stored_roofline(catalog: Catalog, op: str) -> CheckResult:
     """roofline.json's stored T_SOL/bound against the one roofline function, every scored shape and stored profile."""
     if not catalog.has_hidden(op):
-        return CheckResult(name="roofline", passed=True,
-                           detail="not applicable: no hidden files yet (`atrex-mcp problems add` derives them)")
+        return CheckResult(
+            name="roofline",
+            passed=True,
+            detail="not applicable: no hidden files yet (`atrex-mcp problems add` derives them)",
+        )
     hidden = catalog.hidden(op)
     stale, pairs = [], 0
     for shape in catalog.visible(op).scored_shapes:
@@ -167,12 +174,15 @@ def _stored_roofline(catalog: Catalog, op: str) -> CheckResult:
             if _disagrees(hidden, shape.id, profile, entry):
                 stale.append(f"shape {shape.id} on {profile}")
     if stale:
-        detail = (f"stored T_SOL/bound differ from the roofline function for {len(stale)} of {pairs} shape-profile "
-                  f"pairs (first: {', '.join(stale[:3])}); rebuild with `atrex-mcp problems build` (shipped set) "
-                  "or `problems add` (your own problem)")
+        detail = (
+            f"stored T_SOL/bound differ from the roofline function for {len(stale)} of {pairs} shape-profile "
+            f"pairs (first: {', '.join(stale[:3])}); rebuild with `atrex-mcp problems build` (shipped set) "
+            "or `problems add` (your own problem)"
+        )
         return CheckResult(name="roofline", passed=False, detail=detail)
-    return CheckResult(name="roofline", passed=True,
-                       detail=f"stored T_SOL and bound agree on {pairs} shape-profile pairs")
+    return CheckResult(
+        name="roofline", passed=True, detail=f"stored T_SOL and bound agree on {pairs} shape-profile pairs"
+    )
 
 
 def _restructure(like: Any, leaves: dict[str, torch.Tensor]) -> Any:

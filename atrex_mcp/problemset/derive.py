@@ -64,7 +64,7 @@ def _check_signatures(problem_dir: Path, model_cls: type[Any], make_inputs: Any,
     ):
         raise _invalid(problem_dir, "make_inputs must take a keyword argument `seed`.")
     if "device" not in params or params["device"].default is inspect.Parameter.empty:
-        raise _invalid(problem_dir, "make_inputs must take `device` with a default (\"cpu\").")
+        raise _invalid(problem_dir, 'make_inputs must take `device` with a default ("cpu").')
     for shape in shapes:
         try:
             sig.bind(seed=0, device="cpu", **shape.inputs)
@@ -115,8 +115,11 @@ def validate_problem(problem_dir: Path) -> Catalog:
             problem_dir, f"make_inputs keys {sorted(first)} differ from forward's parameters {sorted(forward)}."
         )
     if not _same(first, make_inputs(seed=0, device="cpu", **smoke[0].inputs)):
-        raise _invalid(problem_dir, "make_inputs is not deterministic for a seed.",
-                       "Draw from a local torch.Generator(device=device).manual_seed(seed), never the global RNG.")
+        raise _invalid(
+            problem_dir,
+            "make_inputs is not deterministic for a seed.",
+            "Draw from a local torch.Generator(device=device).manual_seed(seed), never the global RNG.",
+        )
     try:
         describe_output(run_reference(catalog, op, smoke[0]))
     except Exception as exc:  # the reference's own failure is the answer
@@ -124,8 +127,14 @@ def validate_problem(problem_dir: Path) -> Catalog:
     return catalog
 
 
-def derive_hidden(problem_dir: Path, *, weight: float = 0.0, phase: str = "unknown", tensors: str = "auto",
-                  catalog: Catalog | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def derive_hidden(
+    problem_dir: Path,
+    *,
+    weight: float = 0.0,
+    phase: str = "unknown",
+    tensors: str = "auto",
+    catalog: Catalog | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Count every scored shape and write metadata.json and roofline.json next to the visible files."""
     problem_dir = Path(problem_dir).resolve()
     catalog = catalog or _catalog_of(problem_dir)
@@ -174,13 +183,12 @@ def add_problem(path: Path, into: Path | None = None, *, weight: float = 0.0) ->
     return target
 
 
-
 def derive_missing(catalog: Catalog, ops: Iterable[str] | None = None) -> list[str]:
     """Derive the hidden files of each (or each named) problem that has only its visible files;
     the names derived. Called once where a trusted command opens a problem set (serve, eval, score,
     roofline, problems list/show, bench), before the first read of a hidden file."""
     derived = []
-    for op in (catalog.names() if ops is None else list(ops)):
+    for op in catalog.names() if ops is None else list(ops):
         if catalog.has_hidden(op):
             continue
         try:
@@ -188,9 +196,11 @@ def derive_missing(catalog: Catalog, ops: Iterable[str] | None = None) -> list[s
         except AtrexError:
             raise
         except Exception as exc:  # the user's reference failing to count is the answer
-            raise AtrexError("input", "derive_failed",
-                             f"Deriving the hidden files of problem {op} failed: {type(exc).__name__}: {exc}",
-                             f"Run `atrex-mcp problems add {catalog.problem_dir(op)}` to validate it and see what "
-                             "breaks.") from exc
+            raise AtrexError(
+                "input",
+                "derive_failed",
+                f"Deriving the hidden files of problem {op} failed: {type(exc).__name__}: {exc}",
+                f"Run `atrex-mcp problems add {catalog.problem_dir(op)}` to validate it and see what breaks.",
+            ) from exc
         derived.append(op)
     return derived

@@ -49,8 +49,14 @@ def describe_output(out: Any) -> dict[str, Any]:
     return {"kind": kind, "entries": entries}
 
 
-def roofline_document(op: str, counting: str, workloads: dict[str, Workload], *, note: str = "",
-                      extra: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def roofline_document(
+    op: str,
+    counting: str,
+    workloads: dict[str, Workload],
+    *,
+    note: str = "",
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """roofline.json: per scored shape W, Q, intensity, and T_SOL/bound on every hardware profile.
 
     `extra` adds keys to a shape's entry (e.g. SPEC's own figure where ours differs).

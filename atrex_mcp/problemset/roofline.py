@@ -112,7 +112,8 @@ class RooflinePoint(BaseModel):
     bytes_read: int = Field(description="Q_read in bytes.")
     bytes_written: int = Field(description="Q_write in bytes.")
     arithmetic_intensity: float | None = Field(
-        description="Total W / total bytes (FLOP per byte); null when nothing moves.")
+        description="Total W / total bytes (FLOP per byte); null when nothing moves."
+    )
     compute_ms: float = Field(description="sum_d W_d / P_d in ms.")
     memory_ms: float = Field(description="(Q_read + Q_write) / B in ms.")
     t_sol_ms: float = Field(description="Speed-of-light time in ms: max(compute_ms, memory_ms).")
@@ -124,8 +125,13 @@ class RooflinePoint(BaseModel):
 
     def summary(self) -> dict[str, Any]:
         """The per-shape entry of a run's roofline and of a profile report (what the agent may see in optimise mode)."""
-        return {"t_sol_ms": self.t_sol_ms, "bound": self.bound, "arithmetic_intensity": self.arithmetic_intensity,
-                "flops": dict(self.flops), "bytes": self.total_bytes}
+        return {
+            "t_sol_ms": self.t_sol_ms,
+            "bound": self.bound,
+            "arithmetic_intensity": self.arithmetic_intensity,
+            "flops": dict(self.flops),
+            "bytes": self.total_bytes,
+        }
 
 
 class ShapeRoofline(RooflinePoint):
@@ -139,10 +145,17 @@ def roofline_point(workload: Workload, profile: HardwareProfile) -> RooflinePoin
     """The figures of any workload (the calculator's, or a problem shape's); an AtrexError when the
     profile lacks a peak the work needs."""
     compute, memory = compute_seconds(workload, profile), memory_seconds(workload, profile)
-    return RooflinePoint(hardware=profile.name, flops=dict(workload.flops), bytes_read=workload.bytes_read,
-                         bytes_written=workload.bytes_written, arithmetic_intensity=arithmetic_intensity(workload),
-                         compute_ms=1000.0 * compute, memory_ms=1000.0 * memory, t_sol_ms=1000.0 * max(compute, memory),
-                         bound="compute" if compute > memory else "memory")
+    return RooflinePoint(
+        hardware=profile.name,
+        flops=dict(workload.flops),
+        bytes_read=workload.bytes_read,
+        bytes_written=workload.bytes_written,
+        arithmetic_intensity=arithmetic_intensity(workload),
+        compute_ms=1000.0 * compute,
+        memory_ms=1000.0 * memory,
+        t_sol_ms=1000.0 * max(compute, memory),
+        bound="compute" if compute > memory else "memory",
+    )
 
 
 def shape_roofline(problem: HiddenProblem, shape_id: str, profile: HardwareProfile | str) -> ShapeRoofline:
@@ -153,15 +166,22 @@ def shape_roofline(problem: HiddenProblem, shape_id: str, profile: HardwareProfi
         profile = load_profile(profile)
     entry = problem.roofline_entry(shape_id)
     if entry is None:
-        raise AtrexError("input", "no_roofline", f"Problem {problem.name} has no roofline for shape {shape_id}.",
-                         "Only scored shapes have one (the smoke shape is not scored); rebuild the hidden files "
-                         "with `atrex-mcp problems build` or `problems add` when a scored shape lacks it.")
+        raise AtrexError(
+            "input",
+            "no_roofline",
+            f"Problem {problem.name} has no roofline for shape {shape_id}.",
+            "Only scored shapes have one (the smoke shape is not scored); rebuild the hidden files "
+            "with `atrex-mcp problems build` or `problems add` when a scored shape lacks it.",
+        )
     try:
         workload = Workload(flops=entry["flops"], bytes_read=entry["bytes_read"], bytes_written=entry["bytes_written"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise AtrexError("input", "bad_problem_file",
-                         f"roofline.json of {problem.name}, shape {shape_id}: no valid W/Q ({type(exc).__name__}).",
-                         "Rebuild the hidden files with `atrex-mcp problems build` or `problems add`.") from None
+        raise AtrexError(
+            "input",
+            "bad_problem_file",
+            f"roofline.json of {problem.name}, shape {shape_id}: no valid W/Q ({type(exc).__name__}).",
+            "Rebuild the hidden files with `atrex-mcp problems build` or `problems add`.",
+        ) from None
     point = roofline_point(workload, profile)
     return ShapeRoofline(op=problem.name, shape_id=shape_id, **point.model_dump())
 

@@ -16,8 +16,12 @@ NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 def write_template(name: str, parent: Path) -> Path:
     """Write parent/name/{reference.py, input.py, shapes.json}; refuse a bad name or an existing folder."""
     if not NAME.fullmatch(name):
-        raise AtrexError("input", "bad_problem_name", f"Problem name {name!r} is not a lower-case identifier.",
-                         "Use lower case letters, digits and _, starting with a letter, e.g. my_rms_norm.")
+        raise AtrexError(
+            "input",
+            "bad_problem_name",
+            f"Problem name {name!r} is not a lower-case identifier.",
+            "Use lower case letters, digits and _, starting with a letter, e.g. my_rms_norm.",
+        )
     target = Path(parent) / name
     if target.exists():
         raise AtrexError("input", "problem_exists", f"{target} already exists.", "Choose another NAME or --dir.")

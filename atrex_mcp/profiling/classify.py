@@ -36,8 +36,13 @@ def _max(k: KernelCounters, keys: tuple[str, ...]) -> tuple[float | None, str]:
     return max(present) if present else (None, "")
 
 
-_LABEL = {"dram_pct": "DRAM", "l2_pct": "L2", "sm_pct": "SM", "tensor_gmma_pct": "tensor pipe (wgmma)",
-          "tensor_hmma_pct": "tensor pipe (mma.sync)"}
+_LABEL = {
+    "dram_pct": "DRAM",
+    "l2_pct": "L2",
+    "sm_pct": "SM",
+    "tensor_gmma_pct": "tensor pipe (wgmma)",
+    "tensor_hmma_pct": "tensor pipe (mma.sync)",
+}
 
 
 def _stalls(k: KernelCounters, top: int = 3) -> str | None:
@@ -85,8 +90,9 @@ def roofline_evidence(roofline: dict, measured_ns: float | None) -> str:
         else f"T_SOL {t_sol_us:.2f} µs (nothing measured on a device to compare)"
     )
     intensity = roofline.get("arithmetic_intensity")
-    return (f"roofline: {against}; the roofline predicts {roofline.get('bound', '?')}-bound"
-            + (f" (intensity {intensity:.2f} FLOP/B)" if intensity is not None else ""))
+    return f"roofline: {against}; the roofline predicts {roofline.get('bound', '?')}-bound" + (
+        f" (intensity {intensity:.2f} FLOP/B)" if intensity is not None else ""
+    )
 
 
 def _without_counters(roofline: dict | None, measured_ns: float) -> tuple[BottleneckKind, str]:
@@ -121,8 +127,10 @@ def classify(
     total_ns = sum(device_ns(k) for k in kernels)
     main = max(kernels, key=device_ns)
     share = device_ns(main) / total_ns if total_ns else 1.0
-    evidence = [f"{sum(k.launches for k in kernels)} kernel launch(es), {total_ns / 1e3:.2f} µs device time; "
-                f"main kernel {main.name} ({share:.0%})"]
+    evidence = [
+        f"{sum(k.launches for k in kernels)} kernel launch(es), {total_ns / 1e3:.2f} µs device time; "
+        f"main kernel {main.name} ({share:.0%})"
+    ]
     mem, mem_key = _max(main, ("dram_pct", "l2_pct"))
     comp, comp_key = _max(main, ("sm_pct", "tensor_gmma_pct", "tensor_hmma_pct"))
     if mem is not None:

@@ -31,8 +31,11 @@ class Metric:
 
 
 def _stall(reason: str) -> Metric:
-    return Metric(f"stall_{reason}", f"smsp__warp_issue_stalled_{reason}_per_warp_active.pct",
-                  f"% of active warps per cycle stalled on {reason.replace('_', ' ')}")
+    return Metric(
+        f"stall_{reason}",
+        f"smsp__warp_issue_stalled_{reason}_per_warp_active.pct",
+        f"% of active warps per cycle stalled on {reason.replace('_', ' ')}",
+    )
 
 
 HOPPER_METRICS: tuple[Metric, ...] = (

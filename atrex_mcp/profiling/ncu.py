@@ -96,14 +96,33 @@ NCU_OPENINGS = SandboxOpenings(paths=(("/", READ_EXEC),))
 PASSES = re.compile(r"(\d+) pass(?:es)?\b")
 
 
-def ncu_command(target: list[str], metrics: list[str], log_file: Path, *, ncu: str = "ncu",
-                nvtx_range: str | None = None, kernel_regex: str | None = None,
-                launch_count: int | None = DEFAULT_LAUNCH_COUNT, child_processes: bool = True) -> list[str]:
+def ncu_command(
+    target: list[str],
+    metrics: list[str],
+    log_file: Path,
+    *,
+    ncu: str = "ncu",
+    nvtx_range: str | None = None,
+    kernel_regex: str | None = None,
+    launch_count: int | None = DEFAULT_LAUNCH_COUNT,
+    child_processes: bool = True,
+) -> list[str]:
     """The ncu command line wrapping `target` (empty: the prefix for a wrapper). `child_processes`
     (`--target-processes all`) is needed when the kernels run in a process `target` starts."""
-    cmd = [ncu, "--clock-control", "none", "--replay-mode", "kernel",
-           "--target-processes", "all" if child_processes else "application-only", "--csv", "--print-units", "base",
-           "--metrics", ",".join(metrics)]
+    cmd = [
+        ncu,
+        "--clock-control",
+        "none",
+        "--replay-mode",
+        "kernel",
+        "--target-processes",
+        "all" if child_processes else "application-only",
+        "--csv",
+        "--print-units",
+        "base",
+        "--metrics",
+        ",".join(metrics),
+    ]
     if nvtx_range:
         cmd += ["--nvtx", "--nvtx-include", f"{nvtx_range}/"]
     if kernel_regex:
@@ -115,8 +134,13 @@ def ncu_command(target: list[str], metrics: list[str], log_file: Path, *, ncu: s
 
 def replay_passes(output: str) -> list[int]:
     """Passes per profiled launch, from ncu's `==PROF== Profiling "k" ...: ... - N passes` lines."""
-    return [int(m.group(1)) for line in output.splitlines() if line.startswith("==PROF==") and "Profiling" in line
-            for m in [PASSES.search(line)] if m]
+    return [
+        int(m.group(1))
+        for line in output.splitlines()
+        if line.startswith("==PROF==") and "Profiling" in line
+        for m in [PASSES.search(line)]
+        if m
+    ]
 
 
 def _number(value: str, unit: str) -> float | None:
@@ -212,8 +236,9 @@ def _run_bounded(
 ) -> tuple[int | None, str, str]:
     """(returncode or None on timeout, stdout, stderr). On timeout the whole process group gets
     SIGTERM, then SIGKILL after a grace period."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
         return proc.returncode, out, err
@@ -250,9 +275,12 @@ def read_log(workdir: Path, relative: str) -> str:
     try:
         return scratch_files.read_text(Path(workdir), relative, MAX_LOG_BYTES) or ""
     except scratch_files.RefusedScratchFile as exc:
-        raise AtrexError("performance", "profiler_log_refused", f"ncu's log was not read: {exc}.",
-                         "The profiled program replaced ncu's log file; profile a kernel that leaves its scratch "
-                         "files alone.") from None
+        raise AtrexError(
+            "performance",
+            "profiler_log_refused",
+            f"ncu's log was not read: {exc}.",
+            "The profiled program replaced ncu's log file; profile a kernel that leaves its scratch files alone.",
+        ) from None
 
 
 def printed_lines(stdout: str, stderr: str, log: str) -> str:
@@ -307,21 +335,42 @@ def run_with_retries(
     )
 
 
-def capture(target: list[str], *, workdir: Path, env: dict[str, str] | None = None, metrics: list[str] | None = None,
-            nvtx_range: str | None = None, kernel_regex: str | None = None, timeout_s: float = 60.0,
-            launch_count: int | None = DEFAULT_LAUNCH_COUNT, child_processes: bool = True,
-            ncu: str | None = None) -> NcuCapture:
+def capture(
+    target: list[str],
+    *,
+    workdir: Path,
+    env: dict[str, str] | None = None,
+    metrics: list[str] | None = None,
+    nvtx_range: str | None = None,
+    kernel_regex: str | None = None,
+    timeout_s: float = 60.0,
+    launch_count: int | None = DEFAULT_LAUNCH_COUNT,
+    child_processes: bool = True,
+    ncu: str | None = None,
+) -> NcuCapture:
     """Run the command `target` under ncu and parse what it measured."""
     tool = ncu or ncu_executable()
     if tool is None:
-        raise AtrexError("performance", "no_profiler", "Nsight Compute (ncu) is not installed here.",
-                         "Install Nsight Compute, or use the torch.profiler fallback.")
+        raise AtrexError(
+            "performance",
+            "no_profiler",
+            "Nsight Compute (ncu) is not installed here.",
+            "Install Nsight Compute, or use the torch.profiler fallback.",
+        )
     log_file = Path(workdir) / "ncu.csv"
 
     def attempt(wanted: list[str], left_s: float) -> tuple[list[str], Attempt]:
         scratch_files.unlink(Path(workdir), log_file.name)
-        cmd = ncu_command(target, wanted, log_file, ncu=tool, nvtx_range=nvtx_range, kernel_regex=kernel_regex,
-                          launch_count=launch_count, child_processes=child_processes)
+        cmd = ncu_command(
+            target,
+            wanted,
+            log_file,
+            ncu=tool,
+            nvtx_range=nvtx_range,
+            kernel_regex=kernel_regex,
+            launch_count=launch_count,
+            child_processes=child_processes,
+        )
         returncode, stdout, stderr = _run_bounded(cmd, cwd=workdir, env=env, timeout_s=left_s)
         log = read_log(Path(workdir), log_file.name)
         return cmd, Attempt(returncode, printed_lines(stdout, stderr, log), log)

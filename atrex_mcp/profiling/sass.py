@@ -58,9 +58,18 @@ def _facts_of(kernel: str, opcodes: list[str]) -> SassFacts:
     loads = Counter(_width(op) for op in opcodes if op.startswith("LDG."))
     stores = Counter(_width(op) for op in opcodes if op.startswith("STG."))
     tma = sum(counts[k] for k in ("UTMALDG", "UTMASTG", "UBLKCP", "UTMAPF"))
-    facts = SassFacts(kernel=kernel, instructions=len(opcodes), hgmma=counts["HGMMA"], hmma=counts["HMMA"],
-                      global_loads=dict(sorted(loads.items())), global_stores=dict(sorted(stores.items())),
-                      local_loads=counts["LDL"], local_stores=counts["STL"], tma=tma, cp_async=counts["LDGSTS"])
+    facts = SassFacts(
+        kernel=kernel,
+        instructions=len(opcodes),
+        hgmma=counts["HGMMA"],
+        hmma=counts["HMMA"],
+        global_loads=dict(sorted(loads.items())),
+        global_stores=dict(sorted(stores.items())),
+        local_loads=counts["LDL"],
+        local_stores=counts["STL"],
+        tma=tma,
+        cp_async=counts["LDGSTS"],
+    )
     facts.facts = _sentences(facts)
     return facts
 

@@ -45,12 +45,15 @@ FALLBACK_NOTE_GPU = (
 NCU_NEEDS_UNPRIVILEGED_WORKER = (
     "Nsight Compute was not used: it needs the profiled worker to read the whole file system (protected roots "
     "excepted), which is allowed only when sandbox workers run as an unprivileged uid, and here they cannot (the "
-    "interpreter is not reachable by uid 65534, or the server does not run as root).")
-NOT_RUN_ON_CPU = ("No GPU on this server, so shape {shape} was not run: under the Triton interpreter it would "
-                  "take minutes and measure nothing. The kernel was checked for correctness on the smoke shape "
-                  "({smoke}) only. On a GPU server this profile holds per-kernel hardware counters (Nsight Compute) "
-                  "or device times (the torch.profiler fallback), the DSL share and a bottleneck class; here it "
-                  "holds only the shape's roofline figures, in optimize mode.")
+    "interpreter is not reachable by uid 65534, or the server does not run as root)."
+)
+NOT_RUN_ON_CPU = (
+    "No GPU on this server, so shape {shape} was not run: under the Triton interpreter it would "
+    "take minutes and measure nothing. The kernel was checked for correctness on the smoke shape "
+    "({smoke}) only. On a GPU server this profile holds per-kernel hardware counters (Nsight Compute) "
+    "or device times (the torch.profiler fallback), the DSL share and a bottleneck class; here it "
+    "holds only the shape's roofline figures, in optimize mode."
+)
 FALLBACK_NOTE_CPU = (
     "torch.profiler fallback on CPU under the Triton interpreter: no GPU ran, so there are no kernel times and no "
     "counters; wall_ms is the wall time of one interpreted forward call (input generation included) and says "
@@ -76,15 +79,38 @@ def counters_from_eval(
         evidence = ["no GPU: nothing was measured on a device"] + (
             [roofline_evidence(roofline, None)] if roofline else []
         )
-        return ProfileReport(op=op, shape=shape_result.id, tool="torch.profiler", fallback=True, note=FALLBACK_NOTE_CPU,
-                             device="cpu (Triton interpreter)", wall_ms=wall * 1e3 if wall is not None else None,
-                             bottleneck=Bottleneck(kind="unknown", evidence=evidence), roofline=roofline)
-    kernels = [KernelCounters(name=k.name, launches=max(1, k.count), origin=k.origin,
-                              metrics={"duration_ns": k.time_us * 1e3 / max(1, k.count)}) for k in shape_result.kernels]
-    return ProfileReport(op=op, shape=shape_result.id, tool="torch.profiler", fallback=True,
-                         note=" ".join(filter(None, [note, FALLBACK_NOTE_GPU])), kernels=kernels,
-                         bottleneck=classify(kernels, roofline=roofline), roofline=roofline,
-                         time_ms=shape_result.time_ms, dsl_share=shape_result.dsl_share)
+        return ProfileReport(
+            op=op,
+            shape=shape_result.id,
+            tool="torch.profiler",
+            fallback=True,
+            note=FALLBACK_NOTE_CPU,
+            device="cpu (Triton interpreter)",
+            wall_ms=wall * 1e3 if wall is not None else None,
+            bottleneck=Bottleneck(kind="unknown", evidence=evidence),
+            roofline=roofline,
+        )
+    kernels = [
+        KernelCounters(
+            name=k.name,
+            launches=max(1, k.count),
+            origin=k.origin,
+            metrics={"duration_ns": k.time_us * 1e3 / max(1, k.count)},
+        )
+        for k in shape_result.kernels
+    ]
+    return ProfileReport(
+        op=op,
+        shape=shape_result.id,
+        tool="torch.profiler",
+        fallback=True,
+        note=" ".join(filter(None, [note, FALLBACK_NOTE_GPU])),
+        kernels=kernels,
+        bottleneck=classify(kernels, roofline=roofline),
+        roofline=roofline,
+        time_ms=shape_result.time_ms,
+        dsl_share=shape_result.dsl_share,
+    )
 
 
 def capture_counters(
@@ -126,8 +152,9 @@ def capture_counters(
         def attempt(metrics: list[str], left_s: float) -> tuple[list[str], ncu_mod.Attempt]:
             nonlocal device
             scratch_files.unlink(scratch, log_name)
-            wrapper = ncu_mod.ncu_command([], metrics, log_file, ncu=tool, nvtx_range=NVTX_FORWARD, launch_count=limit,
-                                          child_processes=False)
+            wrapper = ncu_mod.ncu_command(
+                [], metrics, log_file, ncu=tool, nvtx_range=NVTX_FORWARD, launch_count=limit, child_processes=False
+            )
             returncode: int | None = 0
             problem = ""
             try:
@@ -145,9 +172,12 @@ def capture_counters(
                 ) as worker:
                     checked = worker.check(shape)
                     if not checked.correct:
-                        raise AtrexError("correctness", "profile_of_failing_kernel",
-                                         f"Shape {shape} does not pass ({checked.category}): {checked.message[:600]}",
-                                         "Profile a kernel that validates.")
+                        raise AtrexError(
+                            "correctness",
+                            "profile_of_failing_kernel",
+                            f"Shape {shape} does not pass ({checked.category}): {checked.message[:600]}",
+                            "Profile a kernel that validates.",
+                        )
                     worker.forwards(shape, calls=PROFILED_CALLS, nvtx=NVTX_FORWARD)
                     device = worker.session.worker_device.get("name", "")
             except CandidateFailed as exc:  # e.g. ncu refused a metric and the worker went with it
@@ -181,8 +211,11 @@ def capture_counters(
         for k in result.kernels
     ]
     share = dsl_share([(k.name, k.metrics.get("duration_ns", 0.0) * k.launches, k.origin) for k in kernels])
-    cut = (f" The limit of {limit} launches was reached: later launches of the forward were not profiled."
-           if profiled >= limit else "")
+    cut = (
+        f" The limit of {limit} launches was reached: later launches of the forward were not profiled."
+        if profiled >= limit
+        else ""
+    )
     return ProfileReport(
         op=op,
         shape=shape,
@@ -219,10 +252,22 @@ def _worker_drops_uid() -> bool:
     return bool(isolation_plan(import_paths())["drop_uid"])
 
 
-def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardware: str, store: Any | None = None,
-                   run_id: str | None = None, policy: Policy | None = None, use_ncu: bool = True,
-                   ncu_timeout_s: float = CAPTURE_TIMEOUT_S, progress: Progress | None = None,
-                   cancel: threading.Event | None = None, state_dir: Path | None = None) -> ProfileReport:
+def profile_kernel(
+    op: str,
+    source: str,
+    shape: str,
+    catalog: Catalog,
+    *,
+    hardware: str,
+    store: Any | None = None,
+    run_id: str | None = None,
+    policy: Policy | None = None,
+    use_ncu: bool = True,
+    ncu_timeout_s: float = CAPTURE_TIMEOUT_S,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    state_dir: Path | None = None,
+) -> ProfileReport:
     """Profile one shape of a candidate and store the report (its id goes into plans).
     `state_dir`: the serving process's state directory, which the sandbox worker may not read.
 
@@ -244,8 +289,17 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
     if found and not note:
         report_progress("Nsight Compute capture", 0.1)
         try:
-            report = capture_counters(op, source, shape, catalog, roofline=roofline, hardware=hardware, cancel=cancel,
-                                          timeout_s=ncu_timeout_s, state_dir=state_dir)
+            report = capture_counters(
+                op,
+                source,
+                shape,
+                catalog,
+                roofline=roofline,
+                hardware=hardware,
+                cancel=cancel,
+                timeout_s=ncu_timeout_s,
+                state_dir=state_dir,
+            )
         except AtrexError as exc:
             note = f"Nsight Compute was tried and failed ({exc.info.category}: {exc.info.message[:1600]})."
     if report is None:
@@ -253,18 +307,28 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
         # Without a GPU nothing is measured: the smoke shape stands in for the correctness check.
         smoke = None if gpu_present else next((s.id for s in catalog.visible(op).shapes if s.smoke), None)
         run_shape = smoke or shape
-        result = evaluate(EvalRequest(op=op, source=source, shapes=[run_shape], seeds=1, hardware=hardware, timing=True,
-                                      measure_dsl=True), catalog, progress=None, cancel=cancel,
-                          launch=LaunchOptions(state_dir=state_dir))
+        result = evaluate(
+            EvalRequest(
+                op=op, source=source, shapes=[run_shape], seeds=1, hardware=hardware, timing=True, measure_dsl=True
+            ),
+            catalog,
+            progress=None,
+            cancel=cancel,
+            launch=LaunchOptions(state_dir=state_dir),
+        )
         shape_result = result.shapes[0]
         if not shape_result.correct:
-            raise AtrexError("correctness" if result.compiled else "compile", "profile_of_failing_kernel",
-                             f"Shape {run_shape} does not pass ({shape_result.category}): {shape_result.message[:600]}",
-                             "Profile a kernel that validates.")
+            raise AtrexError(
+                "correctness" if result.compiled else "compile",
+                "profile_of_failing_kernel",
+                f"Shape {run_shape} does not pass ({shape_result.category}): {shape_result.message[:600]}",
+                "Profile a kernel that validates.",
+            )
         report = counters_from_eval(op, shape_result, result.device.kind, roofline=roofline, note=note)
         if run_shape != shape:
-            report = report.model_copy(update={"shape": shape, "wall_ms": None,
-                                               "note": NOT_RUN_ON_CPU.format(shape=shape, smoke=run_shape)})
+            report = report.model_copy(
+                update={"shape": shape, "wall_ms": None, "note": NOT_RUN_ON_CPU.format(shape=shape, smoke=run_shape)}
+            )
         if result.device.kind == "cuda":  # on CPU the report keeps the label validate uses, not the machine's arch
             report.device = result.device.name or report.device
     if store is not None:
@@ -273,12 +337,14 @@ def profile_kernel(op: str, source: str, shape: str, catalog: Catalog, *, hardwa
     return report
 
 
-def save_report(report: ProfileReport, store: Any, *, op: str, shape: str, source: str,
-                run_id: str | None) -> ProfileReport:
+def save_report(
+    report: ProfileReport, store: Any, *, op: str, shape: str, source: str, run_id: str | None
+) -> ProfileReport:
     """Store `report` (its profile_id is set) so that plans can cite it."""
     import hashlib
 
     digest = hashlib.sha256(source.encode()).hexdigest()
-    report.profile_id = store.save_profile(op=op, shape=shape, source_sha256=digest, tool=report.tool,
-                                           report=report.model_dump(mode="json"), run_id=run_id)
+    report.profile_id = store.save_profile(
+        op=op, shape=shape, source_sha256=digest, tool=report.tool, report=report.model_dump(mode="json"), run_id=run_id
+    )
     return report

@@ -94,8 +94,14 @@ def _invalid(samples: dict[str, PairedSamples], rule: AcceptanceRule) -> str | N
     return None
 
 
-def decide(samples: dict[str, PairedSamples] | None, *, correct: bool, failure: str = "",
-           rule: AcceptanceRule = AcceptanceRule(), seed: int = 0) -> Decision:
+def decide(
+    samples: dict[str, PairedSamples] | None,
+    *,
+    correct: bool,
+    failure: str = "",
+    rule: AcceptanceRule = AcceptanceRule(),
+    seed: int = 0,
+) -> Decision:
     """The verdict on one candidate. `samples` is None when nothing could be timed (no GPU)."""
     if not correct:
         return Decision(accepted=False, reason=f"not correct: {failure}" if failure else "not correct")
@@ -130,7 +136,7 @@ def decide(samples: dict[str, PairedSamples] | None, *, correct: bool, failure: 
         )
         return Decision(accepted=False, reason=reason, **figures)
     if low <= 1.0:
-        reason = (f"not faster beyond measured noise: {aggregate:.3f}x, {pct}% CI [{low:.3f}, {high:.3f}] includes 1")
+        reason = f"not faster beyond measured noise: {aggregate:.3f}x, {pct}% CI [{low:.3f}, {high:.3f}] includes 1"
         return Decision(accepted=False, reason=reason, **figures)
     if aggregate < 1.0 + rule.min_gain:
         reason = f"faster beyond noise but by {aggregate:.3f}x, under the {rule.min_gain:.0%} minimum gain"

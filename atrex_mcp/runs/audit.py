@@ -30,8 +30,14 @@ def timeline(store: RunStore, run_id: str) -> Timeline:
     run = store.get_run(run_id)
     iterations = store.iterations(run_id)
     chain = accepted_chain(iterations, run.accepted)
-    return Timeline(run=run, iterations=iterations, masks=store.masks(run_id), chain=[it.number for it in chain],
-                    speedup_vs_baseline=chain_speedup(chain), events=store.events(run_id))
+    return Timeline(
+        run=run,
+        iterations=iterations,
+        masks=store.masks(run_id),
+        chain=[it.number for it in chain],
+        speedup_vs_baseline=chain_speedup(chain),
+        events=store.events(run_id),
+    )
 
 
 def _median(values: dict[str, float | None]) -> float | None:
@@ -46,10 +52,14 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
 def render_timeline(t: Timeline) -> str:
     """Plain-text timeline for a terminal."""
     run = t.run
-    lines = [f"run {run.run_id}  op {run.op}  dsl {run.dsl}  hardware {run.hardware}  started {run.created_at}",
-             f"shapes: {', '.join(run.shapes)}"]
-    header = (f"{'#':>3}  {'category':<22} {'status':<9} {'speed-up':>9} {'95% CI':>15} {'expected':>8} {'vs':>4}  "
-              f"{'masked':<6}  reason")
+    lines = [
+        f"run {run.run_id}  op {run.op}  dsl {run.dsl}  hardware {run.hardware}  started {run.created_at}",
+        f"shapes: {', '.join(run.shapes)}",
+    ]
+    header = (
+        f"{'#':>3}  {'category':<22} {'status':<9} {'speed-up':>9} {'95% CI':>15} {'expected':>8} {'vs':>4}  "
+        f"{'masked':<6}  reason"
+    )
     lines += ["", header, "-" * len(header)]
     for it in t.iterations:
         d = it.decision
@@ -69,8 +79,10 @@ def render_timeline(t: Timeline) -> str:
             f"accepted chain: {' -> '.join(f'#{n}' for n in t.chain)}   speed-up vs baseline: "
             f"{_fmt(t.speedup_vs_baseline, '.3f', 'x')}",
         ]
-        lines.append(f"median time over shapes: {_fmt(_median(base.times.time_ms), '.4f', ' ms')} (baseline) -> "
-                     f"{_fmt(_median(last.times.time_ms), '.4f', ' ms')} (accepted)")
+        lines.append(
+            f"median time over shapes: {_fmt(_median(base.times.time_ms), '.4f', ' ms')} (baseline) -> "
+            f"{_fmt(_median(last.times.time_ms), '.4f', ' ms')} (accepted)"
+        )
         lines.append(
             f"median S over shapes:    {_fmt(_median(base.times.score), '.3f')} (baseline) -> "
             f"{_fmt(_median(last.times.score), '.3f')} (accepted)"

@@ -76,8 +76,14 @@ def timing_round(trial: Trial, session: Session, shape: Shape, name: str, calls:
     sets = min(calls, timing_sets(set_bytes, trial.device_info.memory_bytes))
     seeds = [trial.seed() for _ in range(sets + 1)]
     flush = flush_bytes_for(session.worker_device.get("l2_bytes"))
-    request = TimeRequest(shape=trial.payload_shape(shape), warmup_seed=seeds[0], seeds=seeds[1:], min_calls=sets,
-                          max_calls=sets, flush_bytes=flush)
+    request = TimeRequest(
+        shape=trial.payload_shape(shape),
+        warmup_seed=seeds[0],
+        seeds=seeds[1:],
+        min_calls=sets,
+        max_calls=sets,
+        flush_bytes=flush,
+    )
     t0 = time.perf_counter()
     reply = session.call(request, trial.request.timeout_s)
     wall = time.perf_counter() - t0
@@ -88,8 +94,9 @@ def timing_round(trial: Trial, session: Session, shape: Shape, name: str, calls:
     if session.forged:
         raise MeasurementFailed(f"the {name} wrote frames on its worker's reply channel: {tx.REPLY_FORGED}")
     if not upper_bound_ok(reply["times_ms"], wall):
-        raise MeasurementFailed(f"the {name}'s reported calls on shape {shape.id} outlast the judge's wall "
-                                "of the request")
+        raise MeasurementFailed(
+            f"the {name}'s reported calls on shape {shape.id} outlast the judge's wall of the request"
+        )
     return Round(statistics.median(reply["times_ms"]), reply["times_ms"], reply["synced_ms"], reply["noop_gap_ms"])
 
 
@@ -97,15 +104,24 @@ def check_side_streams(name: str, shape_id: str, rounds: list[Round]) -> None:
     """Raises MeasurementFailed when the kernel left work on another stream, judged over all its rounds."""
     verdict = side_stream_pooled([(r.times_ms, r.synced_ms, r.noop_gap_ms) for r in rounds])
     if verdict.detected:
-        raise MeasurementFailed(f"the {name} left work on another stream on shape {shape_id} "
-                                f"({verdict.excess_ms:.3f} ms after its end event, median over {len(rounds)} rounds)")
+        raise MeasurementFailed(
+            f"the {name} left work on another stream on shape {shape_id} "
+            f"({verdict.excess_ms:.3f} ms after its end event, median over {len(rounds)} rounds)"
+        )
 
 
 class EvaluatorJudge:
     """Judge backed by atrex_mcp.evaluate (see the module docstring)."""
 
-    def __init__(self, catalog: Catalog, *, rounds: int = ROUNDS, seeds: int = CHECK_SEEDS,
-                 calls: int = CALLS_PER_ROUND, state_dir: Path | None = None):
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        rounds: int = ROUNDS,
+        seeds: int = CHECK_SEEDS,
+        calls: int = CALLS_PER_ROUND,
+        state_dir: Path | None = None,
+    ):
         """`state_dir`: the serving process's state directory, which its workers may not read."""
         self.catalog = catalog
         self.launch = LaunchOptions(state_dir=state_dir)
@@ -113,10 +129,28 @@ class EvaluatorJudge:
         self.seeds = seeds
         self.calls = calls
 
-    def check(self, op: str, source: str, shapes: list[str], *, hardware: str, dsl: str, timing: bool,
-              progress: Progress | None = None, cancel: threading.Event | None = None) -> CheckResult:
-        request = EvalRequest(op=op, source=source, shapes=shapes, seeds=self.seeds, hardware=hardware, timing=timing,
-                              dsl=dsl, measure_dsl=False)
+    def check(
+        self,
+        op: str,
+        source: str,
+        shapes: list[str],
+        *,
+        hardware: str,
+        dsl: str,
+        timing: bool,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> CheckResult:
+        request = EvalRequest(
+            op=op,
+            source=source,
+            shapes=shapes,
+            seeds=self.seeds,
+            hardware=hardware,
+            timing=timing,
+            dsl=dsl,
+            measure_dsl=False,
+        )
         result = evaluate(request, self.catalog, progress=progress, cancel=cancel, launch=self.launch)
         checks = [
             ShapeCheck(id=s.id, correct=s.correct, category=s.category, message=s.message[:1000]) for s in result.shapes
@@ -124,9 +158,13 @@ class EvaluatorJudge:
         times = KernelTimes(
             time_ms={s.id: s.time_ms for s in result.shapes}, score={s.id: s.score for s in result.shapes}
         )
-        return CheckResult(compiled=result.compiled, checks=checks, times=times,
-                           compile_error=result.compile_error.message[:2000] if result.compile_error else "",
-                           detail={"device": result.device.name, "integrity": result.integrity})
+        return CheckResult(
+            compiled=result.compiled,
+            checks=checks,
+            times=times,
+            compile_error=result.compile_error.message[:2000] if result.compile_error else "",
+            detail={"device": result.device.name, "integrity": result.integrity},
+        )
 
     def time_pair(
         self,
@@ -144,8 +182,16 @@ class EvaluatorJudge:
         if not eval_device.has_gpu():
             return None
         report = progress or (lambda message, fraction: None)
-        trials = [Trial(EvalRequest(op=op, source=text, shapes=shapes, seeds=1, hardware=hardware, measure_dsl=False),
-                        self.catalog, None, cancel, launch=self.launch) for text in (accepted_source, candidate_source)]
+        trials = [
+            Trial(
+                EvalRequest(op=op, source=text, shapes=shapes, seeds=1, hardware=hardware, measure_dsl=False),
+                self.catalog,
+                None,
+                cancel,
+                launch=self.launch,
+            )
+            for text in (accepted_source, candidate_source)
+        ]
         samples: dict[str, PairedSamples] = {}
         with ExitStack() as stack:
             scratches = [Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="atrex-pair-"))) for _ in trials]
@@ -162,8 +208,10 @@ class EvaluatorJudge:
                 for i, shape in enumerate(shape_list):
 
                     def tick(r: int, shape: Shape = shape, i: int = i) -> None:
-                        report(f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
-                               (i + r / self.rounds) / len(shape_list))
+                        report(
+                            f"paired timing: shape {shape.id}, round {r}/{self.rounds}",
+                            (i + r / self.rounds) / len(shape_list),
+                        )
 
                     samples[shape.id] = self.pair_rounds(trials, sessions, shape, tick)
             except Cancelled:
@@ -172,8 +220,9 @@ class EvaluatorJudge:
                 ) from None
         return samples
 
-    def pair_rounds(self, trials: list[Trial], sessions: list[Session], shape: Shape,
-                    tick: Callable[[int], None]) -> PairedSamples:
+    def pair_rounds(
+        self, trials: list[Trial], sessions: list[Session], shape: Shape, tick: Callable[[int], None]
+    ) -> PairedSamples:
         """One shape of `time_pair`, both kernels loaded in `sessions`: warm both on `shape`, gate
         the candidate with a full timing stage, then alternate rounds (`tick(r)` after round r)."""
         set_bytes = []
@@ -189,19 +238,23 @@ class EvaluatorJudge:
             why = gate.category or gate.timing_note or "no time"
             raise MeasurementFailed(f"the candidate's timing stage on shape {shape.id}: {why}: {gate.message[:500]}")
         if tx.INPUT_REUSE_SPEEDUP in gate.integrity:
-            raise MeasurementFailed(f"the candidate's timing stage on shape {shape.id}: {gate.timing_note}; "
-                                    "a kernel that is faster on inputs it has seen is not compared")
+            raise MeasurementFailed(
+                f"the candidate's timing stage on shape {shape.id}: {gate.timing_note}; "
+                "a kernel that is faster on inputs it has seen is not compared"
+            )
         floor = gate.timing.witness_floor_ms if gate.timing is not None else None
         rounds: tuple[list[Round], list[Round]] = ([], [])
         for r in range(self.rounds):
-            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+            for k in (0, 1) if r % 2 == 0 else (1, 0):
                 if sessions[k].ensure() is not None:
                     raise MeasurementFailed(f"the {NAMES[k]}'s worker could not be restarted on shape {shape.id}")
                 rounds[k].append(timing_round(trials[k], sessions[k], shape, NAMES[k], self.calls, set_bytes[k]))
             if floor is not None and rounds[1][-1].median_ms < floor:  # the gate's witness holds for every round
-                raise MeasurementFailed(f"the candidate's round {r + 1} on shape {shape.id} reported "
-                                        f"{rounds[1][-1].median_ms:.4g} ms, below what the judge's clock "
-                                        f"witnessed in its timing stage ({floor:.4g} ms at least): {tx.TIMING_FORGED}")
+                raise MeasurementFailed(
+                    f"the candidate's round {r + 1} on shape {shape.id} reported "
+                    f"{rounds[1][-1].median_ms:.4g} ms, below what the judge's clock "
+                    f"witnessed in its timing stage ({floor:.4g} ms at least): {tx.TIMING_FORGED}"
+                )
             tick(r + 1)
         for name, kernel_rounds in zip(NAMES, rounds):
             check_side_streams(name, shape.id, kernel_rounds)

@@ -56,8 +56,18 @@ class MeasurementFailed(Exception):
 
 
 class Judge(Protocol):
-    def check(self, op: str, source: str, shapes: list[str], *, hardware: str, dsl: str, timing: bool,
-              progress: Progress | None = None, cancel: threading.Event | None = None) -> CheckResult:
+    def check(
+        self,
+        op: str,
+        source: str,
+        shapes: list[str],
+        *,
+        hardware: str,
+        dsl: str,
+        timing: bool,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> CheckResult:
         """Correctness on the given shapes; with timing=True also absolute times and S."""
         ...
 

@@ -35,7 +35,7 @@ class Plan(BaseModel):
     )
     bottleneck: BottleneckKind = Field(
         description="The measured bottleneck of the accepted kernel this change attacks: memory, compute, latency, "
-                    "launch or unknown."
+        "launch or unknown."
     )
     bottleneck_detail: str = Field(
         default="",
@@ -118,7 +118,7 @@ class IterationRecord(BaseModel):
     kind: Literal["baseline", "iteration"]
     status: IterationStatus = Field(
         description="accepted, rejected (correct but not faster beyond noise) or failed (did not compile or not "
-                    "correct)."
+        "correct)."
     )
     reason: str = Field(description="The server's reason for the status.")
     plan: Plan | None = Field(default=None, description="The plan (None for the baseline).")
@@ -167,7 +167,7 @@ class RunRecord(BaseModel):
     roofline: dict = Field(
         default_factory=dict,
         description="Per-shape T_SOL, bound and intensity on the run's hardware, plus the profile's sources "
-                    "(trusted; policy decides who sees it).",
+        "(trusted; policy decides who sees it).",
     )
     baseline: int | None = None
     accepted: int | None = None

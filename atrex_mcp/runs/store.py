@@ -150,8 +150,10 @@ class RunStore:
 
     @staticmethod
     def _event(con: sqlite3.Connection, run_id: str, kind: str, detail: dict[str, Any]) -> None:
-        con.execute("INSERT INTO events(run_id, at, kind, detail) VALUES (?,?,?,?)",
-                    (run_id, now_iso(), kind, json.dumps(detail, sort_keys=True)))
+        con.execute(
+            "INSERT INTO events(run_id, at, kind, detail) VALUES (?,?,?,?)",
+            (run_id, now_iso(), kind, json.dumps(detail, sort_keys=True)),
+        )
 
     # -- runs -----------------------------------------------------------------------
     def create_run(self, run: RunRecord) -> RunRecord:
@@ -173,16 +175,28 @@ class RunStore:
                     self.owner or LOCAL_CLIENT,
                 ),
             )
-            self._event(con, run.run_id, "run_started",
-                        {"op": run.op, "shapes": run.shapes, "dsl": run.dsl, "hardware": run.hardware})
+            self._event(
+                con,
+                run.run_id,
+                "run_started",
+                {"op": run.op, "shapes": run.shapes, "dsl": run.dsl, "hardware": run.hardware},
+            )
         return run
 
     @staticmethod
     def _run_from_row(row: sqlite3.Row) -> RunRecord:
-        return RunRecord(run_id=row["run_id"], op=row["op"], shapes=json.loads(row["shapes"]), dsl=row["dsl"],
-                         hardware=row["hardware"], workspace=json.loads(row["workspace"]),
-                         roofline=json.loads(row["roofline"]), baseline=row["baseline"], accepted=row["accepted"],
-                         created_at=row["created_at"])
+        return RunRecord(
+            run_id=row["run_id"],
+            op=row["op"],
+            shapes=json.loads(row["shapes"]),
+            dsl=row["dsl"],
+            hardware=row["hardware"],
+            workspace=json.loads(row["workspace"]),
+            roofline=json.loads(row["roofline"]),
+            baseline=row["baseline"],
+            accepted=row["accepted"],
+            created_at=row["created_at"],
+        )
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._connect() as con:
@@ -201,8 +215,9 @@ class RunStore:
             ]
 
     # -- iterations -----------------------------------------------------------------
-    def commit_iteration(self, record: IterationRecord, source: str, *, expected_accepted: int | None,
-                         check_accepted: bool = True) -> IterationRecord:
+    def commit_iteration(
+        self, record: IterationRecord, source: str, *, expected_accepted: int | None, check_accepted: bool = True
+    ) -> IterationRecord:
         """Store one verdict. Raises StaleAccepted when the run's accepted kernel is no longer the
         one the candidate was timed against (another client won the race): the caller re-measures.
         check_accepted=False for verdicts that do not depend on the accepted kernel (a failure)."""
@@ -224,8 +239,12 @@ class RunStore:
                 number = 0
             else:
                 if row["baseline"] is None:
-                    raise AtrexError("input", "no_baseline", f"Run {record.run_id} has no baseline yet.",
-                                     "Call submit_baseline with a first correct kernel.")
+                    raise AtrexError(
+                        "input",
+                        "no_baseline",
+                        f"Run {record.run_id} has no baseline yet.",
+                        "Call submit_baseline with a first correct kernel.",
+                    )
                 if check_accepted and row["accepted"] != expected_accepted:
                     raise StaleAccepted(row["accepted"])
                 number = (
@@ -234,19 +253,39 @@ class RunStore:
             stored = record.model_copy(update={"number": number, "masked": False})
             con.execute(
                 "INSERT INTO iterations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (stored.run_id, number, stored.kind, stored.status, stored.reason,
-                 stored.plan.model_dump_json() if stored.plan else None, source, stored.source_sha256,
-                 stored.compared_to, json.dumps([c.model_dump() for c in stored.checks]),
-                 stored.decision.model_dump_json() if stored.decision else None, stored.times.model_dump_json(),
-                 stored.created_at))
+                (
+                    stored.run_id,
+                    number,
+                    stored.kind,
+                    stored.status,
+                    stored.reason,
+                    stored.plan.model_dump_json() if stored.plan else None,
+                    source,
+                    stored.source_sha256,
+                    stored.compared_to,
+                    json.dumps([c.model_dump() for c in stored.checks]),
+                    stored.decision.model_dump_json() if stored.decision else None,
+                    stored.times.model_dump_json(),
+                    stored.created_at,
+                ),
+            )
             if stored.kind == "baseline":
                 con.execute("UPDATE runs SET baseline=0, accepted=0 WHERE run_id=?", (stored.run_id,))
             elif stored.status == "accepted":
                 con.execute("UPDATE runs SET accepted=? WHERE run_id=?", (number, stored.run_id))
-            self._event(con, stored.run_id, f"{stored.kind}_{stored.status}", {
-                "number": number, "source_sha256": stored.source_sha256, "compared_to": stored.compared_to,
-                "category": stored.plan.category.value if stored.plan else None, "reason": stored.reason,
-                "speedup": stored.decision.speedup if stored.decision else None})
+            self._event(
+                con,
+                stored.run_id,
+                f"{stored.kind}_{stored.status}",
+                {
+                    "number": number,
+                    "source_sha256": stored.source_sha256,
+                    "compared_to": stored.compared_to,
+                    "category": stored.plan.category.value if stored.plan else None,
+                    "reason": stored.reason,
+                    "speedup": stored.decision.speedup if stored.decision else None,
+                },
+            )
         return stored
 
     def log_event(self, run_id: str, kind: str, detail: dict[str, Any]) -> None:
@@ -262,12 +301,23 @@ class RunStore:
 
     @staticmethod
     def _iteration_from_row(row: sqlite3.Row, masked: set[int]) -> IterationRecord:
-        return IterationRecord.model_validate({
-            "run_id": row["run_id"], "number": row["number"], "kind": row["kind"], "status": row["status"],
-            "reason": row["reason"], "plan": json.loads(row["plan"]) if row["plan"] else None,
-            "source_sha256": row["source_sha256"], "compared_to": row["compared_to"],
-            "checks": json.loads(row["checks"]), "decision": json.loads(row["decision"]) if row["decision"] else None,
-            "times": json.loads(row["times"]), "created_at": row["created_at"], "masked": row["number"] in masked})
+        return IterationRecord.model_validate(
+            {
+                "run_id": row["run_id"],
+                "number": row["number"],
+                "kind": row["kind"],
+                "status": row["status"],
+                "reason": row["reason"],
+                "plan": json.loads(row["plan"]) if row["plan"] else None,
+                "source_sha256": row["source_sha256"],
+                "compared_to": row["compared_to"],
+                "checks": json.loads(row["checks"]),
+                "decision": json.loads(row["decision"]) if row["decision"] else None,
+                "times": json.loads(row["times"]),
+                "created_at": row["created_at"],
+                "masked": row["number"] in masked,
+            }
+        )
 
     def iterations(self, run_id: str) -> list[IterationRecord]:
         """Every iteration of a run in order, each flagged when a live mask hides it."""
@@ -284,8 +334,9 @@ class RunStore:
         return row["source"]
 
     # -- masks (partial restart) ------------------------------------------------------
-    def add_mask(self, run_id: str, seed: int, fraction: float,
-                 choose: Callable[[list[int], float, int], list[int]]) -> MaskRecord:
+    def add_mask(
+        self, run_id: str, seed: int, fraction: float, choose: Callable[[list[int], float, int], list[int]]
+    ) -> MaskRecord:
         """Hide a seeded subset of the currently visible iteration memories. The eligible set is
         read under the write lock, so a concurrent commit cannot slip between choosing and storing."""
         with self._write() as con:
@@ -301,14 +352,25 @@ class RunStore:
                 if r[0] not in protected and r[0] not in hidden
             ]
             chosen = sorted(choose(eligible, fraction, seed))
-            mask = MaskRecord(mask_id=new_id("mask"), run_id=run_id, seed=seed, fraction=fraction, eligible=eligible,
-                              masked=chosen, created_at=now_iso())
+            mask = MaskRecord(
+                mask_id=new_id("mask"),
+                run_id=run_id,
+                seed=seed,
+                fraction=fraction,
+                eligible=eligible,
+                masked=chosen,
+                created_at=now_iso(),
+            )
             con.execute(
                 "INSERT INTO masks VALUES (?,?,?,?,?,?,?,?)",
                 (mask.mask_id, run_id, seed, fraction, json.dumps(eligible), json.dumps(chosen), mask.created_at, None),
             )
-            self._event(con, run_id, "masked", {"mask_id": mask.mask_id, "seed": seed, "fraction": fraction,
-                                                "eligible": eligible, "masked": chosen})
+            self._event(
+                con,
+                run_id,
+                "masked",
+                {"mask_id": mask.mask_id, "seed": seed, "fraction": fraction, "eligible": eligible, "masked": chosen},
+            )
         return mask
 
     def revert_masks(self, run_id: str, mask_id: str | None = None) -> list[MaskRecord]:
@@ -320,8 +382,12 @@ class RunStore:
                 query, args = query + " AND mask_id=?", (run_id, mask_id)
             rows = con.execute(query, args).fetchall()
             if mask_id is not None and not rows:
-                raise AtrexError("input", "unknown_mask", "The run has no live mask with that id.",
-                                 "run_state lists the live mask ids.")
+                raise AtrexError(
+                    "input",
+                    "unknown_mask",
+                    "The run has no live mask with that id.",
+                    "run_state lists the live mask ids.",
+                )
             at = now_iso()
             reverted = []
             for row in rows:
@@ -332,9 +398,16 @@ class RunStore:
 
     @staticmethod
     def _mask_from_row(row: sqlite3.Row) -> MaskRecord:
-        return MaskRecord(mask_id=row["mask_id"], run_id=row["run_id"], seed=row["seed"], fraction=row["fraction"],
-                          eligible=json.loads(row["eligible"]), masked=json.loads(row["masked"]),
-                          created_at=row["created_at"], reverted_at=row["reverted_at"])
+        return MaskRecord(
+            mask_id=row["mask_id"],
+            run_id=row["run_id"],
+            seed=row["seed"],
+            fraction=row["fraction"],
+            eligible=json.loads(row["eligible"]),
+            masked=json.loads(row["masked"]),
+            created_at=row["created_at"],
+            reverted_at=row["reverted_at"],
+        )
 
     def masks(self, run_id: str) -> list[MaskRecord]:
         with self._connect() as con:
@@ -352,8 +425,9 @@ class RunStore:
             ]
 
     # -- profiles -------------------------------------------------------------------
-    def save_profile(self, *, op: str, shape: str, source_sha256: str, tool: str, report: dict[str, Any],
-                     run_id: str | None = None) -> str:
+    def save_profile(
+        self, *, op: str, shape: str, source_sha256: str, tool: str, report: dict[str, Any], run_id: str | None = None
+    ) -> str:
         profile_id = new_id("prof")
         if run_id is not None:
             self.get_run(run_id)  # another client's run is unknown here
@@ -374,8 +448,12 @@ class RunStore:
                 ),
             )
             if run_id is not None:
-                self._event(con, run_id, "profile_stored", {"profile_id": profile_id, "shape": shape, "tool": tool,
-                                                            "source_sha256": source_sha256})
+                self._event(
+                    con,
+                    run_id,
+                    "profile_stored",
+                    {"profile_id": profile_id, "shape": shape, "tool": tool, "source_sha256": source_sha256},
+                )
         return profile_id
 
     def get_profile(self, profile_id: str) -> dict[str, Any]:
@@ -383,11 +461,19 @@ class RunStore:
             mine, args = self._mine()
             row = con.execute(f"SELECT * FROM profiles WHERE profile_id=?{mine}", (profile_id, *args)).fetchone()
         if row is None:
-            raise AtrexError("input", "unknown_profile", "No stored profile has that id.",
-                             "Cite ids returned by profile_kernel.")
-        return {"profile_id": row["profile_id"], "run_id": row["run_id"], "op": row["op"], "shape": row["shape"],
-                "source_sha256": row["source_sha256"], "tool": row["tool"], "created_at": row["created_at"],
-                "report": json.loads(row["report"])}
+            raise AtrexError(
+                "input", "unknown_profile", "No stored profile has that id.", "Cite ids returned by profile_kernel."
+            )
+        return {
+            "profile_id": row["profile_id"],
+            "run_id": row["run_id"],
+            "op": row["op"],
+            "shape": row["shape"],
+            "source_sha256": row["source_sha256"],
+            "tool": row["tool"],
+            "created_at": row["created_at"],
+            "report": json.loads(row["report"]),
+        }
 
     def profile_ops(self, profile_ids: list[str]) -> dict[str, str]:
         """Operator of each stored profile among the given ids (missing ids are absent)."""

@@ -143,8 +143,12 @@ def _sdk_error_info(text: str, tools: list[str]) -> ErrorInfo | None:
             hint=f"Fix the named argument; {m['tool']}'s input schema gives every argument's type, range and default.",
         )
     if m := _SDK_UNKNOWN_TOOL.match(text):
-        return ErrorInfo(stage="input", category="unknown_tool", message="Unknown tool.",
-                         hint=f"Valid choices: {', '.join(sorted(tools))}")
+        return ErrorInfo(
+            stage="input",
+            category="unknown_tool",
+            message="Unknown tool.",
+            hint=f"Valid choices: {', '.join(sorted(tools))}",
+        )
     return None
 
 
@@ -179,8 +183,11 @@ def fit_output(model: OutputT, limit: int) -> OutputT:
 
     for kind in (str, list):
         while (excess := size(data) - limit) > 0:
-            candidates = [leaf for leaf in leaves(data, kind) if leaf[2] not in cut_texts
-                          and len(leaf[0][leaf[1]]) > (_MIN_KEPT_CHARS if kind is str else 1)]
+            candidates = [
+                leaf
+                for leaf in leaves(data, kind)
+                if leaf[2] not in cut_texts and len(leaf[0][leaf[1]]) > (_MIN_KEPT_CHARS if kind is str else 1)
+            ]
             if not candidates:
                 break
             container, key, where = max(candidates, key=lambda leaf: size(leaf[0][leaf[1]]))
@@ -194,8 +201,9 @@ def fit_output(model: OutputT, limit: int) -> OutputT:
             cuts.append(where)
     if cuts and "notes" in data:
         hint = f" {model.truncation_hint}" if model.truncation_hint else ""
-        data["notes"].append(f"The result exceeded {limit} characters; the server truncated: "
-                             f"{', '.join(dict.fromkeys(cuts))}.{hint}")
+        data["notes"].append(
+            f"The result exceeded {limit} characters; the server truncated: {', '.join(dict.fromkeys(cuts))}.{hint}"
+        )
     return type(model).model_validate(data)
 
 
@@ -238,8 +246,9 @@ class ServerContext:
         # Passed to every judge (evaluate.LaunchOptions.state_dir): its sandbox workers treat it as
         # protected, so a --state-dir elsewhere is as unreachable as the default.
         self.state_dir = config.state_dir
-        self.workspace = Workspace(config.workspaces, denied=[*self.catalog.roots, config.state_dir],
-                                   max_source_bytes=config.max_source_bytes)
+        self.workspace = Workspace(
+            config.workspaces, denied=[*self.catalog.roots, config.state_dir], max_source_bytes=config.max_source_bytes
+        )
         self.run_store = RunStore(config.state_dir)  # every client's runs; a tool sees `runs()`
         self._queue: GpuQueue | None = None
         self._wiki: WikiIndex | None = None
@@ -292,6 +301,7 @@ class ServerContext:
             return
         guarded: Any
         if inspect.iscoroutinefunction(fn):
+
             async def guarded_async(*args: Any, **kwargs: Any) -> Any:
                 try:
                     return self._finish(await fn(self, *args, **kwargs))
@@ -300,6 +310,7 @@ class ServerContext:
 
             guarded = guarded_async
         else:
+
             def guarded_sync(*args: Any, **kwargs: Any) -> Any:  # the SDK runs sync tools on a worker thread
                 try:
                     return self._finish(fn(self, *args, **kwargs))
@@ -316,8 +327,13 @@ class ServerContext:
             name=name,
             title=spec.title,
             description=inspect.getdoc(fn),
-            annotations=ToolAnnotations(title=spec.title, read_only_hint=spec.read_only, destructive_hint=False,
-                                        idempotent_hint=spec.idempotent, open_world_hint=False),
+            annotations=ToolAnnotations(
+                title=spec.title,
+                read_only_hint=spec.read_only,
+                destructive_hint=False,
+                idempotent_hint=spec.idempotent,
+                open_world_hint=False,
+            ),
             structured_output=True,
         )
 
@@ -404,18 +420,32 @@ class ServerContext:
         kind: JobKind = "timed" if request.timing and await self.has_gpu() else "correctness"
         if self.config.cluster is not None:
             cluster = self.config.cluster
-            return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
-                                      lambda device, progress, cancel: cluster.evaluate(request, progress, cancel))
+            return await self.run_job(
+                mcp_ctx,
+                kind,
+                f"evaluate {request.op}",
+                lambda device, progress, cancel: cluster.evaluate(request, progress, cancel),
+            )
         # Deferred for start-up time: the evaluator pulls in torch on first use.
         from atrex_mcp.evaluate import LaunchOptions, evaluate
 
         launch = LaunchOptions(state_dir=self.state_dir)
-        return await self.run_job(mcp_ctx, kind, f"evaluate {request.op}",
-                                  lambda device, progress, cancel: evaluate(request, self.catalog, progress=progress,
-                                                                           cancel=cancel, launch=launch))
+        return await self.run_job(
+            mcp_ctx,
+            kind,
+            f"evaluate {request.op}",
+            lambda device, progress, cancel: evaluate(
+                request, self.catalog, progress=progress, cancel=cancel, launch=launch
+            ),
+        )
 
-    async def run_job(self, mcp_ctx: Context | None, kind: JobKind, label: str,
-                      work: Callable[[str, ThreadProgress, threading.Event], T]) -> T:
+    async def run_job(
+        self,
+        mcp_ctx: Context | None,
+        kind: JobKind,
+        label: str,
+        work: Callable[[str, ThreadProgress, threading.Event], T],
+    ) -> T:
         """Run `work(device, progress, cancel)` on a worker thread once the queue grants a device
         (with a cluster, at once: the work itself waits for a cluster GPU, whose scheduler
         queues the calls of every server sharing it).
@@ -452,8 +482,9 @@ def _bound_signature(fn: Callable[..., Any]) -> tuple[inspect.Signature, dict[st
     return inspect.Signature(params, return_annotation=hints.get("return", inspect.Signature.empty)), annotations
 
 
-async def _run_cancellable(work: Callable[[str, ThreadProgress, threading.Event], T], device: str,
-                           bridge: _ProgressBridge) -> T:
+async def _run_cancellable(
+    work: Callable[[str, ThreadProgress, threading.Event], T], device: str, bridge: _ProgressBridge
+) -> T:
     """`work` on a worker thread; when the call is cancelled, its cancel flag is set and the
     caller waits (up to CANCEL_GRACE_S) for the thread to end before giving the device back."""
     cancel = threading.Event()
@@ -477,15 +508,22 @@ async def _run_cancellable(work: Callable[[str, ThreadProgress, threading.Event]
 WIKI_TOOLS = ("wiki_search", "wiki_read")
 
 
-def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVerifier | None = None,
-                 auth: AuthSettings | None = None) -> MCPServer:
+def build_server(
+    config: ServerConfig | None = None, *, token_verifier: TokenVerifier | None = None, auth: AuthSettings | None = None
+) -> MCPServer:
     """A server with every tool registered: the problem, judging and wiki tools, then the run
     tools. `token_verifier` and `auth` are for the HTTP transport (atrex_mcp.server.transport)."""
     config = config or ServerConfig()
     instructions = INSTRUCTIONS if config.knowledge != "none" else INSTRUCTIONS.replace(WIKI_SENTENCE, "")
     log_level: Any = os.environ.get("ATREX_LOG_LEVEL", "INFO")  # the SDK checks the level name
-    server = MCPServer("atrex-mcp", version=__version__, instructions=instructions, token_verifier=token_verifier,
-                       auth=auth, log_level=log_level)
+    server = MCPServer(
+        "atrex-mcp",
+        version=__version__,
+        instructions=instructions,
+        token_verifier=token_verifier,
+        auth=auth,
+        log_level=log_level,
+    )
     app = ServerContext(config, server)
     server.middleware.append(app.uniform_errors)
     for spec in (*tools.TOOLS, *run_tools.RUN_TOOLS):
@@ -502,6 +540,10 @@ def build_server(config: ServerConfig | None = None, *, token_verifier: TokenVer
             "Drop wiki_search/wiki_read from --tools, or choose --knowledge general or full.",
         )
     if unknown:
-        raise AtrexError("input", "unknown_tool", f"Unknown tool(s) in the allow-list: {', '.join(unknown)}.",
-                         f"Valid choices: {', '.join(sorted(app.offered))}")
+        raise AtrexError(
+            "input",
+            "unknown_tool",
+            f"Unknown tool(s) in the allow-list: {', '.join(unknown)}.",
+            f"Valid choices: {', '.join(sorted(app.offered))}",
+        )
     return server

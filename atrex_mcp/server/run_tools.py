@@ -47,12 +47,16 @@ class StartRunOutput(ToolOutput):
     )
 
 
-UNTIMED_ITERATION = ("Correct on every target shape, but not timed: this server has no GPU, so no speed-up could "
-                     "be verified. 'rejected' here does not mean slower; to have this kernel timed against the "
-                     "accepted one, run the loop on a server with a GPU.")
-UNTIMED_BASELINE = ("Correct on every target shape and stored as the baseline, but not timed: this server has no "
-                    "GPU. Iterations recorded here are checked for correctness only and cannot be accepted; run the "
-                    "loop on a server with a GPU to time them.")
+UNTIMED_ITERATION = (
+    "Correct on every target shape, but not timed: this server has no GPU, so no speed-up could "
+    "be verified. 'rejected' here does not mean slower; to have this kernel timed against the "
+    "accepted one, run the loop on a server with a GPU."
+)
+UNTIMED_BASELINE = (
+    "Correct on every target shape and stored as the baseline, but not timed: this server has no "
+    "GPU. Iterations recorded here are checked for correctness only and cannot be accepted; run the "
+    "loop on a server with a GPU to time them."
+)
 
 
 class IterationOutput(ToolOutput):
@@ -60,9 +64,13 @@ class IterationOutput(ToolOutput):
         description="The stored verdict: status (accepted/rejected/failed), reason, timing comparison, source hash."
     )
     accepted: int | None = Field(description="Iteration number of the run's accepted kernel after this call.")
-    timed: bool = Field(default=False, description=(
-        "True when this kernel was timed on a GPU. False on a server without one: a correct iteration is then "
-        "'rejected' only because no speed-up could be verified (notes say so)."))
+    timed: bool = Field(
+        default=False,
+        description=(
+            "True when this kernel was timed on a GPU. False on a server without one: a correct iteration is then "
+            "'rejected' only because no speed-up could be verified (notes say so)."
+        ),
+    )
 
 
 def untimed_note(record: IterationRecord) -> str | None:
@@ -82,7 +90,7 @@ class RunStateOutput(RunState, ToolOutput):
 class MaskOutput(ToolOutput):
     mask: MaskRecord = Field(
         description="The partial restart: seed, fraction, eligible and masked iteration numbers; undo with "
-                    "unmask(mask_id)."
+        "unmask(mask_id)."
     )
 
 
@@ -120,20 +128,28 @@ def _service(app: ServerContext, judge: Judge | None = None) -> RunService:
     return RunService(app.runs(), app.catalog, judge, doc_exists=lambda doc_id: _doc_exists(app, doc_id))
 
 
-async def _measured(app: ServerContext, mcp_ctx: Context | None, label: str,
-                    call: Callable[[RunService, Any, Any], IterationRecord]) -> IterationOutput:
+async def _measured(
+    app: ServerContext, mcp_ctx: Context | None, label: str, call: Callable[[RunService, Any, Any], IterationRecord]
+) -> IterationOutput:
     """`call(service, progress, cancel)` as a queued job with a judge on the granted device; the
     verdict as the policy shows it, with the run's accepted iteration after it."""
     kind: JobKind = "timed" if await app.has_gpu() else "correctness"
     caller = _service(app)  # bound to the caller here: the job runs on another thread
     make_judge = default_judge_factory(app)
-    record = await app.run_job(mcp_ctx, kind, label, lambda device, progress, cancel: call(
-        RunService(caller.store, app.catalog, make_judge(device), doc_exists=caller.doc_exists), progress, cancel))
+    record = await app.run_job(
+        mcp_ctx,
+        kind,
+        label,
+        lambda device, progress, cancel: call(
+            RunService(caller.store, app.catalog, make_judge(device), doc_exists=caller.doc_exists), progress, cancel
+        ),
+    )
     accepted = caller.store.get_run(record.run_id).accepted
     note = untimed_note(record)
     timed = any(t is not None for t in record.times.time_ms.values())
-    return IterationOutput(record=app.policy.iteration_view(record), accepted=accepted, timed=timed,
-                           notes=[note] if note else [])
+    return IterationOutput(
+        record=app.policy.iteration_view(record), accepted=accepted, timed=timed, notes=[note] if note else []
+    )
 
 
 def start_run(
@@ -152,30 +168,46 @@ def start_run(
     iteration with plan and verdict), so nothing is lost between sessions and no claimed
     speed-up goes unverified. Next: submit_baseline with your first correct kernel. Cheap."""
     run = _service(app).start_run(op, shapes, dsl, hardware or app.config.hardware, workspace)
-    return StartRunOutput(run_id=run.run_id, op=run.op, shapes=run.shapes, dsl=run.dsl, hardware=run.hardware,
-                          roofline=app.policy.run_roofline_view(run.roofline))
+    return StartRunOutput(
+        run_id=run.run_id,
+        op=run.op,
+        shapes=run.shapes,
+        dsl=run.dsl,
+        hardware=run.hardware,
+        roofline=app.policy.run_roofline_view(run.roofline),
+    )
 
 
-async def submit_baseline(app: ServerContext, run_id: RunIdArg, mcp_ctx: Context, source: SourceArg = None,
-                          path: PathArg = None) -> IterationOutput:
+async def submit_baseline(
+    app: ServerContext, run_id: RunIdArg, mcp_ctx: Context, source: SourceArg = None, path: PathArg = None
+) -> IterationOutput:
     """Submit the run's first kernel. The server checks it on every target shape (and times it
     on a GPU); a correct kernel becomes iteration 0: the baseline, the accepted kernel and the
     rollback point. Costs a full validation (minutes on CPU for large shapes)."""
     text = app.candidate_source(source, path)
-    return await _measured(app, mcp_ctx, "submit_baseline", lambda svc, progress, cancel: svc.submit_baseline(
-        run_id, text, progress=progress, cancel=cancel))
+    return await _measured(
+        app,
+        mcp_ctx,
+        "submit_baseline",
+        lambda svc, progress, cancel: svc.submit_baseline(run_id, text, progress=progress, cancel=cancel),
+    )
 
 
-async def record_iteration(app: ServerContext, run_id: RunIdArg, plan: Plan, mcp_ctx: Context,
-                           source: SourceArg = None, path: PathArg = None) -> IterationOutput:
+async def record_iteration(
+    app: ServerContext, run_id: RunIdArg, plan: Plan, mcp_ctx: Context, source: SourceArg = None, path: PathArg = None
+) -> IterationOutput:
     """Submit a new kernel with its plan (measured bottleneck, cited profile ids and wiki ids,
     expected speed-up, risks, one category). The server validates it and times it against the
     accepted kernel in one interleaved measurement; it replaces the accepted kernel only when
     correct and faster beyond the measured noise. Every attempt is kept. Costs a validation plus
     a paired timing on a GPU (on CPU nothing can be timed, so nothing is accepted)."""
     text = app.candidate_source(source, path)
-    return await _measured(app, mcp_ctx, "record_iteration", lambda svc, progress, cancel: svc.record_iteration(
-        run_id, plan, text, progress=progress, cancel=cancel))
+    return await _measured(
+        app,
+        mcp_ctx,
+        "record_iteration",
+        lambda svc, progress, cancel: svc.record_iteration(run_id, plan, text, progress=progress, cancel=cancel),
+    )
 
 
 def run_state(app: ServerContext, run_id: RunIdArg) -> RunStateOutput:

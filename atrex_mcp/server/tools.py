@@ -46,8 +46,10 @@ if TYPE_CHECKING:  # the context binds these functions; app.py imports this modu
     from atrex_mcp.server.app import ServerContext, ThreadProgress
 
 OP_FAMILY_HELP = f"Only this operator family, one of: {', '.join(OP_FAMILIES)}."
-ISOLATION_NOTE = ("isolation_warnings are sandbox limits of this machine, for the server's operator "
-                  "(`atrex-mcp doctor` says what to do); nothing for you to change. Each is listed once per session.")
+ISOLATION_NOTE = (
+    "isolation_warnings are sandbox limits of this machine, for the server's operator "
+    "(`atrex-mcp doctor` says what to do); nothing for you to change. Each is listed once per session."
+)
 
 
 def list_problems(app: ServerContext) -> ProblemList:
@@ -56,21 +58,28 @@ def list_problems(app: ServerContext) -> ProblemList:
     problems = []
     for name in app.catalog.names():
         visible = app.catalog.visible(name)
-        problems.append(ProblemSummary(
-            name=name,
-            scored_shapes=len(visible.scored_shapes),
-            smoke_shape=next((s.id for s in visible.shapes if s.smoke), None),
-            forward_inputs=_forward_inputs(visible.reference_source),
-        ))
+        problems.append(
+            ProblemSummary(
+                name=name,
+                scored_shapes=len(visible.scored_shapes),
+                smoke_shape=next((s.id for s in visible.shapes if s.smoke), None),
+                forward_inputs=_forward_inputs(visible.reference_source),
+            )
+        )
     return ProblemList(mode=app.config.mode, knowledge=app.knowledge, hardware=app.config.hardware, problems=problems)
 
 
 def get_problem(
     app: ServerContext,
     op: OpArg,
-    shape_ids: Annotated[list[Annotated[str, Field(max_length=64)]] | None, Field(
-        max_length=1000, description="Only these shapes (ids); default every shape. Use it when an answer says "
-                                     "shapes were left out to fit the size cap.")] = None,
+    shape_ids: Annotated[
+        list[Annotated[str, Field(max_length=64)]] | None,
+        Field(
+            max_length=1000,
+            description="Only these shapes (ids); default every shape. Use it when an answer says "
+            "shapes were left out to fit the size cap.",
+        ),
+    ] = None,
 ) -> ProblemDetail:
     """Everything needed to write a kernel for one problem: reference.py (the PyTorch Model to
     match), input.py (how inputs are drawn), the shapes of shapes.json, and the output-contract rules.
@@ -95,12 +104,21 @@ def get_problem(
 
 def roofline_lookup(
     app: ServerContext,
-    flops: Annotated[int, Field(ge=0, description="Your kernel's arithmetic work (FLOPs; integer ops for dtype_path 'int').")] = 0,
-    dtype_path: Annotated[DtypePathArg, Field(description="Which peak the work runs at: bf16, fp16, fp8_e4m3, tf32, fp32 or int.")] = "bf16",
+    flops: Annotated[
+        int, Field(ge=0, description="Your kernel's arithmetic work (FLOPs; integer ops for dtype_path 'int').")
+    ] = 0,
+    dtype_path: Annotated[
+        DtypePathArg, Field(description="Which peak the work runs at: bf16, fp16, fp8_e4m3, tf32, fp32 or int.")
+    ] = "bf16",
     bytes_read: Annotated[int, Field(ge=0, description="Bytes your kernel must read from HBM.")] = 0,
     bytes_written: Annotated[int, Field(ge=0, description="Bytes your kernel must write to HBM.")] = 0,
     hardware: HardwareArg = None,
-    op: Annotated[str | None, Field(max_length=128, description="Optimize mode only: look up a problem's own figures instead (with `shape`).")] = None,
+    op: Annotated[
+        str | None,
+        Field(
+            max_length=128, description="Optimize mode only: look up a problem's own figures instead (with `shape`)."
+        ),
+    ] = None,
     shape: Annotated[str | None, Field(max_length=64, description="Shape id for `op`.")] = None,
 ) -> RooflineResult:
     """Speed-of-light calculator: T_SOL = max(flops / peak[dtype_path], bytes / HBM bandwidth)
@@ -130,7 +148,8 @@ def roofline_lookup(
         bound=point.bound,
         peaks={p: profile.peak(p) for p in paths},
         bandwidth=float(profile.hbm_bandwidth.value),
-        sources=[f"{p} peak: {profile.peaks[p].source}" for p in paths] + [f"HBM bandwidth: {profile.hbm_bandwidth.source}"],
+        sources=[f"{p} peak: {profile.peaks[p].source}" for p in paths]
+        + [f"HBM bandwidth: {profile.hbm_bandwidth.source}"],
         problem=op,
         shape=shape,
     )
@@ -138,24 +157,47 @@ def roofline_lookup(
 
 def wiki_search(
     app: ServerContext,
-    query: Annotated[str, Field(min_length=1, max_length=500, description="What you need, in words, e.g. 'row reduction rms norm triton' or 'split-k skinny GEMM'.")],
-    category: Annotated[str | None, Field(max_length=64, description="Only this category: hardware, patterns, recipes, pitfalls, profiling, conversion, kernels, source.")] = None,
-    dsl: Annotated[str | None, Field(max_length=32, description="Only documents for this language, e.g. 'triton'.")] = None,
-    hardware: Annotated[str | None, Field(max_length=32, description="Only documents for this hardware, e.g. 'h200'.")] = None,
+    query: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=500,
+            description="What you need, in words, e.g. 'row reduction rms norm triton' or 'split-k skinny GEMM'.",
+        ),
+    ],
+    category: Annotated[
+        str | None,
+        Field(
+            max_length=64,
+            description="Only this category: hardware, patterns, recipes, pitfalls, profiling, conversion, kernels, source.",
+        ),
+    ] = None,
+    dsl: Annotated[
+        str | None, Field(max_length=32, description="Only documents for this language, e.g. 'triton'.")
+    ] = None,
+    hardware: Annotated[
+        str | None, Field(max_length=32, description="Only documents for this hardware, e.g. 'h200'.")
+    ] = None,
     op_family: Annotated[str | None, Field(max_length=64, description=OP_FAMILY_HELP)] = None,
     limit: Annotated[int, Field(ge=1, le=20, description="How many hits to return.")] = 5,
 ) -> WikiSearchResult:
     """Search the GPU optimisation wiki (articles on hardware, patterns, recipes, pitfalls,
     profiling, plus validated Triton reference kernels) by relevance. Returns ids, titles and
     matching snippets; read a whole document with wiki_read. Cheap."""
-    hits = app.wiki().search(query, category=category, dsl=dsl, hardware=hardware, op_family=op_family, limit=limit,
-                             withheld=app.withheld)
+    hits = app.wiki().search(
+        query, category=category, dsl=dsl, hardware=hardware, op_family=op_family, limit=limit, withheld=app.withheld
+    )
     return WikiSearchResult(query=query, hits=hits)
 
 
 def wiki_read(
     app: ServerContext,
-    doc_id: Annotated[str, Field(min_length=1, max_length=300, description="A doc_id from wiki_search, e.g. 'docs/patterns/row-reductions'.")],
+    doc_id: Annotated[
+        str,
+        Field(
+            min_length=1, max_length=300, description="A doc_id from wiki_search, e.g. 'docs/patterns/row-reductions'."
+        ),
+    ],
     offset: Annotated[int, Field(ge=0, description="Character offset to start from, to continue a long document.")] = 0,
     max_chars: Annotated[int, Field(ge=1000, le=40000, description="Most characters of text to return.")] = 20000,
 ) -> WikiReadResult:
@@ -163,10 +205,12 @@ def wiki_read(
     of a long one. Cheap."""
     doc = app.wiki().read(doc_id, withheld=app.withheld)
     total = len(doc.text)
-    window = doc.text[offset: offset + max_chars]
+    window = doc.text[offset : offset + max_chars]
     notes = []
     if offset + max_chars < total:
-        notes.append(f"Characters {offset}-{offset + len(window)} of {total} shown; call wiki_read with offset={offset + len(window)} to continue.")
+        notes.append(
+            f"Characters {offset}-{offset + len(window)} of {total} shown; call wiki_read with offset={offset + len(window)} to continue."
+        )
     return WikiReadResult(doc=doc.model_copy(update={"text": window}), notes=notes)
 
 
@@ -175,7 +219,13 @@ def package(
     op: OpArg,
     source: SourceArg = None,
     path: PathArg = None,
-    out_dir: Annotated[str | None, Field(max_length=4096, description="New or empty folder inside the workspace for the artifact; default 'atrex-package/<op>'.")] = None,
+    out_dir: Annotated[
+        str | None,
+        Field(
+            max_length=4096,
+            description="New or empty folder inside the workspace for the artifact; default 'atrex-package/<op>'.",
+        ),
+    ] = None,
 ) -> PackageOutput:
     """Package a finished kernel: check the output contract (one self-contained file, Model with
     the reference's signature, allow-listed imports, no file/network/process access, a Triton
@@ -227,8 +277,13 @@ async def profile_kernel(
     op: OpArg,
     source: SourceArg = None,
     path: PathArg = None,
-    shape: Annotated[str, Field(max_length=64, description="The one shape id to profile (from get_problem).")] = "smoke",
-    run_id: Annotated[str | None, Field(max_length=64, description="Optimisation run this profile belongs to (from start_run), if any.")] = None,
+    shape: Annotated[
+        str, Field(max_length=64, description="The one shape id to profile (from get_problem).")
+    ] = "smoke",
+    run_id: Annotated[
+        str | None,
+        Field(max_length=64, description="Optimisation run this profile belongs to (from start_run), if any."),
+    ] = None,
     ctx: Context = None,  # type: ignore[assignment]
 ) -> ProfileResult:
     """Where the time goes for one shape: per-kernel hardware counters of your Triton kernels
@@ -250,12 +305,23 @@ async def profile_kernel(
 
     def work(device: str, progress: ThreadProgress, cancel: threading.Event) -> ProfileReport:
         if cluster is None:
-            return profiling.profile_kernel(op, text, shape, app.catalog, hardware=app.config.hardware, store=store,
-                                            run_id=run_id, policy=app.policy, progress=progress, cancel=cancel,
-                                            state_dir=app.state_dir)
+            return profiling.profile_kernel(
+                op,
+                text,
+                shape,
+                app.catalog,
+                hardware=app.config.hardware,
+                store=store,
+                run_id=run_id,
+                policy=app.policy,
+                progress=progress,
+                cancel=cancel,
+                state_dir=app.state_dir,
+            )
         # Profiled on a cluster GPU, stored here with the server's other state.
-        report: Any = cluster.profile(op, text, shape, hardware=app.config.hardware, policy=app.policy,
-                                      progress=progress, cancel=cancel)
+        report: Any = cluster.profile(
+            op, text, shape, hardware=app.config.hardware, policy=app.policy, progress=progress, cancel=cancel
+        )
         return profiling.save_report(report, store, op=op, shape=shape, source=text, run_id=run_id)
 
     return app.policy.profile_view(await app.run_job(ctx, kind, f"profile {op}/{shape}", work))

@@ -45,7 +45,6 @@ class HttpSettings:
     allowed_hosts: list[str] = field(default_factory=list)  # names clients use to reach a non-loopback server
     path: str = "/mcp"
 
-
     @property
     def tokens(self) -> list[str]:
         return [self.token, *self.more_tokens]
@@ -90,15 +89,27 @@ def check_settings(http: HttpSettings) -> None:
     whose Host names are unknown."""
     where = "on loopback" if is_loopback(http.host) else f"on the non-loopback address {http.host!r}"
     if not all(http.tokens):
-        raise AtrexError("input", "http_needs_token", f"Refusing to serve HTTP {where} without a bearer token.",
-                         "Export a long random secret in an environment variable and pass --token-env VAR "
-                         "(clients send 'Authorization: Bearer <secret>').")
+        raise AtrexError(
+            "input",
+            "http_needs_token",
+            f"Refusing to serve HTTP {where} without a bearer token.",
+            "Export a long random secret in an environment variable and pass --token-env VAR "
+            "(clients send 'Authorization: Bearer <secret>').",
+        )
     if any(len(token) < MIN_TOKEN_CHARS for token in http.tokens):
-        raise AtrexError("input", "weak_token", f"The bearer token has fewer than {MIN_TOKEN_CHARS} characters.",
-                         "Use e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`.")
+        raise AtrexError(
+            "input",
+            "weak_token",
+            f"The bearer token has fewer than {MIN_TOKEN_CHARS} characters.",
+            "Use e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`.",
+        )
     if len(set(http.tokens)) != len(http.tokens):
-        raise AtrexError("input", "duplicate_token", "Two --token-env variables hold the same token.",
-                         "Give each client its own token: runs belong to the token that started them.")
+        raise AtrexError(
+            "input",
+            "duplicate_token",
+            "Two --token-env variables hold the same token.",
+            "Give each client its own token: runs belong to the token that started them.",
+        )
     if is_wildcard(http.host) and not http.allowed_hosts:
         raise AtrexError(
             "input",
@@ -134,7 +145,9 @@ def transport_security(http: HttpSettings) -> TransportSecuritySettings:
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[form for n in names for form in (n, f"{n}:*")],
-        allowed_origins=[form for n in names for scheme in ("http", "https") for form in (f"{scheme}://{n}", f"{scheme}://{n}:*")],
+        allowed_origins=[
+            form for n in names for scheme in ("http", "https") for form in (f"{scheme}://{n}", f"{scheme}://{n}:*")
+        ],
     )
 
 
@@ -147,8 +160,9 @@ def build_http_app(config: ServerConfig, http: HttpSettings) -> Starlette:
     base = f"http://{name}:{http.port}"
     auth = AuthSettings(issuer_url=AnyHttpUrl(base), resource_server_url=None, validate_token_resource=False)
     server = build_server(config, token_verifier=StaticTokenVerifier(http.tokens), auth=auth)
-    return server.streamable_http_app(streamable_http_path=http.path, host=http.host,
-                                      transport_security=transport_security(http))
+    return server.streamable_http_app(
+        streamable_http_path=http.path, host=http.host, transport_security=transport_security(http)
+    )
 
 
 def serve_http(config: ServerConfig, http: HttpSettings) -> None:

@@ -210,14 +210,20 @@ def _gpu_ranges_around(ranges: list[DeviceEvent], device: list[DeviceEvent]) -> 
     return around
 
 
-def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, Any], dict[str, Any]]],
-              forced_phase: Phase | None, decode_max_tokens: int) -> Attribution:
+def attribute(
+    trace: Trace,
+    rules: Rules,
+    templates: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+    forced_phase: Phase | None,
+    decode_max_tokens: int,
+) -> Attribution:
     """Slices and calls of one trace. `templates`: operator → (smoke init, smoke inputs) of the problem set."""
     index = _HostIndex(trace, rules)
     calls: dict[Any, Call] = {}
     # (operator, call) targets, phase, launching host event, µs, (category, name) when unmapped
-    pending: list[tuple[list[tuple[str, Call | None]], Phase | None, HostEvent | None, float,
-                        tuple[str, str] | None]] = []
+    pending: list[
+        tuple[list[tuple[str, Call | None]], Phase | None, HostEvent | None, float, tuple[str, str] | None]
+    ] = []
     links: Counter[str] = Counter()
     fused: dict[str, Fused] = {}
 
@@ -232,14 +238,19 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
             call = Call(op=_op_of(match), ts=owner.ts, thread=node.thread, source=_source_of(match, node))
             if isinstance(match, PatternGroup):
                 call.tokens, call.shape, call.problem = rules.resolve_bound(
-                    match.op, match.rule, match.binding(), *templates.get(match.op, (None, None)))
+                    match.op, match.rule, match.binding(), *templates.get(match.op, (None, None))
+                )
             elif (origin := _shape_origin(node, match, rules)) is None:
-                call.problem = ("a range without a shape-bearing operator inside" if isinstance(match, str) else
-                                f"{node.name} names the operator only, and no operator inside it has shapes")
+                call.problem = (
+                    "a range without a shape-bearing operator inside"
+                    if isinstance(match, str)
+                    else f"{node.name} names the operator only, and no operator inside it has shapes"
+                )
             else:
                 host_match, args = origin
                 call.tokens, call.shape, call.problem = rules.resolve_shape(
-                    host_match, args, *templates.get(host_match.op, (None, None)))
+                    host_match, args, *templates.get(host_match.op, (None, None))
+                )
             calls[id(owner)] = call
         return [(calls[id(owner)].op, calls[id(owner)])]
 
@@ -269,20 +280,35 @@ def attribute(trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, A
                 if range_node is not None:
                     key = id(range_node)
                     if key not in calls:
-                        calls[key] = Call(op=rules.match_range(range_node.name) or OTHER, ts=range_node.ts, thread=None,
-                                          problem="a GPU-side range: no recorded arguments", source=range_node.name)
+                        calls[key] = Call(
+                            op=rules.match_range(range_node.name) or OTHER,
+                            ts=range_node.ts,
+                            thread=None,
+                            problem="a GPU-side range: no recorded arguments",
+                            source=range_node.name,
+                        )
                     targets = [(calls[key].op, calls[key])]
                     links["gpu_range"] += 1
                 elif (kernel_op := rules.match_kernel(ev.name)) is not None:
-                    call = Call(op=kernel_op, ts=ev.ts, thread=None, problem="matched by kernel name only",
-                                source=f"kernel {ev.name[:80]}")
+                    call = Call(
+                        op=kernel_op,
+                        ts=ev.ts,
+                        thread=None,
+                        problem="matched by kernel name only",
+                        source=f"kernel {ev.name[:80]}",
+                    )
                     calls[id(ev)] = call
                     targets = [(kernel_op, call)]
                     links["kernel_name"] += 1
                 elif generated is not None and generated.ops:
                     for op in generated.ops:
-                        call = Call(op=op, ts=ev.ts, thread=None, source=generated.kernel,
-                                    problem="a generated kernel matched by its device name only: no recorded arguments")
+                        call = Call(
+                            op=op,
+                            ts=ev.ts,
+                            thread=None,
+                            source=generated.kernel,
+                            problem="a generated kernel matched by its device name only: no recorded arguments",
+                        )
                         calls[(id(ev), op)] = call
                         targets.append((op, call))
                     note_fused(generated, ev.dur)
@@ -352,15 +378,22 @@ def _category(rules: Rules, node: HostEvent | None, device_name: str, device_cat
         if generated is not None:
             return "generated", generated.kernel
         if name.startswith(COMPILED_GRAPH_RANGE):
-            return "generated", ("compiled graph call outside named kernels "
-                                 "(name CPU kernels with cpp.enable_kernel_profile)")
+            return "generated", (
+                "compiled graph call outside named kernels (name CPU kernels with cpp.enable_kernel_profile)"
+            )
     elif category == "unknown" and device_name and (generated := rules.match_generated(device_name)) is not None:
         return "generated", generated.kernel
     return category, name
 
 
-def _generated_call(calls: dict[Any, Call], node: HostEvent, op: str, match: GeneratedMatch, rules: Rules,
-                    templates: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> Call:
+def _generated_call(
+    calls: dict[Any, Call],
+    node: HostEvent,
+    op: str,
+    match: GeneratedMatch,
+    rules: Rules,
+    templates: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+) -> Call:
     """One call per operator of a generated kernel launch; its shape from the launch's recorded
     arguments where the rules say how (GPU Inductor launches record them; CPU kernels do not)."""
     key = (id(node), op)
@@ -373,7 +406,8 @@ def _generated_call(calls: dict[Any, Call], node: HostEvent, op: str, match: Gen
             call.problem = f"shape incomplete: no rule reads {op}'s shape from a generated kernel's arguments"
         else:
             call.tokens, call.shape, call.problem = rules.resolve_bound(
-                op, source, generated_binding(node.args), *templates.get(op, (None, None)))
+                op, source, generated_binding(node.args), *templates.get(op, (None, None))
+            )
         calls[key] = call
     return calls[key]
 
@@ -413,8 +447,9 @@ def _op_of(match: HostMatch | PatternGroup | str | None) -> str:
     return match or OTHER
 
 
-def _shape_origin(node: HostEvent, match: HostMatch | str | None,
-                  rules: Rules) -> tuple[HostMatch, dict[str, Any]] | None:
+def _shape_origin(
+    node: HostEvent, match: HostMatch | str | None, rules: Rules
+) -> tuple[HostMatch, dict[str, Any]] | None:
     """Where a call's shape is read from: the node itself (a host op whose rule binds arguments), or
     for a range or an operator-only rule (no `args`, e.g. vllm::unified_attention_with_output) the
     first operator of the same family inside it that binds some (the flash-attention op it calls,

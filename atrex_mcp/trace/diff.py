@@ -55,8 +55,10 @@ def diff_problem_sets(a: Path, b: Path) -> SnapshotDiff:
     ca, cb = Catalog(a), Catalog(b)
     na, nb = ca.names(), cb.names()
     wa, wb = _weights(a, na), _weights(b, nb)
-    weights = [WeightChange(op=op, a=wa.get(op), b=wb.get(op), delta=wb.get(op, 0.0) - wa.get(op, 0.0))
-               for op in sorted(set(na) | set(nb))]
+    weights = [
+        WeightChange(op=op, a=wa.get(op), b=wb.get(op), delta=wb.get(op, 0.0) - wa.get(op, 0.0))
+        for op in sorted(set(na) | set(nb))
+    ]
     weights.sort(key=lambda w: (-abs(w.delta), w.op))
     shapes: list[ShapeChanges] = []
     for op in sorted(set(na) & set(nb)):
@@ -65,9 +67,15 @@ def diff_problem_sets(a: Path, b: Path) -> SnapshotDiff:
         removed = [ka[k] for k in ka if k not in kb]
         if added or removed:
             shapes.append(ShapeChanges(op=op, added=added, removed=removed, common=len(set(ka) & set(kb))))
-    return SnapshotDiff(a=str(a), b=str(b), operators_added=sorted(set(nb) - set(na)),
-                        operators_removed=sorted(set(na) - set(nb)), weights=weights, shapes=shapes,
-                        unmapped_share={"a": _unmapped(a), "b": _unmapped(b)})
+    return SnapshotDiff(
+        a=str(a),
+        b=str(b),
+        operators_added=sorted(set(nb) - set(na)),
+        operators_removed=sorted(set(na) - set(nb)),
+        weights=weights,
+        shapes=shapes,
+        unmapped_share={"a": _unmapped(a), "b": _unmapped(b)},
+    )
 
 
 def _compact(inputs: dict) -> str:
@@ -78,6 +86,7 @@ def _compact(inputs: dict) -> str:
 
 def render_diff(d: SnapshotDiff) -> str:
     """The diff as text for a terminal."""
+
     def pct(x: float | None) -> str:
         return "—" if x is None else f"{100 * x:6.2f}%"
 

@@ -83,7 +83,7 @@ def _bad(path: Path, message: str, hint: str = "") -> AtrexError:
         f"{path.name}: {message}",
         hint
         or "Export the trace with torch.profiler's export_chrome_trace (record_shapes=True) and pass the complete "
-           "file.",
+        "file.",
     )
 
 

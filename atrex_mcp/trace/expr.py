@@ -52,11 +52,23 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "split": split_evenly,
 }
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b,
-            ast.NotIn: lambda a, b: a not in b}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
 
 
 @lru_cache(maxsize=4096)
@@ -66,9 +78,27 @@ def parse(source: str) -> ast.expr:
         tree = ast.parse(source, mode="eval").body
     except SyntaxError as exc:
         raise ExprError(f"invalid expression {source!r}: {exc.msg}") from None
-    allowed = (ast.Name, ast.Constant, ast.List, ast.Tuple, ast.Subscript, ast.Slice, ast.BinOp, ast.UnaryOp,
-               ast.Compare, ast.BoolOp, ast.IfExp, ast.Call, ast.Load, ast.And, ast.Or, ast.USub, ast.Not,
-               *_BINARY, *_COMPARE)
+    allowed = (
+        ast.Name,
+        ast.Constant,
+        ast.List,
+        ast.Tuple,
+        ast.Subscript,
+        ast.Slice,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.Compare,
+        ast.BoolOp,
+        ast.IfExp,
+        ast.Call,
+        ast.Load,
+        ast.And,
+        ast.Or,
+        ast.USub,
+        ast.Not,
+        *_BINARY,
+        *_COMPARE,
+    )
     for node in ast.walk(tree):
         if not isinstance(node, allowed):
             raise ExprError(f"expression {source!r} uses {type(node).__name__}, which rules may not use")
@@ -101,8 +131,9 @@ def _eval(node: ast.expr, names: Mapping[str, Any], calls: Mapping[str, Callable
             return [_eval(e, names, calls) for e in elts]
         case ast.Subscript(value=value, slice=ast.Slice(lower=lo, upper=hi, step=None)):
             seq = _eval(value, names, calls)
-            return seq[slice(None if lo is None else _eval(lo, names, calls),
-                             None if hi is None else _eval(hi, names, calls))]
+            return seq[
+                slice(None if lo is None else _eval(lo, names, calls), None if hi is None else _eval(hi, names, calls))
+            ]
         case ast.Subscript(value=value, slice=index):
             return _eval(value, names, calls)[_eval(index, names, calls)]
         case ast.BinOp(left=left, op=op, right=right):

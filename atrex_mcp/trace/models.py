@@ -28,7 +28,7 @@ class TraceInput(BaseModel):
     links: dict[str, int] = Field(
         default_factory=dict,
         description="How device events were tied to host events (correlation, external_id, time_containment, none) "
-                    "and, for those no host operator claimed, to an operator (gpu_range, kernel_name).",
+        "and, for those no host operator claimed, to an operator (gpu_range, kernel_name).",
     )
 
 
@@ -49,7 +49,7 @@ class OperatorRecord(BaseModel):
 
     retained: bool = Field(
         description="Whether the snapshot keeps the operator (it needs at least one resolved shape and a shipped "
-                    "reference)."
+        "reference)."
     )
     dropped_reason: str | None = Field(default=None, description="Why a mapped operator was not retained.")
     device_us: dict[str, float] = Field(description="Attributed time per phase over all applications, in microseconds.")
@@ -60,17 +60,26 @@ class OperatorRecord(BaseModel):
         default_factory=dict, description="Why shapes were unresolved, with counts (most frequent first)."
     )
     shapes: dict[str, ShapeStats] = Field(default_factory=dict, description="Shape id (as in shapes.json) → its calls.")
-    sources: dict[str, int] = Field(default_factory=dict, description=(
-        "How the calls were recognised (host op, 'pattern a+b', generated kernel, kernel name) with counts."))
-    benchmark: bool = Field(default=True, description=(
-        "False for an operator the rules recognise but the benchmark does not define (e.g. gelu_and_mul)."))
+    sources: dict[str, int] = Field(
+        default_factory=dict,
+        description=(
+            "How the calls were recognised (host op, 'pattern a+b', generated kernel, kernel name) with counts."
+        ),
+    )
+    benchmark: bool = Field(
+        default=True,
+        description=(
+            "False for an operator the rules recognise but the benchmark does not define (e.g. gelu_and_mul)."
+        ),
+    )
 
 
 class FusedKernel(BaseModel):
     """A compiler-generated kernel that computes parts of several operators; its time is split evenly between them."""
 
-    kernel: str = Field(description=(
-        "Kernel name without its numeric suffix, e.g. 'triton_red_fused_add_cat_mean_mul_neg_pow_rsqrt'."))
+    kernel: str = Field(
+        description=("Kernel name without its numeric suffix, e.g. 'triton_red_fused_add_cat_mean_mul_neg_pow_rsqrt'.")
+    )
     operators: list[str] = Field(description="Operators whose ops it fuses.")
     launches: int = Field(description="Number of launches (device events, or CPU kernel calls).")
     device_us: float = Field(description="Total time, in microseconds.")
@@ -82,8 +91,10 @@ class UnmappedCategory(BaseModel):
     label: str = Field(description="What it is, e.g. 'GEMM (not a benchmark operator)'.")
     share: float = Field(description="Eq. 3 share of device time; the categories add up to unmapped_share.")
     device_us: float = Field(description="Total time over all applications and phases, in microseconds.")
-    top: dict[str, float] = Field(default_factory=dict, description=(
-        "The names behind it (host operator or kernel) with the most time, in microseconds."))
+    top: dict[str, float] = Field(
+        default_factory=dict,
+        description=("The names behind it (host operator or kernel) with the most time, in microseconds."),
+    )
 
 
 class Manifest(BaseModel):
@@ -114,12 +125,20 @@ class Manifest(BaseModel):
     unmapped_by_app_phase: dict[str, dict[str, float]] = Field(
         description="Eq. 2 share of 'other' per application and phase."
     )
-    unmapped_by_category: dict[str, UnmappedCategory] = Field(default_factory=dict, description=(
-        "What the unmapped time is (gemm, communication, memory, generated, other_ops, unknown), largest first."))
-    fused_kernels: list[FusedKernel] = Field(default_factory=list, description=(
-        "Generated kernels that fuse several operators (their time is split between them)."))
-    stacks: dict[str, str] = Field(default_factory=dict, description=(
-        "Frameworks the rules table has names for, with the versions the names come from."))
+    unmapped_by_category: dict[str, UnmappedCategory] = Field(
+        default_factory=dict,
+        description=(
+            "What the unmapped time is (gemm, communication, memory, generated, other_ops, unknown), largest first."
+        ),
+    )
+    fused_kernels: list[FusedKernel] = Field(
+        default_factory=list,
+        description=("Generated kernels that fuse several operators (their time is split between them)."),
+    )
+    stacks: dict[str, str] = Field(
+        default_factory=dict,
+        description=("Frameworks the rules table has names for, with the versions the names come from."),
+    )
     device_us_by_app_phase: dict[str, dict[str, float]] = Field(
         description="All attributed time per application and phase, in microseconds."
     )

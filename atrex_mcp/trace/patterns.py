@@ -52,8 +52,10 @@ def find_groups(host: list[HostEvent], rules: Rules, claimed: Callable[[HostEven
     for ev in host:
         if ev.cat == "cpu_op":
             siblings.setdefault((ev.thread, id(ev.parent)), []).append(ev)
-    compiled = [(rule, [re.compile(s.name) for s in rule.steps], re.compile(rule.absorb) if rule.absorb else None)
-                for rule in rules.data.patterns]
+    compiled = [
+        (rule, [re.compile(s.name) for s in rule.steps], re.compile(rule.absorb) if rule.absorb else None)
+        for rule in rules.data.patterns
+    ]
     groups: list[PatternGroup] = []
     for ops in siblings.values():
         ops.sort(key=lambda e: e.ts)
@@ -78,8 +80,15 @@ def find_groups(host: list[HostEvent], rules: Rules, claimed: Callable[[HostEven
     return groups
 
 
-def _match_at(ops: list[HostEvent], free: list[bool], start: int, rule: PatternRule, names: list[re.Pattern],
-              absorb: re.Pattern | None, rules: Rules) -> PatternGroup | None:
+def _match_at(
+    ops: list[HostEvent],
+    free: list[bool],
+    start: int,
+    rule: PatternRule,
+    names: list[re.Pattern],
+    absorb: re.Pattern | None,
+    rules: Rules,
+) -> PatternGroup | None:
     binding = Binding({}, {}, set())
     steps: list[HostEvent] = []
     between: list[HostEvent] = []
@@ -125,16 +134,24 @@ def _match_at(ops: list[HostEvent], free: list[bool], start: int, rule: PatternR
         nodes.append(op)
         steps.append(op)
         position = found + 1
-    return PatternGroup(rule.operator, rule, sorted(nodes, key=lambda e: e.ts), steps, binding.values, binding.dtypes,
-                        binding.unrecorded)
+    return PatternGroup(
+        rule.operator,
+        rule,
+        sorted(nodes, key=lambda e: e.ts),
+        steps,
+        binding.values,
+        binding.dtypes,
+        binding.unrecorded,
+    )
 
 
 def _holds(when: str | None, args: list[str], op: HostEvent, binding: Binding, rules: Rules) -> bool:
     if "Input Dims" not in op.args:
         return when is None
     bound = bind_arguments(args, op.args)
-    merged = Binding({**binding.values, **bound.values}, {**binding.dtypes, **bound.dtypes},
-                     binding.unrecorded | bound.unrecorded)
+    merged = Binding(
+        {**binding.values, **bound.values}, {**binding.dtypes, **bound.dtypes}, binding.unrecorded | bound.unrecorded
+    )
     if when is None:
         return True
     try:

@@ -85,8 +85,16 @@ class DecoderLayer(nn.Module):
         self.up_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-                k_cache: torch.Tensor, v_cache: torch.Tensor, end: int) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        positions: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        end: int,
+    ) -> torch.Tensor:
         cfg, (b, t, _) = self.cfg, x.shape
         h = F.rms_norm(x, (cfg.hidden,), self.input_norm, cfg.eps)
         q = self.q_proj(h).view(b, t, cfg.heads, cfg.head_dim).transpose(1, 2)
@@ -146,8 +154,9 @@ def build(cfg: DecoderConfig, device: str, seed: int = 0) -> PlainDecoder:
 
 def generate(model: nn.Module | Callable[..., Any], cfg: DecoderConfig, device: str, annotate: bool = True) -> None:
     """One prefill of `prompt` tokens, then `decode_steps` single-token steps (greedy)."""
-    tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.prompt), device=device,
-                           generator=torch.Generator(device=device).manual_seed(0))
+    tokens = torch.randint(
+        0, cfg.vocab, (cfg.batch, cfg.prompt), device=device, generator=torch.Generator(device=device).manual_seed(0)
+    )
 
     def step(name: str, toks: torch.Tensor, start: int) -> torch.Tensor:
         positions = torch.arange(start, start + toks.shape[1], device=device)
@@ -164,8 +173,15 @@ def generate(model: nn.Module | Callable[..., Any], cfg: DecoderConfig, device: 
         torch.cuda.synchronize()
 
 
-def record(model: nn.Module | Callable[..., Any], cfg: DecoderConfig, device: str, out: Path, *,
-           warmup: int = 1, annotate: bool = True) -> Path:
+def record(
+    model: nn.Module | Callable[..., Any],
+    cfg: DecoderConfig,
+    device: str,
+    out: Path,
+    *,
+    warmup: int = 1,
+    annotate: bool = True,
+) -> Path:
     """Warm up (compiles, autotunes) unprofiled, then profile one prefill + decode with
     record_shapes=True and write the Chrome trace (gzipped when `out` ends in .gz)."""
     for _ in range(warmup):

@@ -70,7 +70,7 @@ class _Registered:
         self.models: dict[tuple, Callable[..., Any]] = {}
 
     def run(self, *args: Any) -> list[torch.Tensor]:
-        tensor_args, init_args = args[:len(self.forward)], args[len(self.forward):]
+        tensor_args, init_args = args[: len(self.forward)], args[len(self.forward) :]
         key = tuple(tuple(v) if isinstance(v, list) else v for v in init_args)
         if key not in self.models:
             model = self.model_cls(**dict(zip(self.init, init_args)))
@@ -80,12 +80,14 @@ class _Registered:
     def positional(self, kwargs: dict[str, Any]) -> list[Any]:
         defaults = {n: p.default for n, p in self.init_sig.items() if p.default is not inspect.Parameter.empty}
         merged = {**defaults, **kwargs}
-        return [merged.get(n) for n in self.forward] + [list(merged[n]) if isinstance(merged[n], tuple) else merged[n]
-                                                         for n in self.init]
+        return [merged.get(n) for n in self.forward] + [
+            list(merged[n]) if isinstance(merged[n], tuple) else merged[n] for n in self.init
+        ]
 
 
-def register(op: str, catalog: Catalog | None = None, *,
-             body: Callable[[torch.nn.Module], Callable[..., Any]] | None = None) -> Callable[..., list[torch.Tensor]]:
+def register(
+    op: str, catalog: Catalog | None = None, *, body: Callable[[torch.nn.Module], Callable[..., Any]] | None = None
+) -> Callable[..., list[torch.Tensor]]:
     """Register `atrex::<op>` (the schema once per process) and return a caller taking the forward
     inputs and the init parameters as keywords. The op returns the reference's outputs as a list
     of tensors (a dict's values in sorted-key order). `body(model)` swaps the eager forward for

@@ -50,19 +50,30 @@ class ShapeSource(BaseModel):
     given, overrides the operator's own expression (a null `init`/`inputs` entry takes the smoke
     shape's value and is listed as defaulted)."""
 
-    derive: dict[str, str] = Field(default_factory=dict, description=(
-        "Extra names computed from the arguments, in order, e.g. top_k from a tensor's dims."))
-    unrecorded: list[str] = Field(default_factory=list, description=(
-        "Names this source can never record; parameters that need them take the smoke shape's value (listed as"
-        " defaulted)."))
+    derive: dict[str, str] = Field(
+        default_factory=dict,
+        description=("Extra names computed from the arguments, in order, e.g. top_k from a tensor's dims."),
+    )
+    unrecorded: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Names this source can never record; parameters that need them take the smoke shape's value (listed as"
+            " defaulted)."
+        ),
+    )
     tokens: str | None = Field(default=None, description="Token-count expression replacing the operator's.")
-    init: dict[str, str | None] = Field(default_factory=dict, description=(
-        "Model.__init__ expressions replacing the operator's (null: smoke value, defaulted)."))
-    inputs: dict[str, str | None] = Field(default_factory=dict, description=(
-        "make_inputs expressions replacing the operator's (null: smoke value, defaulted)."))
+    init: dict[str, str | None] = Field(
+        default_factory=dict,
+        description=("Model.__init__ expressions replacing the operator's (null: smoke value, defaulted)."),
+    )
+    inputs: dict[str, str | None] = Field(
+        default_factory=dict,
+        description=("make_inputs expressions replacing the operator's (null: smoke value, defaulted)."),
+    )
     check: str | None = Field(default=None, description="Expression that must also hold, besides the operator's check.")
-    stack: str | None = Field(default=None, description=(
-        "Key of the `stacks` table: the framework (and versions) this name comes from."))
+    stack: str | None = Field(
+        default=None, description=("Key of the `stacks` table: the framework (and versions) this name comes from.")
+    )
 
 
 class HostRule(ShapeSource):
@@ -81,10 +92,15 @@ class PatternStep(BaseModel):
     """One host operator of a pattern."""
 
     name: str = Field(description="Regular expression that must match the whole operator name, e.g. 'aten::silu'.")
-    args: list[str] = Field(default_factory=list, description=(
-        "Names for its recorded arguments, in schema order ('_' skips one); names are shared by all steps."))
-    when: str | None = Field(default=None, description=(
-        "Expression over this and the earlier steps' names that must hold."))
+    args: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Names for its recorded arguments, in schema order ('_' skips one); names are shared by all steps."
+        ),
+    )
+    when: str | None = Field(
+        default=None, description=("Expression over this and the earlier steps' names that must hold.")
+    )
     optional: bool = Field(default=False, description="The pattern also matches without this step.")
 
 
@@ -94,27 +110,45 @@ class PatternRule(ShapeSource):
 
     operator: str = Field(description="Benchmark operator the group is.")
     steps: list[PatternStep] = Field(description="The operators in order.")
-    max_gap: int = Field(default=2, description=(
-        "At most this many unrelated operators (not view-only, not `absorb`) between two steps; they stay outside"
-        " the group."))
-    absorb: str | None = Field(default=None, description=(
-        "Regular expression of operators that belong to the group when they sit between its steps (e.g. dtype"
-        " casts)."))
+    max_gap: int = Field(
+        default=2,
+        description=(
+            "At most this many unrelated operators (not view-only, not `absorb`) between two steps; they stay outside"
+            " the group."
+        ),
+    )
+    absorb: str | None = Field(
+        default=None,
+        description=(
+            "Regular expression of operators that belong to the group when they sit between its steps (e.g. dtype"
+            " casts)."
+        ),
+    )
 
 
 class GeneratedRules(BaseModel):
     """Compiler-generated kernels (torch.compile / Inductor) whose names list the aten ops they fuse."""
 
     stack: str = Field(description="Key of the `stacks` table.")
-    name: str = Field(description=(
-        "Regular expression with a group 'ops' (the fused aten op names joined by '_'), searched in host-event and"
-        " kernel names."))
-    fusions: list[dict[str, Any]] = Field(description=(
-        "{'operator': op, 'all': [aten op names]}: a kernel whose op list holds all of them computes (part of) that"
-        " operator."))
-    shapes: dict[str, ShapeSource] = Field(default_factory=dict, description=(
-        "Per operator, expressions over a generated kernel's recorded arguments: t0, t1, … (tensor dims in order),"
-        " tl (the last tensor), n0, n1, … (integer arguments)."))
+    name: str = Field(
+        description=(
+            "Regular expression with a group 'ops' (the fused aten op names joined by '_'), searched in host-event and"
+            " kernel names."
+        )
+    )
+    fusions: list[dict[str, Any]] = Field(
+        description=(
+            "{'operator': op, 'all': [aten op names]}: a kernel whose op list holds all of them computes (part of) that"
+            " operator."
+        )
+    )
+    shapes: dict[str, ShapeSource] = Field(
+        default_factory=dict,
+        description=(
+            "Per operator, expressions over a generated kernel's recorded arguments: t0, t1, … (tensor dims in order),"
+            " tl (the last tensor), n0, n1, … (integer arguments)."
+        ),
+    )
 
 
 class UnmappedCategory(BaseModel):
@@ -122,11 +156,17 @@ class UnmappedCategory(BaseModel):
 
     name: str = Field(description="Short key, e.g. 'gemm'.")
     label: str = Field(description="What a user reads in the summary, e.g. 'GEMM (not a benchmark operator)'.")
-    host: list[str] = Field(default_factory=list, description=(
-        "Regular expressions matched against the whole names of the launching host operator and its ancestors."))
+    host: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Regular expressions matched against the whole names of the launching host operator and its ancestors."
+        ),
+    )
     kernels: list[str] = Field(default_factory=list, description="Regular expressions searched in device event names.")
-    device_categories: list[str] = Field(default_factory=list, description=(
-        "Trace categories of device events that belong here (gpu_memcpy, gpu_memset)."))
+    device_categories: list[str] = Field(
+        default_factory=list,
+        description=("Trace categories of device events that belong here (gpu_memcpy, gpu_memset)."),
+    )
 
 
 class OperatorRule(BaseModel):
@@ -136,7 +176,7 @@ class OperatorRule(BaseModel):
     kernels: list[str] = Field(
         default_factory=list,
         description="Regular expressions searched in device kernel names (used when no host operator claims the "
-                    "kernel).",
+        "kernel).",
     )
     tokens: str | None = Field(
         default=None, description="Expression for the call's token count (phase inference and bucketing)."
@@ -149,9 +189,13 @@ class OperatorRule(BaseModel):
         default=None,
         description="Expression over arguments and resolved parameters that a resolved shape must satisfy.",
     )
-    benchmark: bool = Field(default=True, description=(
-        "False for an operator the rules recognise but the benchmark does not define (reported, never retained"
-        " unless a problem set adds it)."))
+    benchmark: bool = Field(
+        default=True,
+        description=(
+            "False for an operator the rules recognise but the benchmark does not define (reported, never retained"
+            " unless a problem set adds it)."
+        ),
+    )
 
 
 class TokenBuckets(BaseModel):
@@ -159,7 +203,7 @@ class TokenBuckets(BaseModel):
 
     kind: str = Field(
         description="'pow2' (next power of two), 'list' (next listed bound, then powers of two) or 'exact' (no "
-                    "rounding)."
+        "rounding)."
     )
     bounds: list[int] = Field(default_factory=list, description="Ascending upper bounds for kind 'list'.")
 
@@ -198,17 +242,23 @@ class RulesFile(BaseModel):
     )
     decode_max_tokens: int = Field(description="Without a phase range, a step with at most this many tokens is decode.")
     token_buckets: TokenBuckets = Field(description="Bucket scheme for dynamic (token, batch, context) dimensions.")
-    stacks: dict[str, str] = Field(default_factory=dict, description=(
-        "Framework key → the versions its names were taken from."))
-    transparent: str = Field(default="$^", description=(
-        "Regular expression of view-only host operators that patterns step over."))
+    stacks: dict[str, str] = Field(
+        default_factory=dict, description=("Framework key → the versions its names were taken from.")
+    )
+    transparent: str = Field(
+        default="$^", description=("Regular expression of view-only host operators that patterns step over.")
+    )
     operators: dict[str, OperatorRule] = Field(description="Benchmark operator name → its rules.")
-    patterns: list[PatternRule] = Field(default_factory=list, description=(
-        "Groups of consecutive host operators that compute one operator, tried in order."))
-    generated: GeneratedRules | None = Field(default=None, description=(
-        "Attribution of compiler-generated kernels by the ops their names list."))
-    unmapped_categories: list[UnmappedCategory] = Field(default_factory=list, description=(
-        "What unmapped time is, tried in order; the rest is 'unknown'."))
+    patterns: list[PatternRule] = Field(
+        default_factory=list,
+        description=("Groups of consecutive host operators that compute one operator, tried in order."),
+    )
+    generated: GeneratedRules | None = Field(
+        default=None, description=("Attribution of compiler-generated kernels by the ops their names list.")
+    )
+    unmapped_categories: list[UnmappedCategory] = Field(
+        default_factory=list, description=("What unmapped time is, tried in order; the rest is 'unknown'.")
+    )
 
 
 @dataclass(frozen=True)
@@ -304,8 +354,10 @@ class Rules:
         self._generated_cache: dict[str, GeneratedMatch | None] = {}
         self._generated_pattern = re.compile(data.generated.name) if data.generated else None
         self._transparent = re.compile(data.transparent)
-        self._categories = [(c.name, [re.compile(p) for p in c.host], [re.compile(p) for p in c.kernels],
-                             set(c.device_categories)) for c in data.unmapped_categories]
+        self._categories = [
+            (c.name, [re.compile(p) for p in c.host], [re.compile(p) for p in c.kernels], set(c.device_categories))
+            for c in data.unmapped_categories
+        ]
 
     @classmethod
     def load(cls, path: Path | None = None) -> Rules:
@@ -418,9 +470,13 @@ class Rules:
                 self._generated_cache[name] = None
             else:
                 ops_text = "_" + (found["ops"] or "") + "_"
-                ops = tuple(dict.fromkeys(
-                    f["operator"] for f in self.data.generated.fusions
-                    if all(f"_{part}_" in ops_text for part in f["all"])))
+                ops = tuple(
+                    dict.fromkeys(
+                        f["operator"]
+                        for f in self.data.generated.fusions
+                        if all(f"_{part}_" in ops_text for part in f["all"])
+                    )
+                )
                 self._generated_cache[name] = GeneratedMatch(ops, re.sub(r"_\d+$", "", found.group(0)))
         return self._generated_cache[name]
 
@@ -456,13 +512,20 @@ class Rules:
                 raise expr.UnboundName(name)
             return _DTYPES.get(dtypes[name], (dtypes[name], dtypes[name]))[which]
 
-        return {"bucket": self.data.token_buckets.bucket,
-                "dtype": lambda name: label(name, 0),
-                "torch_dtype": lambda name: label(name, 1),
-                "given": lambda name: name in binding.values}
+        return {
+            "bucket": self.data.token_buckets.bucket,
+            "dtype": lambda name: label(name, 0),
+            "torch_dtype": lambda name: label(name, 1),
+            "given": lambda name: name in binding.values,
+        }
 
-    def resolve_shape(self, match: HostMatch, event_args: dict[str, Any], smoke_init: dict[str, Any] | None,
-                      smoke_inputs: dict[str, Any] | None) -> tuple[int | None, ResolvedShape | None, str | None]:
+    def resolve_shape(
+        self,
+        match: HostMatch,
+        event_args: dict[str, Any],
+        smoke_init: dict[str, Any] | None,
+        smoke_inputs: dict[str, Any] | None,
+    ) -> tuple[int | None, ResolvedShape | None, str | None]:
         """(token count, shape, why there is no shape) for one host-op call; calls with identical
         recorded arguments (most of a serving trace) share one evaluation."""
         if "Input Dims" not in event_args:
@@ -473,8 +536,14 @@ class Rules:
             self._shape_cache[key] = self.resolve_bound(match.op, match.rule, binding, smoke_init, smoke_inputs)
         return self._shape_cache[key]
 
-    def resolve_bound(self, op: str, source: ShapeSource, binding: Binding, smoke_init: dict[str, Any] | None,
-                      smoke_inputs: dict[str, Any] | None) -> tuple[int | None, ResolvedShape | None, str | None]:
+    def resolve_bound(
+        self,
+        op: str,
+        source: ShapeSource,
+        binding: Binding,
+        smoke_init: dict[str, Any] | None,
+        smoke_inputs: dict[str, Any] | None,
+    ) -> tuple[int | None, ResolvedShape | None, str | None]:
         """(token count, shape, why there is no shape) for one call whose arguments are bound.
 
         A parameter the rules do not give (or give as null), or whose expression needs a value the
@@ -520,7 +589,8 @@ class Rules:
                 except expr.UnboundName as exc:
                     if exc.name not in binding.unrecorded:
                         raise expr.ExprError(
-                            f"shape incomplete: {param} needs {exc.name!r}, which the trace does not record") from None
+                            f"shape incomplete: {param} needs {exc.name!r}, which the trace does not record"
+                        ) from None
                     out[param] = default
                     defaulted.append(param)
                 except expr.ExprError as exc:
@@ -533,8 +603,11 @@ class Rules:
             names = {**init, **inputs, **values}
             for check in (rule.check, source.check):
                 if check is not None and not expr.evaluate(check, names, functions):
-                    return tokens, None, (f"fails the rule's check {check!r} "
-                                          f"(defaulted: {', '.join(defaulted) or 'none'})")
+                    return (
+                        tokens,
+                        None,
+                        (f"fails the rule's check {check!r} (defaulted: {', '.join(defaulted) or 'none'})"),
+                    )
         except expr.ExprError as exc:
             return tokens, None, str(exc)
         return (
@@ -550,8 +623,14 @@ def _args_key(event_args: dict[str, Any]) -> str:
 
 def _check_source(source: ShapeSource, data: RulesFile, extra: list[str | None]) -> None:
     """Parse every expression of a shape source and check its stack key (a bad table fails at load)."""
-    for text in [source.tokens, source.check, *source.derive.values(), *source.init.values(),
-                 *source.inputs.values(), *extra]:
+    for text in [
+        source.tokens,
+        source.check,
+        *source.derive.values(),
+        *source.init.values(),
+        *source.inputs.values(),
+        *extra,
+    ]:
         if text is not None:
             expr.parse(text)
     if source.stack is not None and source.stack not in data.stacks:

@@ -75,16 +75,33 @@ class SnapshotContent:
     files: dict[str, str]
 
 
-def import_traces(specs: list[TraceSpec], out: Path, *, phase: PhaseMode = "auto", apps_file: Path | None = None,
-                  problems: Path | None = None, rules_path: Path | None = None,
-                  decode_max_tokens: int | None = None) -> Manifest:
+def import_traces(
+    specs: list[TraceSpec],
+    out: Path,
+    *,
+    phase: PhaseMode = "auto",
+    apps_file: Path | None = None,
+    problems: Path | None = None,
+    rules_path: Path | None = None,
+    decode_max_tokens: int | None = None,
+) -> Manifest:
     """Build the snapshot for `specs` at `out` (which must not exist yet) and return its manifest."""
     out = Path(out).resolve()
     if out.exists():
-        raise AtrexError("input", "snapshot_exists", f"{out} already exists.",
-                         "Snapshots are versioned: write each import to a new directory (e.g. snapshots/2026-11-30).")
-    content = build_snapshot(specs, phase=phase, apps_file=apps_file, problems=problems, rules_path=rules_path,
-                             decode_max_tokens=decode_max_tokens)
+        raise AtrexError(
+            "input",
+            "snapshot_exists",
+            f"{out} already exists.",
+            "Snapshots are versioned: write each import to a new directory (e.g. snapshots/2026-11-30).",
+        )
+    content = build_snapshot(
+        specs,
+        phase=phase,
+        apps_file=apps_file,
+        problems=problems,
+        rules_path=rules_path,
+        decode_max_tokens=decode_max_tokens,
+    )
     if not content.weights["weights"]:
         reasons: Counter[str] = Counter()
         for rec in content.manifest.operators.values():
@@ -103,9 +120,15 @@ def import_traces(specs: list[TraceSpec], out: Path, *, phase: PhaseMode = "auto
     return content.manifest
 
 
-def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_file: Path | None = None,
-                   problems: Path | None = None, rules_path: Path | None = None,
-                   decode_max_tokens: int | None = None) -> SnapshotContent:
+def build_snapshot(
+    specs: list[TraceSpec],
+    *,
+    phase: PhaseMode = "auto",
+    apps_file: Path | None = None,
+    problems: Path | None = None,
+    rules_path: Path | None = None,
+    decode_max_tokens: int | None = None,
+) -> SnapshotContent:
     """Everything `import_traces` would write, without writing it (also for reports on traces
     whose operators cannot all be retained)."""
     if not specs:
@@ -136,9 +159,17 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         trace = load_trace(spec.path)
         result = attribute(trace, rules, templates, forced, threshold)
         results.append((spec, result))
-        inputs.append(TraceInput(path=str(spec.path), sha256=trace.sha256, app=spec.app, device=result.device,
-                                 device_names=trace.device_names, attributed_us=sum(s.us for s in result.slices),
-                                 links=dict(result.links)))
+        inputs.append(
+            TraceInput(
+                path=str(spec.path),
+                sha256=trace.sha256,
+                app=spec.app,
+                device=result.device,
+                device_names=trace.device_names,
+                attributed_us=sum(s.us for s in result.slices),
+                links=dict(result.links),
+            )
+        )
     devices = {r.device for _, r in results}
     if len(devices) > 1:
         cpu = [str(s.path) for s, r in results if r.device == "cpu"]
@@ -166,8 +197,9 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         for call in result.calls:
             calls_by_op[call.op].append(call)
         for kernel, record in result.fused.items():
-            entry = fused.setdefault(kernel, FusedKernel(kernel=kernel, operators=list(record.ops), launches=0,
-                                                         device_us=0.0))
+            entry = fused.setdefault(
+                kernel, FusedKernel(kernel=kernel, operators=list(record.ops), launches=0, device_us=0.0)
+            )
             entry.launches += record.count
             entry.device_us += record.us
 
@@ -199,44 +231,76 @@ def build_snapshot(specs: list[TraceSpec], *, phase: PhaseMode = "auto", apps_fi
         ordered = sorted(shapes.get(op, {}).items(), key=lambda kv: (-kv[1].device_us, kv[0]))
         operators[op] = OperatorRecord(
             retained=op in retained,
-            dropped_reason=None if op in retained else (
-                f"{op} is not in the problem set {catalog.roots[-1]}" if op not in available
-                else "no call's shape could be read from the trace"),
-            device_us=dict(sorted(op_us.items())), calls=len(calls), unresolved_calls=len(unresolved),
-            unresolved_us=sum(c.device_us for c in unresolved), unresolved_reasons=dict(reasons.most_common(5)),
-            shapes={sid: ShapeStats(count=a.count, device_us=a.device_us, phases=sorted(a.phases),
-                                    defaulted=list(a.shape.defaulted)) for sid, a in ordered},
+            dropped_reason=None
+            if op in retained
+            else (
+                f"{op} is not in the problem set {catalog.roots[-1]}"
+                if op not in available
+                else "no call's shape could be read from the trace"
+            ),
+            device_us=dict(sorted(op_us.items())),
+            calls=len(calls),
+            unresolved_calls=len(unresolved),
+            unresolved_us=sum(c.device_us for c in unresolved),
+            unresolved_reasons=dict(reasons.most_common(5)),
+            shapes={
+                sid: ShapeStats(
+                    count=a.count, device_us=a.device_us, phases=sorted(a.phases), defaulted=list(a.shape.defaulted)
+                )
+                for sid, a in ordered
+            },
             sources=dict(Counter(c.source for c in calls).most_common(8)),
-            benchmark=rules.data.operators[op].benchmark if op in rules.data.operators else True)
+            benchmark=rules.data.operators[op].benchmark if op in rules.data.operators else True,
+        )
 
     manifest = Manifest(
-        created=datetime.now(UTC).isoformat(timespec="seconds"), tool_version=__version__,
-        rules_version=rules.version, rules_sha256=_sha256(rules.source), phase_mode=phase,
-        decode_max_tokens=threshold, token_buckets=rules.data.token_buckets.model_dump(), device=devices.pop(),
-        inputs=inputs, apps=weights.app_shares,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        tool_version=__version__,
+        rules_version=rules.version,
+        rules_sha256=_sha256(rules.source),
+        phase_mode=phase,
+        decode_max_tokens=threshold,
+        token_buckets=rules.data.token_buckets.model_dump(),
+        device=devices.pop(),
+        inputs=inputs,
+        apps=weights.app_shares,
         apps_file={"path": str(apps_file), "sha256": _sha256(apps_file)} if apps_file else None,
-        problems_source=str(catalog.roots[-1]), unmapped_share=weights.unmapped, excluded_share=weights.excluded,
+        problems_source=str(catalog.roots[-1]),
+        unmapped_share=weights.unmapped,
+        excluded_share=weights.excluded,
         unmapped_by_app_phase={a: {p: s.get(OTHER, 0.0) for p, s in per.items()} for a, per in weights.shares.items()},
         device_us_by_app_phase={a: {p: sum(v.values()) for p, v in per.items()} for a, per in times.items()},
         unmapped_by_category={
-            category: UnmappedCategory(label=rules.category_label(category), share=share,
-                                       device_us=sum(category_names[category].values()),
-                                       top={n: us for n, us in category_names[category].most_common(5)})
-            for category, share in category_shares(times, category_times, weights.app_shares).items()},
+            category: UnmappedCategory(
+                label=rules.category_label(category),
+                share=share,
+                device_us=sum(category_names[category].values()),
+                top={n: us for n, us in category_names[category].most_common(5)},
+            )
+            for category, share in category_shares(times, category_times, weights.app_shares).items()
+        },
         fused_kernels=sorted(fused.values(), key=lambda f: -f.device_us),
         stacks=rules.data.stacks,
-        operators=operators)
+        operators=operators,
+    )
     weights_doc = {
         "source": f"atrex-mcp trace import (rules {rules.version}): Eq. 2-3 over {len(specs)} trace(s), "
-                  f"apps {', '.join(f'{a}={c:.4g}' for a, c in weights.app_shares.items())}",
-        "raw_sum": sum(weights.raw.values()), "raw": weights.raw, "weights": weights.normalised}
+        f"apps {', '.join(f'{a}={c:.4g}' for a, c in weights.app_shares.items())}",
+        "raw_sum": sum(weights.raw.values()),
+        "raw": weights.raw,
+        "weights": weights.normalised,
+    }
 
-    files: dict[str, str] = {"manifest.json": manifest.model_dump_json(indent=2) + "\n",
-                             "weights.json": json.dumps(weights_doc, indent=2, sort_keys=True) + "\n"}
+    files: dict[str, str] = {
+        "manifest.json": manifest.model_dump_json(indent=2) + "\n",
+        "weights.json": json.dumps(weights_doc, indent=2, sort_keys=True) + "\n",
+    }
     for op in sorted(retained):
         v = visible[op]
-        rows: list[dict[str, Any]] = [{"id": sid, "init": a.shape.init, "inputs": a.shape.inputs}
-                for sid, a in sorted(shapes[op].items(), key=lambda kv: (-kv[1].device_us, kv[0]))]
+        rows: list[dict[str, Any]] = [
+            {"id": sid, "init": a.shape.init, "inputs": a.shape.inputs}
+            for sid, a in sorted(shapes[op].items(), key=lambda kv: (-kv[1].device_us, kv[0]))
+        ]
         smoke = v.smoke_shape
         rows.append({"id": smoke.id, "smoke": True, "init": smoke.init, "inputs": smoke.inputs})
         files[f"{op}/shapes.json"] = _shapes_document(op, rows)

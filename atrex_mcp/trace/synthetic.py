@@ -71,8 +71,9 @@ def _body(op: str, compile_model: Compile | None) -> Callable[[torch.nn.Module],
     return _BODIES[(op, compile_model)]
 
 
-def _prepared(item: OpCall | Callable[[], Any], catalog: Catalog, device: str, seed: int,
-              compile_model: Compile | None) -> Callable[[], Any]:
+def _prepared(
+    item: OpCall | Callable[[], Any], catalog: Catalog, device: str, seed: int, compile_model: Compile | None
+) -> Callable[[], Any]:
     if not isinstance(item, OpCall):
         return item
     tensors = catalog.load_make_inputs(item.op)(seed=seed, device=device, **item.inputs)
@@ -81,15 +82,25 @@ def _prepared(item: OpCall | Callable[[], Any], catalog: Catalog, device: str, s
         return lambda: call(**tensors, **item.init)
     forward = _forward(catalog, item.op, item.init, compile_model)
     if item.form == "range":
+
         def ranged() -> Any:
             with record_function(f"{reference_ops.NAMESPACE}::{item.op}"):
                 return forward(**tensors)
+
         return ranged
     return lambda: forward(**tensors)
 
 
-def record_trace(steps: list[Step], out: Path, *, device: str = "cpu", catalog: Catalog | None = None,
-                 compile_model: Compile | None = None, warmup: int = 1, seed: int = 0) -> Path:
+def record_trace(
+    steps: list[Step],
+    out: Path,
+    *,
+    device: str = "cpu",
+    catalog: Catalog | None = None,
+    compile_model: Compile | None = None,
+    warmup: int = 1,
+    seed: int = 0,
+) -> Path:
     """Run the steps (after `warmup` unprofiled rounds) under torch.profiler with record_shapes
     and export a Chrome trace to `out`."""
     catalog = catalog or Catalog()

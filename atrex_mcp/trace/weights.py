@@ -64,8 +64,12 @@ def compute_weights(times: Times, app_shares: dict[str, float], retained: set[st
     apps = {a: s for a, s in app_shares.items() if a in shares}
     total_share = sum(apps.values())
     if not apps or total_share <= 0:
-        raise AtrexError("input", "no_device_time", "The traces attribute no time to any application and phase.",
-                         "Check that the traces cover the model's forward steps.")
+        raise AtrexError(
+            "input",
+            "no_device_time",
+            "The traces attribute no time to any application and phase.",
+            "Check that the traces cover the model's forward steps.",
+        )
     c = {a: s / total_share for a, s in apps.items()}
     ops = {op for per_app in shares.values() for per_op in per_app.values() for op in per_op}
 
@@ -75,8 +79,14 @@ def compute_weights(times: Times, app_shares: dict[str, float], retained: set[st
     raw = {op: eq3({op}) for op in sorted(ops & retained)}
     raw_sum = sum(raw.values())
     normalised = {op: (w / raw_sum if raw_sum else 0.0) for op, w in raw.items()}
-    return Weights(raw=raw, normalised=normalised, shares=shares, app_shares=c, unmapped=eq3({OTHER}),
-                   excluded=eq3(ops - retained - {OTHER}))
+    return Weights(
+        raw=raw,
+        normalised=normalised,
+        shares=shares,
+        app_shares=c,
+        unmapped=eq3({OTHER}),
+        excluded=eq3(ops - retained - {OTHER}),
+    )
 
 
 def category_shares(times: Times, categories: Times, app_shares: dict[str, float]) -> dict[str, float]:
@@ -103,8 +113,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"application {key!r} is listed twice",
-                                                        key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"application {key!r} is listed twice", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -116,7 +127,7 @@ def read_app_shares(path: Path) -> dict[str, float]:
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise AtrexError("input", "bad_apps_file", f"Cannot read {path}: {reason}.") from exc
-    hint = "Write one `name: share` per line (e.g. `chat: 0.7`), or a JSON object {\"chat\": 0.7}."
+    hint = 'Write one `name: share` per line (e.g. `chat: 0.7`), or a JSON object {"chat": 0.7}.'
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
@@ -125,8 +136,9 @@ def read_app_shares(path: Path) -> dict[str, float]:
         problem = getattr(exc, "problem", None) or str(exc)
         raise AtrexError("input", "bad_apps_file", f"{path}{where}: {problem}.", hint) from None
     if not isinstance(data, dict):
-        raise AtrexError("input", "bad_apps_file", f"{path}: expected `name: share` lines, got {type(data).__name__}.",
-                         hint)
+        raise AtrexError(
+            "input", "bad_apps_file", f"{path}: expected `name: share` lines, got {type(data).__name__}.", hint
+        )
     items = [(str(name), value) for name, value in data.items()]
     shares: dict[str, float] = {}
     for name, value in items:

@@ -13,11 +13,27 @@ from pathlib import Path
 from atrex_mcp.errors import AtrexError
 
 CATEGORIES = ("hardware", "patterns", "recipes", "pitfalls", "profiling", "conversion")
-OP_FAMILIES = ("norm", "activation", "quant", "gemm", "moe", "attention", "rope", "topk", "conv", "linear-attention",
-               "cache", "any")
+OP_FAMILIES = (
+    "norm",
+    "activation",
+    "quant",
+    "gemm",
+    "moe",
+    "attention",
+    "rope",
+    "topk",
+    "conv",
+    "linear-attention",
+    "cache",
+    "any",
+)
 REQUIRED_DOC_KEYS = ("title", "category", "tags", "op_family", "dsl", "hardware", "sources")
-SOURCE_SUFFIXES = frozenset({".py", ".md", ".rst", ".txt", ".cu", ".cuh", ".c", ".cc", ".cpp", ".h", ".hpp", ".ptx", ".mlir", ".ll"})
-SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "build", "dist", ".venv", "venv", ".tox", ".mypy_cache"})
+SOURCE_SUFFIXES = frozenset(
+    {".py", ".md", ".rst", ".txt", ".cu", ".cuh", ".c", ".cc", ".cpp", ".h", ".hpp", ".ptx", ".mlir", ".ll"}
+)
+SKIPPED_DIRS = frozenset(
+    {".git", "__pycache__", "node_modules", "build", "dist", ".venv", "venv", ".tox", ".mypy_cache"}
+)
 MAX_SOURCE_BYTES = 1_000_000
 _FRONT_MATTER = re.compile(r"\A\s*\+\+\+\s*\n(.*?)\n\+\+\+\s*\n", re.S)
 _FENCED_CODE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
@@ -56,12 +72,17 @@ def split_front_matter(text: str, where: str) -> tuple[dict, str]:
     """The TOML table between the leading `+++` lines, and the text after it."""
     match = _FRONT_MATTER.match(text)
     if not match:
-        raise AtrexError("input", "bad_wiki_doc", f"{where} has no `+++` front matter.", "Start the file with a TOML block between two `+++` lines.")
+        raise AtrexError(
+            "input",
+            "bad_wiki_doc",
+            f"{where} has no `+++` front matter.",
+            "Start the file with a TOML block between two `+++` lines.",
+        )
     try:
         meta = tomllib.loads(match.group(1))
     except tomllib.TOMLDecodeError as exc:
         raise AtrexError("input", "bad_wiki_doc", f"Front matter of {where} is not valid TOML: {exc}") from exc
-    return meta, text[match.end():]
+    return meta, text[match.end() :]
 
 
 def _check_keys(meta: dict, where: str, required: tuple[str, ...]) -> None:
@@ -86,11 +107,22 @@ def read_article(file: WikiFile) -> WikiEntry:
     meta, body = split_front_matter(text, rel)
     _check_keys(meta, rel, REQUIRED_DOC_KEYS)
     if meta["category"] not in CATEGORIES:
-        raise AtrexError("input", "bad_wiki_doc", f"{rel}: category {meta['category']!r} is not one of {', '.join(CATEGORIES)}.")
+        raise AtrexError(
+            "input", "bad_wiki_doc", f"{rel}: category {meta['category']!r} is not one of {', '.join(CATEGORIES)}."
+        )
     return WikiEntry(
-        doc_id=file.doc_id, kind="doc", category=meta["category"], title=meta["title"], body=body,
-        code="\n".join(_FENCED_CODE.findall(body)), rel_path=rel, tags=_lower(meta["tags"]),
-        op_family=_lower(meta["op_family"]), dsl=_lower(meta["dsl"]), hardware=_lower(meta["hardware"]), sources=list(meta["sources"]),
+        doc_id=file.doc_id,
+        kind="doc",
+        category=meta["category"],
+        title=meta["title"],
+        body=body,
+        code="\n".join(_FENCED_CODE.findall(body)),
+        rel_path=rel,
+        tags=_lower(meta["tags"]),
+        op_family=_lower(meta["op_family"]),
+        dsl=_lower(meta["dsl"]),
+        hardware=_lower(meta["hardware"]),
+        sources=list(meta["sources"]),
         operators=_lower(meta.get("operators", [])),
     )
 
@@ -112,9 +144,18 @@ def read_kernel(file: WikiFile) -> WikiEntry:
     meta, prose = kernel_front_matter(source, rel)
     _check_keys(meta, rel, ("title", "operator", "op_family", "dsl", "hardware", "tags", "sources", "validated_shapes"))
     return WikiEntry(
-        doc_id=file.doc_id, kind="kernel", category="kernels", title=meta["title"], body=prose, code=source,
-        rel_path=rel, tags=_lower(meta["tags"]) + [meta["operator"].lower()], op_family=_lower(meta["op_family"]),
-        dsl=_lower(meta["dsl"]), hardware=_lower(meta["hardware"]), sources=list(meta["sources"]),
+        doc_id=file.doc_id,
+        kind="kernel",
+        category="kernels",
+        title=meta["title"],
+        body=prose,
+        code=source,
+        rel_path=rel,
+        tags=_lower(meta["tags"]) + [meta["operator"].lower()],
+        op_family=_lower(meta["op_family"]),
+        dsl=_lower(meta["dsl"]),
+        hardware=_lower(meta["hardware"]),
+        sources=list(meta["sources"]),
         operators=[meta["operator"].lower()],
     )
 
@@ -133,8 +174,14 @@ def read_source(file: WikiFile) -> WikiEntry:
     text = file.path.read_text(encoding="utf-8", errors="replace")
     rel = file.path.relative_to(file.root).as_posix()
     return WikiEntry(
-        doc_id=file.doc_id, kind="source", category="source", title=rel, body=text, code=text,
-        rel_path=rel, dsl=_source_dsl(file.path, text),
+        doc_id=file.doc_id,
+        kind="source",
+        category="source",
+        title=rel,
+        body=text,
+        code=text,
+        rel_path=rel,
+        dsl=_source_dsl(file.path, text),
     )
 
 

@@ -23,8 +23,8 @@ from atrex_mcp.errors import AtrexError, unknown_choice
 from atrex_mcp.paths import default_state_dir, wiki_dir
 from atrex_mcp.wiki.corpus import CATEGORIES, OP_FAMILIES, READERS, WikiEntry, WikiFile, source_files, wiki_files
 from atrex_mcp.wiki.models import RefreshReport, WikiDoc, WikiHit
-from atrex_mcp.wiki.solutions import solved_names, withheld_error
 from atrex_mcp.wiki.roots import load_roots
+from atrex_mcp.wiki.solutions import solved_names, withheld_error
 
 # Bump when the schema, the analyzer or what a reader extracts changes: the index is rebuilt.
 INDEX_VERSION = 4
@@ -107,8 +107,13 @@ def _named_operators(query: str) -> list[str]:
     """Every run of consecutive query words joined by `_`: the operator names the query could be
     naming, whether it wrote them with spaces ("paged attention decode") or underscores."""
     words = _QUERY_WORD.findall(query.lower())
-    return sorted({"_".join(words[i:j]) for i in range(len(words))
-                   for j in range(i + 1, min(len(words), i + MAX_OPERATOR_WORDS) + 1)})
+    return sorted(
+        {
+            "_".join(words[i:j])
+            for i in range(len(words))
+            for j in range(i + 1, min(len(words), i + MAX_OPERATOR_WORDS) + 1)
+        }
+    )
 
 
 def _split(stored: str) -> list[str]:
@@ -166,7 +171,13 @@ class WikiIndex:
             try:
                 st = f.path.stat()
                 prev = old.get(f.doc_id)
-                record = {"path": str(f.path), "root": str(f.root), "kind": f.kind, "mtime_ns": st.st_mtime_ns, "size": st.st_size}
+                record = {
+                    "path": str(f.path),
+                    "root": str(f.root),
+                    "kind": f.kind,
+                    "mtime_ns": st.st_mtime_ns,
+                    "size": st.st_size,
+                }
                 if prev and all(prev[k] == record[k] for k in ("path", "mtime_ns", "size")):
                     new[f.doc_id] = prev
                     continue
@@ -196,16 +207,29 @@ class WikiIndex:
         ix.close()
         self._save_manifest(new)
         added = sum(1 for f in changed if f.doc_id not in old)
-        return RefreshReport(added=added, updated=len(changed) - added, removed=len(removed),
-                             unchanged=len(new) - len(changed), index_dir=str(self.index_dir))
+        return RefreshReport(
+            added=added,
+            updated=len(changed) - added,
+            removed=len(removed),
+            unchanged=len(new) - len(changed),
+            index_dir=str(self.index_dir),
+        )
 
     @staticmethod
     def _add(writer, e: WikiEntry) -> None:
         writer.update_document(
-            doc_id=e.doc_id, kind=e.kind, category=e.category, title=e.title,
-            tags=" ".join(e.tags + e.op_family), body=_LINK_TARGET.sub("]", e.body), code=e.code,
-            op_family=",".join(e.op_family), dsl=",".join(e.dsl), hardware=",".join(e.hardware),
-            tag_list=e.tags, solves=",".join(sorted(solved_names(e))),
+            doc_id=e.doc_id,
+            kind=e.kind,
+            category=e.category,
+            title=e.title,
+            tags=" ".join(e.tags + e.op_family),
+            body=_LINK_TARGET.sub("]", e.body),
+            code=e.code,
+            op_family=",".join(e.op_family),
+            dsl=",".join(e.dsl),
+            hardware=",".join(e.hardware),
+            tag_list=e.tags,
+            solves=",".join(sorted(solved_names(e))),
             operator=",".join(e.operators) if e.kind == "kernel" else "",
         )
 
@@ -227,33 +251,57 @@ class WikiIndex:
             terms.append(Term("op_family", op_family.lower()))
         return And(terms) if terms else None
 
-    def search(self, query: str, *, category: str | None = None, dsl: str | None = None,
-               hardware: str | None = None, op_family: str | None = None, limit: int = 5,
-               withheld: Collection[str] = ()) -> list[WikiHit]:
+    def search(
+        self,
+        query: str,
+        *,
+        category: str | None = None,
+        dsl: str | None = None,
+        hardware: str | None = None,
+        op_family: str | None = None,
+        limit: int = 5,
+        withheld: Collection[str] = (),
+    ) -> list[WikiHit]:
         """Best matches for a free-text query, most relevant first. `dsl` and `hardware` filters also
         admit documents written for any DSL / any GPU (and `h200`, `h100`, `h20` those for Hopper in
         general); `category` and `op_family` are strict. Documents that solve an operator named in
         `withheld` (atrex_mcp.wiki.solutions) are left out before ranking."""
         if not query.strip():
-            raise AtrexError("input", "empty_query", "The wiki query is empty.", "Describe what you need, e.g. 'split-k for skinny fp8 GEMM'.")
+            raise AtrexError(
+                "input",
+                "empty_query",
+                "The wiki query is empty.",
+                "Describe what you need, e.g. 'split-k for skinny fp8 GEMM'.",
+            )
         if limit < 1:
             raise AtrexError("input", "bad_limit", f"limit must be at least 1, got {limit}.")
-        parser = MultifieldParser(list(SEARCH_FIELDS), self._ix.schema, fieldboosts=FIELD_BOOSTS, group=OrGroup.factory(0.9))
+        parser = MultifieldParser(
+            list(SEARCH_FIELDS), self._ix.schema, fieldboosts=FIELD_BOOSTS, group=OrGroup.factory(0.9)
+        )
         parser.remove_plugin_class(WildcardPlugin)  # an agent's '?' ends a question, it is not a wildcard
-        parsed = Or([parser.parse(query), *(Term("operator", name, boost=OPERATOR_BOOST)
-                                              for name in _named_operators(query))])
+        parsed = Or(
+            [parser.parse(query), *(Term("operator", name, boost=OPERATOR_BOOST) for name in _named_operators(query))]
+        )
         weighting = scoring.BM25F(B=0.75, K1=1.2, title_B=0.3, tags_B=0.3)
         with self._ix.searcher(weighting=weighting) as searcher:
             mask = Or([Term("solves", op.lower()) for op in withheld]) if withheld else None
-            results = searcher.search(parsed, filter=self._filter(category, dsl, hardware, op_family), mask=mask, limit=limit)
+            results = searcher.search(
+                parsed, filter=self._filter(category, dsl, hardware, op_family), mask=mask, limit=limit
+            )
             results.fragmenter = highlight.ContextFragmenter(maxchars=300, surround=80)
             results.formatter = _MarkFormatter()
             return [
                 WikiHit(
-                    doc_id=hit["doc_id"], title=hit["title"], kind=hit["kind"], category=hit["category"],
-                    score=round(hit.score, 4), snippet=hit.highlights("body", top=2) or _opening(hit["body"]),
-                    tags=list(hit.get("tag_list") or []), op_family=_split(hit["op_family"]),
-                    dsl=_split(hit["dsl"]), hardware=_split(hit["hardware"]),
+                    doc_id=hit["doc_id"],
+                    title=hit["title"],
+                    kind=hit["kind"],
+                    category=hit["category"],
+                    score=round(hit.score, 4),
+                    snippet=hit.highlights("body", top=2) or _opening(hit["body"]),
+                    tags=list(hit.get("tag_list") or []),
+                    op_family=_split(hit["op_family"]),
+                    dsl=_split(hit["dsl"]),
+                    hardware=_split(hit["hardware"]),
                 )
                 for hit in results
             ]
@@ -267,18 +315,39 @@ class WikiIndex:
         if record is None:
             readable = [d for d, r in docs.items() if not _withholds(r, withheld)]
             close = difflib.get_close_matches(doc_id, readable, n=5, cutoff=0.4)
-            raise AtrexError("input", "unknown_wiki_doc", "No wiki document has that id.",
-                             f"Did you mean: {', '.join(close)}?" if close else "Search first (wiki_search) and pass a hit's doc_id.")
+            raise AtrexError(
+                "input",
+                "unknown_wiki_doc",
+                "No wiki document has that id.",
+                f"Did you mean: {', '.join(close)}?"
+                if close
+                else "Search first (wiki_search) and pass a hit's doc_id.",
+            )
         f = WikiFile(doc_id.strip().removesuffix(".md"), Path(record["path"]), Path(record["root"]), record["kind"])
         try:
             entry = READERS[f.kind](f)
             text = f.path.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
-            raise AtrexError("input", "wiki_doc_gone", f"The file of {f.doc_id} cannot be read: {exc}", "Run `atrex-mcp wiki index` to refresh.") from exc
+            raise AtrexError(
+                "input",
+                "wiki_doc_gone",
+                f"The file of {f.doc_id} cannot be read: {exc}",
+                "Run `atrex-mcp wiki index` to refresh.",
+            ) from exc
         if _withholds(record, withheld):
             raise withheld_error()
         if f.kind == "doc":  # every key of an article's front matter is a field of the answer
             text = entry.body
-        return WikiDoc(doc_id=entry.doc_id, title=entry.title, kind=entry.kind, category=entry.category, tags=entry.tags,
-                       op_family=entry.op_family, dsl=entry.dsl, hardware=entry.hardware, sources=entry.sources,
-                       path=entry.rel_path, text=text)
+        return WikiDoc(
+            doc_id=entry.doc_id,
+            title=entry.title,
+            kind=entry.kind,
+            category=entry.category,
+            tags=entry.tags,
+            op_family=entry.op_family,
+            dsl=entry.dsl,
+            hardware=entry.hardware,
+            sources=entry.sources,
+            path=entry.rel_path,
+            text=text,
+        )

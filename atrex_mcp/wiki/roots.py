@@ -23,7 +23,12 @@ def load_roots(state_dir: Path) -> list[WikiRoot]:
     try:
         return [WikiRoot(**r) for r in json.loads(path.read_text())["roots"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise AtrexError("input", "bad_wiki_roots", f"{path} is unreadable: {exc}", "Fix or delete the file, then add the roots again.") from exc
+        raise AtrexError(
+            "input",
+            "bad_wiki_roots",
+            f"{path} is unreadable: {exc}",
+            "Fix or delete the file, then add the roots again.",
+        ) from exc
 
 
 def _save_roots(state_dir: Path, roots: list[WikiRoot]) -> None:
@@ -40,12 +45,21 @@ def add_root(state_dir: Path, path: Path, name: str | None = None) -> WikiRoot:
         raise AtrexError("input", "bad_wiki_root", f"{folder} is not a directory.")
     name = name or folder.name
     if not _NAME.match(name) or name in RESERVED_NAMES:
-        raise AtrexError("input", "bad_wiki_root_name", f"Root name {name!r} is not usable.",
-                         "Use letters, digits, '.', '_' or '-', not 'docs' or 'kernels'; pass another with --name.")
+        raise AtrexError(
+            "input",
+            "bad_wiki_root_name",
+            f"Root name {name!r} is not usable.",
+            "Use letters, digits, '.', '_' or '-', not 'docs' or 'kernels'; pass another with --name.",
+        )
     roots = load_roots(state_dir)
     for r in roots:
         if r.name == name and Path(r.path) != folder:
-            raise AtrexError("input", "wiki_root_name_taken", f"Root name {name!r} already names {r.path}.", "Pass another name with --name.")
+            raise AtrexError(
+                "input",
+                "wiki_root_name_taken",
+                f"Root name {name!r} already names {r.path}.",
+                "Pass another name with --name.",
+            )
     root = WikiRoot(name=name, path=str(folder))
     _save_roots(state_dir, [r for r in roots if r.name != name] + [root])
     return root

@@ -36,12 +36,19 @@ def solved_names(entry: WikiEntry) -> set[str]:
         return named
     if entry.kind == "doc":
         complete = "class Model" in entry.code and "triton.jit" in entry.code
-        return (named | _identifiers(entry.title, *entry.tags, *([entry.body] if complete else []))
-                | {name.lower() for name in _KERNEL_LINK.findall(entry.body)})
+        return (
+            named
+            | _identifiers(entry.title, *entry.tags, *([entry.body] if complete else []))
+            | {name.lower() for name in _KERNEL_LINK.findall(entry.body)}
+        )
     return _identifiers(entry.rel_path, entry.body)
 
 
 def withheld_error() -> AtrexError:
-    return AtrexError("policy", "withheld_in_knowledge_condition",
-                      "This document solves an operator the server is benchmarking, so it is withheld in the general "
-                      "knowledge condition.", "Search for patterns, recipes of other operators and hardware notes instead.")
+    return AtrexError(
+        "policy",
+        "withheld_in_knowledge_condition",
+        "This document solves an operator the server is benchmarking, so it is withheld in the general "
+        "knowledge condition.",
+        "Search for patterns, recipes of other operators and hardware notes instead.",
+    )

@@ -21,8 +21,8 @@ import re
 import sys
 from pathlib import Path
 
-from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.wiki.corpus import kernel_front_matter
 
 _H200_TABLE = re.compile(r"^\[h200\]\n.*?(?=^\+\+\+)", re.S | re.M)
@@ -67,8 +67,11 @@ def h200_table(entry: dict, scored: list[str], meta: dict) -> str:
     measured = [s["id"] for s in entry["shapes"]]
     complete = _complete(measured, scored)
     times = [(s["id"], _num(s["time_ms"])) for s in entry["shapes"] if s["correct"] and s["time_ms"] is not None]
-    failures = [(s["id"], json.dumps(s.get("category") or s.get("stage") or "failed")) for s in entry["shapes"]
-                if not s["correct"]]
+    failures = [
+        (s["id"], json.dumps(s.get("category") or s.get("stage") or "failed"))
+        for s in entry["shapes"]
+        if not s["correct"]
+    ]
     lines = [
         "[h200]",
         f"status = {json.dumps('measured' if complete else 'measured on a subset of shapes')}",
@@ -83,7 +86,9 @@ def h200_table(entry: dict, scored: list[str], meta: dict) -> str:
     if complete:
         lines.append(f"operator_score = {_num(entry['operator_score'])}")
     else:
-        lines.append(f"operator_score_pending = {json.dumps(f'S over the full shape set: pending; measured on shapes {_ids(measured)}')}")
+        lines.append(
+            f"operator_score_pending = {json.dumps(f'S over the full shape set: pending; measured on shapes {_ids(measured)}')}"
+        )
     lines += [
         f"median_time_ms = {_num(entry['median_time_ms'])}",
         f"median_dsl_share = {_num(entry['median_dsl_share'])}",
@@ -96,7 +101,9 @@ def h200_table(entry: dict, scored: list[str], meta: dict) -> str:
 def stamp_kernel(path: Path, entry: dict, scored: list[str], meta: dict) -> None:
     text = path.read_text()
     if not _H200_TABLE.search(text) or not _VALIDATED.search(text):
-        raise AtrexError("input", "bad_wiki_kernel", f"{path.name} has no [h200] table or validated_shapes line to stamp.")
+        raise AtrexError(
+            "input", "bad_wiki_kernel", f"{path.name} has no [h200] table or validated_shapes line to stamp."
+        )
     new = _H200_TABLE.sub(lambda _: h200_table(entry, scored, meta), text, count=1)
     new = _VALIDATED.sub(lambda _: _validated(entry, scored, meta["date"], meta.get("gpu") or "GPU"), new, count=1)
     front, _ = kernel_front_matter(new, path.name)  # raises if the edit broke the TOML
@@ -110,13 +117,20 @@ def _checked_coverage(name: str, entry: dict, scored: list[str], claims_all: boo
     measured = [s["id"] for s in entry["shapes"]]
     stray = [i for i in measured if i not in scored]
     if stray:
-        raise AtrexError("input", "partial_wiki_report", f"{name}: shapes {_ids(stray)} are not scored shapes of {entry['operator']}.",
-                         "Stamp only runs over scored shapes (not --shapes smoke).")
+        raise AtrexError(
+            "input",
+            "partial_wiki_report",
+            f"{name}: shapes {_ids(stray)} are not scored shapes of {entry['operator']}.",
+            "Stamp only runs over scored shapes (not --shapes smoke).",
+        )
     if claims_all and not _complete(measured, scored):
         missing = [i for i in scored if i not in measured]
-        raise AtrexError("input", "partial_wiki_report",
-                         f"{name}: the report claims every scored shape but lacks {_ids(missing)}; its S would not be the operator's.",
-                         "Re-run the kernel over every scored shape, or run with --shapes to label the run as partial.")
+        raise AtrexError(
+            "input",
+            "partial_wiki_report",
+            f"{name}: the report claims every scored shape but lacks {_ids(missing)}; its S would not be the operator's.",
+            "Re-run the kernel over every scored shape, or run with --shapes to label the run as partial.",
+        )
 
 
 def stamp(report_path: Path, kernels_dir: Path, catalog: Catalog) -> list[str]:

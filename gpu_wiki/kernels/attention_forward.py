@@ -61,9 +61,22 @@ def _mma(a, b, acc, WIDEN: tl.constexpr):
 
 
 @triton.jit
-def _flash_varlen(q_ptr, k_ptr, v_ptr, cu_q_ptr, cu_k_ptr, out_ptr, qk_scale, H,
-                  D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDEN: tl.constexpr):
+def _flash_varlen(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    cu_q_ptr,
+    cu_k_ptr,
+    out_ptr,
+    qk_scale,
+    H,
+    D: tl.constexpr,
+    DA: tl.constexpr,
+    DB: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     mblk, head, seq = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q0, q1 = tl.load(cu_q_ptr + seq), tl.load(cu_q_ptr + seq + 1)
     k0, k1 = tl.load(cu_k_ptr + seq), tl.load(cu_k_ptr + seq + 1)
@@ -87,7 +100,9 @@ def _flash_varlen(q_ptr, k_ptr, v_ptr, cu_q_ptr, cu_k_ptr, out_ptr, qk_scale, H,
             ka = tl.load(k_ptr + key_off[:, None] + da[None, :], mask=key_ok[:, None], other=0.0)
             s = _mma(qa, tl.trans(ka), tl.zeros([BLOCK_M, BLOCK_N], tl.float32), WIDEN)
             if DB > 0:
-                kb = tl.load(k_ptr + key_off[:, None] + db[None, :], mask=key_ok[:, None] & (db < D)[None, :], other=0.0)
+                kb = tl.load(
+                    k_ptr + key_off[:, None] + db[None, :], mask=key_ok[:, None] & (db < D)[None, :], other=0.0
+                )
                 s = _mma(qb, tl.trans(kb), s, WIDEN)
             s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -98,15 +113,23 @@ def _flash_varlen(q_ptr, k_ptr, v_ptr, cu_q_ptr, cu_k_ptr, out_ptr, qk_scale, H,
             p_low = p.to(va.dtype)
             acc_a = _mma(p_low, va, acc_a * alpha[:, None], WIDEN)
             if DB > 0:
-                vb = tl.load(v_ptr + key_off[:, None] + db[None, :], mask=key_ok[:, None] & (db < D)[None, :], other=0.0)
+                vb = tl.load(
+                    v_ptr + key_off[:, None] + db[None, :], mask=key_ok[:, None] & (db < D)[None, :], other=0.0
+                )
                 acc_b = _mma(p_low, vb, acc_b * alpha[:, None], WIDEN)
             m_i = m_new
         inv_l = 1.0 / l_i
-        tl.store(out_ptr + row_off[:, None] + da[None, :], (acc_a * inv_l[:, None]).to(out_ptr.dtype.element_ty),
-                 mask=row_ok[:, None])
+        tl.store(
+            out_ptr + row_off[:, None] + da[None, :],
+            (acc_a * inv_l[:, None]).to(out_ptr.dtype.element_ty),
+            mask=row_ok[:, None],
+        )
         if DB > 0:
-            tl.store(out_ptr + row_off[:, None] + db[None, :], (acc_b * inv_l[:, None]).to(out_ptr.dtype.element_ty),
-                     mask=row_ok[:, None] & (db < D)[None, :])
+            tl.store(
+                out_ptr + row_off[:, None] + db[None, :],
+                (acc_b * inv_l[:, None]).to(out_ptr.dtype.element_ty),
+                mask=row_ok[:, None] & (db < D)[None, :],
+            )
 
 
 def _split_head_dim(D: int) -> tuple[int, int]:
@@ -120,8 +143,9 @@ class Model(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                cu_seqlens_k: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor
+    ) -> torch.Tensor:
         T, H, D = q.shape
         n_seqs = cu_seqlens_q.numel() - 1
         out = torch.zeros_like(q)
@@ -131,7 +155,22 @@ class Model(torch.nn.Module):
         da, db = _split_head_dim(D)
         block_m = 64 if max_len > 16 else 16
         grid = (triton.cdiv(max_len, block_m), H, n_seqs)
-        _flash_varlen[grid](q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q, cu_seqlens_k, out,
-                            D ** -0.5 * 1.4426950408889634, H, D=D, DA=da, DB=db, BLOCK_M=block_m, BLOCK_N=64,
-                            WIDEN=_WIDEN_DOT, num_warps=4, num_stages=3)
+        _flash_varlen[grid](
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            cu_seqlens_q,
+            cu_seqlens_k,
+            out,
+            D**-0.5 * 1.4426950408889634,
+            H,
+            D=D,
+            DA=da,
+            DB=db,
+            BLOCK_M=block_m,
+            BLOCK_N=64,
+            WIDEN=_WIDEN_DOT,
+            num_warps=4,
+            num_stages=3,
+        )
         return out

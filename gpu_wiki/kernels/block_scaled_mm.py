@@ -60,8 +60,22 @@ import triton.language as tl
 
 
 @triton.jit
-def _block_scaled_mm(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, M, N, K, n_kb,
-                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_N: tl.constexpr, GROUP_M: tl.constexpr):
+def _block_scaled_mm(
+    a_ptr,
+    b_ptr,
+    as_ptr,
+    bs_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    n_kb,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_N: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     pid = tl.program_id(0)
     n_m, n_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
     width = GROUP_M * n_n
@@ -103,7 +117,22 @@ class Model(torch.nn.Module):
         bm = 128 if M > 64 else 64
         bn = min(128, self.group_n)
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
-        _block_scaled_mm[grid](a, b, a_scales, b_scales, out, M, N, K, K // self.group_k,
-                               BM=bm, BN=bn, BK=self.group_k, GROUP_N=self.group_n, GROUP_M=8,
-                               num_warps=8 if bm == 128 else 4, num_stages=3)
+        _block_scaled_mm[grid](
+            a,
+            b,
+            a_scales,
+            b_scales,
+            out,
+            M,
+            N,
+            K,
+            K // self.group_k,
+            BM=bm,
+            BN=bn,
+            BK=self.group_k,
+            GROUP_N=self.group_n,
+            GROUP_M=8,
+            num_warps=8 if bm == 128 else 4,
+            num_stages=3,
+        )
         return out

@@ -45,16 +45,28 @@ import triton.language as tl
 
 
 @triton.jit
-def _causal_conv1d(x_ptr, w_ptr, b_ptr, st_ptr, out_ptr, D, T, ST_LEN,
-                   W: tl.constexpr, SILU: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr):
+def _causal_conv1d(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    st_ptr,
+    out_ptr,
+    D,
+    T,
+    ST_LEN,
+    W: tl.constexpr,
+    SILU: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
     d = tl.program_id(0) * BLOCK_D + tl.arange(0, BLOCK_D)[:, None]
     t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)[None, :]
     d_ok = d < D
     acc = tl.load(b_ptr + d, mask=d_ok, other=0.0).to(tl.float32) + tl.zeros((BLOCK_D, BLOCK_T), tl.float32)
     for j in tl.static_range(W):
-        src_t = t + j - (W - 1)                                  # time index into x; < 0 means history
+        src_t = t + j - (W - 1)  # time index into x; < 0 means history
         from_x = tl.load(x_ptr + d.to(tl.int64) * T + src_t, mask=d_ok & (src_t >= 0) & (src_t < T), other=0.0)
-        hist_col = ST_LEN + src_t                                # last W-1 state columns
+        hist_col = ST_LEN + src_t  # last W-1 state columns
         from_state = tl.load(st_ptr + d * ST_LEN + hist_col, mask=d_ok & (src_t < 0) & (hist_col >= 0), other=0.0)
         xv = tl.where(src_t < 0, from_state, from_x).to(tl.float32)
         acc = acc + tl.load(w_ptr + d * W + j, mask=d_ok, other=0.0).to(tl.float32) * xv
@@ -72,16 +84,31 @@ class Model(torch.nn.Module):
             raise ValueError(f"activation must be None, 'silu' or 'swish', got {activation!r}")
         self.silu = activation is not None
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, initial_state: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, initial_state: torch.Tensor
+    ) -> torch.Tensor:
         dtype = weight.dtype
         x = x.to(dtype).contiguous()
-        state = initial_state[0].to(dtype).contiguous()          # (Dm, S) with S >= W - 1
+        state = initial_state[0].to(dtype).contiguous()  # (Dm, S) with S >= W - 1
         D, T = x.shape
         W = weight.shape[1]
         out = torch.empty_like(x)
         block_t = min(128, triton.next_power_of_2(T))
         block_d = max(1, 4096 // block_t)
         grid = (triton.cdiv(D, block_d), triton.cdiv(T, block_t))
-        _causal_conv1d[grid](x, weight.contiguous(), bias, state, out, D, T, state.shape[1],
-                             W=W, SILU=self.silu, BLOCK_D=block_d, BLOCK_T=block_t, num_warps=8)
+        _causal_conv1d[grid](
+            x,
+            weight.contiguous(),
+            bias,
+            state,
+            out,
+            D,
+            T,
+            state.shape[1],
+            W=W,
+            SILU=self.silu,
+            BLOCK_D=block_d,
+            BLOCK_T=block_t,
+            num_warps=8,
+        )
         return out

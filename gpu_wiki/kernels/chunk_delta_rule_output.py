@@ -77,8 +77,25 @@ def _bf16(x, WIDEN: tl.constexpr):
 
 
 @triton.jit
-def _chunk_output(q_ptr, k_ptr, v_ptr, h_ptr, g_ptr, out_ptr, T, HQ, HV, NC, ratio, scale,
-                  C: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, WIDEN: tl.constexpr):
+def _chunk_output(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    h_ptr,
+    g_ptr,
+    out_ptr,
+    T,
+    HQ,
+    HV,
+    NC,
+    ratio,
+    scale,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BV: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     c = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // HV).to(tl.int64)
@@ -88,19 +105,19 @@ def _chunk_output(q_ptr, k_ptr, v_ptr, h_ptr, g_ptr, out_ptr, T, HQ, HV, NC, rat
     rows = c * C + tl.arange(0, C)
     live = rows < T
     kk = tl.arange(0, K)
-    tok = b * T + rows                                                   # [C] token index
+    tok = b * T + rows  # [C] token index
     qk_off = (tok[:, None] * HQ + qh) * K + kk[None, :]
-    q = tl.load(q_ptr + qk_off, mask=live[:, None], other=0.0)          # [C, K] bf16
+    q = tl.load(q_ptr + qk_off, mask=live[:, None], other=0.0)  # [C, K] bf16
     k = tl.load(k_ptr + qk_off, mask=live[:, None], other=0.0)
     v = tl.load(v_ptr + (tok[:, None] * HV + j) * V + cols[None, :], mask=live[:, None], other=0.0)
-    g = tl.load(g_ptr + tok * HV + j, mask=live, other=0.0)             # [C] fp32
+    g = tl.load(g_ptr + tok * HV + j, mask=live, other=0.0)  # [C] fp32
     h = tl.load(h_ptr + (((b * NC + c) * HV + j) * K + kk[:, None]) * V + cols[None, :])  # [K, BV] bf16
 
-    inter = _mma(q, h, WIDEN) * tl.exp(g)[:, None]                            # [C, BV] fp32
+    inter = _mma(q, h, WIDEN) * tl.exp(g)[:, None]  # [C, BV] fp32
     gap = g[:, None] - g[None, :]
     i = tl.arange(0, C)
     keep = (i[:, None] >= i[None, :]) & (gap <= 0)
-    a = tl.where(keep, _mma(q, tl.trans(k), WIDEN) * tl.exp(gap), 0.0)       # [C, C] fp32
+    a = tl.where(keep, _mma(q, tl.trans(k), WIDEN) * tl.exp(gap), 0.0)  # [C, C] fp32
     o = (inter + _mma(_bf16(a, WIDEN), v, WIDEN)) * scale
     tl.store(out_ptr + (tok[:, None] * HV + j) * V + cols[None, :], _bf16(o, WIDEN), mask=live[:, None])
 
@@ -122,10 +139,27 @@ class Model(torch.nn.Module):
         HV, V = v.shape[2], v.shape[3]
         C = self.chunk_size
         NC = triton.cdiv(T, C)
-        scale = K ** -0.5 if self.scale is None else float(self.scale)
+        scale = K**-0.5 if self.scale is None else float(self.scale)
         out = torch.empty((B, T, HV, V), dtype=torch.bfloat16, device=v.device)
         bv = self.column_block or _column_block(B * HV * NC, V)
-        _chunk_output[(NC, B * HV, V // bv)](q.contiguous(), k.contiguous(), v.contiguous(), h.contiguous(),
-                                             g.contiguous(), out, T, HQ, HV, NC, max(HV // HQ, 1), scale,
-                                             C=C, K=K, V=V, BV=bv, WIDEN=_WIDEN_DOT, num_warps=4 if bv <= 64 else 8)
+        _chunk_output[(NC, B * HV, V // bv)](
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            h.contiguous(),
+            g.contiguous(),
+            out,
+            T,
+            HQ,
+            HV,
+            NC,
+            max(HV // HQ, 1),
+            scale,
+            C=C,
+            K=K,
+            V=V,
+            BV=bv,
+            WIDEN=_WIDEN_DOT,
+            num_warps=4 if bv <= 64 else 8,
+        )
         return out

@@ -85,10 +85,33 @@ def _bf16(x, WIDEN: tl.constexpr):
 
 
 @triton.jit
-def _state_pass(k_ptr, w_ptr, u_ptr, g_ptr, pool_ptr, idx_ptr, h_ptr, vnew_ptr, final_ptr,
-                B, T, HK, HV, NC, ratio, units, recur_programs, copy_programs,
-                C: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
-                BLOCK_B: tl.constexpr, COPY: tl.constexpr, WIDEN: tl.constexpr):
+def _state_pass(
+    k_ptr,
+    w_ptr,
+    u_ptr,
+    g_ptr,
+    pool_ptr,
+    idx_ptr,
+    h_ptr,
+    vnew_ptr,
+    final_ptr,
+    B,
+    T,
+    HK,
+    HV,
+    NC,
+    ratio,
+    units,
+    recur_programs,
+    copy_programs,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BV: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    COPY: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     pid = tl.program_id(0)
     kk = tl.arange(0, K)
     if pid < recur_programs:
@@ -100,7 +123,7 @@ def _state_pass(k_ptr, w_ptr, u_ptr, g_ptr, pool_ptr, idx_ptr, h_ptr, vnew_ptr, 
         cols = (pid % col_blocks) * BV + tl.arange(0, BV)
         slot = tl.load(idx_ptr + b).to(tl.int64)
         st_off = ((slot * HV + j) * K + kk[:, None]) * V + cols[None, :]
-        state = tl.load(pool_ptr + st_off)                                   # [K, BV] fp32
+        state = tl.load(pool_ptr + st_off)  # [K, BV] fp32
         r = tl.arange(0, C)
         for c in range(0, NC):
             rows = c * C + r
@@ -111,7 +134,7 @@ def _state_pass(k_ptr, w_ptr, u_ptr, g_ptr, pool_ptr, idx_ptr, h_ptr, vnew_ptr, 
             tl.store(h_ptr + (((b * NC + c) * HV + j) * K + kk[:, None]) * V + cols[None, :], state_bf)
             wc = tl.load(w_ptr + (tok[:, None] * HV + j) * K + kk[None, :], mask=live[:, None], other=0.0)
             uc = tl.load(u_ptr + (tok[:, None] * HV + j) * V + cols[None, :], mask=live[:, None], other=0.0)
-            vn = uc.to(tl.float32) - _mma(wc, state_bf, WIDEN)                    # [C, BV] fp32
+            vn = uc.to(tl.float32) - _mma(wc, state_bf, WIDEN)  # [C, BV] fp32
             tl.store(vnew_ptr + (tok[:, None] * HV + j) * V + cols[None, :], _bf16(vn, WIDEN), mask=live[:, None])
             gc = tl.load(g_ptr + tok * HV + j, mask=live, other=0.0)
             gamma = tl.load(g_ptr + last * HV + j)
@@ -119,14 +142,14 @@ def _state_pass(k_ptr, w_ptr, u_ptr, g_ptr, pool_ptr, idx_ptr, h_ptr, vnew_ptr, 
             factor = tl.where((gap <= 0) & live, tl.exp(gap), 0.0)
             vs = _bf16(vn * factor[:, None], WIDEN)
             kc = tl.load(k_ptr + (tok[:, None] * HK + kh) * K + kk[None, :], mask=live[:, None], other=0.0)
-            state = state * tl.exp(gamma) + _mma(tl.trans(kc), vs, WIDEN)            # [K, BV]
+            state = state * tl.exp(gamma) + _mma(tl.trans(kc), vs, WIDEN)  # [K, BV]
         tl.store(final_ptr + st_off, state)
     else:
         # Pool copy: (slot, head) tiles of K x V, grid-stride, touched slots left to the recurrence.
         bb = tl.arange(0, BLOCK_B)
         touched = tl.load(idx_ptr + bb, mask=bb < B, other=-1)
         n = tl.arange(0, COPY)
-        tile = (pid * 0 + K * V).to(tl.int64)                                   # 64-bit offsets into the pool
+        tile = (pid * 0 + K * V).to(tl.int64)  # 64-bit offsets into the pool
         for unit in range(pid - recur_programs, units, copy_programs):
             slot = unit // HV
             if tl.sum((touched == slot).to(tl.int32), axis=0) == 0:
@@ -167,8 +190,32 @@ class Model(torch.nn.Module):
         units = S * HV
         copiers = min(_copy_programs(k.device), units)
         _state_pass[(recur + copiers,)](
-            k.contiguous(), w.contiguous(), u.contiguous(), g.contiguous(), pool, initial_state_indices.contiguous(),
-            h, v_new, final_state, B, T, HK, HV, NC, max(HV // HK, 1), units, recur, copiers,
-            C=C, K=K, V=V, BV=bv, BLOCK_B=triton.next_power_of_2(B), COPY=min(8192, K * V), WIDEN=_WIDEN_DOT,
-            num_warps=4, num_stages=2)
+            k.contiguous(),
+            w.contiguous(),
+            u.contiguous(),
+            g.contiguous(),
+            pool,
+            initial_state_indices.contiguous(),
+            h,
+            v_new,
+            final_state,
+            B,
+            T,
+            HK,
+            HV,
+            NC,
+            max(HV // HK, 1),
+            units,
+            recur,
+            copiers,
+            C=C,
+            K=K,
+            V=V,
+            BV=bv,
+            BLOCK_B=triton.next_power_of_2(B),
+            COPY=min(8192, K * V),
+            WIDEN=_WIDEN_DOT,
+            num_warps=4,
+            num_stages=2,
+        )
         return {"h": h, "v_new": v_new, "final_state": final_state}

@@ -108,8 +108,18 @@ def _padded_runs(total, BM: tl.constexpr):
 
 
 @triton.jit
-def _block_table(block_expert_ptr, block_live_ptr, total, pad_start, pad_end, n_blocks, E,
-                 BM: tl.constexpr, EP: tl.constexpr, BB: tl.constexpr):
+def _block_table(
+    block_expert_ptr,
+    block_live_ptr,
+    total,
+    pad_start,
+    pad_end,
+    n_blocks,
+    E,
+    BM: tl.constexpr,
+    EP: tl.constexpr,
+    BB: tl.constexpr,
+):
     """Per BM-row block: its expert (-1 past the last run) and how many of its rows hold pairs."""
     experts = tl.arange(0, EP)
     real = experts < E
@@ -133,8 +143,19 @@ def _place(bins, off_row_ptr, pair_ptr, chunk, E, CH: tl.constexpr):
 
 
 @triton.jit
-def _plan(hist_ptr, off_ptr, block_expert_ptr, block_live_ptr, n_chunks, n_blocks, E,
-          BM: tl.constexpr, EP: tl.constexpr, GB: tl.constexpr, BB: tl.constexpr):
+def _plan(
+    hist_ptr,
+    off_ptr,
+    block_expert_ptr,
+    block_live_ptr,
+    n_chunks,
+    n_blocks,
+    E,
+    BM: tl.constexpr,
+    EP: tl.constexpr,
+    GB: tl.constexpr,
+    BB: tl.constexpr,
+):
     """One program: per-expert padded runs, each chunk's destination offsets, the block table."""
     experts = tl.arange(0, EP)
     total = tl.zeros((EP,), dtype=tl.int32)
@@ -163,8 +184,20 @@ def _scatter(ids_ptr, off_ptr, pair_ptr, n_pairs, E, CH: tl.constexpr, EP: tl.co
 
 
 @triton.jit
-def _route_one_chunk(ids_ptr, off_ptr, pair_ptr, block_expert_ptr, block_live_ptr, n_pairs, n_blocks, E,
-                     BM: tl.constexpr, CH: tl.constexpr, EP: tl.constexpr, BB: tl.constexpr):
+def _route_one_chunk(
+    ids_ptr,
+    off_ptr,
+    pair_ptr,
+    block_expert_ptr,
+    block_live_ptr,
+    n_pairs,
+    n_blocks,
+    E,
+    BM: tl.constexpr,
+    CH: tl.constexpr,
+    EP: tl.constexpr,
+    BB: tl.constexpr,
+):
     """All of routing in one program when every pair fits one chunk (decode and small batches):
     one launch instead of three."""
     experts = tl.arange(0, EP)
@@ -206,10 +239,33 @@ def _grouped_tile(n_blocks, n_tiles, GROUP: tl.constexpr):
 
 
 @triton.jit
-def _gate_up(x_ptr, xs_ptr, w1_ptr, w1s_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, hi_ptr, lo_ptr,
-             D, I, E, TOP_K, n_kb, n_nb1, SBN,
-             n_blocks, n_tiles, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DIRECT: tl.constexpr,
-             WIDEN: tl.constexpr, GROUP: tl.constexpr):
+def _gate_up(
+    x_ptr,
+    xs_ptr,
+    w1_ptr,
+    w1s_ptr,
+    ids_ptr,
+    pair_ptr,
+    block_expert_ptr,
+    block_live_ptr,
+    hi_ptr,
+    lo_ptr,
+    D,
+    I,
+    E,
+    TOP_K,
+    n_kb,
+    n_nb1,
+    SBN,
+    n_blocks,
+    n_tiles,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DIRECT: tl.constexpr,
+    WIDEN: tl.constexpr,
+    GROUP: tl.constexpr,
+):
     blk, pid_n = _grouped_tile(n_blocks, n_tiles, GROUP)
     e, pairs, live = _block_rows(ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, blk, E, BM, DIRECT)
     if e >= 0:
@@ -245,10 +301,32 @@ def _gate_up(x_ptr, xs_ptr, w1_ptr, w1s_ptr, ids_ptr, pair_ptr, block_expert_ptr
 
 
 @triton.jit
-def _down(hi_ptr, lo_ptr, w2_ptr, w2s_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, weight_ptr, y_ptr,
-          D, I, E, n_kb, n_nb2, SBN,
-          n_blocks, n_tiles, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DIRECT: tl.constexpr,
-          WIDEN: tl.constexpr, GROUP: tl.constexpr):
+def _down(
+    hi_ptr,
+    lo_ptr,
+    w2_ptr,
+    w2s_ptr,
+    ids_ptr,
+    pair_ptr,
+    block_expert_ptr,
+    block_live_ptr,
+    weight_ptr,
+    y_ptr,
+    D,
+    I,
+    E,
+    n_kb,
+    n_nb2,
+    SBN,
+    n_blocks,
+    n_tiles,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DIRECT: tl.constexpr,
+    WIDEN: tl.constexpr,
+    GROUP: tl.constexpr,
+):
     blk, pid_n = _grouped_tile(n_blocks, n_tiles, GROUP)
     e, pairs, live = _block_rows(ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, blk, E, BM, DIRECT)
     if e >= 0:
@@ -327,28 +405,68 @@ def route(topk_ids: torch.Tensor, n_experts: int, bm: int) -> tuple[torch.Tensor
     pair_ids = torch.empty((n_blocks * bm,), dtype=torch.int32, device=dev)
     bb = max(1, 8192 // ep)
     if n_chunks == 1:
-        _route_one_chunk[(1,)](ids, off, pair_ids, block_expert, block_live, n_pairs, n_blocks, n_experts,
-                               BM=bm, CH=CHUNK, EP=ep, BB=bb, num_warps=8)
+        _route_one_chunk[(1,)](
+            ids,
+            off,
+            pair_ids,
+            block_expert,
+            block_live,
+            n_pairs,
+            n_blocks,
+            n_experts,
+            BM=bm,
+            CH=CHUNK,
+            EP=ep,
+            BB=bb,
+            num_warps=8,
+        )
         return pair_ids, block_expert, block_live
     hist = torch.empty((n_chunks, ep), dtype=torch.int32, device=dev)
     _count[(n_chunks,)](ids, hist, n_pairs, n_experts, CH=CHUNK, EP=ep)
-    _plan[(1,)](hist, off, block_expert, block_live, n_chunks, n_blocks, n_experts, BM=bm, EP=ep,
-                GB=max(1, 4096 // ep), BB=bb, num_warps=8)
+    _plan[(1,)](
+        hist,
+        off,
+        block_expert,
+        block_live,
+        n_chunks,
+        n_blocks,
+        n_experts,
+        BM=bm,
+        EP=ep,
+        GB=max(1, 4096 // ep),
+        BB=bb,
+        num_warps=8,
+    )
     _scatter[(n_chunks,)](ids, off, pair_ids, n_pairs, n_experts, CH=CHUNK, EP=ep, num_warps=8)
     return pair_ids, block_expert, block_live
 
 
 class Model(torch.nn.Module):
-    def __init__(self, *, num_experts: int, intermediate_size: int, top_k: int = 8,
-                 scale_block_n: int = 128, scale_block_k: int = 128):
+    def __init__(
+        self,
+        *,
+        num_experts: int,
+        intermediate_size: int,
+        top_k: int = 8,
+        scale_block_n: int = 128,
+        scale_block_k: int = 128,
+    ):
         super().__init__()
         self.num_experts, self.intermediate_size, self.top_k = int(num_experts), int(intermediate_size), int(top_k)
         self.scale_block_n, self.scale_block_k = int(scale_block_n), int(scale_block_k)
         self.tiles: dict | None = None  # a fixed tile config instead of the rule (tile measurements)
 
-    def forward(self, hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                topk_ids: torch.Tensor, a_scale: torch.Tensor, fc1_scale: torch.Tensor,
-                fc2_scale: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        w1: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        a_scale: torch.Tensor,
+        fc1_scale: torch.Tensor,
+        fc2_scale: torch.Tensor,
+    ) -> torch.Tensor:
         x, w1, w2 = hidden_states.contiguous(), w1.contiguous(), w2.contiguous()
         a_scale, fc1_scale, fc2_scale = a_scale.contiguous(), fc1_scale.contiguous(), fc2_scale.contiguous()
         ids = topk_ids.to(torch.int32).contiguous()
@@ -372,13 +490,60 @@ class Model(torch.nn.Module):
         launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
         tiles1, tiles2 = triton.cdiv(I, cfg["BN1"]), triton.cdiv(D, cfg["BN2"])
         _gate_up[(n_blocks * tiles1,)](
-            x, a_scale, w1, fc1_scale, ids, pair_ids, block_expert, block_live, hi, lo,
-            D, I, E, k, triton.cdiv(D, bk), fc1_scale.shape[1], sbn,
-            n_blocks, tiles1, BM=bm, BN=cfg["BN1"], BK=bk, DIRECT=direct, WIDEN=_WIDEN_DOT, GROUP=GROUP, **launch)
+            x,
+            a_scale,
+            w1,
+            fc1_scale,
+            ids,
+            pair_ids,
+            block_expert,
+            block_live,
+            hi,
+            lo,
+            D,
+            I,
+            E,
+            k,
+            triton.cdiv(D, bk),
+            fc1_scale.shape[1],
+            sbn,
+            n_blocks,
+            tiles1,
+            BM=bm,
+            BN=cfg["BN1"],
+            BK=bk,
+            DIRECT=direct,
+            WIDEN=_WIDEN_DOT,
+            GROUP=GROUP,
+            **launch,
+        )
         _down[(n_blocks * tiles2,)](
-            hi, lo, w2, fc2_scale, ids, pair_ids, block_expert, block_live, weights, y,
-            D, I, E, triton.cdiv(I, bk), fc2_scale.shape[1], sbn,
-            n_blocks, tiles2, BM=bm, BN=cfg["BN2"], BK=bk, DIRECT=direct, WIDEN=_WIDEN_DOT, GROUP=GROUP, **launch)
+            hi,
+            lo,
+            w2,
+            fc2_scale,
+            ids,
+            pair_ids,
+            block_expert,
+            block_live,
+            weights,
+            y,
+            D,
+            I,
+            E,
+            triton.cdiv(I, bk),
+            fc2_scale.shape[1],
+            sbn,
+            n_blocks,
+            tiles2,
+            BM=bm,
+            BN=cfg["BN2"],
+            BK=bk,
+            DIRECT=direct,
+            WIDEN=_WIDEN_DOT,
+            GROUP=GROUP,
+            **launch,
+        )
         out = torch.empty((T, D), dtype=x.dtype, device=dev)
         bd = min(1024, triton.next_power_of_2(D))
         _sum_slots[(T, triton.cdiv(D, bd))](y, ids, out, D, E, TOP_K=k, BD=bd, LIMIT=FP8_MAX, num_warps=4)

@@ -51,10 +51,10 @@ def _round_to_e4m3_grid(v, MIN_EXP: tl.constexpr):
     follows is exact. The GPU's convert would round correctly by itself; Triton's CPU
     interpreter (3.9) drops the carry when rounding bumps the exponent (127.6 -> 64)."""
     bits = v.to(tl.int32, bitcast=True)
-    e = tl.maximum(((bits >> 23) & 0xFF) - 127, MIN_EXP) - 3          # exponent of one ulp
+    e = tl.maximum(((bits >> 23) & 0xFF) - 127, MIN_EXP) - 3  # exponent of one ulp
     ulp = ((e + 127) << 23).to(tl.float32, bitcast=True)
     inv_ulp = ((127 - e) << 23).to(tl.float32, bitcast=True)
-    r = ((tl.abs(v) * inv_ulp + 12582912.0) - 12582912.0) * ulp         # + 1.5 * 2^23: round to integer, ties to even
+    r = ((tl.abs(v) * inv_ulp + 12582912.0) - 12582912.0) * ulp  # + 1.5 * 2^23: round to integer, ties to even
     return (r.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
 
 

@@ -49,7 +49,7 @@ def _add_rms_norm_row(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, H, eps, BLOCK_H: 
     mask = cols < H
     x = tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
     r = tl.load(res_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
-    s_low = (x + r).to(sum_ptr.dtype.element_ty)          # the reference rounds the sum first
+    s_low = (x + r).to(sum_ptr.dtype.element_ty)  # the reference rounds the sum first
     tl.store(sum_ptr + base + cols, s_low, mask=mask)
     s = s_low.to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
@@ -68,6 +68,7 @@ class Model(torch.nn.Module):
         out = torch.empty_like(x2)
         summed = torch.empty_like(x2)
         block_h = triton.next_power_of_2(H)
-        _add_rms_norm_row[(x2.shape[0],)](x2, r2, weight, out, summed, H, self.eps,
-                                           BLOCK_H=block_h, num_warps=8 if block_h >= 4096 else 4)
+        _add_rms_norm_row[(x2.shape[0],)](
+            x2, r2, weight, out, summed, H, self.eps, BLOCK_H=block_h, num_warps=8 if block_h >= 4096 else 4
+        )
         return {"out": out.view(x.shape), "residual": summed.view(x.shape)}

@@ -104,8 +104,18 @@ def _padded_runs(total, BM: tl.constexpr):
 
 
 @triton.jit
-def _block_table(block_expert_ptr, block_live_ptr, total, pad_start, pad_end, n_blocks, E,
-                 BM: tl.constexpr, EP: tl.constexpr, BB: tl.constexpr):
+def _block_table(
+    block_expert_ptr,
+    block_live_ptr,
+    total,
+    pad_start,
+    pad_end,
+    n_blocks,
+    E,
+    BM: tl.constexpr,
+    EP: tl.constexpr,
+    BB: tl.constexpr,
+):
     """Per BM-row block: its expert (-1 past the last run) and how many of its rows hold pairs."""
     experts = tl.arange(0, EP)
     real = experts < E
@@ -129,8 +139,19 @@ def _place(bins, off_row_ptr, pair_ptr, chunk, E, CH: tl.constexpr):
 
 
 @triton.jit
-def _plan(hist_ptr, off_ptr, block_expert_ptr, block_live_ptr, n_chunks, n_blocks, E,
-          BM: tl.constexpr, EP: tl.constexpr, GB: tl.constexpr, BB: tl.constexpr):
+def _plan(
+    hist_ptr,
+    off_ptr,
+    block_expert_ptr,
+    block_live_ptr,
+    n_chunks,
+    n_blocks,
+    E,
+    BM: tl.constexpr,
+    EP: tl.constexpr,
+    GB: tl.constexpr,
+    BB: tl.constexpr,
+):
     """One program: per-expert padded runs, each chunk's destination offsets, the block table."""
     experts = tl.arange(0, EP)
     total = tl.zeros((EP,), dtype=tl.int32)
@@ -159,8 +180,20 @@ def _scatter(ids_ptr, off_ptr, pair_ptr, n_pairs, E, CH: tl.constexpr, EP: tl.co
 
 
 @triton.jit
-def _route_one_chunk(ids_ptr, off_ptr, pair_ptr, block_expert_ptr, block_live_ptr, n_pairs, n_blocks, E,
-                     BM: tl.constexpr, CH: tl.constexpr, EP: tl.constexpr, BB: tl.constexpr):
+def _route_one_chunk(
+    ids_ptr,
+    off_ptr,
+    pair_ptr,
+    block_expert_ptr,
+    block_live_ptr,
+    n_pairs,
+    n_blocks,
+    E,
+    BM: tl.constexpr,
+    CH: tl.constexpr,
+    EP: tl.constexpr,
+    BB: tl.constexpr,
+):
     """All of routing in one program when every pair fits one chunk (decode and small batches):
     one launch instead of three."""
     experts = tl.arange(0, EP)
@@ -202,9 +235,27 @@ def _grouped_tile(n_blocks, n_tiles, GROUP: tl.constexpr):
 
 
 @triton.jit
-def _gate_up(x_ptr, w1_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, act_ptr, D, I, E, TOP_K,
-             n_blocks, n_tiles, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DIRECT: tl.constexpr,
-             WIDEN: tl.constexpr, GROUP: tl.constexpr):
+def _gate_up(
+    x_ptr,
+    w1_ptr,
+    ids_ptr,
+    pair_ptr,
+    block_expert_ptr,
+    block_live_ptr,
+    act_ptr,
+    D,
+    I,
+    E,
+    TOP_K,
+    n_blocks,
+    n_tiles,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DIRECT: tl.constexpr,
+    WIDEN: tl.constexpr,
+    GROUP: tl.constexpr,
+):
     blk, pid_n = _grouped_tile(n_blocks, n_tiles, GROUP)
     e, pairs, live = _block_rows(ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, blk, E, BM, DIRECT)
     if e >= 0:
@@ -224,14 +275,35 @@ def _gate_up(x_ptr, w1_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr,
             g = _mma(x, tl.trans(wg), g, WIDEN)
             u = _mma(x, tl.trans(wu), u, WIDEN)
         act = g / (1.0 + tl.exp(-g)) * u
-        tl.store(act_ptr + pairs[:, None] * I + rn[None, :], act.to(act_ptr.dtype.element_ty),
-                 mask=live[:, None] & n_ok[None, :])
+        tl.store(
+            act_ptr + pairs[:, None] * I + rn[None, :],
+            act.to(act_ptr.dtype.element_ty),
+            mask=live[:, None] & n_ok[None, :],
+        )
 
 
 @triton.jit
-def _down(act_ptr, w2_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, weight_ptr, y_ptr, D, I, E,
-          n_blocks, n_tiles, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DIRECT: tl.constexpr,
-          WIDEN: tl.constexpr, GROUP: tl.constexpr):
+def _down(
+    act_ptr,
+    w2_ptr,
+    ids_ptr,
+    pair_ptr,
+    block_expert_ptr,
+    block_live_ptr,
+    weight_ptr,
+    y_ptr,
+    D,
+    I,
+    E,
+    n_blocks,
+    n_tiles,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DIRECT: tl.constexpr,
+    WIDEN: tl.constexpr,
+    GROUP: tl.constexpr,
+):
     blk, pid_n = _grouped_tile(n_blocks, n_tiles, GROUP)
     e, pairs, live = _block_rows(ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, blk, E, BM, DIRECT)
     if e >= 0:
@@ -246,8 +318,9 @@ def _down(act_ptr, w2_ptr, ids_ptr, pair_ptr, block_expert_ptr, block_live_ptr, 
             b = tl.load(w + k0 + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             acc = _mma(a, tl.trans(b), acc, WIDEN)
         acc = acc * tl.load(weight_ptr + pairs, mask=live, other=0.0)[:, None]
-        tl.store(y_ptr + pairs[:, None] * D + rn[None, :], acc.to(y_ptr.dtype.element_ty),
-                 mask=live[:, None] & n_ok[None, :])
+        tl.store(
+            y_ptr + pairs[:, None] * D + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=live[:, None] & n_ok[None, :]
+        )
 
 
 @triton.jit
@@ -290,13 +363,38 @@ def route(topk_ids: torch.Tensor, n_experts: int, bm: int) -> tuple[torch.Tensor
     pair_ids = torch.empty((n_blocks * bm,), dtype=torch.int32, device=dev)
     bb = max(1, 8192 // ep)
     if n_chunks == 1:
-        _route_one_chunk[(1,)](ids, off, pair_ids, block_expert, block_live, n_pairs, n_blocks, n_experts,
-                               BM=bm, CH=CHUNK, EP=ep, BB=bb, num_warps=8)
+        _route_one_chunk[(1,)](
+            ids,
+            off,
+            pair_ids,
+            block_expert,
+            block_live,
+            n_pairs,
+            n_blocks,
+            n_experts,
+            BM=bm,
+            CH=CHUNK,
+            EP=ep,
+            BB=bb,
+            num_warps=8,
+        )
         return pair_ids, block_expert, block_live
     hist = torch.empty((n_chunks, ep), dtype=torch.int32, device=dev)
     _count[(n_chunks,)](ids, hist, n_pairs, n_experts, CH=CHUNK, EP=ep)
-    _plan[(1,)](hist, off, block_expert, block_live, n_chunks, n_blocks, n_experts, BM=bm, EP=ep,
-                GB=max(1, 4096 // ep), BB=bb, num_warps=8)
+    _plan[(1,)](
+        hist,
+        off,
+        block_expert,
+        block_live,
+        n_chunks,
+        n_blocks,
+        n_experts,
+        BM=bm,
+        EP=ep,
+        GB=max(1, 4096 // ep),
+        BB=bb,
+        num_warps=8,
+    )
     _scatter[(n_chunks,)](ids, off, pair_ids, n_pairs, n_experts, CH=CHUNK, EP=ep, num_warps=8)
     return pair_ids, block_expert, block_live
 
@@ -307,8 +405,14 @@ class Model(torch.nn.Module):
         self.num_experts, self.intermediate_size, self.top_k = int(num_experts), int(intermediate_size), int(top_k)
         self.tiles: dict | None = None  # a fixed tile config instead of the rule (tile measurements)
 
-    def forward(self, hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                topk_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        w1: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+    ) -> torch.Tensor:
         x, w1, w2 = hidden_states.contiguous(), w1.contiguous(), w2.contiguous()
         ids = topk_ids.to(torch.int32).contiguous()
         weights = topk_weights.float().contiguous().reshape(-1)
@@ -330,13 +434,49 @@ class Model(torch.nn.Module):
         launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
         tiles1, tiles2 = triton.cdiv(I, cfg["BN1"]), triton.cdiv(D, cfg["BN2"])
         _gate_up[(n_blocks * tiles1,)](
-            x, w1, ids, pair_ids, block_expert, block_live, act, D, I, E, k,
-            n_blocks, tiles1, BM=bm, BN=cfg["BN1"], BK=cfg["BK"], DIRECT=direct, WIDEN=_WIDEN_DOT, GROUP=GROUP,
-            **launch)
+            x,
+            w1,
+            ids,
+            pair_ids,
+            block_expert,
+            block_live,
+            act,
+            D,
+            I,
+            E,
+            k,
+            n_blocks,
+            tiles1,
+            BM=bm,
+            BN=cfg["BN1"],
+            BK=cfg["BK"],
+            DIRECT=direct,
+            WIDEN=_WIDEN_DOT,
+            GROUP=GROUP,
+            **launch,
+        )
         _down[(n_blocks * tiles2,)](
-            act, w2, ids, pair_ids, block_expert, block_live, weights, y, D, I, E,
-            n_blocks, tiles2, BM=bm, BN=cfg["BN2"], BK=cfg["BK"], DIRECT=direct, WIDEN=_WIDEN_DOT, GROUP=GROUP,
-            **launch)
+            act,
+            w2,
+            ids,
+            pair_ids,
+            block_expert,
+            block_live,
+            weights,
+            y,
+            D,
+            I,
+            E,
+            n_blocks,
+            tiles2,
+            BM=bm,
+            BN=cfg["BN2"],
+            BK=cfg["BK"],
+            DIRECT=direct,
+            WIDEN=_WIDEN_DOT,
+            GROUP=GROUP,
+            **launch,
+        )
         out = torch.empty((T, D), dtype=torch.float32, device=dev)
         bd = min(1024, triton.next_power_of_2(D))
         _sum_slots[(T, triton.cdiv(D, bd))](y, ids, out, D, E, TOP_K=k, BD=bd, num_warps=4)

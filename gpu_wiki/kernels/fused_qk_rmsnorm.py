@@ -70,6 +70,16 @@ class Model(torch.nn.Module):
         n_heads = self.head_num + 2 * self.kv_head_num
         tokens = x.numel() // (n_heads * self.size_per_head)
         out = torch.empty_like(x)
-        _qk_norm_heads[(tokens, n_heads)](x, q_weight, k_weight, out, n_heads, self.head_num, self.kv_head_num,
-                                          self.eps, D=self.size_per_head, num_warps=1)
+        _qk_norm_heads[(tokens, n_heads)](
+            x,
+            q_weight,
+            k_weight,
+            out,
+            n_heads,
+            self.head_num,
+            self.kv_head_num,
+            self.eps,
+            D=self.size_per_head,
+            num_warps=1,
+        )
         return out

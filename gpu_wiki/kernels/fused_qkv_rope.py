@@ -45,8 +45,20 @@ import triton.language as tl
 
 
 @triton.jit
-def _qkv_rope(qkv_ptr, bias_ptr, pos_ptr, inv_freq_ptr, q_ptr, k_ptr, v_ptr, HQ, HKV,
-              HAS_BIAS: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr):
+def _qkv_rope(
+    qkv_ptr,
+    bias_ptr,
+    pos_ptr,
+    inv_freq_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    HQ,
+    HKV,
+    HAS_BIAS: tl.constexpr,
+    D: tl.constexpr,
+    HALF: tl.constexpr,
+):
     t = tl.program_id(0).to(tl.int64)
     slot = tl.program_id(1)
     n_heads = HQ + 2 * HKV
@@ -68,15 +80,16 @@ def _qkv_rope(qkv_ptr, bias_ptr, pos_ptr, inv_freq_ptr, q_ptr, k_ptr, v_ptr, HQ,
             x2 = (x2 + tl.load(bias_ptr + slot * D + HALF + f).to(tl.float32)).to(x.dtype).to(tl.float32)
         tl.store(dst + f, (x1 * c - x2 * s).to(x.dtype))
         tl.store(dst + HALF + f, (x2 * c + x1 * s).to(x.dtype))
-        tail = (d >= 2 * HALF)
-        tl.store(dst + d, x, mask=tail)                                # dims past the rotary part
+        tail = d >= 2 * HALF
+        tl.store(dst + d, x, mask=tail)  # dims past the rotary part
     else:
         tl.store(v_ptr + (t * HKV + slot - HQ - HKV) * D + d, x)
 
 
 class Model(torch.nn.Module):
-    def __init__(self, *, num_heads: int, num_kv_heads: int, head_dim: int = 128, rope_dim: int = 128,
-                 rope_base: float = 10000.0):
+    def __init__(
+        self, *, num_heads: int, num_kv_heads: int, head_dim: int = 128, rope_dim: int = 128, rope_base: float = 10000.0
+    ):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.rope_dim, self.rope_base = rope_dim, rope_base
@@ -85,7 +98,7 @@ class Model(torch.nn.Module):
     def _ladder(self, device: torch.device) -> torch.Tensor:
         if device not in self._inv_freq:
             exponent = torch.arange(0, self.rope_dim, 2, dtype=torch.float32, device=device) / self.rope_dim
-            self._inv_freq[device] = 1.0 / (self.rope_base ** exponent)
+            self._inv_freq[device] = 1.0 / (self.rope_base**exponent)
         return self._inv_freq[device]
 
     def forward(self, qkv: torch.Tensor, positions: torch.Tensor, qkv_bias: torch.Tensor | None = None):
@@ -96,7 +109,19 @@ class Model(torch.nn.Module):
         k = torch.empty((T, hkv, D), dtype=qkv.dtype, device=qkv.device)
         v = torch.empty((T, hkv, D), dtype=qkv.dtype, device=qkv.device)
         if T:
-            _qkv_rope[(T, hq + 2 * hkv)](qkv, qkv_bias if qkv_bias is not None else qkv, positions.contiguous(),
-                                         self._ladder(qkv.device), q, k, v, hq, hkv, HAS_BIAS=qkv_bias is not None,
-                                         D=D, HALF=self.rope_dim // 2, num_warps=1)
+            _qkv_rope[(T, hq + 2 * hkv)](
+                qkv,
+                qkv_bias if qkv_bias is not None else qkv,
+                positions.contiguous(),
+                self._ladder(qkv.device),
+                q,
+                k,
+                v,
+                hq,
+                hkv,
+                HAS_BIAS=qkv_bias is not None,
+                D=D,
+                HALF=self.rope_dim // 2,
+                num_warps=1,
+            )
         return q, k, v

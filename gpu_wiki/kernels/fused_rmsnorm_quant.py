@@ -55,10 +55,10 @@ def _round_to_e4m3_grid(v, MIN_EXP: tl.constexpr):
     follows is exact. The GPU's convert would round correctly by itself; Triton's CPU
     interpreter (3.9) drops the carry when rounding bumps the exponent (127.6 -> 64)."""
     bits = v.to(tl.int32, bitcast=True)
-    e = tl.maximum(((bits >> 23) & 0xFF) - 127, MIN_EXP) - 3          # exponent of one ulp
+    e = tl.maximum(((bits >> 23) & 0xFF) - 127, MIN_EXP) - 3  # exponent of one ulp
     ulp = ((e + 127) << 23).to(tl.float32, bitcast=True)
     inv_ulp = ((127 - e) << 23).to(tl.float32, bitcast=True)
-    r = ((tl.abs(v) * inv_ulp + 12582912.0) - 12582912.0) * ulp         # + 1.5 * 2^23: round to integer, ties to even
+    r = ((tl.abs(v) * inv_ulp + 12582912.0) - 12582912.0) * ulp  # + 1.5 * 2^23: round to integer, ties to even
     return (r.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
 
 
@@ -79,10 +79,10 @@ def _rmsnorm_quant(x_ptr, res_ptr, w_ptr, q_ptr, s_ptr, sum_ptr, H, eps, BLOCK_H
     mask = cols < H
     x = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)
     res = tl.load(res_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)
-    u = _round_to_bf16(x + res)                                   # the reference's bf16 sum
+    u = _round_to_bf16(x + res)  # the reference's bf16 sum
     tl.store(sum_ptr + row * H + cols, u.to(sum_ptr.dtype.element_ty), mask=mask)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    normed = _round_to_bf16(u * tl.rsqrt(tl.sum(u * u, axis=0) / H + eps) * w)     # one rounding, to bf16
+    normed = _round_to_bf16(u * tl.rsqrt(tl.sum(u * u, axis=0) / H + eps) * w)  # one rounding, to bf16
     scale = tl.div_rn(tl.max(tl.abs(normed), axis=0), 448.0)
     scale = tl.where(scale == 0.0, 1.0, scale)
     q = _round_to_e4m3_grid(tl.div_rn(normed, scale), -6)
@@ -103,6 +103,7 @@ class Model(torch.nn.Module):
         scale = torch.empty((T, 1), dtype=torch.float32, device=x.device)
         summed = torch.empty_like(x2)
         block_h = triton.next_power_of_2(H)
-        _rmsnorm_quant[(T,)](x2, r2, weight, q, scale, summed, H, self.eps, BLOCK_H=block_h,
-                             num_warps=8 if block_h >= 4096 else 4)
+        _rmsnorm_quant[(T,)](
+            x2, r2, weight, q, scale, summed, H, self.eps, BLOCK_H=block_h, num_warps=8 if block_h >= 4096 else 4
+        )
         return q.view(x.shape), scale, summed.view(x.shape)

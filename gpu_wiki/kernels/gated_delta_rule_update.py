@@ -49,9 +49,30 @@ import triton.language as tl
 
 
 @triton.jit
-def _gdr_update(alog_ptr, a_ptr, dtb_ptr, q_ptr, k_ptr, v_ptr, b_ptr, state_ptr, idx_ptr, out_ptr, final_ptr,
-                T, HQ, HV, ratio, scale, beta, threshold,
-                USE_L2: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BLOCK_V: tl.constexpr):
+def _gdr_update(
+    alog_ptr,
+    a_ptr,
+    dtb_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    b_ptr,
+    state_ptr,
+    idx_ptr,
+    out_ptr,
+    final_ptr,
+    T,
+    HQ,
+    HV,
+    ratio,
+    scale,
+    beta,
+    threshold,
+    USE_L2: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
     bi = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     cols = tl.program_id(2) * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -59,7 +80,7 @@ def _gdr_update(alog_ptr, a_ptr, dtb_ptr, q_ptr, k_ptr, v_ptr, b_ptr, state_ptr,
     qh = tl.minimum(j // ratio, HQ - 1)
     slot = tl.load(idx_ptr + bi).to(tl.int64)
     st_off = (slot * HV + j) * K * V + kk[:, None] * V + cols[None, :]
-    S = tl.load(state_ptr + st_off)                                     # [K, BLOCK_V] fp32
+    S = tl.load(state_ptr + st_off)  # [K, BLOCK_V] fp32
     neg_a = -tl.exp(tl.load(alog_ptr + j))
     dt_bias = tl.load(dtb_ptr + j).to(tl.float32)
     for t in range(0, T):
@@ -76,7 +97,7 @@ def _gdr_update(alog_ptr, a_ptr, dtb_ptr, q_ptr, k_ptr, v_ptr, b_ptr, state_ptr,
         q = q * scale
         v = tl.load(v_ptr + (bt * HV + j) * V + cols).to(tl.float32)
         S = S * decay
-        pred = tl.sum(S * k[:, None], axis=0)                           # [BLOCK_V]
+        pred = tl.sum(S * k[:, None], axis=0)  # [BLOCK_V]
         delta = (v - pred) * write
         S = S + k[:, None] * delta[None, :]
         o = tl.sum(S * q[:, None], axis=0)
@@ -85,8 +106,14 @@ def _gdr_update(alog_ptr, a_ptr, dtb_ptr, q_ptr, k_ptr, v_ptr, b_ptr, state_ptr,
 
 
 class Model(torch.nn.Module):
-    def __init__(self, *, softplus_beta: float = 1.0, softplus_threshold: float = 20.0, scale: float | None = None,
-                 use_qk_l2norm: bool = True):
+    def __init__(
+        self,
+        *,
+        softplus_beta: float = 1.0,
+        softplus_threshold: float = 20.0,
+        scale: float | None = None,
+        use_qk_l2norm: bool = True,
+    ):
         super().__init__()
         self.softplus_beta, self.softplus_threshold = float(softplus_beta), float(softplus_threshold)
         self.scale, self.use_qk_l2norm = scale, bool(use_qk_l2norm)
@@ -94,13 +121,34 @@ class Model(torch.nn.Module):
     def forward(self, A_log, a, dt_bias, q, k, v, b, initial_state, initial_state_indices) -> dict[str, torch.Tensor]:
         B, T, HQ, K = q.shape
         HV, V = v.shape[2], v.shape[3]
-        scale = K ** -0.5 if self.scale is None else float(self.scale)
+        scale = K**-0.5 if self.scale is None else float(self.scale)
         state = initial_state.float().contiguous()
         final_state = state.clone()
         out = torch.empty((B, T, HV, V), dtype=torch.bfloat16, device=v.device)
         block_v = min(32, V)
         _gdr_update[(B, HV, triton.cdiv(V, block_v))](
-            A_log.float().contiguous(), a.contiguous(), dt_bias.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
-            b.contiguous(), state, initial_state_indices, out, final_state, T, HQ, HV, max(HV // HQ, 1), scale,
-            self.softplus_beta, self.softplus_threshold, USE_L2=self.use_qk_l2norm, K=K, V=V, BLOCK_V=block_v, num_warps=4)
+            A_log.float().contiguous(),
+            a.contiguous(),
+            dt_bias.contiguous(),
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            b.contiguous(),
+            state,
+            initial_state_indices,
+            out,
+            final_state,
+            T,
+            HQ,
+            HV,
+            max(HV // HQ, 1),
+            scale,
+            self.softplus_beta,
+            self.softplus_threshold,
+            USE_L2=self.use_qk_l2norm,
+            K=K,
+            V=V,
+            BLOCK_V=block_v,
+            num_warps=4,
+        )
         return {"out": out, "final_state": final_state}

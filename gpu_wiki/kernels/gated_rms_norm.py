@@ -42,9 +42,19 @@ import triton.language as tl
 
 
 @triton.jit
-def _gated_rms_norm_rows(x_ptr, w_ptr, z_ptr, out_ptr, n_rows, H, eps,
-                         NORM_BEFORE_GATE: tl.constexpr, SIGMOID: tl.constexpr,
-                         ROWS: tl.constexpr, BLOCK_H: tl.constexpr):
+def _gated_rms_norm_rows(
+    x_ptr,
+    w_ptr,
+    z_ptr,
+    out_ptr,
+    n_rows,
+    H,
+    eps,
+    NORM_BEFORE_GATE: tl.constexpr,
+    SIGMOID: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_H)
     col_ok = cols < H
@@ -78,6 +88,17 @@ class Model(torch.nn.Module):
         block_h = triton.next_power_of_2(H)
         rows = max(1, 8192 // block_h)
         _gated_rms_norm_rows[(triton.cdiv(x2.shape[0], rows),)](
-            x2, weight, z2, out, x2.shape[0], H, self.eps,
-            NORM_BEFORE_GATE=self.norm_before_gate, SIGMOID=self.sigmoid, ROWS=rows, BLOCK_H=block_h, num_warps=8)
+            x2,
+            weight,
+            z2,
+            out,
+            x2.shape[0],
+            H,
+            self.eps,
+            NORM_BEFORE_GATE=self.norm_before_gate,
+            SIGMOID=self.sigmoid,
+            ROWS=rows,
+            BLOCK_H=block_h,
+            num_warps=8,
+        )
         return out.view(x.shape)

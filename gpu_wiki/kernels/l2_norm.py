@@ -62,6 +62,7 @@ class Model(torch.nn.Module):
         out = torch.empty_like(x2)
         block_h = triton.next_power_of_2(H)
         rows = max(1, 4096 // block_h)
-        _l2_norm_rows[(triton.cdiv(x2.shape[0], rows),)](x2, out, x2.shape[0], H, self.eps,
-                                                         ROWS=rows, BLOCK_H=block_h, num_warps=4)
+        _l2_norm_rows[(triton.cdiv(x2.shape[0], rows),)](
+            x2, out, x2.shape[0], H, self.eps, ROWS=rows, BLOCK_H=block_h, num_warps=4
+        )
         return out.view(x.shape)

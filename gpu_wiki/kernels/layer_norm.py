@@ -71,6 +71,7 @@ class Model(torch.nn.Module):
         out = torch.empty_like(x2)
         block_h = triton.next_power_of_2(H)
         rows = max(1, 4096 // block_h)
-        _layer_norm_rows[(triton.cdiv(x2.shape[0], rows),)](x2, weight, bias, out, x2.shape[0], H, self.eps,
-                                                            ROWS=rows, BLOCK_H=block_h, num_warps=8)
+        _layer_norm_rows[(triton.cdiv(x2.shape[0], rows),)](
+            x2, weight, bias, out, x2.shape[0], H, self.eps, ROWS=rows, BLOCK_H=block_h, num_warps=8
+        )
         return out.view(x.shape)

@@ -52,8 +52,20 @@ _WIDEN_DOT = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def _linear_sigmoid_mul(x_ptr, w_ptr, bias_ptr, post_ptr, out_ptr, M, N, K,
-                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, WIDEN: tl.constexpr):
+def _linear_sigmoid_mul(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    post_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     rm = (pid_m * BM + tl.arange(0, BM)).to(tl.int64)
     rn = pid_n * BN + tl.arange(0, BN)
@@ -63,12 +75,14 @@ def _linear_sigmoid_mul(x_ptr, w_ptr, bias_ptr, post_ptr, out_ptr, M, N, K,
     for k0 in range(0, K, BK):
         k_ok = k0 + rk < K
         x = tl.load(x_ptr + rm[:, None] * K + k0 + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        w = tl.load(w_ptr + rn[:, None].to(tl.int64) * K + k0 + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(
+            w_ptr + rn[:, None].to(tl.int64) * K + k0 + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0
+        )
         if WIDEN:
             acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
         else:
             acc = tl.dot(x, tl.trans(w), acc)
-    gate = (acc + tl.load(bias_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :])
+    gate = acc + tl.load(bias_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     gate = gate.to(out_ptr.dtype.element_ty).to(tl.float32)
     mask = m_ok[:, None] & n_ok[None, :]
     post = tl.load(post_ptr + rm[:, None] * N + rn[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -79,8 +93,9 @@ class Model(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
 
-    def forward(self, hidden_states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                post_mul_mat: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, hidden_states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, post_mul_mat: torch.Tensor
+    ) -> torch.Tensor:
         x, w, post = hidden_states.contiguous(), weight.contiguous(), post_mul_mat.contiguous()
         M, K = x.shape
         N = w.shape[0]
@@ -88,6 +103,20 @@ class Model(torch.nn.Module):
         bm = min(128, max(16, triton.next_power_of_2(M)))
         bn = 128
         grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
-        _linear_sigmoid_mul[grid](x, w, bias, post, out, M, N, K, BM=bm, BN=bn, BK=64, WIDEN=_WIDEN_DOT,
-                                  num_warps=8 if bm == 128 else 4, num_stages=3)
+        _linear_sigmoid_mul[grid](
+            x,
+            w,
+            bias,
+            post,
+            out,
+            M,
+            N,
+            K,
+            BM=bm,
+            BN=bn,
+            BK=64,
+            WIDEN=_WIDEN_DOT,
+            num_warps=8 if bm == 128 else 4,
+            num_stages=3,
+        )
         return out

@@ -58,8 +58,19 @@ def _mma(a, b, acc, WIDEN: tl.constexpr):
 
 
 @triton.jit
-def _mla_decode(q_ptr, kv_ptr, lens_ptr, out_ptr, qk_scale, n_heads,
-                L: tl.constexpr, R: tl.constexpr, H_BLK: tl.constexpr, BLOCK_N: tl.constexpr, WIDEN: tl.constexpr):
+def _mla_decode(
+    q_ptr,
+    kv_ptr,
+    lens_ptr,
+    out_ptr,
+    qk_scale,
+    n_heads,
+    L: tl.constexpr,
+    R: tl.constexpr,
+    H_BLK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     b = tl.program_id(0)
     h = tl.program_id(1) * H_BLK + tl.arange(0, H_BLK)
     h_ok = h < n_heads
@@ -80,8 +91,8 @@ def _mla_decode(q_ptr, kv_ptr, lens_ptr, out_ptr, qk_scale, n_heads,
         n = n0 + tl.arange(0, BLOCK_N)
         live = n < length
         rows = (start + n).to(tl.int64)[:, None] * W
-        c_lat = tl.load(kv_ptr + rows + dl[None, :], mask=live[:, None], other=0.0)          # [BLOCK_N, L]
-        c_rope = tl.load(kv_ptr + rows + L + dr[None, :], mask=live[:, None], other=0.0)     # [BLOCK_N, R]
+        c_lat = tl.load(kv_ptr + rows + dl[None, :], mask=live[:, None], other=0.0)  # [BLOCK_N, L]
+        c_rope = tl.load(kv_ptr + rows + L + dr[None, :], mask=live[:, None], other=0.0)  # [BLOCK_N, R]
         s = _mma(q_lat, tl.trans(c_lat), tl.zeros([H_BLK, BLOCK_N], tl.float32), WIDEN)
         s = _mma(q_rope, tl.trans(c_rope), s, WIDEN) * qk_scale
         s = tl.where(live[None, :], s, float("-inf"))
@@ -92,8 +103,11 @@ def _mla_decode(q_ptr, kv_ptr, lens_ptr, out_ptr, qk_scale, n_heads,
         acc = _mma(prob.to(c_lat.dtype), c_lat, acc * alpha[:, None], WIDEN)
         m_i = m_new
     out = tl.where(l_i[:, None] > 0, acc / l_i[:, None], 0.0)
-    tl.store(out_ptr + (b * n_heads + h).to(tl.int64)[:, None] * L + dl[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=h_ok[:, None])
+    tl.store(
+        out_ptr + (b * n_heads + h).to(tl.int64)[:, None] * L + dl[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=h_ok[:, None],
+    )
 
 
 class Model(torch.nn.Module):
@@ -106,8 +120,20 @@ class Model(torch.nn.Module):
         L, R = self.kv_lora_rank, self.qk_rope_head_dim
         out = torch.empty((B, Hn, L), dtype=q.dtype, device=q.device)
         h_blk = 16
-        qk_scale = W ** -0.5 * 1.4426950408889634
-        _mla_decode[(B, triton.cdiv(Hn, h_blk))](q.contiguous(), kv_cache.contiguous(), seq_lens, out, qk_scale, Hn,
-                                                 L=L, R=R, H_BLK=h_blk, BLOCK_N=32, WIDEN=_WIDEN_DOT,
-                                                 num_warps=4, num_stages=2)
+        qk_scale = W**-0.5 * 1.4426950408889634
+        _mla_decode[(B, triton.cdiv(Hn, h_blk))](
+            q.contiguous(),
+            kv_cache.contiguous(),
+            seq_lens,
+            out,
+            qk_scale,
+            Hn,
+            L=L,
+            R=R,
+            H_BLK=h_blk,
+            BLOCK_N=32,
+            WIDEN=_WIDEN_DOT,
+            num_warps=4,
+            num_stages=2,
+        )
         return out

@@ -55,15 +55,27 @@ import triton.language as tl
 
 
 @triton.jit
-def _align(ids_ptr, sorted_ptr, expert_ids_ptr, total_ptr, host_total_ptr, N, E, bs,
-           BLOCK: tl.constexpr, BINS: tl.constexpr, PAD: tl.constexpr, BLOCKS: tl.constexpr):
+def _align(
+    ids_ptr,
+    sorted_ptr,
+    expert_ids_ptr,
+    total_ptr,
+    host_total_ptr,
+    N,
+    E,
+    bs,
+    BLOCK: tl.constexpr,
+    BINS: tl.constexpr,
+    PAD: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
     e = tl.program_id(0)
     lane = tl.arange(0, BLOCK)
     hist = tl.zeros((BINS,), dtype=tl.int32)
     for start in range(0, N, BLOCK):
         p = start + lane
         f = tl.load(ids_ptr + p, mask=p < N, other=-1)
-        key = tl.where((f >= 0) & (f < E) & (p < N), f, E)          # invalid and padding -> bin E
+        key = tl.where((f >= 0) & (f < E) & (p < N), f, E)  # invalid and padding -> bin E
         hist += tl.histogram(key, BINS)
     bins = tl.arange(0, BINS)
     padded = tl.where(bins < E, (hist + bs - 1) // bs * bs, 0)
@@ -117,9 +129,21 @@ class Model(torch.nn.Module):
         block = min(max(triton.next_power_of_2(n), 128), 4096)
 
         def launch(host_total: torch.Tensor) -> None:
-            _align[(experts,)](ids, sorted_ids, expert_ids, total, host_total, n, experts, bs, BLOCK=block,
-                               BINS=triton.next_power_of_2(experts + 1), PAD=triton.next_power_of_2(bs), BLOCKS=128,
-                               num_warps=4 if block <= 1024 else 8)
+            _align[(experts,)](
+                ids,
+                sorted_ids,
+                expert_ids,
+                total,
+                host_total,
+                n,
+                experts,
+                bs,
+                BLOCK=block,
+                BINS=triton.next_power_of_2(experts + 1),
+                PAD=triton.next_power_of_2(bs),
+                BLOCKS=128,
+                num_warps=4 if block <= 1024 else 8,
+            )
 
         host = self._pinned_total(ids.device)
         if host is not None:
@@ -133,5 +157,8 @@ class Model(torch.nn.Module):
         else:
             launch(total)
             length = int(total[0])
-        return {"sorted_token_ids": sorted_ids[:length], "expert_ids": expert_ids[:length // bs],
-                "num_tokens_post_pad": total}
+        return {
+            "sorted_token_ids": sorted_ids[:length],
+            "expert_ids": expert_ids[: length // bs],
+            "num_tokens_post_pad": total,
+        }

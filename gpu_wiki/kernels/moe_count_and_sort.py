@@ -57,7 +57,7 @@ def _count_and_sort(ids_ptr, sorted_ptr, counts_ptr, cumsum_ptr, N, E, BLOCK: tl
         p = start + lane
         f = tl.load(ids_ptr + p, mask=p < N, other=-1)
         valid = (p < N) & (f >= 0) & (f < E)
-        key = tl.where(valid, f, E)                      # invalid ids sort as expert E
+        key = tl.where(valid, f, E)  # invalid ids sort as expert E
         less += ((key < e) & (p < N)).to(tl.int32)
         mine += ((key == e) & (p < N)).to(tl.int32)
     offset = tl.sum(less, axis=0)
@@ -91,6 +91,7 @@ class Model(torch.nn.Module):
         counts = torch.empty(experts, dtype=torch.int32, device=ids.device)
         cumsum = torch.empty(experts + 1, dtype=torch.int32, device=ids.device)
         block = min(max(triton.next_power_of_2(n), 128), 4096)
-        _count_and_sort[(experts + 1,)](ids, sorted_ids, counts, cumsum, n, experts, BLOCK=block,
-                                        num_warps=4 if block <= 1024 else 8)
+        _count_and_sort[(experts + 1,)](
+            ids, sorted_ids, counts, cumsum, n, experts, BLOCK=block, num_warps=4 if block <= 1024 else 8
+        )
         return {"sorted_token_ids": sorted_ids, "expert_token_counts": counts, "cumsum": cumsum}

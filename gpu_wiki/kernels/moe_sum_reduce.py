@@ -61,6 +61,7 @@ class Model(torch.nn.Module):
         T, K, H = x.shape
         out = torch.empty((T, H), dtype=x.dtype, device=x.device)
         block_h = min(1024, triton.next_power_of_2(H))
-        _moe_sum_reduce[(T, triton.cdiv(H, block_h))](x, out, H, self.routed_scaling_factor, K=K, BLOCK_H=block_h,
-                                                     num_warps=4)
+        _moe_sum_reduce[(T, triton.cdiv(H, block_h))](
+            x, out, H, self.routed_scaling_factor, K=K, BLOCK_H=block_h, num_warps=4
+        )
         return out

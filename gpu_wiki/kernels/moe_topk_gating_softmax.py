@@ -45,8 +45,18 @@ import triton.language as tl
 
 
 @triton.jit
-def _router(logits_ptr, w_ptr, id_ptr, T, E, K: tl.constexpr, GROUPS: tl.constexpr, KEEP_GROUPS: tl.constexpr,
-            TOKENS: tl.constexpr, BLOCK_E: tl.constexpr):
+def _router(
+    logits_ptr,
+    w_ptr,
+    id_ptr,
+    T,
+    E,
+    K: tl.constexpr,
+    GROUPS: tl.constexpr,
+    KEEP_GROUPS: tl.constexpr,
+    TOKENS: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+):
     tok = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
     e = tl.arange(0, BLOCK_E)
     mask = (tok < T)[:, None] & (e < E)[None, :]
@@ -56,7 +66,7 @@ def _router(logits_ptr, w_ptr, id_ptr, T, E, K: tl.constexpr, GROUPS: tl.constex
     p = num / tl.sum(num, axis=1)[:, None]
     if GROUPS > 0:
         g = tl.reshape(p, (TOKENS, GROUPS, BLOCK_E // GROUPS))
-        score = tl.max(g, axis=2)                                  # [TOKENS, GROUPS]
+        score = tl.max(g, axis=2)  # [TOKENS, GROUPS]
         keep = tl.zeros((TOKENS, GROUPS), dtype=tl.int1)
         gid = tl.arange(0, GROUPS)[None, :]
         for _ in tl.static_range(KEEP_GROUPS):
@@ -66,7 +76,7 @@ def _router(logits_ptr, w_ptr, id_ptr, T, E, K: tl.constexpr, GROUPS: tl.constex
         p = tl.reshape(tl.where(keep[:, :, None], g, 0.0), (TOKENS, BLOCK_E))
     p = tl.where(mask, p, -1.0)
     for j in tl.static_range(K):
-        best = tl.argmax(p, axis=1)                                # [TOKENS]
+        best = tl.argmax(p, axis=1)  # [TOKENS]
         hit = e[None, :] == best[:, None]
         tl.store(w_ptr + tok * K + j, tl.max(tl.where(hit, p, -1.0), axis=1), mask=tok < T)
         tl.store(id_ptr + tok * K + j, best.to(tl.int32), mask=tok < T)
@@ -89,8 +99,17 @@ class Model(torch.nn.Module):
         weights = torch.empty((T, self.top_k), dtype=torch.float32, device=x.device)
         ids = torch.empty((T, self.top_k), dtype=torch.int32, device=x.device)
         tokens = 16
-        _router[(triton.cdiv(T, tokens),)](x, weights, ids, T, E, K=self.top_k,
-                                           GROUPS=self.num_expert_groups if grouped else 0,
-                                           KEEP_GROUPS=self.topk_group if grouped else 0,
-                                           TOKENS=tokens, BLOCK_E=triton.next_power_of_2(E), num_warps=4)
+        _router[(triton.cdiv(T, tokens),)](
+            x,
+            weights,
+            ids,
+            T,
+            E,
+            K=self.top_k,
+            GROUPS=self.num_expert_groups if grouped else 0,
+            KEEP_GROUPS=self.topk_group if grouped else 0,
+            TOKENS=tokens,
+            BLOCK_E=triton.next_power_of_2(E),
+            num_warps=4,
+        )
         return {"topk_weights": weights, "topk_ids": ids}

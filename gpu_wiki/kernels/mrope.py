@@ -45,9 +45,24 @@ import triton.language as tl
 
 
 @triton.jit
-def _mrope(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, T, HQ, HK,
-           S_T: tl.constexpr, S_H: tl.constexpr, S_W: tl.constexpr, INTERLEAVED: tl.constexpr,
-           HS: tl.constexpr, HALF: tl.constexpr, BLOCK_HEADS: tl.constexpr):
+def _mrope(
+    q_ptr,
+    k_ptr,
+    qo_ptr,
+    ko_ptr,
+    cos_ptr,
+    sin_ptr,
+    T,
+    HQ,
+    HK,
+    S_T: tl.constexpr,
+    S_H: tl.constexpr,
+    S_W: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
+    HS: tl.constexpr,
+    HALF: tl.constexpr,
+    BLOCK_HEADS: tl.constexpr,
+):
     t = tl.program_id(0).to(tl.int64)
     is_k = tl.program_id(1) == 1
     f = tl.arange(0, HALF)
@@ -69,13 +84,22 @@ def _mrope(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, T, HQ, HK,
         x2 = tl.load(src + base + HALF, mask=m, other=0.0).to(tl.float32)
         tl.store(dst + base, (x1 * c - x2 * s).to(dst.dtype.element_ty), mask=m)
         tl.store(dst + base + HALF, (x2 * c + x1 * s).to(dst.dtype.element_ty), mask=m)
-        for p in tl.static_range(2 * HALF, HS, HALF):           # dims past the rotary part: copy
-            tl.store(dst + base + p, tl.load(src + base + p, mask=m & (p + f[None, :] < HS)), mask=m & (p + f[None, :] < HS))
+        for p in tl.static_range(2 * HALF, HS, HALF):  # dims past the rotary part: copy
+            tl.store(
+                dst + base + p, tl.load(src + base + p, mask=m & (p + f[None, :] < HS)), mask=m & (p + f[None, :] < HS)
+            )
 
 
 class Model(torch.nn.Module):
-    def __init__(self, *, head_size: int = 128, rotary_dim: int = 128, mrope_section=(16, 24, 24),
-                 mrope_interleaved: bool = False, is_neox_style: bool = True):
+    def __init__(
+        self,
+        *,
+        head_size: int = 128,
+        rotary_dim: int = 128,
+        mrope_section=(16, 24, 24),
+        mrope_interleaved: bool = False,
+        is_neox_style: bool = True,
+    ):
         super().__init__()
         if sum(mrope_section) != rotary_dim // 2:
             raise ValueError(f"mrope_section {list(mrope_section)} must sum to rotary_dim / 2 = {rotary_dim // 2}")
@@ -84,7 +108,9 @@ class Model(torch.nn.Module):
         self.head_size, self.rotary_dim = head_size, rotary_dim
         self.mrope_section, self.mrope_interleaved = list(mrope_section), mrope_interleaved
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         q, k = q.contiguous(), k.contiguous()
         T = q.shape[0]
         hq, hk = q.shape[1] // self.head_size, k.shape[1] // self.head_size
@@ -93,7 +119,23 @@ class Model(torch.nn.Module):
             raise ValueError("rotary_dim / 2 must be a power of two for this kernel")
         q_out, k_out = torch.empty_like(q), torch.empty_like(k)
         s_t, s_h, s_w = self.mrope_section
-        _mrope[(T, 2)](q, k, q_out, k_out, cos.contiguous(), sin.contiguous(), T, hq, hk,
-                       S_T=s_t, S_H=s_h, S_W=s_w, INTERLEAVED=self.mrope_interleaved, HS=self.head_size,
-                       HALF=half, BLOCK_HEADS=min(16, triton.next_power_of_2(max(hq, hk))), num_warps=4)
+        _mrope[(T, 2)](
+            q,
+            k,
+            q_out,
+            k_out,
+            cos.contiguous(),
+            sin.contiguous(),
+            T,
+            hq,
+            hk,
+            S_T=s_t,
+            S_H=s_h,
+            S_W=s_w,
+            INTERLEAVED=self.mrope_interleaved,
+            HS=self.head_size,
+            HALF=half,
+            BLOCK_HEADS=min(16, triton.next_power_of_2(max(hq, hk))),
+            num_warps=4,
+        )
         return {"q": q_out, "k": k_out}

@@ -62,9 +62,25 @@ def _mma(a, b, acc, WIDEN: tl.constexpr):
 
 
 @triton.jit
-def _paged_decode(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, qk_scale, Hq, Hkv, max_blocks,
-                  G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, X: tl.constexpr,
-                  BLOCK_N: tl.constexpr, WIDEN: tl.constexpr):
+def _paged_decode(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    table_ptr,
+    lens_ptr,
+    out_ptr,
+    qk_scale,
+    Hq,
+    Hkv,
+    max_blocks,
+    G: tl.constexpr,
+    G_PAD: tl.constexpr,
+    D: tl.constexpr,
+    BS: tl.constexpr,
+    X: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     seq = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     length = tl.load(lens_ptr + seq)
@@ -75,16 +91,21 @@ def _paged_decode(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, qk_scale, H
     m_i = tl.full([G_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D], tl.float32)
-    block_elems = Hkv * D * BS                       # elements of one cache block (both layouts)
+    block_elems = Hkv * D * BS  # elements of one cache block (both layouts)
     for start in range(0, length, BLOCK_N):
         p = start + tl.arange(0, BLOCK_N)
         live = p < length
         blk = tl.load(table_ptr + seq * max_blocks + p // BS, mask=live, other=0).to(tl.int64)
         base = blk * block_elems + kvh * D * BS
         slot = p % BS
-        k = tl.load(k_ptr + base[:, None] + (d // X)[None, :] * (BS * X) + slot[:, None] * X + (d % X)[None, :],
-                    mask=live[:, None], other=0.0)                                   # [BLOCK_N, D]
-        vt = tl.load(v_ptr + base[None, :] + d[:, None] * BS + slot[None, :], mask=live[None, :], other=0.0)  # [D, BLOCK_N]
+        k = tl.load(
+            k_ptr + base[:, None] + (d // X)[None, :] * (BS * X) + slot[:, None] * X + (d % X)[None, :],
+            mask=live[:, None],
+            other=0.0,
+        )  # [BLOCK_N, D]
+        vt = tl.load(
+            v_ptr + base[None, :] + d[:, None] * BS + slot[None, :], mask=live[None, :], other=0.0
+        )  # [D, BLOCK_N]
         s = _mma(q, tl.trans(k), tl.zeros([G_PAD, BLOCK_N], tl.float32), WIDEN) * qk_scale
         s = tl.where(live[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -94,22 +115,47 @@ def _paged_decode(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, qk_scale, H
         acc = _mma(prob.to(vt.dtype), tl.trans(vt), acc * alpha[:, None], WIDEN)
         m_i = m_new
     out = tl.where(l_i[:, None] > 0, acc / l_i[:, None], 0.0)
-    tl.store(out_ptr + (seq * Hq + heads)[:, None] * D + d[None, :], out.to(out_ptr.dtype.element_ty), mask=(g < G)[:, None])
+    tl.store(
+        out_ptr + (seq * Hq + heads)[:, None] * D + d[None, :], out.to(out_ptr.dtype.element_ty), mask=(g < G)[:, None]
+    )
 
 
 class Model(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
 
-    def forward(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                seq_lens: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        seq_lens: torch.Tensor,
+    ) -> torch.Tensor:
         S, Hq, D = query.shape
         Hkv, bs, x = k_cache.shape[1], k_cache.shape[3], k_cache.shape[4]
         G = Hq // Hkv
         out = torch.empty_like(query)
-        qk_scale = D ** -0.5 * 1.4426950408889634               # fold log2(e): softmax via exp2
-        _paged_decode[(S, Hkv)](query.contiguous(), k_cache.contiguous(), v_cache.contiguous(), block_tables.contiguous(),
-                                seq_lens, out, qk_scale, Hq, Hkv, block_tables.shape[1],
-                                G=G, G_PAD=max(16, triton.next_power_of_2(G)), D=D, BS=bs, X=x, BLOCK_N=64,
-                                WIDEN=_WIDEN_DOT, num_warps=4, num_stages=2)
+        qk_scale = D**-0.5 * 1.4426950408889634  # fold log2(e): softmax via exp2
+        _paged_decode[(S, Hkv)](
+            query.contiguous(),
+            k_cache.contiguous(),
+            v_cache.contiguous(),
+            block_tables.contiguous(),
+            seq_lens,
+            out,
+            qk_scale,
+            Hq,
+            Hkv,
+            block_tables.shape[1],
+            G=G,
+            G_PAD=max(16, triton.next_power_of_2(G)),
+            D=D,
+            BS=bs,
+            X=x,
+            BLOCK_N=64,
+            WIDEN=_WIDEN_DOT,
+            num_warps=4,
+            num_stages=2,
+        )
         return out

@@ -52,29 +52,31 @@ def _round_to_e4m3_grid(v, MIN_EXP: tl.constexpr):
     follows is exact. The GPU's convert would round correctly by itself; Triton's CPU
     interpreter (3.9) drops the carry when rounding bumps the exponent (127.6 -> 64)."""
     bits = v.to(tl.int32, bitcast=True)
-    e = tl.maximum(((bits >> 23) & 0xFF) - 127, MIN_EXP) - 3          # exponent of one ulp
+    e = tl.maximum(((bits >> 23) & 0xFF) - 127, MIN_EXP) - 3  # exponent of one ulp
     ulp = ((e + 127) << 23).to(tl.float32, bitcast=True)
     inv_ulp = ((127 - e) << 23).to(tl.float32, bitcast=True)
-    r = ((tl.abs(v) * inv_ulp + 12582912.0) - 12582912.0) * ulp         # + 1.5 * 2^23: round to integer, ties to even
+    r = ((tl.abs(v) * inv_ulp + 12582912.0) - 12582912.0) * ulp  # + 1.5 * 2^23: round to integer, ties to even
     return (r.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _group_quant(x_ptr, q_ptr, s_ptr, n_rows, H, n_groups,
-                 ROWS: tl.constexpr, GROUPS: tl.constexpr, G: tl.constexpr):
+def _group_quant(x_ptr, q_ptr, s_ptr, n_rows, H, n_groups, ROWS: tl.constexpr, GROUPS: tl.constexpr, G: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     g0 = tl.program_id(1) * GROUPS
     cols = g0 * G + tl.arange(0, GROUPS * G)
     mask = (rows < n_rows)[:, None] & (cols < H)[None, :]
     x = tl.load(x_ptr + rows[:, None] * H + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     xg = tl.reshape(x, (ROWS, GROUPS, G))
-    scale = tl.maximum(tl.div_rn(tl.max(tl.abs(xg), axis=2), 448.0), 1e-10)       # [ROWS, GROUPS]
+    scale = tl.maximum(tl.div_rn(tl.max(tl.abs(xg), axis=2), 448.0), 1e-10)  # [ROWS, GROUPS]
     q = tl.clamp(tl.div_rn(xg, scale[:, :, None]), -448.0, 448.0)
     q = _round_to_e4m3_grid(tl.reshape(q, (ROWS, GROUPS * G)), -6).to(q_ptr.dtype.element_ty)
     tl.store(q_ptr + rows[:, None] * H + cols[None, :], q, mask=mask)
     gidx = g0 + tl.arange(0, GROUPS)
-    tl.store(s_ptr + rows[:, None] * n_groups + gidx[None, :], scale,
-             mask=(rows < n_rows)[:, None] & (gidx < n_groups)[None, :])
+    tl.store(
+        s_ptr + rows[:, None] * n_groups + gidx[None, :],
+        scale,
+        mask=(rows < n_rows)[:, None] & (gidx < n_groups)[None, :],
+    )
 
 
 class Model(torch.nn.Module):

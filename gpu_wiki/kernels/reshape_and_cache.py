@@ -57,12 +57,18 @@ class Model(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
 
-    def forward(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                slot_mapping: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
         new_k, new_v = key_cache.clone(), value_cache.clone()
         key, value = key.contiguous(), value.contiguous()
         n_tokens = key.shape[0]
-        row_len = key[0].numel()                       # Hkv * D, the same in the cache's (slot) rows
+        row_len = key[0].numel()  # Hkv * D, the same in the cache's (slot) rows
         if n_tokens:
             block = min(4096, triton.next_power_of_2(row_len))
             _scatter_rows[(n_tokens,)](key, value, new_k, new_v, slot_mapping, row_len, BLOCK=block, num_warps=4)

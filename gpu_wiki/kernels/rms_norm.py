@@ -43,8 +43,9 @@ import triton.language as tl
 
 
 @triton.jit
-def _rms_norm_rows(x_ptr, w_ptr, out_ptr, n_rows, H, stride_x, stride_out, eps,
-                   ROWS: tl.constexpr, BLOCK_H: tl.constexpr):
+def _rms_norm_rows(
+    x_ptr, w_ptr, out_ptr, n_rows, H, stride_x, stride_out, eps, ROWS: tl.constexpr, BLOCK_H: tl.constexpr
+):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_H)
     row_ok = rows < n_rows
@@ -78,6 +79,17 @@ class Model(torch.nn.Module):
         out = torch.empty((x2.shape[0], H), dtype=x.dtype, device=x.device)
         block_h, rows, num_warps = _launch_shape(H)
         grid = (triton.cdiv(x2.shape[0], rows),)
-        _rms_norm_rows[grid](x2, weight, out, x2.shape[0], H, x2.stride(0), out.stride(0), self.eps,
-                             ROWS=rows, BLOCK_H=block_h, num_warps=num_warps)
+        _rms_norm_rows[grid](
+            x2,
+            weight,
+            out,
+            x2.shape[0],
+            H,
+            x2.stride(0),
+            out.stride(0),
+            self.eps,
+            ROWS=rows,
+            BLOCK_H=block_h,
+            num_warps=num_warps,
+        )
         return out.view(x.shape)

@@ -64,6 +64,7 @@ class Model(torch.nn.Module):
         out = torch.empty((x2.shape[0], d), dtype=x.dtype, device=x.device)
         block_d = min(2048, triton.next_power_of_2(d))
         grid = (x2.shape[0], triton.cdiv(d, block_d))
-        _silu_and_mul[grid](x2, out, d, x2.stride(0), out.stride(0), BLOCK_D=block_d,
-                            num_warps=8 if block_d >= 2048 else 4)
+        _silu_and_mul[grid](
+            x2, out, d, x2.stride(0), out.stride(0), BLOCK_D=block_d, num_warps=8 if block_d >= 2048 else 4
+        )
         return out.view(*x.shape[:-1], d)

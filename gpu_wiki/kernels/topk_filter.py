@@ -79,12 +79,12 @@ def _topk_filter(x_ptr, out_ptr, ws_ptr, V, k, N_CHUNKS: tl.constexpr, CHUNK: tl
         tl.store(out_ptr + row * V + offs, tl.where(keep, x, float("-inf")), mask=valid)
     else:
         lower = tl.full((), -2147483648, tl.int64)
-        for c in range(N_CHUNKS):                                 # pass 1: chunk thresholds
+        for c in range(N_CHUNKS):  # pass 1: chunk thresholds
             valid = c * CHUNK + offs < V
             x = tl.load(x_ptr + row * V + c * CHUNK + offs, mask=valid, other=0.0)
             lower = tl.maximum(lower, _kth_largest(_order_key(x), valid, k))
         count = 0
-        for c in range(N_CHUNKS):                                 # pass 2: compact candidates >= lower
+        for c in range(N_CHUNKS):  # pass 2: compact candidates >= lower
             valid = c * CHUNK + offs < V
             key = _order_key(tl.load(x_ptr + row * V + c * CHUNK + offs, mask=valid, other=0.0))
             cand = valid & (key >= lower)
@@ -94,7 +94,7 @@ def _topk_filter(x_ptr, out_ptr, ws_ptr, V, k, N_CHUNKS: tl.constexpr, CHUNK: tl
         w = tl.arange(0, WS)
         cand_keys = tl.load(ws_ptr + row * WS + w, mask=w < count, other=-2147483648)
         tau = _kth_largest(cand_keys, w < count, k)
-        for c in range(N_CHUNKS):                                 # pass 3: write
+        for c in range(N_CHUNKS):  # pass 3: write
             valid = c * CHUNK + offs < V
             x = tl.load(x_ptr + row * V + c * CHUNK + offs, mask=valid, other=0.0)
             tl.store(out_ptr + row * V + c * CHUNK + offs, tl.where(_order_key(x) >= tau, x, float("-inf")), mask=valid)

@@ -156,11 +156,33 @@ def _find_sequence(cu_q_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
-def _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off, row_limit,
-            start, stop, kv_len, qk_scale, stride_slot,
-            D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BS: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            MASKED: tl.constexpr, SPLIT_P: tl.constexpr, WIDEN: tl.constexpr):
+def _attend(
+    acc_a,
+    acc_b,
+    m_i,
+    l_i,
+    qa,
+    qb,
+    k_ptr,
+    v_ptr,
+    table_row_ptr,
+    kv_head_off,
+    row_limit,
+    start,
+    stop,
+    kv_len,
+    qk_scale,
+    stride_slot,
+    D: tl.constexpr,
+    DA: tl.constexpr,
+    DB: tl.constexpr,
+    BS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    SPLIT_P: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     """Online softmax over key tiles [start, stop). MASKED: apply the per-row key limit and the kv_len
     bound (diagonal and tail tiles); otherwise every key of every tile is visible to every row.
     SPLIT_P: P·V as bf16(P)·V + bf16(P - bf16(P))·V, a 16-bit P mantissa on the tensor cores, for rows
@@ -216,26 +238,120 @@ def _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head
 
 
 @triton.jit
-def _key_loops(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off, row_limit,
-               full_end, kv_end, kv_len, qk_scale, stride_slot,
-               D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BS: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED_N: tl.constexpr, SPLIT_P: tl.constexpr,
-               WIDEN: tl.constexpr):
+def _key_loops(
+    acc_a,
+    acc_b,
+    m_i,
+    l_i,
+    qa,
+    qb,
+    k_ptr,
+    v_ptr,
+    table_row_ptr,
+    kv_head_off,
+    row_limit,
+    full_end,
+    kv_end,
+    kv_len,
+    qk_scale,
+    stride_slot,
+    D: tl.constexpr,
+    DA: tl.constexpr,
+    DB: tl.constexpr,
+    BS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED_N: tl.constexpr,
+    SPLIT_P: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     """Keys [0, full_end) without a mask and with bf16 P, then [full_end, kv_end) in MASKED_N-key steps with the
     mask and, if SPLIT_P, the split P."""
-    acc_a, acc_b, m_i, l_i = _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off,
-                                     row_limit, 0, full_end, kv_len, qk_scale, stride_slot,
-                                     D, DA, DB, BS, BLOCK_M, BLOCK_N, False, False, WIDEN)
-    return _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off,
-                   row_limit, full_end, kv_end, kv_len, qk_scale, stride_slot,
-                   D, DA, DB, BS, BLOCK_M, MASKED_N, True, SPLIT_P, WIDEN)
+    acc_a, acc_b, m_i, l_i = _attend(
+        acc_a,
+        acc_b,
+        m_i,
+        l_i,
+        qa,
+        qb,
+        k_ptr,
+        v_ptr,
+        table_row_ptr,
+        kv_head_off,
+        row_limit,
+        0,
+        full_end,
+        kv_len,
+        qk_scale,
+        stride_slot,
+        D,
+        DA,
+        DB,
+        BS,
+        BLOCK_M,
+        BLOCK_N,
+        False,
+        False,
+        WIDEN,
+    )
+    return _attend(
+        acc_a,
+        acc_b,
+        m_i,
+        l_i,
+        qa,
+        qb,
+        k_ptr,
+        v_ptr,
+        table_row_ptr,
+        kv_head_off,
+        row_limit,
+        full_end,
+        kv_end,
+        kv_len,
+        qk_scale,
+        stride_slot,
+        D,
+        DA,
+        DB,
+        BS,
+        BLOCK_M,
+        MASKED_N,
+        True,
+        SPLIT_P,
+        WIDEN,
+    )
 
 
 @triton.jit
-def _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_row_ptr, qk_scale, q_start, q_len, kv_len, first, kvh, Hq, Hkv,
-            few_keys, G: tl.constexpr, D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BS: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, MASKED_N: tl.constexpr,
-            SPLIT_P: tl.constexpr, ONE_LOOP: tl.constexpr, WIDEN: tl.constexpr):
+def _q_tile(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    out_ptr,
+    table_row_ptr,
+    qk_scale,
+    q_start,
+    q_len,
+    kv_len,
+    first,
+    kvh,
+    Hq,
+    Hkv,
+    few_keys,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    DA: tl.constexpr,
+    DB: tl.constexpr,
+    BS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED_N: tl.constexpr,
+    SPLIT_P: tl.constexpr,
+    ONE_LOOP: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     """Attention for the BLOCK_Q tokens from position `first` of one sequence, all G heads of kv head kvh.
     Keys visible to every row run in a mask-free loop, the rest (the causal diagonal, the kv_len tail) in a masked
     one; when a row of the tile sees at most few_keys keys, or ONE_LOOP, every key runs in the masked loop."""
@@ -273,31 +389,103 @@ def _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_row_ptr, qk_scale, q_start, q_le
         # The masked loop alone over [0, kv_len): bounds the same for every q tile of the sequence, which
         # tl.range(flatten=True) needs to fuse it with the q-tile loop. Key tiles past the tile's last token load
         # nothing (kv_end bounds the loads) and add exp2(-inf) = 0.
-        acc_a, acc_b, m_i, l_i = _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off,
-                                         row_limit, 0, kv_len, kv_end, qk_scale, stride_slot,
-                                         D, DA, DB, BS, BLOCK_M, MASKED_N, True, SPLIT_P, WIDEN)
+        acc_a, acc_b, m_i, l_i = _attend(
+            acc_a,
+            acc_b,
+            m_i,
+            l_i,
+            qa,
+            qb,
+            k_ptr,
+            v_ptr,
+            table_row_ptr,
+            kv_head_off,
+            row_limit,
+            0,
+            kv_len,
+            kv_end,
+            qk_scale,
+            stride_slot,
+            D,
+            DA,
+            DB,
+            BS,
+            BLOCK_M,
+            MASKED_N,
+            True,
+            SPLIT_P,
+            WIDEN,
+        )
     else:
         # A tile with a row over few keys runs all of them in the masked loop, where P is split: one loop copy
         # (a second, split copy of the mask-free loop would double the pipeline's shared memory).
         full_end = tl.where(fewest_keys <= few_keys, 0, full_end)
-        acc_a, acc_b, m_i, l_i = _key_loops(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr,
-                                            kv_head_off, row_limit, full_end, kv_end, kv_len, qk_scale, stride_slot,
-                                            D, DA, DB, BS, BLOCK_M, BLOCK_N, MASKED_N, SPLIT_P, WIDEN)
+        acc_a, acc_b, m_i, l_i = _key_loops(
+            acc_a,
+            acc_b,
+            m_i,
+            l_i,
+            qa,
+            qb,
+            k_ptr,
+            v_ptr,
+            table_row_ptr,
+            kv_head_off,
+            row_limit,
+            full_end,
+            kv_end,
+            kv_len,
+            qk_scale,
+            stride_slot,
+            D,
+            DA,
+            DB,
+            BS,
+            BLOCK_M,
+            BLOCK_N,
+            MASKED_N,
+            SPLIT_P,
+            WIDEN,
+        )
     inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)  # a row without keys (kv_len 0, unmasked) keeps acc = 0
     out_ty = out_ptr.dtype.element_ty
     tl.store(out_ptr + q_row[:, None] + da[None, :], (acc_a * inv_l[:, None]).to(out_ty), mask=row_ok[:, None])
     if DB > 0:
         db = DA + tl.arange(0, DB)
-        tl.store(out_ptr + q_row[:, None] + db[None, :], (acc_b * inv_l[:, None]).to(out_ty),
-                 mask=row_ok[:, None] & (db < D)[None, :])
+        tl.store(
+            out_ptr + q_row[:, None] + db[None, :],
+            (acc_b * inv_l[:, None]).to(out_ty),
+            mask=row_ok[:, None] & (db < D)[None, :],
+        )
 
 
 @triton.jit
-def _unified_attention(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, out_ptr, qk_scale,
-                       num_seqs, Hq, Hkv, table_stride, few_keys,
-                       G: tl.constexpr, D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BS: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, MASKED_N: tl.constexpr,
-                       SPLIT_P: tl.constexpr, WIDEN: tl.constexpr):
+def _unified_attention(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    cu_q_ptr,
+    kv_lens_ptr,
+    table_ptr,
+    out_ptr,
+    qk_scale,
+    num_seqs,
+    Hq,
+    Hkv,
+    table_stride,
+    few_keys,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    DA: tl.constexpr,
+    DB: tl.constexpr,
+    BS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED_N: tl.constexpr,
+    SPLIT_P: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     """Schedule "q_tiles": one program per q tile, its sequence found by a binary search."""
     tile = tl.num_programs(0) - 1 - tl.program_id(0)  # backwards: the longest causal tiles start first
     kvh = tl.program_id(1)
@@ -307,18 +495,64 @@ def _unified_attention(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, ou
     first = (tile - (q_start // BLOCK_Q + seq)) * BLOCK_Q  # position of the tile's first token in its sequence
     if first < q_len:
         kv_len = tl.load(kv_lens_ptr + seq)
-        _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_ptr + seq * table_stride, qk_scale, q_start, q_len, kv_len,
-                first, kvh, Hq, Hkv, few_keys, G, D, DA, DB, BS, BLOCK_M, BLOCK_Q, BLOCK_N, MASKED_N, SPLIT_P, False,
-                WIDEN)
+        _q_tile(
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            out_ptr,
+            table_ptr + seq * table_stride,
+            qk_scale,
+            q_start,
+            q_len,
+            kv_len,
+            first,
+            kvh,
+            Hq,
+            Hkv,
+            few_keys,
+            G,
+            D,
+            DA,
+            DB,
+            BS,
+            BLOCK_M,
+            BLOCK_Q,
+            BLOCK_N,
+            MASKED_N,
+            SPLIT_P,
+            False,
+            WIDEN,
+        )
 
 
 @triton.jit
-def _unified_attention_per_sequence(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, out_ptr, qk_scale,
-                                    Hq, Hkv, table_stride, few_keys, chunks,
-                                    G: tl.constexpr, D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
-                                    BS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
-                                    BLOCK_N: tl.constexpr, MASKED_N: tl.constexpr, SPLIT_P: tl.constexpr,
-                                    FLAT: tl.constexpr, WIDEN: tl.constexpr):
+def _unified_attention_per_sequence(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    cu_q_ptr,
+    kv_lens_ptr,
+    table_ptr,
+    out_ptr,
+    qk_scale,
+    Hq,
+    Hkv,
+    table_stride,
+    few_keys,
+    chunks,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    DA: tl.constexpr,
+    DB: tl.constexpr,
+    BS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED_N: tl.constexpr,
+    SPLIT_P: tl.constexpr,
+    FLAT: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     """Schedules "per_sequence" and "per_sequence_flat": program (seq·chunks + c, kvh) runs q tiles c,
     c + chunks, ... of sequence seq. No search (the sequence is the program id), the sequence's pages and
     K/V stay hot in L1/L2 across its q tiles, and interleaved tiles share the causal work evenly. FLAT: every key
@@ -334,19 +568,78 @@ def _unified_attention_per_sequence(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, 
     table_row_ptr = table_ptr + seq * table_stride
     if FLAT:
         for t in tl.range(c, tl.cdiv(q_len, BLOCK_Q), chunks, flatten=True):
-            _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_row_ptr, qk_scale, q_start, q_len, kv_len, t * BLOCK_Q,
-                    kvh, Hq, Hkv, few_keys, G, D, DA, DB, BS, BLOCK_M, BLOCK_Q, BLOCK_N, MASKED_N, SPLIT_P, True,
-                    WIDEN)
+            _q_tile(
+                q_ptr,
+                k_ptr,
+                v_ptr,
+                out_ptr,
+                table_row_ptr,
+                qk_scale,
+                q_start,
+                q_len,
+                kv_len,
+                t * BLOCK_Q,
+                kvh,
+                Hq,
+                Hkv,
+                few_keys,
+                G,
+                D,
+                DA,
+                DB,
+                BS,
+                BLOCK_M,
+                BLOCK_Q,
+                BLOCK_N,
+                MASKED_N,
+                SPLIT_P,
+                True,
+                WIDEN,
+            )
     else:
         for t in range(c, tl.cdiv(q_len, BLOCK_Q), chunks):
-            _q_tile(q_ptr, k_ptr, v_ptr, out_ptr, table_row_ptr, qk_scale, q_start, q_len, kv_len, t * BLOCK_Q,
-                    kvh, Hq, Hkv, few_keys, G, D, DA, DB, BS, BLOCK_M, BLOCK_Q, BLOCK_N, MASKED_N, SPLIT_P, False,
-                    WIDEN)
+            _q_tile(
+                q_ptr,
+                k_ptr,
+                v_ptr,
+                out_ptr,
+                table_row_ptr,
+                qk_scale,
+                q_start,
+                q_len,
+                kv_len,
+                t * BLOCK_Q,
+                kvh,
+                Hq,
+                Hkv,
+                few_keys,
+                G,
+                D,
+                DA,
+                DB,
+                BS,
+                BLOCK_M,
+                BLOCK_Q,
+                BLOCK_N,
+                MASKED_N,
+                SPLIT_P,
+                False,
+                WIDEN,
+            )
 
 
-def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                      seqused_k: torch.Tensor, block_table: torch.Tensor, tile: Tile | None = None,
-                      schedule: str | None = None, few_keys: int = FEW_KEYS, split_p: bool = True) -> torch.Tensor:
+def unified_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seqused_k: torch.Tensor,
+    block_table: torch.Tensor,
+    tile: Tile | None = None,
+    schedule: str | None = None,
+    few_keys: int = FEW_KEYS,
+    split_p: bool = True,
+) -> torch.Tensor:
     """Launch with the tile from TILES and the regime's schedule, or with `tile`/`schedule`/`few_keys`/`split_p`
     given (the tuning script's overrides; split_p=False is plain bf16 P). No host sync: the grid comes from
     tensor shapes only."""
@@ -366,18 +659,39 @@ def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     block_q = block_m // group
     da, db = split_head_dim(head_dim)
     table = block_table.contiguous()
-    args = (q, k_cache.contiguous(), v_cache.contiguous(), cu_seqlens_q.contiguous(), seqused_k.contiguous(), table,
-            out, head_dim ** -0.5 * _LOG2E)
-    meta = dict(G=group, D=head_dim, DA=da, DB=db, BS=block_size, BLOCK_M=block_m, BLOCK_Q=block_q,
-                BLOCK_N=tile.block_n, MASKED_N=masked_block_n(tile.block_n, db), SPLIT_P=split_p, WIDEN=_WIDEN_DOT,
-                num_warps=tile.num_warps, num_stages=tile.num_stages)
+    args = (
+        q,
+        k_cache.contiguous(),
+        v_cache.contiguous(),
+        cu_seqlens_q.contiguous(),
+        seqused_k.contiguous(),
+        table,
+        out,
+        head_dim**-0.5 * _LOG2E,
+    )
+    meta = dict(
+        G=group,
+        D=head_dim,
+        DA=da,
+        DB=db,
+        BS=block_size,
+        BLOCK_M=block_m,
+        BLOCK_Q=block_q,
+        BLOCK_N=tile.block_n,
+        MASKED_N=masked_block_n(tile.block_n, db),
+        SPLIT_P=split_p,
+        WIDEN=_WIDEN_DOT,
+        num_warps=tile.num_warps,
+        num_stages=tile.num_stages,
+    )
     if schedule == "q_tiles":
         grid = (n_tokens // block_q + num_seqs, hkv)
         _unified_attention[grid](*args, num_seqs, hq, hkv, table.shape[1], few_keys, **meta)
     else:
         chunks = per_sequence_chunks(n_tokens, num_seqs, hkv, block_q)
         _unified_attention_per_sequence[(num_seqs * chunks, hkv)](
-            *args, hq, hkv, table.shape[1], few_keys, chunks, FLAT=schedule == "per_sequence_flat", **meta)
+            *args, hq, hkv, table.shape[1], few_keys, chunks, FLAT=schedule == "per_sequence_flat", **meta
+        )
     return out
 
 
@@ -399,6 +713,13 @@ class Model(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
 
-    def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                seqused_k: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        seqused_k: torch.Tensor,
+        block_table: torch.Tensor,
+    ) -> torch.Tensor:
         return unified_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table)

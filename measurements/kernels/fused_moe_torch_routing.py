@@ -67,8 +67,21 @@ def _mma(a, b, acc, WIDEN: tl.constexpr):
 
 
 @triton.jit
-def _gate_up(x_ptr, w1_ptr, pair_ptr, block_expert_ptr, act_ptr, D, I, TOP_K, n_pairs,
-             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, WIDEN: tl.constexpr):
+def _gate_up(
+    x_ptr,
+    w1_ptr,
+    pair_ptr,
+    block_expert_ptr,
+    act_ptr,
+    D,
+    I,
+    TOP_K,
+    n_pairs,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     blk, pid_n = tl.program_id(0), tl.program_id(1)
     e = tl.load(block_expert_ptr + blk).to(tl.int64)
     if e >= 0:
@@ -90,13 +103,29 @@ def _gate_up(x_ptr, w1_ptr, pair_ptr, block_expert_ptr, act_ptr, D, I, TOP_K, n_
             g = _mma(x, tl.trans(wg), g, WIDEN)
             u = _mma(x, tl.trans(wu), u, WIDEN)
         act = g / (1.0 + tl.exp(-g)) * u
-        tl.store(act_ptr + pairs[:, None].to(tl.int64) * I + rn[None, :], act.to(act_ptr.dtype.element_ty),
-                 mask=live[:, None] & n_ok[None, :])
+        tl.store(
+            act_ptr + pairs[:, None].to(tl.int64) * I + rn[None, :],
+            act.to(act_ptr.dtype.element_ty),
+            mask=live[:, None] & n_ok[None, :],
+        )
 
 
 @triton.jit
-def _down(act_ptr, w2_ptr, pair_ptr, block_expert_ptr, weight_ptr, y_ptr, D, I, n_pairs,
-          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, WIDEN: tl.constexpr):
+def _down(
+    act_ptr,
+    w2_ptr,
+    pair_ptr,
+    block_expert_ptr,
+    weight_ptr,
+    y_ptr,
+    D,
+    I,
+    n_pairs,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     blk, pid_n = tl.program_id(0), tl.program_id(1)
     e = tl.load(block_expert_ptr + blk).to(tl.int64)
     if e >= 0:
@@ -142,8 +171,14 @@ class Model(torch.nn.Module):
         super().__init__()
         self.num_experts, self.intermediate_size, self.top_k = int(num_experts), int(intermediate_size), int(top_k)
 
-    def forward(self, hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                topk_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        w1: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+    ) -> torch.Tensor:
         x, w1, w2 = hidden_states.contiguous(), w1.contiguous(), w2.contiguous()
         T, D = x.shape
         E, I = w1.shape[0], w1.shape[1] // 2
@@ -156,9 +191,37 @@ class Model(torch.nn.Module):
         y = torch.empty((n_pairs, D), dtype=torch.float32, device=x.device)
         warps = 4 if bm <= 64 else 8
         _gate_up[(block_expert.numel(), triton.cdiv(I, 64))](
-            x, w1, pair_ids, block_expert, act, D, I, k, n_pairs, BM=bm, BN=64, BK=64, WIDEN=_WIDEN_DOT,
-            num_warps=warps, num_stages=3)
+            x,
+            w1,
+            pair_ids,
+            block_expert,
+            act,
+            D,
+            I,
+            k,
+            n_pairs,
+            BM=bm,
+            BN=64,
+            BK=64,
+            WIDEN=_WIDEN_DOT,
+            num_warps=warps,
+            num_stages=3,
+        )
         _down[(block_expert.numel(), triton.cdiv(D, 128))](
-            act, w2, pair_ids, block_expert, topk_weights.float().contiguous().reshape(-1), y, D, I, n_pairs,
-            BM=bm, BN=128, BK=64, WIDEN=_WIDEN_DOT, num_warps=warps, num_stages=3)
+            act,
+            w2,
+            pair_ids,
+            block_expert,
+            topk_weights.float().contiguous().reshape(-1),
+            y,
+            D,
+            I,
+            n_pairs,
+            BM=bm,
+            BN=128,
+            BK=64,
+            WIDEN=_WIDEN_DOT,
+            num_warps=warps,
+            num_stages=3,
+        )
         return y.view(T, k, D).sum(dim=1)

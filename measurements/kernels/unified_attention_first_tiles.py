@@ -130,10 +130,32 @@ def _find_sequence(cu_q_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
-def _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off, row_limit,
-            start, stop, kv_len, qk_scale, stride_slot,
-            D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BS: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, WIDEN: tl.constexpr):
+def _attend(
+    acc_a,
+    acc_b,
+    m_i,
+    l_i,
+    qa,
+    qb,
+    k_ptr,
+    v_ptr,
+    table_row_ptr,
+    kv_head_off,
+    row_limit,
+    start,
+    stop,
+    kv_len,
+    qk_scale,
+    stride_slot,
+    D: tl.constexpr,
+    DA: tl.constexpr,
+    DB: tl.constexpr,
+    BS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     """Online softmax over key tiles [start, stop). MASKED: apply the per-row key limit and the kv_len
     bound (diagonal and tail tiles); otherwise every key of every tile is visible to every row."""
     da = tl.arange(0, DA)
@@ -181,10 +203,29 @@ def _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head
 
 
 @triton.jit
-def _unified_attention(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, out_ptr, qk_scale,
-                       num_seqs, Hq, Hkv, table_stride,
-                       G: tl.constexpr, D: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BS: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, WIDEN: tl.constexpr):
+def _unified_attention(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    cu_q_ptr,
+    kv_lens_ptr,
+    table_ptr,
+    out_ptr,
+    qk_scale,
+    num_seqs,
+    Hq,
+    Hkv,
+    table_stride,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    DA: tl.constexpr,
+    DB: tl.constexpr,
+    BS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
     tile = tl.num_programs(0) - 1 - tl.program_id(0)  # backwards: the longest causal tiles start first
     kvh = tl.program_id(1)
     seq = _find_sequence(cu_q_ptr, tile, num_seqs, BLOCK_Q)
@@ -222,23 +263,79 @@ def _unified_attention(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, ou
         table_row_ptr = table_ptr + seq * table_stride
         stride_slot = Hkv * D
         kv_head_off = kvh * D
-        acc_a, acc_b, m_i, l_i = _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off,
-                                         row_limit, 0, full_end, kv_len, qk_scale, stride_slot,
-                                         D, DA, DB, BS, BLOCK_M, BLOCK_N, False, WIDEN)
-        acc_a, acc_b, m_i, l_i = _attend(acc_a, acc_b, m_i, l_i, qa, qb, k_ptr, v_ptr, table_row_ptr, kv_head_off,
-                                         row_limit, full_end, kv_end, kv_len, qk_scale, stride_slot,
-                                         D, DA, DB, BS, BLOCK_M, BLOCK_N, True, WIDEN)
+        acc_a, acc_b, m_i, l_i = _attend(
+            acc_a,
+            acc_b,
+            m_i,
+            l_i,
+            qa,
+            qb,
+            k_ptr,
+            v_ptr,
+            table_row_ptr,
+            kv_head_off,
+            row_limit,
+            0,
+            full_end,
+            kv_len,
+            qk_scale,
+            stride_slot,
+            D,
+            DA,
+            DB,
+            BS,
+            BLOCK_M,
+            BLOCK_N,
+            False,
+            WIDEN,
+        )
+        acc_a, acc_b, m_i, l_i = _attend(
+            acc_a,
+            acc_b,
+            m_i,
+            l_i,
+            qa,
+            qb,
+            k_ptr,
+            v_ptr,
+            table_row_ptr,
+            kv_head_off,
+            row_limit,
+            full_end,
+            kv_end,
+            kv_len,
+            qk_scale,
+            stride_slot,
+            D,
+            DA,
+            DB,
+            BS,
+            BLOCK_M,
+            BLOCK_N,
+            True,
+            WIDEN,
+        )
         inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)  # a row without keys (kv_len 0, unmasked) keeps acc = 0
         out_ty = out_ptr.dtype.element_ty
         tl.store(out_ptr + q_row[:, None] + da[None, :], (acc_a * inv_l[:, None]).to(out_ty), mask=row_ok[:, None])
         if DB > 0:
             db = DA + tl.arange(0, DB)
-            tl.store(out_ptr + q_row[:, None] + db[None, :], (acc_b * inv_l[:, None]).to(out_ty),
-                     mask=row_ok[:, None] & (db < D)[None, :])
+            tl.store(
+                out_ptr + q_row[:, None] + db[None, :],
+                (acc_b * inv_l[:, None]).to(out_ty),
+                mask=row_ok[:, None] & (db < D)[None, :],
+            )
 
 
-def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                      seqused_k: torch.Tensor, block_table: torch.Tensor, tile: Tile | None = None) -> torch.Tensor:
+def unified_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seqused_k: torch.Tensor,
+    block_table: torch.Tensor,
+    tile: Tile | None = None,
+) -> torch.Tensor:
     """Launch with the head dim's tile from TILES, or with `tile` (the tuning script's override). No host sync:
     the grid comes from tensor shapes only."""
     n_tokens, hq, head_dim = q.shape
@@ -255,12 +352,31 @@ def unified_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     da, db = split_head_dim(head_dim)
     table = block_table.contiguous()
     grid = (n_tokens // block_q + num_seqs, hkv)
-    _unified_attention[grid](q, k_cache.contiguous(), v_cache.contiguous(), cu_seqlens_q.contiguous(),
-                             seqused_k.contiguous(), table, out, head_dim ** -0.5 * _LOG2E,
-                             num_seqs, hq, hkv, table.shape[1],
-                             G=group, D=head_dim, DA=da, DB=db, BS=block_size,
-                             BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=tile.block_n, WIDEN=_WIDEN_DOT,
-                             num_warps=tile.num_warps, num_stages=tile.num_stages)
+    _unified_attention[grid](
+        q,
+        k_cache.contiguous(),
+        v_cache.contiguous(),
+        cu_seqlens_q.contiguous(),
+        seqused_k.contiguous(),
+        table,
+        out,
+        head_dim**-0.5 * _LOG2E,
+        num_seqs,
+        hq,
+        hkv,
+        table.shape[1],
+        G=group,
+        D=head_dim,
+        DA=da,
+        DB=db,
+        BS=block_size,
+        BLOCK_M=block_m,
+        BLOCK_Q=block_q,
+        BLOCK_N=tile.block_n,
+        WIDEN=_WIDEN_DOT,
+        num_warps=tile.num_warps,
+        num_stages=tile.num_stages,
+    )
     return out
 
 
@@ -268,6 +384,13 @@ class Model(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
 
-    def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                seqused_k: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        seqused_k: torch.Tensor,
+        block_table: torch.Tensor,
+    ) -> torch.Tensor:
         return unified_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table)

@@ -24,8 +24,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
     out = torch.empty_like(q_h)
     rows = max(1, SCORE_BLOCK_ELEMENTS // (heads * keys))
     for r0 in range(0, q.shape[0], rows):
-        scores = q_h[:, r0:r0 + rows] @ k_h.transpose(1, 2) / math.sqrt(head_dim)
-        out[:, r0:r0 + rows] = torch.softmax(scores, dim=-1) @ v_h
+        scores = q_h[:, r0 : r0 + rows] @ k_h.transpose(1, 2) / math.sqrt(head_dim)
+        out[:, r0 : r0 + rows] = torch.softmax(scores, dim=-1) @ v_h
     return out.transpose(0, 1)
 
 

@@ -34,6 +34,6 @@ def make_inputs(
         rows = min(A_ROW_CHUNK, m - r0)
         groups = torch.randn(rows, nkb, group_k, generator=gen, dtype=torch.float32, device=device)
         scale = (groups.abs().amax(dim=-1) / FP8_MAX).clamp(min=1e-10)
-        a[r0:r0 + rows] = _quantise(groups, scale[..., None]).view(rows, k)
-        a_scales[r0:r0 + rows] = scale
+        a[r0 : r0 + rows] = _quantise(groups, scale[..., None]).view(rows, k)
+        a_scales[r0 : r0 + rows] = scale
     return {"a": a, "b": b, "a_scales": a_scales, "b_scales": b_scales}

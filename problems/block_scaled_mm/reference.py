@@ -20,9 +20,7 @@ class Model(nn.Module):
         self.group_n = group_n
         self.group_k = group_k
 
-    def forward(
-        self, a: torch.Tensor, b: torch.Tensor, a_scales: torch.Tensor, b_scales: torch.Tensor
-    ) -> torch.Tensor:
+    def forward(self, a: torch.Tensor, b: torch.Tensor, a_scales: torch.Tensor, b_scales: torch.Tensor) -> torch.Tensor:
         """a (M, K), b (N, K) float8_e4m3fn; a_scales (M, K/gk), b_scales (N/gn, K/gk) fp32 -> out (M, N) fp32."""
         m, k = a.shape
         n, gk = b.shape[0], self.group_k
@@ -36,6 +34,6 @@ class Model(nn.Module):
             for j in range(k // gk):
                 cols = slice(j * gk, (j + 1) * gk)
                 partial = a_wide[:, cols] @ b_wide[:, cols].t()
-                acc += (partial * a_scales[rows, j:j + 1]) * b_scale_per_column[:, j]
+                acc += (partial * a_scales[rows, j : j + 1]) * b_scale_per_column[:, j]
             out[rows] = acc
         return out

@@ -29,12 +29,12 @@ class Model(nn.Module):
         """x (Dm, T), weight (Dm, W), bias (Dm,), initial_state (1, Dm, W-1), all bf16 -> out (Dm, T) bf16."""
         dtype = weight.dtype
         width, tokens = weight.shape[1], x.shape[1]
-        history = initial_state[0, :, initial_state.shape[-1] - (width - 1):]
+        history = initial_state[0, :, initial_state.shape[-1] - (width - 1) :]
         padded = torch.cat([history.to(dtype), x.to(dtype)], dim=1).float()
         taps = weight.float()
         acc = bias.float().unsqueeze(1).expand(-1, tokens)
         for j in range(width):
-            acc = acc + taps[:, j:j + 1] * padded[:, j:j + tokens]
+            acc = acc + taps[:, j : j + 1] * padded[:, j : j + tokens]
         y = acc.to(dtype)
         if self.activation is None:
             return y

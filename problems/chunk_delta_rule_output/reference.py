@@ -34,7 +34,7 @@ class Model(nn.Module):
         size = self.chunk_size
         chunks = -(-tokens // size)
         pad = chunks * size - tokens
-        scale = key_dim ** -0.5 if self.scale is None else float(self.scale)
+        scale = key_dim**-0.5 if self.scale is None else float(self.scale)
 
         ratio = max(v_heads // q_heads, 1)
         head_map = torch.clamp(torch.arange(v_heads, device=q.device) // ratio, max=q_heads - 1)
@@ -45,19 +45,19 @@ class Model(nn.Module):
             x = x.view(batch, chunks, size, *x.shape[2:])
             return x.transpose(2, 3)
 
-        qc = chunked(q[:, :, head_map])          # (B, NC, Hv, C, K)
-        kc = chunked(k[:, :, head_map])          # (B, NC, Hv, C, K)
-        vc = chunked(v)                          # (B, NC, Hv, C, V)
-        gc = chunked(g)                          # (B, NC, Hv, C)
+        qc = chunked(q[:, :, head_map])  # (B, NC, Hv, C, K)
+        kc = chunked(k[:, :, head_map])  # (B, NC, Hv, C, K)
+        vc = chunked(v)  # (B, NC, Hv, C, V)
+        gc = chunked(g)  # (B, NC, Hv, C)
 
         inter = torch.matmul(qc, h.float()) * torch.exp(gc).unsqueeze(-1)
-        gate_diff = gc.unsqueeze(-1) - gc.unsqueeze(-2)                       # [i, l] = G[i] - G[l]
+        gate_diff = gc.unsqueeze(-1) - gc.unsqueeze(-2)  # [i, l] = G[i] - G[l]
         gate_factor = torch.where(gate_diff <= 0, torch.exp(gate_diff), torch.zeros_like(gate_diff))
         scores = torch.matmul(qc, kc.transpose(-1, -2)) * gate_factor
         causal = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~causal, 0.0)
         scores = scores.to(torch.bfloat16).float()
 
-        out = (inter + torch.matmul(scores, vc)) * scale                     # (B, NC, Hv, C, V)
+        out = (inter + torch.matmul(scores, vc)) * scale  # (B, NC, Hv, C, V)
         out = out.transpose(2, 3).reshape(batch, chunks * size, v_heads, value_dim)[:, :tokens]
         return out.to(torch.bfloat16)

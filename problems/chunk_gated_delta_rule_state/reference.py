@@ -51,18 +51,18 @@ class Model(nn.Module):
         v_new = torch.empty(batch, tokens, v_heads, value_dim, dtype=torch.bfloat16, device=k.device)
         for c in range(chunks):
             rows = slice(c * size, min((c + 1) * size, tokens))
-            kc = k[:, rows][:, :, head_map].float()   # (B, n, Hv, K)
-            wc = w[:, rows].float()                   # (B, n, Hv, K)
-            uc = u[:, rows].float()                   # (B, n, Hv, V)
-            gc = g[:, rows].float()                   # (B, n, Hv)
+            kc = k[:, rows][:, :, head_map].float()  # (B, n, Hv, K)
+            wc = w[:, rows].float()  # (B, n, Hv, K)
+            uc = u[:, rows].float()  # (B, n, Hv, V)
+            gc = g[:, rows].float()  # (B, n, Hv)
 
             state_bf16 = state.to(torch.bfloat16)
             h[:, c] = state_bf16
             corrected = uc - torch.einsum("bnhk,bhkv->bnhv", wc, state_bf16.float())
             v_new[:, rows] = corrected.to(torch.bfloat16)
 
-            last = gc[:, -1]                                    # (B, Hv)
-            gap = last.unsqueeze(1) - gc                        # (B, n, Hv)
+            last = gc[:, -1]  # (B, Hv)
+            gap = last.unsqueeze(1) - gc  # (B, n, Hv)
             row_factor = torch.where(gap <= 0, torch.exp(gap), torch.zeros_like(gap))
             scaled = (corrected * row_factor.unsqueeze(-1)).to(torch.bfloat16).float()
             state = state * torch.exp(last)[:, :, None, None]

@@ -22,8 +22,8 @@ def make_inputs(
 
     T, D, I, E = token_count, hidden_size, intermediate_size, num_experts
     hidden_states = normal(T, D) * 0.1
-    w1 = normal(E, 2 * I, D) * D ** -0.5
-    w2 = normal(E, D, I) * I ** -0.5
+    w1 = normal(E, 2 * I, D) * D**-0.5
+    w2 = normal(E, D, I) * I**-0.5
     topk_weights = torch.softmax(normal(T, top_k, dtype=torch.float32), dim=-1)
     topk_ids = torch.randint(0, E, (T, top_k), generator=gen, dtype=torch.int32, device=device)
     return {"hidden_states": hidden_states, "w1": w1, "w2": w2, "topk_weights": topk_weights, "topk_ids": topk_ids}

@@ -41,8 +41,8 @@ class Model(nn.Module):
         tokens, dh = qkv.shape[0], self.head_dim
         q_cols, kv_cols = self.num_heads * dh, self.num_kv_heads * dh
         q = qkv[:, :q_cols].reshape(tokens, self.num_heads, dh)
-        k = qkv[:, q_cols:q_cols + kv_cols].reshape(tokens, self.num_kv_heads, dh)
-        v = qkv[:, q_cols + kv_cols:].reshape(tokens, self.num_kv_heads, dh).clone()
+        k = qkv[:, q_cols : q_cols + kv_cols].reshape(tokens, self.num_kv_heads, dh)
+        v = qkv[:, q_cols + kv_cols :].reshape(tokens, self.num_kv_heads, dh).clone()
 
         exponent = torch.arange(0, self.rope_dim, 2, dtype=torch.float32, device=qkv.device) / self.rope_dim
         inv_freq = 1.0 / (self.rope_base**exponent)

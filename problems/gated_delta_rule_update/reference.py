@@ -49,7 +49,7 @@ class Model(nn.Module):
         -> out (B, T, Hv, V) bf16, final_state (S, Hv, K, V) fp32."""
         batch, tokens, q_heads, key_dim = q.shape
         v_heads = v.shape[2]
-        scale = key_dim ** -0.5 if self.scale is None else float(self.scale)
+        scale = key_dim**-0.5 if self.scale is None else float(self.scale)
 
         decay = torch.exp(
             -torch.exp(A_log.float())

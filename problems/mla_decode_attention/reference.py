@@ -29,7 +29,7 @@ class Model(nn.Module):
         lens = seq_lens.tolist()
         out = torch.empty(q.shape[0], q.shape[1], latent, dtype=q.dtype, device=q.device)
         for i, (start, length) in enumerate(zip(itertools.accumulate(lens, initial=0), lens)):
-            rows = kv_cache[start:start + length, 0].float()  # (len, L + Rr)
+            rows = kv_cache[start : start + length, 0].float()  # (len, L + Rr)
             scores = q[i].float() @ rows.t() / math.sqrt(width)  # (Hn, len)
             out[i] = (torch.softmax(scores, dim=-1) @ rows[:, :latent]).to(q.dtype)
         return out

@@ -5,7 +5,7 @@ import torch
 
 def make_inputs(*, seed: int, device="cpu", token_count: int, top_k: int, hidden_size: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator(device=device).manual_seed(seed)
-    expert_outputs = torch.randn(
-        (token_count, top_k, hidden_size), generator=gen, dtype=torch.bfloat16, device=device
-    ) * 0.02
+    expert_outputs = (
+        torch.randn((token_count, top_k, hidden_size), generator=gen, dtype=torch.bfloat16, device=device) * 0.02
+    )
     return {"expert_outputs": expert_outputs}

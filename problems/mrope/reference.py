@@ -59,7 +59,7 @@ class Model(nn.Module):
         r = self.rotary_dim
         xr = heads[..., :r].float()
         if self.is_neox_style:
-            x1, x2 = xr[..., : r // 2], xr[..., r // 2:]
+            x1, x2 = xr[..., : r // 2], xr[..., r // 2 :]
         else:
             x1, x2 = xr[..., 0::2], xr[..., 1::2]
         y1 = (x1 * c - x2 * s).to(x.dtype)

@@ -66,8 +66,18 @@ def _respond(fake: FakeModelServer, path: str, body: dict[str, Any]) -> tuple[in
         "usage": {"input_tokens": USAGE_IN, "output_tokens": 1},
     }
     if not body.get("stream"):
-        return 200, "application/json", json_bytes({**message, "content": [block], "stop_reason": stop,
-                                                    "usage": {"input_tokens": USAGE_IN, "output_tokens": USAGE_OUT}})
+        return (
+            200,
+            "application/json",
+            json_bytes(
+                {
+                    **message,
+                    "content": [block],
+                    "stop_reason": stop,
+                    "usage": {"input_tokens": USAGE_IN, "output_tokens": USAGE_OUT},
+                }
+            ),
+        )
     events: list[dict[str, Any]] = [{"type": "message_start", "message": {**message, "content": []}}]
     if block["type"] == "tool_use":
         events += [
@@ -79,8 +89,10 @@ def _respond(fake: FakeModelServer, path: str, body: dict[str, Any]) -> tuple[in
             },
         ]
     else:
-        events += [{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                   {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": block["text"]}}]
+        events += [
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": block["text"]}},
+        ]
     events += [
         {"type": "content_block_stop", "index": 0},
         {

@@ -51,16 +51,27 @@ def _respond(fake: FakeModelServer, path: str, body: dict[str, Any]) -> tuple[in
         answer = f"tool:{step.tool}"
     else:
         text = fake.script.final_text if step is None else "ok"
-        item = {"type": "message", "role": "assistant", "id": "msg_" + uuid.uuid4().hex[:12],
-                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        item = {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_" + uuid.uuid4().hex[:12],
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
         answer = "final" if step is None else "text"
     fake.record(path, body, answer)
     response_id = "resp_" + uuid.uuid4().hex[:12]
-    usage = {"input_tokens": USAGE_IN, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": USAGE_OUT,
-             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": USAGE_IN + USAGE_OUT}
-    events = [{"type": "response.created", "response": {"id": response_id}},
-              {"type": "response.output_item.done", "output_index": 0, "item": item},
-              {"type": "response.completed", "response": {"id": response_id, "usage": usage}}]
+    usage = {
+        "input_tokens": USAGE_IN,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": USAGE_OUT,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": USAGE_IN + USAGE_OUT,
+    }
+    events = [
+        {"type": "response.created", "response": {"id": response_id}},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": {"id": response_id, "usage": usage}},
+    ]
     return 200, "text/event-stream", sse(events)
 
 

@@ -90,7 +90,8 @@ def test_plain_pytorch_decoder_unmapped_breakdown(plain_snapshot):
     assert list(categories)[0] == "gemm"  # the projections and the LM head dominate what is not an operator
     assert categories["gemm"].label == "GEMM (not a benchmark operator)"
     assert set(categories["gemm"].top) <= {"aten::mm", "aten::matmul", "aten::linear", "aten::addmm"}
-    assert "memory" in categories and "aten::index_select" in categories["memory"].top  # embedding, cos/sin lookups
+    # embedding and the cos/sin lookups; which of them makes the top few depends on CPU load while recording
+    assert "memory" in categories and {"aten::index_select", "aten::embedding"} & set(categories["memory"].top)
     assert 0 < manifest.unmapped_share < 1
     assert_breakdown_adds_up(manifest)
 

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,6 @@ def package_source(
 ) -> PackageResult:
     """Check the contract and write `<op>.py` + manifest.json into an empty (or own) directory,
     never inside a problem root of `catalog` or a `denied` root (atrex_mcp.artifact_dir)."""
-    from atrex_mcp.runs.store import now_iso
-
     reference = catalog.visible(op).reference_source
     artifact_text, removed = strip_main_block(source)
     report = check_contract(source, reference, dsl=dsl)  # lines as submitted; the main block is not judged
@@ -76,7 +75,7 @@ def package_source(
         "submitted_sha256": sha256_bytes(source.encode()),
         "reference_sha256": sha256_bytes(reference.encode()),
         "contract": {"passed": True, "kernels": report.kernels, "warnings": report.warnings, "removed": removed},
-        "created_at": created_at or now_iso(),
+        "created_at": created_at or datetime.now(UTC).isoformat(timespec="milliseconds"),
         "atrex_mcp_version": __version__,
         "run": provenance,
     }

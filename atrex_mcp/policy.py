@@ -40,7 +40,7 @@ from atrex_mcp.problemset import roofline
 from atrex_mcp.problemset.catalog import Catalog, VisibleProblem
 from atrex_mcp.profiling.models import ProfileReport
 from atrex_mcp.runs.models import IterationRecord, KernelTimes, KernelView, RunState
-from atrex_mcp.server.models import (
+from atrex_mcp.views import (
     Mode,
     PackageOutput,
     ProfileResult,

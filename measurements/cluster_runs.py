@@ -106,7 +106,7 @@ def times(run_dir: Path) -> dict[tuple[str, str], float]:
 def busy_seconds(run_dir: Path) -> dict[str, float]:
     """Worker name -> seconds spent judging the shards it finished (from the shard files)."""
     busy: dict[str, float] = defaultdict(float)
-    for path in sorted(shards_dir(RunLayout(run_dir)).glob("*.json")):
+    for path in sorted(shards_dir(RunLayout(run_dir).eval_dir).glob("*.json")):
         shard = ShardFile.model_validate_json(path.read_text())
         judged = [a for a in shard.attempts if a.outcome == "judged"]
         if judged and shard.seconds is not None:

@@ -9,7 +9,8 @@ import pytest
 
 from atrex_mcp.paths import problems_dir
 from atrex_mcp.server.app import fit_output
-from atrex_mcp.server.models import ProblemDetail, ToolOutput
+from atrex_mcp.server.models import ProblemDetail
+from atrex_mcp.views import ToolOutput
 from tests.server_fixtures import ERAS, config, connect
 
 pytestmark = pytest.mark.anyio

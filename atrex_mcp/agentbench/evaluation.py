@@ -21,8 +21,9 @@ from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel, Field, ValidationError
 
-from atrex_mcp.agentbench.layout import RunLayout, RunStore, write_json_atomic
+from atrex_mcp.agentbench.layout import RunLayout, RunStore
 from atrex_mcp.agentbench.progress import ProgressBoard
+from atrex_mcp.atomic_json import write_json_atomic
 from atrex_mcp.cluster.dispatch import Job
 from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate import footprint
@@ -265,7 +266,7 @@ def evaluate_run(
                 record = judge_on_cluster(
                     connection,
                     jobs,
-                    layout,
+                    layout.eval_dir,
                     catalog,
                     problems=problem_roots(catalog.roots),
                     shard_shapes=shard_shapes or DEFAULT_SHARD_SHAPES,

@@ -8,34 +8,20 @@ same directory continues with every operator not `done`.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from atrex_mcp.agentbench.models import OpState, RunConfig
+from atrex_mcp.atomic_json import write_json_atomic
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.runs.store import now_iso
 
-__all__ = ["RunLayout", "RunStore", "now_iso", "write_json_atomic"]
+__all__ = ["RunLayout", "RunStore", "now_iso"]
 
 RUN_FILE = "run.json"
 STATE_FILE = "state.json"
-
-
-def write_json_atomic(path: Path, model: BaseModel) -> None:
-    """Write `model` as JSON so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(model.model_dump_json(indent=1) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class RunLayout:

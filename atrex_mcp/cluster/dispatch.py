@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from atrex_mcp.agentbench.layout import RunLayout, write_json_atomic
+from atrex_mcp.atomic_json import write_json_atomic
 from atrex_mcp.cluster.engine import GPU, Connection
 from atrex_mcp.cluster.merge import merge_results
 from atrex_mcp.cluster.shards import (
@@ -146,8 +146,8 @@ OpDone = Callable[[str, ErrorInfo | None], None]
 Stage = Callable[[str, str], None]
 
 
-def shards_dir(layout: RunLayout) -> Path:
-    return layout.eval_dir / "shards"
+def shards_dir(eval_dir: Path) -> Path:
+    return eval_dir / "shards"
 
 
 def _spec_sha(spec: ShardSpec) -> str:
@@ -217,7 +217,7 @@ def gpu_slots(connection: Connection) -> int:
 def judge_on_cluster(
     connection: Connection,
     jobs: Sequence[Job],
-    layout: RunLayout,
+    eval_dir: Path,
     catalog: Catalog,
     *,
     problems: list[str] | None,
@@ -227,7 +227,8 @@ def judge_on_cluster(
     send_until: float | None = None,
 ) -> ClusterRecord:
     """Judge `jobs` on the cluster; `on_op_done(op, error)` once each operator's evaluations are
-    all written (error: why one could not be). With `send_until` (a time.monotonic() value) no
+    all written (error: why one could not be). The shard files and the record go under `eval_dir`
+    (a bench run's eval/ folder); each result goes to its job's path. With `send_until` (a time.monotonic() value) no
     shard is sent after it; those in flight finish, the rest are listed as unsent for the next
     invocation. Returns the invocation's record."""
     from distributed import as_completed
@@ -242,8 +243,8 @@ def judge_on_cluster(
         shard_shapes=shard_shapes,
         started_at=now_iso(),
     )
-    record_path = layout.eval_dir / RECORD_FILE
-    folder = shards_dir(layout)
+    record_path = eval_dir / RECORD_FILE
+    folder = shards_dir(eval_dir)
     planned = plan(jobs, catalog, problems, shard_shapes)
     by_op: dict[str, list[PlannedEvaluation]] = {}
     owner: dict[str, PlannedEvaluation] = {}

@@ -28,7 +28,7 @@ from atrex_mcp.errors import AtrexError, ErrorInfo
 from atrex_mcp.evaluate.models import EvalRequest, EvalResult
 from atrex_mcp.policy import Policy
 from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.server.models import Mode
+from atrex_mcp.views import Mode
 
 T = TypeVar("T")
 Progress = Callable[[str, float], None]

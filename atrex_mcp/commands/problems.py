@@ -186,7 +186,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from atrex_mcp.problemset.check import check_problems
+    from atrex_mcp.evaluate.problem_check import check_problems
 
     results = check_problems(_catalog(args), args.ops or None)
     if args.json:

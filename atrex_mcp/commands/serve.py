@@ -14,8 +14,8 @@ from atrex_mcp.knowledge import KNOWLEDGE_CONDITIONS, KNOWLEDGE_HELP
 
 if TYPE_CHECKING:
     from atrex_mcp.server.app import ServerConfig
-    from atrex_mcp.server.models import Mode
     from atrex_mcp.server.transport import HttpSettings
+    from atrex_mcp.views import Mode
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

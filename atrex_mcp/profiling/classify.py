@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from atrex_mcp.profiling.metrics import STALL_REASONS
-from atrex_mcp.profiling.models import Bottleneck, KernelCounters, SassFacts
-from atrex_mcp.runs.models import BottleneckKind
+from atrex_mcp.profiling.models import Bottleneck, BottleneckKind, KernelCounters, SassFacts
 
 SATURATED = 60.0
 LAUNCH_FLOOR_NS = 5_000.0

@@ -20,10 +20,9 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atrex_mcp.errors import AtrexError
-from atrex_mcp.policy import Policy
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.roofline import shape_roofline
 from atrex_mcp.profiling import ncu as ncu_mod
@@ -31,6 +30,9 @@ from atrex_mcp.profiling.classify import classify, roofline_evidence
 from atrex_mcp.profiling.models import Bottleneck, KernelCounters, ProfileReport
 from atrex_mcp.profiling.sass import sass_facts_from_cache
 from sandbox import scratch as scratch_files
+
+if TYPE_CHECKING:  # handed in by the server, which imports this module
+    from atrex_mcp.policy import Policy
 
 Progress = Callable[[str, float], None]
 PROFILED_CALLS = 2

@@ -13,11 +13,11 @@ import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from atrex_mcp.candidate_contract import check_contract
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.package import PackageResult, package_source
-from atrex_mcp.policy import Policy
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.problemset.roofline import run_roofline, run_scores
 from atrex_mcp.runs.acceptance import AcceptanceRule, decide
@@ -35,6 +35,9 @@ from atrex_mcp.runs.models import (
     RunSummary,
 )
 from atrex_mcp.runs.store import RunStore, StaleAccepted, new_id, now_iso
+
+if TYPE_CHECKING:  # handed in by the server, which imports this module
+    from atrex_mcp.policy import Policy
 
 MAX_REMEASURE = 3
 

@@ -28,9 +28,9 @@ from typing import Any
 
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.runs.models import AuditEvent, IterationRecord, MaskRecord, RunRecord
-from atrex_mcp.server.transport import LOCAL_CLIENT
 
 DB_NAME = "runs.sqlite3"
+LOCAL_CLIENT = "local"  # the owner of every run and profile of a stdio server (its one client)
 SCHEMA_VERSION = 2
 
 _SCHEMA = """

@@ -39,11 +39,11 @@ from atrex_mcp.knowledge import Knowledge, default_knowledge, withheld_operators
 from atrex_mcp.paths import default_state_dir, problems_dir
 from atrex_mcp.policy import Policy
 from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.runs.store import RunStore
+from atrex_mcp.runs.store import LOCAL_CLIENT, RunStore
 from atrex_mcp.server import run_tools, tools
 from atrex_mcp.server.gpu_queue import GpuQueue, JobKind
-from atrex_mcp.server.models import Mode, ToolOutput, ToolSpec
-from atrex_mcp.server.transport import LOCAL_CLIENT
+from atrex_mcp.server.models import ToolSpec
+from atrex_mcp.views import Mode, ToolOutput
 from atrex_mcp.workspace import DEFAULT_MAX_SOURCE_BYTES, Workspace
 
 if TYPE_CHECKING:  # opened on first use (see ServerContext.wiki)

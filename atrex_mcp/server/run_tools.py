@@ -25,7 +25,8 @@ from atrex_mcp.runs.iterations import RunService
 from atrex_mcp.runs.measure import Judge
 from atrex_mcp.runs.models import IterationRecord, MaskRecord, Plan, RunState
 from atrex_mcp.server.gpu_queue import JobKind
-from atrex_mcp.server.models import OpArg, PackageOutput, PathArg, ShapesArg, SourceArg, ToolOutput, ToolSpec
+from atrex_mcp.server.models import OpArg, PathArg, ShapesArg, SourceArg, ToolSpec
+from atrex_mcp.views import PackageOutput, ToolOutput
 
 if TYPE_CHECKING:  # the context binds these functions; app.py imports this module to register them
     from atrex_mcp.server.app import ServerContext

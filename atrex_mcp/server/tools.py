@@ -25,21 +25,19 @@ from atrex_mcp.server.models import (
     DtypePathArg,
     HardwareArg,
     OpArg,
-    PackageOutput,
     PathArg,
     ProblemDetail,
     ProblemList,
     ProblemSummary,
-    ProfileResult,
     RooflineResult,
     SeedsArg,
     ShapesArg,
     SourceArg,
     ToolSpec,
-    ValidateResult,
     WikiReadResult,
     WikiSearchResult,
 )
+from atrex_mcp.views import PackageOutput, ProfileResult, ValidateResult
 from atrex_mcp.wiki.corpus import OP_FAMILIES
 
 if TYPE_CHECKING:  # the context binds these functions; app.py imports this module to register them

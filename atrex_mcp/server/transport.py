@@ -4,7 +4,7 @@ wildcard bind without the Host names clients will use.
 
 Each token is one client: runs and profiles belong to the token that made them, so two agents
 given two tokens never see each other's runs (`client_id`); a stdio server has one client,
-LOCAL_CLIENT.
+LOCAL_CLIENT (atrex_mcp.runs.store).
 
 HTTP exists for the strong benchmark setup: the server (holding the hidden files) runs as
 another user or on another host, and the agent reaches it only through the tools.
@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # the server (and torch behind it) loads only once the settin
     from atrex_mcp.server.app import ServerConfig
 
 MIN_TOKEN_CHARS = 16
-LOCAL_CLIENT = "local"
 
 
 @dataclass

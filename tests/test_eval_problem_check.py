@@ -1,10 +1,10 @@
-"""Every shipped operator rejects trivial candidates at its smoke shape (atrex_mcp.problemset.check)."""
+"""Every shipped operator rejects trivial candidates at its smoke shape (atrex_mcp.evaluate.problem_check)."""
 
 import pytest
 
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.evaluate.problem_check import check_problem, check_problems
 from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.problemset.check import check_problem, check_problems
 
 
 @pytest.fixture(scope="module")

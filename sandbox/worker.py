@@ -117,8 +117,8 @@ def _import_toolchain() -> dict[str, Any]:
     and before `init`, so a worker spawned ahead has done it; returns their versions."""
     versions = {"python": sys.version.split()[0], "torch": torch.__version__}
     try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
+        import triton
+        import triton.language
 
         versions["triton"] = triton.__version__
     except ImportError:

@@ -408,7 +408,10 @@ class RunService:
             "time_ms": final.times.time_ms,
             "baseline_time_ms": base.times.time_ms,
             "speedup_vs_baseline": chain_speedup(chain),
-            "timing": "accepted kernel: medians of its interleaved comparison against its predecessor; baseline: the evaluator's timing",
+            "timing": (
+                "accepted kernel: medians of its interleaved comparison against its predecessor; baseline: the "
+                "evaluator's timing"
+            ),
         }
         scores = {"score": final.times.score, "baseline_score": base.times.score}
         figures = policy.package_figures(figures, scores) if policy is not None else {**figures, **scores}

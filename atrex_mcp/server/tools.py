@@ -169,7 +169,9 @@ def wiki_search(
         str | None,
         Field(
             max_length=64,
-            description="Only this category: hardware, patterns, recipes, pitfalls, profiling, conversion, kernels, source.",
+            description=(
+                "Only this category: hardware, patterns, recipes, pitfalls, profiling, conversion, kernels, source."
+            ),
         ),
     ] = None,
     dsl: Annotated[
@@ -209,7 +211,8 @@ def wiki_read(
     notes = []
     if offset + max_chars < total:
         notes.append(
-            f"Characters {offset}-{offset + len(window)} of {total} shown; call wiki_read with offset={offset + len(window)} to continue."
+            f"Characters {offset}-{offset + len(window)} of {total} shown; call wiki_read with "
+            f"offset={offset + len(window)} to continue."
         )
     return WikiReadResult(doc=doc.model_copy(update={"text": window}), notes=notes)
 
@@ -346,7 +349,8 @@ def _contract_rules() -> list[str]:
         "(os only to read environment variables: os.environ.get, os.getenv).",
         "No file, network or process access (open, subprocess, socket, torch.load/save, torch.hub, ... are refused), "
         "no eval/exec/__import__, no getattr with a computed name, modules used only through their attributes.",
-        "The target DSL is really used: forward launches at least one @triton.jit kernel; time spent in PyTorch or library kernels counts against DSL adoption.",
+        "The target DSL is really used: forward launches at least one @triton.jit kernel; time spent in PyTorch or "
+        "library kernels counts against DSL adoption.",
         "Outputs must match the reference's dtype, shape and structure; inputs must not be modified.",
     ]
 

@@ -574,13 +574,10 @@ class Trial:
                         tx.TIMING_UNWITNESSED,
                         (
                             f"The forward could not be captured in a CUDA graph ({outcome}), and the judge's plain "
-                            "burst "
-                            f"allows any median down to {plain.floor_ms:.4g} ms, so the reported {median_ms:.4g} ms is "
-                            "not "
-                            "witnessed. "
-                            "Remove host synchronisations (.item(), .cpu(), .tolist(), torch.cuda.synchronize, shapes "
-                            "read "
-                            "from device data) and allocations that depend on them from forward."
+                            f"burst allows any median down to {plain.floor_ms:.4g} ms, so the reported "
+                            f"{median_ms:.4g} ms is not witnessed. Remove host synchronisations (.item(), .cpu(), "
+                            ".tolist(), torch.cuda.synchronize, shapes read from device data) and allocations that "
+                            "depend on them from forward."
                         ),
                     ),
                 )

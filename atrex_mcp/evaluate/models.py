@@ -47,10 +47,8 @@ class EvalRequest(BaseModel):
         gt=0,
         description=(
             "Wall-clock limit for the whole evaluation, from the call. When it passes, the shape in progress is "
-            "stopped "
-            "(its worker killed) and the result comes back partial: finished shapes in full, the rest "
-            "not_run/not_run_deadline. "
-            "None: no limit beyond the per-stage timeouts."
+            "stopped (its worker killed) and the result comes back partial: finished shapes in full, the rest "
+            "not_run/not_run_deadline. None: no limit beyond the per-stage timeouts."
         ),
     )
 
@@ -159,8 +157,7 @@ class TimingStats(BaseModel):
         default=None,
         description=(
             "The judge's witness: wall per call of a burst of back-to-back forwards on fresh inputs, timed by the "
-            "judge, "
-            "its calibrated overheads taken off (evaluate.timing_witness)."
+            "judge, its calibrated overheads taken off (evaluate.timing_witness)."
         ),
     )
     witness_floor_ms: float | None = Field(
@@ -170,9 +167,9 @@ class TimingStats(BaseModel):
     witness: str | None = Field(
         default=None,
         description=(
-            "Which witness judged the time: 'graph' (a CUDA graph of the forwards, timed by the judge), 'uncapturable' "
-            "(the forward could not be captured: the plain burst alone, see witness_note), 'host' (CPU: the plain "
-            "burst)."
+            "Which witness judged the time: 'graph' (a CUDA graph of the forwards, timed by the judge), "
+            "'uncapturable' (the forward could not be captured: the plain burst alone, see witness_note), 'host' "
+            "(CPU: the plain burst)."
         ),
     )
     witness_note: str = Field(
@@ -372,8 +369,8 @@ class EvalResult(BaseModel):
         default=None,
         description=(
             "Why not every shape was judged: 'deadline' (the request's deadline_s passed), 'cancelled' (the caller "
-            "cancelled) or 'selection' (results combined from benchmark runs that sampled shapes or fit a budget, "
-            "so some shapes were never started). The shapes not judged have stage 'not_run'. null: every shape was "
+            "cancelled) or 'selection' (results combined from benchmark runs that sampled shapes or fit a budget, so "
+            "some shapes were never started). The shapes not judged have stage 'not_run'. null: every shape was "
             "judged."
         ),
     )

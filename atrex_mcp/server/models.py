@@ -167,9 +167,8 @@ class ProblemDetail(ToolOutput):
     shapes: list[ShapeInfo] = Field(
         description=(
             "The shapes of shapes.json (those named in shape_ids, if given), in its order: id, init and inputs as "
-            "stored, "
-            'smoke true for the smoke shape. The file itself is {"op": name, "shapes": [these]}, so it is not sent '
-            "again."
+            'stored, smoke true for the smoke shape. The file itself is {"op": name, "shapes": [these]}, so it is '
+            "not sent again."
         )
     )
     rules: list[str] = Field(

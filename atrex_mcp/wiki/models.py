@@ -18,8 +18,8 @@ class WikiHit(BaseModel):
     title: str = Field(description="Document title.")
     kind: Kind = Field(
         description=(
-            "doc: a written article; kernel: a validated Triton reference kernel; source: a file from a root the user "
-            "added."
+            "doc: a written article; kernel: a validated Triton reference kernel; source: a file from a root the "
+            "user added."
         )
     )
     category: str = Field(
@@ -68,8 +68,7 @@ class WikiDoc(BaseModel):
         description=(
             "The file's content. An article's starts after its front matter (every key of which is a field above); a "
             "kernel's is the whole Python file, whose docstring front matter also holds the operator, validated "
-            "shapes and "
-            "measured figures."
+            "shapes and measured figures."
         )
     )
 

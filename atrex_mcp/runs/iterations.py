@@ -229,7 +229,7 @@ class RunService:
         cancel: threading.Event | None = None,
     ) -> IterationRecord:
         run = self.store.get_run(run_id)
-        if run.baseline is None:
+        if run.baseline is None or run.accepted is None:  # the store sets both with the baseline
             raise AtrexError(
                 "input",
                 "no_baseline",
@@ -296,7 +296,7 @@ class RunService:
         self,
         run: RunRecord,
         record: IterationRecord,
-        accepted_number: int | None,
+        accepted_number: int,
         source: str,
         progress: Progress | None,
         cancel: threading.Event | None,

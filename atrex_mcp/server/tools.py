@@ -126,17 +126,22 @@ def roofline_lookup(
     your own counts. In optimize mode, `op` + `shape` instead return that problem shape's
     figures. Cheap."""
     profile = load_profile(hardware or app.config.hardware)
+    point: roofline.RooflinePoint
     if op is not None or shape is not None:
         app.policy.require_roofline("A problem's roofline figures")
         if op is None or shape is None:
             raise AtrexError("input", "op_and_shape", "Give both `op` and `shape` to look up a problem's figures.")
         visible = app.catalog.visible(op)
         visible.shape(shape)
-        point = app.policy.shape_figures(op, shape, profile.name)
+        figures = app.policy.shape_figures(op, shape, profile.name)
+        assert figures is not None, "require_roofline refused benchmark mode, the one mode without figures"
+        point = figures
     else:
         workload = roofline.Workload(flops={dtype_path: flops}, bytes_read=bytes_read, bytes_written=bytes_written)
         point = roofline.roofline_point(workload, profile)
     paths = [p for p, w in point.flops.items() if w]
+    bandwidth = profile.hbm_bandwidth.value
+    assert bandwidth is not None, "HardwareProfile's validator rejects a profile without a bandwidth"
     return RooflineResult(
         hardware=profile.name,
         flops={k: float(v) for k, v in point.flops.items()},
@@ -147,7 +152,7 @@ def roofline_lookup(
         t_sol_ms=point.t_sol_ms,
         bound=point.bound,
         peaks={p: profile.peak(p) for p in paths},
-        bandwidth=float(profile.hbm_bandwidth.value),
+        bandwidth=float(bandwidth),
         sources=[f"{p} peak: {profile.peaks[p].source}" for p in paths]
         + [f"HBM bandwidth: {profile.hbm_bandwidth.source}"],
         problem=op,

@@ -33,7 +33,8 @@ correctness/timed_output_mismatch ("Output of a graph-burst call ... is wrong") 
 with the refresh in the replay's window (w_graph near its median, not inflated); every rewrite is
 `primitives_replaced` with the honest median; time_reply and load_reply are `reply_forged`.
 
-    python3 measurements/forged_timing_gpu.py --out measurements/results/forged_timing/DATE_h200  # witness cases, <5 min
+    # the witness cases, <5 min:
+    python3 measurements/forged_timing_gpu.py --out measurements/results/forged_timing/DATE_h200
     python3 measurements/forged_timing_gpu.py --out DIR --cases all        # every case, ~8 min
     python3 measurements/forged_timing_gpu.py --out DIR --cases honest,time_calls --shapes 5
 """
@@ -44,7 +45,7 @@ import argparse
 import re
 import sys
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,6 @@ def case_sources() -> dict[str, str]:
     cases["handler_third"] = handler.replace("t / 10", "t / 3") + kernel
     cases["handler_tenth"] = handler + kernel
     cases["precompute"] = _preamble("forge_graph_precompute") + kernel
-    reply = (EXPLOITS / "forge_time_reply.py").read_text()
     forged_forward = (
         "        if not _sent and _in_timing_loop():\n            _sent.append(1)\n            _forge_time_reply()\n"
     )
@@ -211,7 +211,8 @@ def main() -> None:
 
     if not has_gpu():
         sys.exit(
-            "forged_timing_gpu: needs a GPU (on CPU the evaluator does not time); run tests/test_exploits.py here instead."
+            "forged_timing_gpu: needs a GPU (on CPU the evaluator does not time); run tests/test_exploits.py here "
+            "instead."
         )
     sources = case_sources()
     wanted = list(sources) if args.cases == "all" else [c.strip() for c in args.cases.split(",")]

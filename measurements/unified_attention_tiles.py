@@ -7,18 +7,18 @@ For a representative subset of the operator's scored shapes (default 0, 13, 19, 
 at D = 128 with 256-token sequences, single long sequences at D = 72/80 and 128, and D = 256), candidates are
 checked once against the problem's reference on a small batch (the first such shape's head dim and GQA ratio,
 lengths 1 to 300, shuffled block table), then timed with CUDA events: warm-up launches, then the median of --runs
-launches. A candidate is a tile and a variant (VARIANTS: schedule, few_keys, split P). Shapes of the "short"
-regime (many short sequences) run every variant on the kernel's tile — "q_tiles bf16P" is the kernel as first
-measured on the H200 (binary search, bf16 P), "per_sequence" the kernel's default now — and the default variant
-and "per_sequence_flat" on the other candidate tiles; "long" shapes run their default variant on every candidate tile and "q_tiles bf16P"
-on the kernel's tile (the cost of the split P there). The L2 cache is not flushed between launches: the
-memory-bound shapes move 0.1 to 8 GB per call, far beyond the 50 MB L2, and the compute-bound ones hardly depend on
-it; the figures rank candidates rather than stand in for the judge's times. A candidate that fails to compile or
-launch is recorded with its error and the run goes on. Writes JSON (candidate -> per-shape ms and TFLOP/s, the
-check's verdict, GPU name, torch and triton versions, date) to --out and prints a table (the kernel's own choice
-for a shape is marked '*') and the best candidate per (head-dim class, regime), the key of the kernel's TILES.
-Starts no new (candidate, shape) pair once --budget-s is spent (recorded as skipped), so it ends within about
-4 minutes on one H200.
+launches. A candidate is a tile and a variant (VARIANTS: schedule, few_keys, split P). Shapes of the "short" regime
+(many short sequences) run every variant on the kernel's tile — "q_tiles bf16P" is the kernel as first measured on
+the H200 (binary search, bf16 P), "per_sequence" the kernel's default now — and the default variant and
+"per_sequence_flat" on the other candidate tiles; "long" shapes run their default variant on every candidate tile
+and "q_tiles bf16P" on the kernel's tile (the cost of the split P there). The L2 cache is not flushed between
+launches: the memory-bound shapes move 0.1 to 8 GB per call, far beyond the 50 MB L2, and the compute-bound ones
+hardly depend on it; the figures rank candidates rather than stand in for the judge's times. A candidate that fails
+to compile or launch is recorded with its error and the run goes on. Writes JSON (candidate -> per-shape ms and
+TFLOP/s, the check's verdict, GPU name, torch and triton versions, date) to --out and prints a table (the kernel's
+own choice for a shape is marked '*') and the best candidate per (head-dim class, regime), the key of the kernel's
+TILES. Starts no new (candidate, shape) pair once --budget-s is spent (recorded as skipped), so it ends within
+about 4 minutes on one H200.
 """
 
 from __future__ import annotations

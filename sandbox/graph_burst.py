@@ -32,10 +32,11 @@ from sandbox.handoff import output_items
 
 def fingerprint(value: Any) -> torch.Tensor:
     """Σ of each output tensor's 32-bit words (its bytes where they fill no words), int64, on its
-    device: one read of the output, cheap enough to sit in the graph beside the forward. The judge computes the same on the output it
-    fetches, so a fingerprint commits the worker, inside the timed window, to outputs it could
-    only know by computing them. It is a commitment, not a checksum (a permutation of the bytes
-    has the same sum): the output the judge chooses is compared with its reference in full."""
+    device: one read of the output, cheap enough to sit in the graph beside the forward. The judge
+    computes the same on the output it fetches, so a fingerprint commits the worker, inside the timed
+    window, to outputs it could only know by computing them. It is a commitment, not a checksum (a
+    permutation of the bytes has the same sum): the output the judge chooses is compared with its
+    reference in full."""
     sums = []
     for _, t in output_items(value)[1]:
         flat = t.detach().contiguous().reshape(-1).view(torch.uint8)

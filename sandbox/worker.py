@@ -47,6 +47,8 @@ from sandbox.timing import (
 )
 
 if TYPE_CHECKING:  # the message types, for the annotations only: building a dozen classes costs start-up time
+    from collections.abc import Callable, Mapping
+
     from sandbox import messages
 
 PRIMS = Primitives.capture()  # before anything else can run in this process
@@ -115,10 +117,10 @@ def _check_output(value: Any, device: str) -> None:
 def _import_toolchain() -> dict[str, Any]:
     """Import the DSL and the tools the requests use before the sandbox closes (like torch),
     and before `init`, so a worker spawned ahead has done it; returns their versions."""
-    versions = {"python": sys.version.split()[0], "torch": torch.__version__}
+    versions: dict[str, str | None] = {"python": sys.version.split()[0], "torch": torch.__version__}
     try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
+        import triton
+        import triton.language
 
         versions["triton"] = triton.__version__
     except ImportError:
@@ -139,8 +141,8 @@ class Worker:
         self.output_fd: int | None = config.get("output_fd")
         self.writer = ArenaWriter(self.output_fd, cuda=False)  # until init names the device
         self.device = "cpu"
-        self.make_inputs = None
-        self.model_cls = None
+        self.make_inputs: Callable[..., dict[str, Any]] | None = None  # the problem's input.py, set by init
+        self.model_cls: type[torch.nn.Module] | None = None  # the candidate's Model, set by load
         self.models: dict[str, Any] = {}
         self.kept: dict[int, Any] = {}
         self.burst_kept: dict[int, Any] = {}
@@ -164,6 +166,7 @@ class Worker:
             props = torch.cuda.get_device_properties(0)
             info = {"name": props.name, "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 0)}
         spec = importlib.util.spec_from_file_location("problem_input", self.scratch / msg["input_file"])
+        assert spec is not None and spec.loader is not None, "a .py path always has a source loader"
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         self.make_inputs = module.make_inputs
@@ -195,6 +198,7 @@ class Worker:
             raise Failure("compile", "syntax_error", f"{type(exc).__name__}: {exc}") from None
         sys.path.insert(0, str(self.scratch))
         spec = importlib.util.spec_from_file_location("candidate", path)
+        assert spec is not None and spec.loader is not None, "a .py path always has a source loader"
         module = importlib.util.module_from_spec(spec)
         sys.modules["candidate"] = module
         try:
@@ -219,7 +223,9 @@ class Worker:
         return {"load_s": time.perf_counter() - t0}
 
     @staticmethod
-    def _check_signature(model: type, init_sets: list[dict[str, Any]], forward_params: list[str]) -> None:
+    def _check_signature(
+        model: type[torch.nn.Module], init_sets: list[dict[str, Any]], forward_params: list[str]
+    ) -> None:
         try:
             init_sig = inspect.signature(model)
             forward_sig = inspect.signature(model.forward)
@@ -246,6 +252,7 @@ class Worker:
     def _model(self, shape: dict[str, Any]) -> Any:
         key = json.dumps(shape["init"], sort_keys=True)
         if key not in self.models:
+            assert self.model_cls is not None, "load comes before any request that builds the model"
             model = self.model_cls(**shape["init"])
             if self.device == "cuda":
                 model = model.to("cuda")
@@ -253,6 +260,7 @@ class Worker:
         return self.models[key]
 
     def _inputs(self, shape: dict[str, Any], seed: int) -> dict[str, Any]:
+        assert self.make_inputs is not None, "init comes before any request that makes inputs"
         return self.make_inputs(seed=seed, device=self.device, **shape["inputs"])
 
     def _release_cache(self) -> None:
@@ -447,17 +455,15 @@ class Worker:
             self._sync()
         trace = self.scratch / "tmp" / f"trace_{os.urandom(8).hex()}.json"
         prof.export_chrome_trace(str(trace))
-        kernels: dict[str, list[float]] = {}
+        kernels: dict[str, messages.KernelEntry] = {}
         for event in json.loads(trace.read_text()).get("traceEvents", []):
             if event.get("ph") == "X" and event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
-                entry = kernels.setdefault(str(event.get("name")), [0.0, 0, event["cat"]])
-                entry[0] += float(event.get("dur", 0.0))
-                entry[1] += 1
+                name = str(event.get("name"))
+                entry = kernels.setdefault(name, {"name": name, "time_us": 0.0, "count": 0, "kind": event["cat"]})
+                entry["time_us"] += float(event.get("dur", 0.0))
+                entry["count"] += 1
         trace.unlink(missing_ok=True)
-        return {
-            "kernels": [{"name": k, "time_us": v[0], "count": v[1], "kind": v[2]} for k, v in kernels.items()],
-            "replaced": _replaced(),
-        }
+        return {"kernels": list(kernels.values()), "replaced": _replaced()}
 
     def forwards(self, msg: messages.Wire, *, _replaced: Any = PRIMS.replaced) -> messages.ForwardsReply:
         """`calls` forwards on one input set for an outside profiler, each in the NVTX range
@@ -492,12 +498,12 @@ class Worker:
         *,
         _receive: Any = protocol.receive,
         _send: Any = protocol.send,
-        _closed: type = protocol.ChannelClosed,
+        _closed: type[BaseException] = protocol.ChannelClosed,
         _error: Any = _error_payload,
     ) -> None:
         # One handler per request of sandbox.messages (tests/test_sandbox_messages.py holds them equal),
         # built at start, before the candidate is imported.
-        handlers = {
+        handlers: dict[str, Callable[[messages.Wire], Mapping[str, Any]]] = {
             "init": self.init,
             "load": self.load,
             "run": self.run,
@@ -520,7 +526,7 @@ class Worker:
                 return
             if msg.get("cmd") == "exit":
                 return
-            reply: messages.Envelope = {"nonce": msg.pop("nonce", None)}
+            reply: dict[str, Any] = {"nonce": msg.pop("nonce", None)}  # a messages.Envelope, then the reply
             try:
                 reply.update(ok=True, **handlers[msg["cmd"]](msg))
             except BaseException as exc:  # noqa: BLE001 — every failure, SystemExit included, goes back as data

@@ -80,7 +80,8 @@ def test_the_worker_serves_exactly_the_requests_declared():
     table = next(
         node.value
         for node in ast.walk(serve)
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "handlers" for t in node.targets)
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "handlers" for t in node.targets))
+        or (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "handlers")
     )
     served = {key.value for key in table.keys}
     exits = {

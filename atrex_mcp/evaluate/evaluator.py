@@ -37,6 +37,7 @@ from atrex_mcp.evaluate.models import (
     NOT_TIMED_BY_REQUEST,
     EvalRequest,
     EvalResult,
+    Isolation,
     KernelTime,
     ShapeResult,
     TimingStats,
@@ -294,7 +295,8 @@ class Trial:
         then the candidate's copy and the comparison's bounded chunks join it (compare.py:
         whole-output float64 copies of the largest outputs would need tens of GiB)."""
         result.seeds = [self.seed() for _ in range(self.request.seeds)]
-        t0, worker_s, calls, set_bytes = time.perf_counter(), 0.0, [], 0
+        t0, worker_s, set_bytes = time.perf_counter(), 0.0, 0
+        calls: list[Any] = []  # each call's seconds as the worker reported them
         try:
             for k, seed in enumerate(result.seeds):
                 try:
@@ -322,6 +324,7 @@ class Trial:
                     _fail(result, Failure(tx.CORRECTNESS, tx.HARNESS_OOM, f"seed #{k}: {exc}"))
                     return None
                 if not verdict.ok:
+                    assert verdict.stage is not None and verdict.category is not None  # a failed verdict names both
                     _fail(result, Failure(verdict.stage, verdict.category, f"seed #{k}: {verdict.message}"))
                     result.mismatch = list(verdict.details)
                     return None
@@ -503,7 +506,8 @@ class Trial:
         this process calibrates (a round trip, making the input sets, digesting the outputs),
         judges the median. Each burst that is the fastest so far has one output, chosen after it
         ran, compared with the reference, so the burst that judges did the work."""
-        walls, seeds = [], []
+        walls: list[float] = []
+        seeds: list[int] = []
         try:
             for _ in range(timing_witness.WITNESS_BURSTS):
                 seeds = [self.seed() for _ in range(calls)]
@@ -528,9 +532,10 @@ class Trial:
             result.timing.witness_ms, result.timing.witness_floor_ms = verdict.per_call_ms, verdict.floor_ms
             result.timing.witness = None if self.cuda else timing_witness.HOST  # on a GPU: the graph burst's outcome
         if self.cuda:
-            verdict = self.graph_witness(session, shape, result, median_ms, set_bytes, verdict)
-            if verdict is None:
+            graph_verdict = self.graph_witness(session, shape, result, median_ms, set_bytes, verdict)
+            if graph_verdict is None:
                 return
+            verdict = graph_verdict
         if verdict.forged:
             kind = "replayed in a CUDA graph" if verdict.graph else "back to back"
             result.integrity.append(tx.TIMING_FORGED)
@@ -564,6 +569,7 @@ class Trial:
             _fail(result, outcome)
             return None
         timing = result.timing
+        assert timing is not None, "the timing request set it before any witness ran"
         if isinstance(outcome, str):
             timing.witness, timing.witness_note = timing_witness.UNCAPTURABLE, outcome
             if not plain.forged and timing_witness.unwitnessed(median_ms, plain.floor_ms):
@@ -573,11 +579,11 @@ class Trial:
                         tx.PERFORMANCE,
                         tx.TIMING_UNWITNESSED,
                         (
-                            f"The forward could not be captured in a CUDA graph ({outcome}), and the judge's plain burst "
-                            f"allows any median down to {plain.floor_ms:.4g} ms, so the reported {median_ms:.4g} ms is not "
-                            "witnessed. "
-                            "Remove host synchronisations (.item(), .cpu(), .tolist(), torch.cuda.synchronize, shapes read "
-                            "from device data) and allocations that depend on them from forward."
+                            f"The forward could not be captured in a CUDA graph ({outcome}), and the judge's plain "
+                            f"burst allows any median down to {plain.floor_ms:.4g} ms, so the reported "
+                            f"{median_ms:.4g} ms is not witnessed. Remove host synchronisations (.item(), .cpu(), "
+                            ".tolist(), torch.cuda.synchronize, shapes read from device data) and allocations that "
+                            "depend on them from forward."
                         ),
                     ),
                 )
@@ -908,7 +914,7 @@ class Trial:
             hardware=self.request.hardware,
             compiled=False,
             device=self.device_info.model_copy(),
-            isolation={},
+            isolation=Isolation(),
             started_at=started,
         )
         spare = self.standby.take(self.launch_spec(Path("."))) if self.standby is not None else None

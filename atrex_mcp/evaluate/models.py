@@ -46,9 +46,9 @@ class EvalRequest(BaseModel):
         default=None,
         gt=0,
         description=(
-            "Wall-clock limit for the whole evaluation, from the call. When it passes, the shape in progress is stopped "
-            "(its worker killed) and the result comes back partial: finished shapes in full, the rest not_run/not_run_deadline. "
-            "None: no limit beyond the per-stage timeouts."
+            "Wall-clock limit for the whole evaluation, from the call. When it passes, the shape in progress is "
+            "stopped (its worker killed) and the result comes back partial: finished shapes in full, the rest "
+            "not_run/not_run_deadline. None: no limit beyond the per-stage timeouts."
         ),
     )
 
@@ -92,7 +92,10 @@ class KernelTime(BaseModel):
     time_us: float = Field(description="Device time summed over its launches in one forward, microseconds.")
     count: int = Field(description="Launches in one forward.")
     origin: str = Field(
-        description="candidate_dsl (the candidate's own kernel in the target DSL), generated (torch.compile/Inductor), library (cuBLAS, cuDNN, flash…), framework (PyTorch/aten, copies)."
+        description=(
+            "candidate_dsl (the candidate's own kernel in the target DSL), generated (torch.compile/Inductor), "
+            "library (cuBLAS, cuDNN, flash…), framework (PyTorch/aten, copies)."
+        )
     )
 
 
@@ -130,11 +133,17 @@ class TimingStats(BaseModel):
     )
     host_late_calls: int | None = Field(
         default=None,
-        description="Timed calls whose host side (start event, launch, end event) took longer than the spin: the GPU may have idled inside their timed region.",
+        description=(
+            "Timed calls whose host side (start event, launch, end event) took longer than the spin: the GPU may "
+            "have idled inside their timed region."
+        ),
     )
     host_bound: bool | None = Field(
         default=None,
-        description="The host outran the spin on most timed calls: the time includes host launch work (Python, many small launches) and moves with host load; fewer launches per call (fusion, CUDA graphs) make it GPU-bound.",
+        description=(
+            "The host outran the spin on most timed calls: the time includes host launch work (Python, many small "
+            "launches) and moves with host load; fewer launches per call (fusion, CUDA graphs) make it GPU-bound."
+        ),
     )
     reuse_compared: bool = Field(
         default=False,
@@ -147,8 +156,8 @@ class TimingStats(BaseModel):
     witness_ms: float | None = Field(
         default=None,
         description=(
-            "The judge's witness: wall per call of a burst of back-to-back forwards on fresh inputs, timed by the judge, "
-            "its calibrated overheads taken off (evaluate.timing_witness)."
+            "The judge's witness: wall per call of a burst of back-to-back forwards on fresh inputs, timed by the "
+            "judge, its calibrated overheads taken off (evaluate.timing_witness)."
         ),
     )
     witness_floor_ms: float | None = Field(
@@ -158,8 +167,9 @@ class TimingStats(BaseModel):
     witness: str | None = Field(
         default=None,
         description=(
-            "Which witness judged the time: 'graph' (a CUDA graph of the forwards, timed by the judge), 'uncapturable' "
-            "(the forward could not be captured: the plain burst alone, see witness_note), 'host' (CPU: the plain burst)."
+            "Which witness judged the time: 'graph' (a CUDA graph of the forwards, timed by the judge), "
+            "'uncapturable' (the forward could not be captured: the plain burst alone, see witness_note), 'host' "
+            "(CPU: the plain burst)."
         ),
     )
     witness_note: str = Field(
@@ -199,7 +209,10 @@ class ShapeResult(BaseModel):
     timing: TimingStats | None = Field(default=None, description="Timing conditions and spread.")
     timing_note: str = Field(
         default="",
-        description="Why time_ms is null; or, when it is set, which calls it was taken over if not all (only first visits of an input set, after calls on reused sets ran much faster).",
+        description=(
+            "Why time_ms is null; or, when it is set, which calls it was taken over if not all (only first visits of "
+            "an input set, after calls on reused sets ran much faster)."
+        ),
     )
     dsl_share: float | None = Field(
         default=None,
@@ -210,12 +223,17 @@ class ShapeResult(BaseModel):
     )
     score: float | None = Field(
         default=None,
-        description="S_j = T_SOL / T_cand; above 1 is an evaluation error (see integrity), kept raw here; it enters S_i clipped at 1.",
+        description=(
+            "S_j = T_SOL / T_cand; above 1 is an evaluation error (see integrity), kept raw here; it enters S_i "
+            "clipped at 1."
+        ),
     )
     score_note: str = Field(default="", description="Why score is null, when it is.")
     t_sol_ms: float | None = Field(
         default=None,
-        description="Speed-of-light time of this shape on the chosen profile (evaluator-only; policy decides who sees it).",
+        description=(
+            "Speed-of-light time of this shape on the chosen profile (evaluator-only; policy decides who sees it)."
+        ),
     )
     mismatch: list[MismatchDetail] = Field(
         default_factory=list, description="Per-output error detail of the first failing comparison."
@@ -231,7 +249,12 @@ class ShapeResult(BaseModel):
     )
     seconds: dict[str, float] = Field(
         default_factory=dict,
-        description="Time per stage on this shape: correctness (worker calls incl. JIT), first_call_extra (first call minus the fastest: JIT compile/autotune), reference_and_compare, timing (the worker's timing request), timed_output_checks (the reference outputs and hand-overs that check three timed calls' outputs), profile.",
+        description=(
+            "Time per stage on this shape: correctness (worker calls incl. JIT), first_call_extra (first call minus "
+            "the fastest: JIT compile/autotune), reference_and_compare, timing (the worker's timing request), "
+            "timed_output_checks (the reference outputs and hand-overs that check three timed calls' outputs), "
+            "profile."
+        ),
     )
 
     @property
@@ -277,7 +300,9 @@ class Isolation(BaseModel):
     pid_namespace: bool = Field(default=False, description="Worker ran in its own PID namespace.")
     mount_namespace: bool = Field(
         default=False,
-        description="Worker ran in its own mount namespace: private /proc, protected directories covered by an empty tmpfs.",
+        description=(
+            "Worker ran in its own mount namespace: private /proc, protected directories covered by an empty tmpfs."
+        ),
     )
     landlock_abi: int = Field(default=0, description="Kernel Landlock ABI (0 = unavailable).")
     landlock_enforced: bool = Field(default=False, description="Landlock file-system restriction in force.")
@@ -333,7 +358,10 @@ class EvalResult(BaseModel):
     dsl: str = Field(description="Target DSL.")
     hardware: str = Field(description="Hardware profile used for T_SOL.")
     compiled: bool = Field(
-        description="The candidate imported, defines an nn.Module Model with the right signature, and at least one shape got past the compile stage."
+        description=(
+            "The candidate imported, defines an nn.Module Model with the right signature, and at least one shape got "
+            "past the compile stage."
+        )
     )
     compile_error: ErrorInfo | None = Field(default=None, description="Why it did not compile.")
     shapes: list[ShapeResult] = Field(default_factory=list, description="One result per requested shape, in order.")
@@ -341,13 +369,18 @@ class EvalResult(BaseModel):
         default=None,
         description=(
             "Why not every shape was judged: 'deadline' (the request's deadline_s passed), 'cancelled' (the caller "
-            "cancelled) or 'selection' (results combined from benchmark runs that sampled shapes or fit a budget, "
-            "so some shapes were never started). The shapes not judged have stage 'not_run'. null: every shape was judged."
+            "cancelled) or 'selection' (results combined from benchmark runs that sampled shapes or fit a budget, so "
+            "some shapes were never started). The shapes not judged have stage 'not_run'. null: every shape was "
+            "judged."
         ),
     )
     operator_score: float | None = Field(
         default=None,
-        description="S_i: median of min(S_j, 1) over correct shapes, 0 if none is correct; null when correct shapes have no score (not timed / no roofline). On a partial result, over the judged shapes only (see operator_score_note); null when none was judged.",
+        description=(
+            "S_i: median of min(S_j, 1) over correct shapes, 0 if none is correct; null when correct shapes have no "
+            "score (not timed / no roofline). On a partial result, over the judged shapes only (see "
+            "operator_score_note); null when none was judged."
+        ),
     )
     operator_score_note: str = Field(
         default="", description="Why operator_score is null, when it is; on a partial result, which shapes it covers."
@@ -360,7 +393,10 @@ class EvalResult(BaseModel):
     )
     knowledge: Knowledge | None = Field(
         default=None,
-        description="Knowledge condition the candidate was written under (atrex_mcp.knowledge); null when not stated, and for a baseline.",
+        description=(
+            "Knowledge condition the candidate was written under (atrex_mcp.knowledge); null when not stated, and "
+            "for a baseline."
+        ),
     )
     seeds: list[int] = Field(default_factory=list, description="Every seed drawn, in order (correctness and timing).")
     overhead: Overhead = Field(default_factory=Overhead, description="Evaluator overhead split.")

@@ -21,10 +21,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atrex_mcp.errors import AtrexError, unknown_choice
 from atrex_mcp.paths import problems_dir
+
+if TYPE_CHECKING:
+    import torch
 
 VISIBLE_FILES = ("reference.py", "input.py", "shapes.json")
 HIDDEN_FILES = ("metadata.json", "roofline.json")
@@ -216,7 +219,7 @@ class Catalog:
         return dict(self._weights)
 
     # Trusted-side loaders: the reference and the input generator, imported from their files.
-    def load_reference(self, op: str) -> type:
+    def load_reference(self, op: str) -> type[torch.nn.Module]:
         return _import_file(self.problem_dir(op) / "reference.py", f"atrex_problem_{op}_reference").Model
 
     def load_make_inputs(self, op: str) -> Callable[..., dict[str, Any]]:

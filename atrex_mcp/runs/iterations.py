@@ -232,7 +232,7 @@ class RunService:
         cancel: threading.Event | None = None,
     ) -> IterationRecord:
         run = self.store.get_run(run_id)
-        if run.baseline is None:
+        if run.baseline is None or run.accepted is None:  # the store sets both with the baseline
             raise AtrexError(
                 "input",
                 "no_baseline",
@@ -299,7 +299,7 @@ class RunService:
         self,
         run: RunRecord,
         record: IterationRecord,
-        accepted_number: int | None,
+        accepted_number: int,
         source: str,
         progress: Progress | None,
         cancel: threading.Event | None,
@@ -411,7 +411,10 @@ class RunService:
             "time_ms": final.times.time_ms,
             "baseline_time_ms": base.times.time_ms,
             "speedup_vs_baseline": chain_speedup(chain),
-            "timing": "accepted kernel: medians of its interleaved comparison against its predecessor; baseline: the evaluator's timing",
+            "timing": (
+                "accepted kernel: medians of its interleaved comparison against its predecessor; baseline: the "
+                "evaluator's timing"
+            ),
         }
         scores = {"score": final.times.score, "baseline_score": base.times.score}
         figures = policy.package_figures(figures, scores) if policy is not None else {**figures, **scores}

@@ -81,7 +81,7 @@ def unknown_run() -> AtrexError:
 class StaleAccepted(Exception):
     """The accepted kernel changed between measuring a candidate and committing its verdict."""
 
-    def __init__(self, current: int | None):
+    def __init__(self, current: int):
         super().__init__(f"accepted kernel is now iteration {current}")
         self.current = current
 

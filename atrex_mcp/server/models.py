@@ -44,20 +44,29 @@ ShapesArg = Annotated[
     list[Annotated[str, Field(max_length=64)]] | None,
     Field(
         max_length=1000,
-        description="Shape ids to run (from get_problem), e.g. ['smoke'] or ['0', '5']. Omit to run every scored shape (slow on CPU: start with ['smoke']).",
+        description=(
+            "Shape ids to run (from get_problem), e.g. ['smoke'] or ['0', '5']. Omit to run every scored shape (slow "
+            "on CPU: start with ['smoke'])."
+        ),
     ),
 ]
 SourceArg = Annotated[
     str | None,
     Field(
-        description="The candidate kernel file's full text: one Python file defining `Model` with the reference's signature. Give this or `path`."
+        description=(
+            "The candidate kernel file's full text: one Python file defining `Model` with the reference's signature. "
+            "Give this or `path`."
+        )
     ),
 ]
 PathArg = Annotated[
     str | None,
     Field(
         max_length=4096,
-        description="Path of the candidate file inside the server's workspace root (relative paths start there). Give this or `source`.",
+        description=(
+            "Path of the candidate file inside the server's workspace root (relative paths start there). Give this "
+            "or `source`."
+        ),
     ),
 ]
 SeedsArg = Annotated[
@@ -72,7 +81,9 @@ HardwareArg = Annotated[
     str | None,
     Field(
         max_length=64,
-        description="Hardware profile for roofline figures, e.g. 'h200' or 'h200-measured'. Omit for the server's profile.",
+        description=(
+            "Hardware profile for roofline figures, e.g. 'h200' or 'h200-measured'. Omit for the server's profile."
+        ),
     ),
 ]
 
@@ -107,9 +118,9 @@ class ProblemDetail(ToolOutput):
     )
     shapes: list[ShapeInfo] = Field(
         description=(
-            "The shapes of shapes.json (those named in shape_ids, if given), in its order: id, init and inputs as stored, "
-            'smoke true for the smoke shape. The file itself is {"op": name, "shapes": [these]}, so it is not sent '
-            "again."
+            "The shapes of shapes.json (those named in shape_ids, if given), in its order: id, init and inputs as "
+            'stored, smoke true for the smoke shape. The file itself is {"op": name, "shapes": [these]}, so it is '
+            "not sent again."
         )
     )
     rules: list[str] = Field(

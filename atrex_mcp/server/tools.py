@@ -124,17 +124,22 @@ def roofline_lookup(
     your own counts. In optimize mode, `op` + `shape` instead return that problem shape's
     figures. Cheap."""
     profile = load_profile(hardware or app.config.hardware)
+    point: roofline.RooflinePoint
     if op is not None or shape is not None:
         app.policy.require_roofline("A problem's roofline figures")
         if op is None or shape is None:
             raise AtrexError("input", "op_and_shape", "Give both `op` and `shape` to look up a problem's figures.")
         visible = app.catalog.visible(op)
         visible.shape(shape)
-        point = app.policy.shape_figures(op, shape, profile.name)
+        figures = app.policy.shape_figures(op, shape, profile.name)
+        assert figures is not None, "require_roofline refused benchmark mode, the one mode without figures"
+        point = figures
     else:
         workload = roofline.Workload(flops={dtype_path: flops}, bytes_read=bytes_read, bytes_written=bytes_written)
         point = roofline.roofline_point(workload, profile)
     paths = [p for p, w in point.flops.items() if w]
+    bandwidth = profile.hbm_bandwidth.value
+    assert bandwidth is not None, "HardwareProfile's validator rejects a profile without a bandwidth"
     return RooflineResult(
         hardware=profile.name,
         flops={k: float(v) for k, v in point.flops.items()},
@@ -145,7 +150,7 @@ def roofline_lookup(
         t_sol_ms=point.t_sol_ms,
         bound=point.bound,
         peaks={p: profile.peak(p) for p in paths},
-        bandwidth=float(profile.hbm_bandwidth.value),
+        bandwidth=float(bandwidth),
         sources=[f"{p} peak: {profile.peaks[p].source}" for p in paths]
         + [f"HBM bandwidth: {profile.hbm_bandwidth.source}"],
         problem=op,
@@ -167,7 +172,9 @@ def wiki_search(
         str | None,
         Field(
             max_length=64,
-            description="Only this category: hardware, patterns, recipes, pitfalls, profiling, conversion, kernels, source.",
+            description=(
+                "Only this category: hardware, patterns, recipes, pitfalls, profiling, conversion, kernels, source."
+            ),
         ),
     ] = None,
     dsl: Annotated[
@@ -207,7 +214,8 @@ def wiki_read(
     notes = []
     if offset + max_chars < total:
         notes.append(
-            f"Characters {offset}-{offset + len(window)} of {total} shown; call wiki_read with offset={offset + len(window)} to continue."
+            f"Characters {offset}-{offset + len(window)} of {total} shown; call wiki_read with "
+            f"offset={offset + len(window)} to continue."
         )
     return WikiReadResult(doc=doc.model_copy(update={"text": window}), notes=notes)
 
@@ -344,7 +352,8 @@ def _contract_rules() -> list[str]:
         "(os only to read environment variables: os.environ.get, os.getenv).",
         "No file, network or process access (open, subprocess, socket, torch.load/save, torch.hub, ... are refused), "
         "no eval/exec/__import__, no getattr with a computed name, modules used only through their attributes.",
-        "The target DSL is really used: forward launches at least one @triton.jit kernel; time spent in PyTorch or library kernels counts against DSL adoption.",
+        "The target DSL is really used: forward launches at least one @triton.jit kernel; time spent in PyTorch or "
+        "library kernels counts against DSL adoption.",
         "Outputs must match the reference's dtype, shape and structure; inputs must not be modified.",
     ]
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atrex_mcp.errors import AtrexError
+from atrex_mcp.wiki.models import Kind
 
 CATEGORIES = ("hardware", "patterns", "recipes", "pitfalls", "profiling", "conversion")
 OP_FAMILIES = (
@@ -46,7 +47,7 @@ class WikiFile:
     doc_id: str
     path: Path
     root: Path
-    kind: str
+    kind: Kind
 
 
 @dataclass
@@ -54,7 +55,7 @@ class WikiEntry:
     """What the index stores about one file."""
 
     doc_id: str
-    kind: str
+    kind: Kind
     category: str
     title: str
     body: str

@@ -17,7 +17,10 @@ class WikiHit(BaseModel):
     )
     title: str = Field(description="Document title.")
     kind: Kind = Field(
-        description="doc: a written article; kernel: a validated Triton reference kernel; source: a file from a root the user added."
+        description=(
+            "doc: a written article; kernel: a validated Triton reference kernel; source: a file from a root the "
+            "user added."
+        )
     )
     category: str = Field(
         description="hardware, patterns, recipes, pitfalls, profiling, conversion, kernels or source."
@@ -26,7 +29,10 @@ class WikiHit(BaseModel):
         description="BM25F relevance score; only meaningful relative to the other hits of the same query."
     )
     snippet: str = Field(
-        description="The passages that matched, query terms wrapped in **…**; the opening text when only the title or tags matched."
+        description=(
+            "The passages that matched, query terms wrapped in **…**; the opening text when only the title or tags "
+            "matched."
+        )
     )
     tags: list[str] = Field(default_factory=list, description="Free keywords from the front matter.")
     op_family: list[str] = Field(
@@ -61,8 +67,8 @@ class WikiDoc(BaseModel):
     text: str = Field(
         description=(
             "The file's content. An article's starts after its front matter (every key of which is a field above); a "
-            "kernel's is the whole Python file, whose docstring front matter also holds the operator, validated shapes and "
-            "measured figures."
+            "kernel's is the whole Python file, whose docstring front matter also holds the operator, validated "
+            "shapes and measured figures."
         )
     )
 

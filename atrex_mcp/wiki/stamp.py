@@ -87,7 +87,8 @@ def h200_table(entry: dict, scored: list[str], meta: dict) -> str:
         lines.append(f"operator_score = {_num(entry['operator_score'])}")
     else:
         lines.append(
-            f"operator_score_pending = {json.dumps(f'S over the full shape set: pending; measured on shapes {_ids(measured)}')}"
+            "operator_score_pending = "
+            f"{json.dumps(f'S over the full shape set: pending; measured on shapes {_ids(measured)}')}"
         )
     lines += [
         f"median_time_ms = {_num(entry['median_time_ms'])}",
@@ -128,7 +129,8 @@ def _checked_coverage(name: str, entry: dict, scored: list[str], claims_all: boo
         raise AtrexError(
             "input",
             "partial_wiki_report",
-            f"{name}: the report claims every scored shape but lacks {_ids(missing)}; its S would not be the operator's.",
+            f"{name}: the report claims every scored shape but lacks {_ids(missing)}; its S would not be the "
+            "operator's.",
             "Re-run the kernel over every scored shape, or run with --shapes to label the run as partial.",
         )
 

@@ -243,26 +243,85 @@ def judge_on_cluster(
         shard_shapes=shard_shapes,
         started_at=now_iso(),
     )
-    record_path = eval_dir / RECORD_FILE
-    folder = shards_dir(eval_dir)
+    run = _ClusterRun(connection, eval_dir, record, on_op_done=on_op_done, stage=stage, send_until=send_until)
     planned = plan(jobs, catalog, problems, shard_shapes)
-    by_op: dict[str, list[PlannedEvaluation]] = {}
-    owner: dict[str, PlannedEvaluation] = {}
-    pending: list[tuple[ShardSpec, str]] = []
-    for evaluation, specs in planned:
-        by_op.setdefault(evaluation.job.op, []).append(evaluation)
-        for spec in specs:
-            owner[spec.key] = evaluation
-            sha = _spec_sha(spec)
-            stored = _stored_shard(folder / f"{spec.key}.json", sha)
-            if stored is not None:
-                evaluation.parts[spec.key] = stored.result  # type: ignore[assignment]
-                record.shards.append(ShardRecord(key=spec.key, status="reused", attempts=stored.attempts))
-            else:
-                pending.append((spec, sha))
-    finished_ops: set[str] = set()
+    run.reuse_stored(planned)
+    for evaluation, _ in planned:
+        run.settle(evaluation)
+    run.save_record()
+    run.send_and_collect(as_completed(), KilledWorker)
+    record.unsent = [spec.key for spec, _ in run.waiting]
+    record.finished_at = now_iso()
+    run.save_record()
+    return record
 
-    def settle(evaluation: PlannedEvaluation) -> None:
+
+@dataclass
+class _ShardOutcome:
+    """How one sent shard ended: what its file and its line in the record say."""
+
+    status: Literal["judged", "failed", "error"]
+    error: ErrorInfo | None
+    reply: ShardReply | None
+
+
+class _ClusterRun:
+    """The state one invocation shares between sending shards and collecting them: which
+    evaluation owns each shard, what waits to be sent, what is in flight and every attempt so far."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        eval_dir: Path,
+        record: ClusterRecord,
+        *,
+        on_op_done: OpDone,
+        stage: Stage,
+        send_until: float | None,
+    ) -> None:
+        self.connection = connection
+        self.record = record
+        self.allowed = record.allowed_failures
+        self.record_path = eval_dir / RECORD_FILE
+        self.folder = shards_dir(eval_dir)
+        self.on_op_done = on_op_done
+        self.stage = stage
+        self.send_until = send_until
+        self.by_op: dict[str, list[PlannedEvaluation]] = {}
+        self.owner: dict[str, PlannedEvaluation] = {}
+        self.finished_ops: set[str] = set()
+        self.token = uuid.uuid4().hex[:12]
+        self.waiting: deque[tuple[ShardSpec, str]] = deque()
+        self.futures: dict[Any, tuple[ShardSpec, str]] = {}
+        self.history: dict[str, list[Attempt]] = {}  # shard key -> attempts over all its submissions
+        self.submissions: dict[str, int] = {}
+        self.running: Any = None
+
+    def save_record(self) -> None:
+        """The record is rewritten after every change, so an interrupted invocation still leaves it."""
+        write_json_atomic(self.record_path, self.record)
+
+    def reuse_stored(self, planned: list[tuple[PlannedEvaluation, list[ShardSpec]]]) -> None:
+        """Take each shard already judged under the same spec from its file; queue the rest,
+        largest first so that finishing times stay close."""
+        pending: list[tuple[ShardSpec, str]] = []
+        for evaluation, specs in planned:
+            self.by_op.setdefault(evaluation.job.op, []).append(evaluation)
+            for spec in specs:
+                self.owner[spec.key] = evaluation
+                sha = _spec_sha(spec)
+                stored = _stored_shard(self.folder / f"{spec.key}.json", sha)
+                if stored is not None:
+                    evaluation.parts[spec.key] = stored.result  # type: ignore[assignment]
+                    self.record.shards.append(ShardRecord(key=spec.key, status="reused", attempts=stored.attempts))
+                else:
+                    pending.append((spec, sha))
+        pending.sort(key=lambda item: -len(item[0].request.shapes or ()))
+        self.waiting = deque(pending)
+
+    def settle(self, evaluation: PlannedEvaluation) -> None:
+        """Write a finished evaluation's merged result, and report its operator once all of the
+        operator's evaluations are done."""
         if not evaluation.done:
             return
         if evaluation.error is None:
@@ -271,125 +330,118 @@ def judge_on_cluster(
             merged.knowledge = evaluation.job.knowledge
             write_json_atomic(evaluation.job.path, merged)
         op = evaluation.job.op
-        if op not in finished_ops and all(e.done for e in by_op[op]):
-            finished_ops.add(op)
-            error = next((e.error for e in by_op[op] if e.error is not None), None)
-            on_op_done(op, error)
+        if op not in self.finished_ops and all(e.done for e in self.by_op[op]):
+            self.finished_ops.add(op)
+            error = next((e.error for e in self.by_op[op] if e.error is not None), None)
+            self.on_op_done(op, error)
 
-    for evaluation, _ in planned:
-        settle(evaluation)
-    write_json_atomic(record_path, record)
-
-    token = uuid.uuid4().hex[:12]
-    pending.sort(key=lambda item: -len(item[0].request.shapes or ()))  # largest first: finishing times stay close
-    waiting = deque(pending)
-    futures: dict[Any, tuple[ShardSpec, str]] = {}
-    history: dict[str, list[Attempt]] = {}  # shard key -> attempts over all its submissions
-    submissions: dict[str, int] = {}
-    running = as_completed()
-
-    def top_up() -> None:
+    def top_up(self) -> None:
         """Keep one shard per GPU slot in flight, no more: a worker that dies then takes only the
         shard it was running with it, and workers that join later get work at once."""
-        if send_until is not None and time.monotonic() >= send_until:
+        if self.send_until is not None and time.monotonic() >= self.send_until:
             return
-        slots = max(1, gpu_slots(connection))
-        while waiting and running.count() < slots:
-            spec, sha = waiting.popleft()
-            submissions[spec.key] = submissions.get(spec.key, 0) + 1
-            spec = spec.model_copy(update={"tag": f"{token}-{spec.key}", "max_attempts": allowed + 1})
-            future = connection.client.submit(
+        slots = max(1, gpu_slots(self.connection))
+        while self.waiting and self.running.count() < slots:
+            spec, sha = self.waiting.popleft()
+            self.submissions[spec.key] = self.submissions.get(spec.key, 0) + 1
+            spec = spec.model_copy(update={"tag": f"{self.token}-{spec.key}", "max_attempts": self.allowed + 1})
+            future = self.connection.client.submit(
                 judge_shard,
                 spec,
-                key=f"atrex-{token}-{spec.key}-{submissions[spec.key]}",
+                key=f"atrex-{self.token}-{spec.key}-{self.submissions[spec.key]}",
                 resources={GPU: 1},
                 pure=False,
             )
-            futures[future] = (spec, sha)
-            running.add(future)
+            self.futures[future] = (spec, sha)
+            self.running.add(future)
 
-    top_up()
-    try:
-        for future in running:
-            spec, sha = futures[future]
-            evaluation = owner[spec.key]
-            reply: ShardReply | None = None
-            status: Literal["judged", "failed", "error"]
-            error: ErrorInfo | None
-            attempts = history.setdefault(spec.key, [])
-            try:
-                reply = future.result()
-            except KilledWorker as exc:
-                attempts += _attempts(connection, future.key, judged=False)
-                # The scheduler counts a death against every task assigned to the dying worker, one
-                # queued behind the shard that crashed it too: only deaths during attempts this shard
-                # started count against it, so a bystander is sent again instead of failed.
-                if len(attempts) <= allowed and submissions[spec.key] <= allowed + MAX_BYSTANDER_RESUBMITS:
-                    waiting.appendleft((spec, sha))
-                    top_up()
-                    continue
-                status, error = (
-                    "failed",
-                    killed_workers_error(
-                        spec.key, [f"{a.name or a.worker} (pid {a.pid})" for a in attempts], allowed, type(exc).__name__
-                    ),
-                )
-            except Exception as exc:  # noqa: BLE001 — a shard the cluster could not run fails alone, with the reason
-                attempts += _attempts(connection, future.key, judged=False)
-                status, error = (
-                    "failed",
-                    ErrorInfo(
-                        stage="internal",
-                        category="cluster_task_failed",
-                        message=f"{spec.key}: {type(exc).__name__}: {exc}",
-                        hint="See the worker's log; `bench eval` again re-sends only unjudged shards.",
-                    ),
-                )
-            else:
-                attempts += _attempts(connection, future.key, judged=reply.error is None)
-                if (
-                    reply.error is not None and reply.error.category == "killed_workers"
-                ):  # refused: too many lost attempts
-                    status, error = "failed", reply.error
-                else:
-                    status, error = ("error", reply.error) if reply.error is not None else ("judged", None)
-                    if reply.error is not None and attempts:
-                        attempts[-1].outcome = "error"
-            stored = ShardFile(
+    def send_and_collect(self, running: Any, killed_worker: type[BaseException]) -> None:
+        """Send shards and record each as it completes until none is waiting or in flight; a
+        shard sent again is not recorded yet. Whatever is still in flight at the end is cancelled."""
+        self.running = running
+        self.top_up()
+        try:
+            for future in running:
+                spec, sha = self.futures[future]
+                outcome = self._outcome(future, spec, sha, killed_worker)
+                if outcome is not None:
+                    self._record(spec, sha, outcome)
+                self.top_up()
+        finally:
+            for future in self.futures:
+                future.cancel()
+
+    def _outcome(
+        self, future: Any, spec: ShardSpec, sha: str, killed_worker: type[BaseException]
+    ) -> _ShardOutcome | None:
+        """How a completed future ended, with its attempts added to the shard's history; None
+        when the shard goes back to the front of the queue instead."""
+        attempts = self.history.setdefault(spec.key, [])
+        try:
+            reply: ShardReply = future.result()
+        except killed_worker as exc:
+            attempts += _attempts(self.connection, future.key, judged=False)
+            # The scheduler counts a death against every task assigned to the dying worker, one
+            # queued behind the shard that crashed it too: only deaths during attempts this shard
+            # started count against it, so a bystander is sent again instead of failed.
+            if len(attempts) <= self.allowed and self.submissions[spec.key] <= self.allowed + MAX_BYSTANDER_RESUBMITS:
+                self.waiting.appendleft((spec, sha))
+                return None
+            workers = [f"{a.name or a.worker} (pid {a.pid})" for a in attempts]
+            return _ShardOutcome(
+                "failed", killed_workers_error(spec.key, workers, self.allowed, type(exc).__name__), None
+            )
+        except Exception as exc:  # noqa: BLE001 — a shard the cluster could not run fails alone, with the reason
+            attempts += _attempts(self.connection, future.key, judged=False)
+            error = ErrorInfo(
+                stage="internal",
+                category="cluster_task_failed",
+                message=f"{spec.key}: {type(exc).__name__}: {exc}",
+                hint="See the worker's log; `bench eval` again re-sends only unjudged shards.",
+            )
+            return _ShardOutcome("failed", error, None)
+        attempts += _attempts(self.connection, future.key, judged=reply.error is None)
+        if reply.error is not None and reply.error.category == "killed_workers":  # refused: too many lost attempts
+            return _ShardOutcome("failed", reply.error, reply)
+        if reply.error is not None:
+            if attempts:
+                attempts[-1].outcome = "error"
+            return _ShardOutcome("error", reply.error, reply)
+        return _ShardOutcome("judged", None, reply)
+
+    def _record(self, spec: ShardSpec, sha: str, outcome: _ShardOutcome) -> None:
+        """Write the shard's file and its line in the record, then hand its result or error to
+        the evaluation that owns it."""
+        attempts = self.history[spec.key]
+        reply, error = outcome.reply, outcome.error
+        stored = ShardFile(
+            key=spec.key,
+            op=spec.request.op,
+            kind=spec.kind,
+            shapes=list(spec.request.shapes or ()),
+            spec_sha256=sha,
+            status=outcome.status,
+            result=reply.result if reply else None,
+            error=error,
+            attempts=attempts,
+            seconds=reply.seconds if reply else None,
+            finished_at=now_iso(),
+        )
+        write_json_atomic(self.folder / f"{spec.key}.json", stored)
+        self.record.shards.append(
+            ShardRecord(
                 key=spec.key,
-                op=spec.request.op,
-                kind=spec.kind,
-                shapes=list(spec.request.shapes or ()),
-                spec_sha256=sha,
-                status=status,
-                result=reply.result if reply else None,
-                error=error,
+                status=outcome.status,
                 attempts=attempts,
-                seconds=reply.seconds if reply else None,
-                finished_at=now_iso(),
+                retried=len(attempts) > 1,
+                reason=error.message if error else "",
             )
-            write_json_atomic(folder / f"{spec.key}.json", stored)
-            record.shards.append(
-                ShardRecord(
-                    key=spec.key,
-                    status=status,
-                    attempts=attempts,
-                    retried=len(attempts) > 1,
-                    reason=error.message if error else "",
-                )
-            )
-            write_json_atomic(record_path, record)
-            if error is not None:
-                evaluation.error = evaluation.error or error
-            else:
-                evaluation.parts[spec.key] = reply.result  # type: ignore[union-attr,assignment]
-            stage(spec.request.op, f"{spec.kind}: {len(evaluation.parts)}/{len(evaluation.keys)} shards judged")
-            settle(evaluation)
-            top_up()
-    finally:
-        for future in futures:
-            future.cancel()
-    record.unsent = [spec.key for spec, _ in waiting]
-    record.finished_at = now_iso()
-    write_json_atomic(record_path, record)
-    return record
+        )
+        self.save_record()
+        evaluation = self.owner[spec.key]
+        if error is not None:
+            evaluation.error = evaluation.error or error
+        else:
+            evaluation.parts[spec.key] = reply.result  # type: ignore[union-attr,assignment]
+        self.stage(spec.request.op, f"{spec.kind}: {len(evaluation.parts)}/{len(evaluation.keys)} shards judged")
+        self.settle(evaluation)

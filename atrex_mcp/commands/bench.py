@@ -18,7 +18,13 @@ def register(subparsers) -> None:
         description="Agent-driven benchmark runs: run -> eval -> report (docs/bench.md).",
     )
     sub = parser.add_subparsers(dest="bench_command", metavar="STEP", required=True)
+    _add_run_parser(sub)
+    _add_eval_parser(sub)
+    _add_report_parser(sub)
 
+
+def _add_run_parser(sub) -> None:
+    """`bench run`: what the agent is, what it works on, and where the run directory is."""
     run = sub.add_parser(
         "run",
         help="drive an agent over the operators (resumable)",
@@ -51,6 +57,14 @@ def register(subparsers) -> None:
     run.add_argument("--name", help="run name in reports (default: the directory's name)")
     add_problems_option(run)
     run.add_argument("--hardware", help="hardware profile of the server and the scores (default h200)")
+    _add_agent_process_options(run)
+    run.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    run.set_defaults(func=run_command)
+
+
+def _add_agent_process_options(run: argparse.ArgumentParser) -> None:
+    """`bench run` options on how the agent's process is started: how it reaches the server, its
+    uid, its executable, extra arguments and the environment it may see."""
     run.add_argument(
         "--server",
         choices=("auto", "stdio", "http"),
@@ -77,9 +91,10 @@ def register(subparsers) -> None:
         metavar="NAME",
         help="environment variable passed through to the agent (repeatable; credentials, proxies)",
     )
-    run.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
-    run.set_defaults(func=run_command)
 
+
+def _add_eval_parser(sub) -> None:
+    """`bench eval`: which shapes and seeds are judged, baselines, and the optional cluster."""
     ev = sub.add_parser(
         "eval",
         help="trusted evaluation of every submission of a run",
@@ -122,6 +137,9 @@ def register(subparsers) -> None:
     ev.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     ev.set_defaults(func=eval_command)
 
+
+def _add_report_parser(sub) -> None:
+    """`bench report`: the runs to report on and where the report goes."""
     rep = sub.add_parser(
         "report",
         help="tables and figures of one or more runs (markdown + HTML)",

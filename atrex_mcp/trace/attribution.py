@@ -218,141 +218,200 @@ def attribute(
     decode_max_tokens: int,
 ) -> Attribution:
     """Slices and calls of one trace. `templates`: operator → (smoke init, smoke inputs) of the problem set."""
-    index = _HostIndex(trace, rules)
-    calls: dict[Any, Call] = {}
-    # (operator, call) targets, phase, launching host event, µs, (category, name) when unmapped
-    pending: list[
-        tuple[list[tuple[str, Call | None]], Phase | None, HostEvent | None, float, tuple[str, str] | None]
-    ] = []
-    links: Counter[str] = Counter()
-    fused: dict[str, Fused] = {}
+    attributor = _Attributor(trace, rules, templates)
+    if trace.has_device_activity:
+        attributor.attribute_device_time(trace)
+        device: Literal["gpu", "cpu"] = "gpu"
+    else:
+        attributor.attribute_host_self_time(trace)
+        device = "cpu"
+    slices = attributor.slices(forced_phase, decode_max_tokens)
+    unique = list({id(c): c for c in attributor.calls.values()}.values())
+    return Attribution(device=device, slices=slices, calls=unique, links=attributor.links, fused=attributor.fused)
 
-    def host_calls(resolved: _Resolved) -> list[tuple[str, Call | None]]:
+
+_Targets = list[tuple[str, Call | None]]
+
+
+@dataclass
+class _Pending:
+    """A piece of time waiting for its phase: the (operator, call) targets it goes to, the phase
+    its ranges gave, the host event that launched it, its µs, and (category, name) when unmapped."""
+
+    targets: _Targets
+    phase: Phase | None
+    node: HostEvent | None
+    us: float
+    category: tuple[str, str] | None
+
+
+class _Attributor:
+    """One trace's attribution in progress: the calls found so far (keyed by the host event,
+    range or kernel that stands for each), the time waiting for a phase, links and fused kernels."""
+
+    def __init__(self, trace: Trace, rules: Rules, templates: dict[str, tuple[dict[str, Any], dict[str, Any]]]):
+        self.rules = rules
+        self.templates = templates
+        self.index = _HostIndex(trace, rules)
+        self.calls: dict[Any, Call] = {}
+        self.pending: list[_Pending] = []
+        self.links: Counter[str] = Counter()
+        self.fused: dict[str, Fused] = {}
+
+    def host_calls(self, resolved: _Resolved) -> _Targets:
         """The (operator, call) pairs a claimed host event's time goes to (several for a fused kernel)."""
         node, match = resolved.op_node, resolved.match
         assert node is not None and match is not None
         if isinstance(match, GeneratedMatch):
-            return [(op, _generated_call(calls, node, op, match, rules, templates)) for op in match.ops]
+            return [(op, _generated_call(self.calls, node, op, match, self.rules, self.templates)) for op in match.ops]
         owner = match if isinstance(match, PatternGroup) else node
-        if id(owner) not in calls:
-            call = Call(op=_op_of(match), ts=owner.ts, thread=node.thread, source=_source_of(match, node))
-            if isinstance(match, PatternGroup):
-                call.tokens, call.shape, call.problem = rules.resolve_bound(
-                    match.op, match.rule, match.binding(), *templates.get(match.op, (None, None))
-                )
-            elif (origin := _shape_origin(node, match, rules)) is None:
-                call.problem = (
-                    "a range without a shape-bearing operator inside"
-                    if isinstance(match, str)
-                    else f"{node.name} names the operator only, and no operator inside it has shapes"
-                )
-            else:
-                host_match, args = origin
-                call.tokens, call.shape, call.problem = rules.resolve_shape(
-                    host_match, args, *templates.get(host_match.op, (None, None))
-                )
-            calls[id(owner)] = call
-        return [(calls[id(owner)].op, calls[id(owner)])]
+        if id(owner) not in self.calls:
+            self.calls[id(owner)] = self._new_host_call(node, match, owner)
+        return [(self.calls[id(owner)].op, self.calls[id(owner)])]
 
-    def note_fused(match: Match | None, us: float) -> None:
+    def _new_host_call(
+        self, node: HostEvent, match: HostMatch | PatternGroup | str, owner: HostEvent | PatternGroup
+    ) -> Call:
+        """A call for a host event or pattern, with its shape read from the recorded arguments
+        (or the reason it could not be)."""
+        rules, templates = self.rules, self.templates
+        call = Call(op=_op_of(match), ts=owner.ts, thread=node.thread, source=_source_of(match, node))
+        if isinstance(match, PatternGroup):
+            call.tokens, call.shape, call.problem = rules.resolve_bound(
+                match.op, match.rule, match.binding(), *templates.get(match.op, (None, None))
+            )
+        elif (origin := _shape_origin(node, match, rules)) is None:
+            call.problem = (
+                "a range without a shape-bearing operator inside"
+                if isinstance(match, str)
+                else f"{node.name} names the operator only, and no operator inside it has shapes"
+            )
+        else:
+            host_match, args = origin
+            call.tokens, call.shape, call.problem = rules.resolve_shape(
+                host_match, args, *templates.get(host_match.op, (None, None))
+            )
+        return call
+
+    def note_fused(self, match: Match | None, us: float) -> None:
+        """Count a generated kernel that fuses several operators, so it is reported, not hidden."""
         if isinstance(match, GeneratedMatch) and len(match.ops) > 1:
-            record = fused.setdefault(match.kernel, Fused(match.ops))
+            record = self.fused.setdefault(match.kernel, Fused(match.ops))
             record.count += 1
             record.us += us
 
-    if trace.has_device_activity:
+    def attribute_device_time(self, trace: Trace) -> None:
+        """Each device event to the host event that launched it, else to the device side's clues."""
         gpu_ranges = _gpu_ranges_around(trace.device_ranges, trace.device) if trace.device_ranges else {}
         for ev in trace.device:
-            node, how = index.launcher(ev)
-            links[how] += 1
-            resolved = index.resolve(node) if node is not None else _Resolved(None, None, None)
+            node, how = self.index.launcher(ev)
+            self.links[how] += 1
+            resolved = self.index.resolve(node) if node is not None else _Resolved(None, None, None)
             phase = resolved.phase
-            targets: list[tuple[str, Call | None]] = []
+            targets: _Targets = []
             if resolved.op_node is not None:
-                targets = host_calls(resolved)
-                note_fused(resolved.match, ev.dur)
+                targets = self.host_calls(resolved)
+                self.note_fused(resolved.match, ev.dur)
             around = gpu_ranges.get(id(ev), [])
             if phase is None:
-                phase = next((p for r in reversed(around) if (p := rules.phase_of_range(r.name))), None)
+                phase = next((p for r in reversed(around) if (p := self.rules.phase_of_range(r.name))), None)
             if not targets:
-                range_node = next((r for r in around if rules.match_range(r.name)), None)
-                generated = rules.match_generated(ev.name)
-                if range_node is not None:
-                    key = id(range_node)
-                    if key not in calls:
-                        calls[key] = Call(
-                            op=rules.match_range(range_node.name) or OTHER,
-                            ts=range_node.ts,
-                            thread=None,
-                            problem="a GPU-side range: no recorded arguments",
-                            source=range_node.name,
-                        )
-                    targets = [(calls[key].op, calls[key])]
-                    links["gpu_range"] += 1
-                elif (kernel_op := rules.match_kernel(ev.name)) is not None:
-                    call = Call(
-                        op=kernel_op,
-                        ts=ev.ts,
-                        thread=None,
-                        problem="matched by kernel name only",
-                        source=f"kernel {ev.name[:80]}",
-                    )
-                    calls[id(ev)] = call
-                    targets = [(kernel_op, call)]
-                    links["kernel_name"] += 1
-                elif generated is not None and generated.ops:
-                    for op in generated.ops:
-                        call = Call(
-                            op=op,
-                            ts=ev.ts,
-                            thread=None,
-                            source=generated.kernel,
-                            problem="a generated kernel matched by its device name only: no recorded arguments",
-                        )
-                        calls[(id(ev), op)] = call
-                        targets.append((op, call))
-                    note_fused(generated, ev.dur)
-                    links["generated_kernel_name"] += 1
-            category = None if targets else _category(rules, node, ev.name, ev.cat)
-            pending.append((targets, phase, node, ev.dur, category))
-        device: Literal["gpu", "cpu"] = "gpu"
-    else:
+                targets = self._device_side_calls(ev, around)
+            category = None if targets else _category(self.rules, node, ev.name, ev.cat)
+            self.pending.append(_Pending(targets, phase, node, ev.dur, category))
+
+    def _device_side_calls(self, ev: DeviceEvent, around: list[DeviceEvent]) -> _Targets:
+        """For a device event no host operator claims: a GPU-side range named like an operator,
+        else a kernel-name rule, else a generated kernel's name; none of them has arguments."""
+        rules = self.rules
+        range_node = next((r for r in around if rules.match_range(r.name)), None)
+        generated = rules.match_generated(ev.name)
+        if range_node is not None:
+            key = id(range_node)
+            if key not in self.calls:
+                self.calls[key] = Call(
+                    op=rules.match_range(range_node.name) or OTHER,
+                    ts=range_node.ts,
+                    thread=None,
+                    problem="a GPU-side range: no recorded arguments",
+                    source=range_node.name,
+                )
+            self.links["gpu_range"] += 1
+            return [(self.calls[key].op, self.calls[key])]
+        if (kernel_op := rules.match_kernel(ev.name)) is not None:
+            call = Call(
+                op=kernel_op,
+                ts=ev.ts,
+                thread=None,
+                problem="matched by kernel name only",
+                source=f"kernel {ev.name[:80]}",
+            )
+            self.calls[id(ev)] = call
+            self.links["kernel_name"] += 1
+            return [(kernel_op, call)]
+        targets: _Targets = []
+        if generated is not None and generated.ops:
+            for op in generated.ops:
+                call = Call(
+                    op=op,
+                    ts=ev.ts,
+                    thread=None,
+                    source=generated.kernel,
+                    problem="a generated kernel matched by its device name only: no recorded arguments",
+                )
+                self.calls[(id(ev), op)] = call
+                targets.append((op, call))
+            self.note_fused(generated, ev.dur)
+            self.links["generated_kernel_name"] += 1
+        return targets
+
+    def attribute_host_self_time(self, trace: Trace) -> None:
+        """A CPU-only trace: each host operator's or working range's self time, by the same rules."""
         for node in trace.host:
             if node.cat not in ("cpu_op", "user_annotation"):
                 continue
             self_us = max(0.0, node.dur - sum(c.dur for c in node.children))
-            resolved = index.resolve(node)
+            resolved = self.index.resolve(node)
             if node.cat == "user_annotation" and not _counts_as_work(node):
                 continue
-            targets = host_calls(resolved) if resolved.op_node is not None else []
+            targets = self.host_calls(resolved) if resolved.op_node is not None else []
             if targets:
-                note_fused(resolved.match, self_us)
-            category = None if targets else _category(rules, node, "", node.cat)
-            pending.append((targets, resolved.phase, node, self_us, category))
-        device = "cpu"
+                self.note_fused(resolved.match, self_us)
+            category = None if targets else _category(self.rules, node, "", node.cat)
+            self.pending.append(_Pending(targets, resolved.phase, node, self_us, category))
 
-    nearest = _NearestTokens([c for c in calls.values() if c.tokens is not None])
-    slices: list[Slice] = []
-    for targets, phase, node, us, category in pending:
-        if forced_phase is not None:
-            phase = forced_phase
-        elif phase is None:
-            tokens = next((c.tokens for _, c in targets if c is not None and c.tokens is not None), None)
-            if tokens is None and node is not None:
-                tokens = nearest.at(node.thread, node.ts)
-            phase = UNKNOWN_PHASE if tokens is None else ("decode" if tokens <= decode_max_tokens else "prefill")
-        if not targets:
-            assert category is not None  # computed for every event without targets
-            slices.append(Slice(op=OTHER, call=None, phase=phase, us=us, category=category[0], name=category[1]))
-            continue
-        share = us / len(targets)
-        for op, target in targets:
-            if target is not None:
-                target.device_us += share
-                target.phases.add(phase)
-            slices.append(Slice(op=op, call=target, phase=phase, us=share))
-    unique = list({id(c): c for c in calls.values()}.values())
-    return Attribution(device=device, slices=slices, calls=unique, links=links, fused=fused)
+    def slices(self, forced_phase: Phase | None, decode_max_tokens: int) -> list[Slice]:
+        """The pending time as slices, each with its phase, split evenly between its targets (whose
+        calls collect the time and phases); time without targets stays "other" with its category."""
+        nearest = _NearestTokens([c for c in self.calls.values() if c.tokens is not None])
+        slices: list[Slice] = []
+        for item in self.pending:
+            phase = _phase_of(item, forced_phase, decode_max_tokens, nearest)
+            if not item.targets:
+                assert item.category is not None  # computed for every event without targets
+                category, name = item.category
+                slices.append(Slice(op=OTHER, call=None, phase=phase, us=item.us, category=category, name=name))
+                continue
+            share = item.us / len(item.targets)
+            for op, target in item.targets:
+                if target is not None:
+                    target.device_us += share
+                    target.phases.add(phase)
+                slices.append(Slice(op=op, call=target, phase=phase, us=share))
+        return slices
+
+
+def _phase_of(item: _Pending, forced_phase: Phase | None, decode_max_tokens: int, nearest: _NearestTokens) -> Phase:
+    """A forced phase, else the ranges' phase, else by token count: the call's own, else that of
+    the nearest call on the same thread; else unknown."""
+    if forced_phase is not None:
+        return forced_phase
+    if item.phase is not None:
+        return item.phase
+    tokens = next((c.tokens for _, c in item.targets if c is not None and c.tokens is not None), None)
+    if tokens is None and item.node is not None:
+        tokens = nearest.at(item.node.thread, item.node.ts)
+    return UNKNOWN_PHASE if tokens is None else ("decode" if tokens <= decode_max_tokens else "prefill")
 
 
 COMPILED_GRAPH_RANGE = "## Call CompiledFxGraph"

@@ -85,7 +85,7 @@ TILES: dict[tuple[int, str], Tile] = {
     (64, "long"): Tile(128, 64, 8, 3),
     (64, "short"): Tile(128, 64, 8, 3),
     (80, "long"): Tile(128, 64, 4, 3),
-    (80, "short"): Tile(128, 64, 4, 3),
+    (80, "short"): Tile(64, 64, 4, 3),
     (128, "long"): Tile(64, 64, 4, 4),
     (128, "short"): Tile(64, 64, 4, 2),
     (192, "long"): Tile(128, 64, 8, 2),

@@ -107,6 +107,8 @@ def _shape_row(shape: Any, shown: Any) -> dict[str, Any]:
         "graph_calls",
         "graph_witness_ms",
         "graph_floor_ms",
+        "graph_subtracted_ms",
+        "graph_slack_ms",
         "witness_ms",
         "witness_floor_ms",
         "host_late_calls",

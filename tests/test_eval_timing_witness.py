@@ -333,6 +333,8 @@ def test_a_graph_replay_dominated_by_its_input_refresh_is_inconclusive(monkeypat
     verdict, result = _decide(monkeypatch, graph, 0.035, plain)
     assert verdict is plain and not verdict.forged and result.correct
     assert result.timing.witness == GRAPH and "inconclusive" in result.timing.witness_note
+    assert result.timing.graph_subtracted_ms == pytest.approx(graph.subtracted_ms)  # recorded for the next tuning
+    assert result.timing.graph_slack_ms == pytest.approx(graph_slack_ms(2, cal))
     # rms_norm shape 0 as measured: a small refresh against the plain burst's wall, the graph judges
     small = judge_graph(0.00218, _graph_wall(0.0083, 209), 209, _graph_cal(209))
     assert graph_conclusive(small, _plain(0.00218, 0.0, per_call_ms=0.157)) and small.forged

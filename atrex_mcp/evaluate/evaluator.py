@@ -593,6 +593,7 @@ class Trial:
         timing.witness = timing_witness.GRAPH
         timing.graph_calls, timing.graph_witness_ms = outcome.calls, outcome.per_call_ms
         timing.graph_floor_ms = outcome.floor_ms
+        timing.graph_subtracted_ms, timing.graph_slack_ms = outcome.subtracted_ms, outcome.slack_ms
         if not timing_witness.graph_conclusive(outcome, plain):
             timing.witness_note = (
                 f"graph replay inconclusive: {outcome.subtracted_ms:.4g} ms a call of input refresh "

@@ -189,6 +189,17 @@ class TimingStats(BaseModel):
             "The least median the graph burst allows; witness_floor_ms is the larger of it and the plain burst's floor."
         ),
     )
+    graph_subtracted_ms: float | None = Field(
+        default=None,
+        description=(
+            "Per forward, what the judge took off the replay's wall besides the round trip: the input refresh and "
+            "the fingerprints, both timed in its own process."
+        ),
+    )
+    graph_slack_ms: float | None = Field(
+        default=None,
+        description="Per forward, the graph floor's allowance for request noise and calibration error.",
+    )
 
 
 class ShapeResult(BaseModel):

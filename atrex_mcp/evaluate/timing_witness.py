@@ -68,6 +68,7 @@ class Witness:
     forged: bool
     graph: bool = False  # a replay of the graph burst (judge_graph), not the plain burst
     subtracted_ms: float = 0.0  # graph: the input refresh and fingerprints taken off, per call
+    slack_ms: float = 0.0  # graph: the allowance per call for request noise and calibration error
 
 
 def per_call_ms(wall_s: float, calls: int, calibration: Calibration) -> float:
@@ -168,7 +169,8 @@ def judge_graph(median_ms: float, wall_s: float, calls: int, calibration: GraphC
     off is device time, so the floor is (that − slack) / TOLERANCE, with no host window to allow for."""
     rest = wall_s - calibration.round_trip_s - calibration.refresh_s - calibration.fingerprints_s
     witness = max(0.0, rest) / max(1, calls) * 1e3
-    floor = max(0.0, witness - graph_slack_ms(calls, calibration)) / TOLERANCE
+    slack = graph_slack_ms(calls, calibration)
+    floor = max(0.0, witness - slack) / TOLERANCE
     subtracted = (calibration.refresh_s + calibration.fingerprints_s) / max(1, calls) * 1e3
     return Witness(
         calls=calls,
@@ -178,6 +180,7 @@ def judge_graph(median_ms: float, wall_s: float, calls: int, calibration: GraphC
         forged=median_ms < floor,
         graph=True,
         subtracted_ms=subtracted,
+        slack_ms=slack,
     )
 
 

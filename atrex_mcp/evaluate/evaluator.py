@@ -55,7 +55,6 @@ from sandbox.messages import (
     IntegrityRequest,
     KeepRequest,
     LoadRequest,
-    PingRequest,
     ProfileRequest,
     RunRequest,
     ShapePayload,
@@ -676,14 +675,10 @@ class Trial:
         self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int]
     ) -> timing_witness.Calibration | None:
         """What a burst over `seeds` costs besides its forwards, measured in this process."""
-        round_trip = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            pong = session.call(PingRequest(), self.request.timeout_s)
-            round_trip.append(time.perf_counter() - t0)
-            if isinstance(pong, Failure):
-                _fail(result, pong)
-                return None
+        round_trip = graph_witness.round_trip_s(session, self.request.timeout_s)
+        if isinstance(round_trip, Failure):
+            _fail(result, round_trip)
+            return None
         sync = torch.cuda.synchronize if self.cuda else (lambda: None)
         with _harness_memory("calibrating the witness burst"):
             sync()
@@ -698,7 +693,7 @@ class Trial:
             for _ in seeds:
                 digest(reference).tolist()
             digests_s = time.perf_counter() - t0
-        return timing_witness.Calibration(round_trip_s=min(round_trip), inputs_s=inputs_s, digests_s=digests_s)
+        return timing_witness.Calibration(round_trip_s=round_trip, inputs_s=inputs_s, digests_s=digests_s)
 
     def check_timed_outputs(
         self,

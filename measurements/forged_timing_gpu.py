@@ -67,9 +67,9 @@ def _preamble(exploit: str) -> str:
     return text[: text.index("\nclass Model")] + "\n\n"
 
 
-def case_sources() -> dict[str, str]:
+def case_sources(kernel_path: Path = KERNEL) -> dict[str, str]:
     """Each case's candidate file: an attack's preamble followed by the honest Triton kernel."""
-    kernel = KERNEL.read_text()
+    kernel = kernel_path.read_text()
     cases = {"honest": kernel}
     for target in REWRITES:
         preamble = _preamble("forge_timing").replace('TARGETS = ["time_calls"]', f"TARGETS = [{target!r}]")
@@ -136,13 +136,13 @@ def _shape_row(shape: Any, shown: Any) -> dict[str, Any]:
     }
 
 
-def run_case(catalog: Any, name: str, source: str, shapes: list[str], standby: Any) -> dict[str, Any]:
+def run_case(catalog: Any, op: str, name: str, source: str, shapes: list[str], standby: Any) -> dict[str, Any]:
     from atrex_mcp.evaluate import EvalRequest, evaluate
     from atrex_mcp.policy import Policy
 
     t0 = time.perf_counter()
     result = evaluate(
-        EvalRequest(op=OP, source=source, shapes=shapes, seeds=2, hardware="h200"), catalog, standby=standby
+        EvalRequest(op=op, source=source, shapes=shapes, seeds=2, hardware="h200"), catalog, standby=standby
     )
     benchmark = Policy("benchmark", catalog)
     return {
@@ -158,20 +158,22 @@ def run_case(catalog: Any, name: str, source: str, shapes: list[str], standby: A
 
 def markdown(report: dict[str, Any]) -> str:
     legend = (
-        "w_graph: device time per call of the fastest graph replay (judge's clock); floor: the one that "
-        "judged (max of the graph's and the plain burst's); S clipped: as it enters S_i and S_agg."
+        "w_graph: device time per call of the fastest graph replay (judge's clock); taken off: the input "
+        "refresh and fingerprints subtracted per call; slack: the allowance per call for noise and calibration "
+        "error; floor: the one that judged (max of the graph's and the plain burst's); S clipped: as it enters "
+        "S_i and S_agg."
     )
     header = (
         "| case | shape | verdict | integrity | median ms | witness | K | w_graph ms | graph floor ms | "
-        "w_plain ms | floor ms | S | S clipped | benchmark view integrity |"
+        "taken off ms | slack ms | w_plain ms | floor ms | S | S clipped | benchmark view integrity |"
     )
     lines = [
-        f"# Forged timing on {report['device']} ({report['started_at']})",
+        f"# Forged timing ({report['op']}) on {report['device']} ({report['started_at']})",
         "",
         legend,
         "",
         header,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def num(value: Any) -> str:
@@ -183,7 +185,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {case['case']} | {row['shape']} | {verdict} | {', '.join(row['integrity']) or '—'} | "
                 f"{num(row['median_ms'])} | {row['witness'] or '—'} | {row['graph_calls'] or '—'} | "
-                f"{num(row['graph_witness_ms'])} | {num(row['graph_floor_ms'])} | {num(row['witness_ms'])} | "
+                f"{num(row['graph_witness_ms'])} | {num(row['graph_floor_ms'])} | {num(row['graph_subtracted_ms'])} | "
+                f"{num(row['graph_slack_ms'])} | {num(row['witness_ms'])} | "
                 f"{num(row['witness_floor_ms'])} | {num(row['score'])} | {num(row['score_clipped'])} | "
                 f"{', '.join(row['benchmark_view']['integrity']) or '—'} |"
             )
@@ -204,7 +207,11 @@ def main() -> None:
         default=",".join(WITNESS_CASES),
         help=f"comma-separated case names, or all (default: {','.join(WITNESS_CASES)})",
     )
-    parser.add_argument("--shapes", default="0,5", help="rms_norm shape ids")
+    parser.add_argument("--shapes", default="0,5", help="shape ids of the operator")
+    parser.add_argument("--op", default=OP, help=f"the operator (default {OP}); another one needs --kernel")
+    parser.add_argument(
+        "--kernel", type=Path, default=KERNEL, help="the honest kernel the cases wrap (default: the rms_norm example)"
+    )
     args = parser.parse_args()
 
     from atrex_mcp.evaluate.device import has_gpu
@@ -216,7 +223,7 @@ def main() -> None:
             "forged_timing_gpu: needs a GPU (on CPU the evaluator does not time); run tests/test_exploits.py here "
             "instead."
         )
-    sources = case_sources()
+    sources = case_sources(args.kernel)
     wanted = list(sources) if args.cases == "all" else [c.strip() for c in args.cases.split(",")]
     unknown = [c for c in wanted if c not in sources]
     if unknown:
@@ -224,7 +231,7 @@ def main() -> None:
     catalog = Catalog()
     report: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "op": OP,
+        "op": args.op,
         "shapes": args.shapes.split(","),
         "cases": [],
     }
@@ -232,7 +239,7 @@ def main() -> None:
     try:
         for name in wanted:
             print(f"[forged_timing_gpu] {name}", flush=True)
-            report["cases"].append(run_case(catalog, name, sources[name], report["shapes"], standby))
+            report["cases"].append(run_case(catalog, args.op, name, sources[name], report["shapes"], standby))
             report["device"] = report["cases"][-1]["device"]
             out = Path(args.out)
             write_report(out.with_suffix(".json"), report)  # after every case: a run cut short keeps what it measured

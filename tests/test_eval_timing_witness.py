@@ -430,6 +430,35 @@ def test_the_graph_fingerprint_is_the_byte_sum_of_each_output_tensor_and_cpu_has
     assert capture(lambda **kw: a, [{}], "cpu", sync=None) == "no CUDA graphs on this device"
 
 
+def test_the_fingerprint_in_the_graph_is_one_reduction_per_output_into_its_row():
+    """What the capture writes per call (fingerprint_into) is what the judge recomputes (fingerprint)."""
+    import torch
+
+    from sandbox.graph_burst import fingerprint, fingerprint_into
+
+    out = (torch.randn(5, 7, dtype=torch.bfloat16), torch.arange(9, dtype=torch.uint8))
+    prints = torch.zeros((3, 2), dtype=torch.int64)
+    fingerprint_into(out, prints[1])
+    assert prints[1].tolist() == fingerprint(out).tolist() and prints[0].tolist() == prints[2].tolist() == [0, 0]
+
+
+def test_the_refresh_calibration_is_warm_and_its_spread_is_the_slow_side_of_the_median(monkeypatch):
+    """The first refresh (first use of the generator and kernels) is not timed; the spread is
+    max − median, how far a slow refresh in the worker could push the witness up."""
+    import torch
+
+    from atrex_mcp.evaluate import graph_witness
+    from sandbox.graph_burst import StackedInputs
+
+    walls = iter([0.0, 1.0, 0.0, 1.5, 0.0, 1.2, 0.0, 4.0, 0.0, 1.1, 0.0, 1.3, 0.0, 1.0])
+    refreshes = []
+    monkeypatch.setattr(StackedInputs, "refresh", lambda self, seed: refreshes.append(seed))
+    monkeypatch.setattr(graph_witness.time, "perf_counter", lambda: next(walls))
+    median, spread = graph_witness.refresh_s({"x": torch.ones(4), "i": torch.arange(3)}, calls=8)
+    assert len(refreshes) == graph_witness.REFRESH_CALIBRATIONS + 1  # one untimed first
+    assert median == pytest.approx(1.2) and spread == pytest.approx(4.0 - 1.2)
+
+
 # -- graph_witness.run's protocol, with a scripted worker (the GPU run is measurements/forged_timing_gpu.py) --
 
 

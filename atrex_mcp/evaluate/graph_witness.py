@@ -23,11 +23,11 @@ import torch
 
 from atrex_mcp.evaluate import timing_witness
 from atrex_mcp.evaluate.session import Failure, Session
-from sandbox.graph_burst import StackedInputs, fingerprint, refreshable, refreshed_set
+from sandbox.graph_burst import StackedInputs, fingerprint, fingerprint_into, refreshable, refreshed_set
 from sandbox.messages import GraphCaptureRequest, GraphReplayRequest, PingRequest
 
 CALIBRATION_REPLAYS = 3
-REFRESH_CALIBRATIONS = 5  # refreshes timed here: their median is taken off the wall, their spread joins the slack
+REFRESH_CALIBRATIONS = 7  # refreshes timed here, after one untimed: their median is taken off the wall
 
 
 def fingerprints_s(output: Any, calls: int) -> float:
@@ -57,7 +57,7 @@ def _graph_fingerprints_s(output: Any, calls: int) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # the server's other threads may use the GPU
         for i in range(calls):
-            prints[i].copy_(fingerprint(output))
+            fingerprint_into(output, prints[i])
     best = float("inf")
     for _ in range(CALIBRATION_REPLAYS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -73,10 +73,14 @@ def _graph_fingerprints_s(output: Any, calls: int) -> float:
 def refresh_s(inputs: dict[str, Any], calls: int) -> tuple[float, float]:
     """(median, spread) of REFRESH_CALIBRATIONS refreshes, timed on this process's clock from
     one synchronisation to the next, of K = `calls` sets of buffers shaped like `inputs`' refreshable
-    tensors: the refresh the worker does inside the replay's window, launches included."""
+    tensors: the refresh the worker does inside the replay's window, launches included. One
+    refresh runs untimed first (the generator's and kernels' first use). The spread is how much
+    slower than the median one was: a worker refresh that slow leaves the witness that much
+    too high, the direction that could fail an honest kernel."""
     live = [torch.ones(calls * t.numel(), dtype=t.dtype, device=t.device) for t in inputs.values() if refreshable(t)]
     stacked = StackedInputs(sets=[], live=live, base=[b.clone() for b in live])
     sync = torch.cuda.synchronize if any(b.is_cuda for b in live) else (lambda: None)
+    stacked.refresh(secrets.randbelow(2**31 - 1))
     walls = []
     for _ in range(REFRESH_CALIBRATIONS):
         sync()
@@ -84,7 +88,8 @@ def refresh_s(inputs: dict[str, Any], calls: int) -> tuple[float, float]:
         stacked.refresh(secrets.randbelow(2**31 - 1))
         sync()
         walls.append(time.perf_counter() - t0)
-    return statistics.median(walls), max(walls) - min(walls)
+    median = statistics.median(walls)
+    return median, max(walls) - median
 
 
 def round_trip_s(session: Session, timeout_s: float) -> float | Failure:

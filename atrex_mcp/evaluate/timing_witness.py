@@ -151,7 +151,7 @@ class GraphCalibration:
     round_trip_s: float  # an empty request to the worker and back (minimum of a few)
     fingerprints_s: float  # a graph of K output fingerprints of the reference output's size, replayed here
     refresh_s: float = 0.0  # the replay's input refresh on buffers of the same sizes, here (median of a few)
-    refresh_spread_s: float = 0.0  # max − min of those refreshes
+    refresh_spread_s: float = 0.0  # how much slower than their median the slowest of those refreshes was
 
 
 def graph_slack_ms(calls: int, calibration: GraphCalibration) -> float:

@@ -9,16 +9,16 @@ checked once against the problem's reference on a small batch (the first such sh
 lengths 1 to 300, shuffled block table), then timed with CUDA events: warm-up launches, then the median of --runs
 launches. A candidate is a tile and a variant (VARIANTS: schedule, few_keys, split P). Shapes of the "short" regime
 (many short sequences) run every variant on the kernel's tile — "q_tiles bf16P" is the kernel as first measured on
-the H200 (binary search, bf16 P), "per_sequence" the kernel's default now — and the default variant and
-"per_sequence_flat" on the other candidate tiles; "long" shapes run their default variant on every candidate tile
-and "q_tiles bf16P" on the kernel's tile (the cost of the split P there). The L2 cache is not flushed between
-launches: the memory-bound shapes move 0.1 to 8 GB per call, far beyond the 50 MB L2, and the compute-bound ones
-hardly depend on it; the figures rank candidates rather than stand in for the judge's times. A candidate that fails
-to compile or launch is recorded with its error and the run goes on. Writes JSON (candidate -> per-shape ms and
-TFLOP/s, the check's verdict, GPU name, torch and triton versions, date) to --out and prints a table (the kernel's
-own choice for a shape is marked '*') and the best candidate per (head-dim class, regime), the key of the kernel's
-TILES. Starts no new (candidate, shape) pair once --budget-s is spent (recorded as skipped), so it ends within
-about 4 minutes on one H200.
+the H200 (binary search, bf16 P), "per_sequence" the kernel's default now — and the default variant on the other
+candidate tiles; "long" shapes run their default variant on every candidate tile and "q_tiles bf16P" on the
+kernel's tile (the cost of the split P there). The L2 cache is not flushed between launches: the memory-bound
+shapes move 0.1 to 8 GB per call, far beyond the 50 MB L2, and the compute-bound ones hardly depend on it; the
+figures rank candidates rather than stand in for the judge's times. A candidate that fails to compile or launch is
+recorded with its error and the run goes on. Writes JSON (candidate -> per-shape ms and TFLOP/s, the check's
+verdict, GPU name, torch and triton versions, date) to --out and prints a table (the kernel's own choice for a shape
+is marked '*') and the best candidate per (head-dim class, regime), the key of the kernel's TILES. Starts no new
+(candidate, shape) pair once --budget-s is spent (recorded as skipped), so it ends within about 4 minutes on one
+H200.
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ OLD_VARIANT = "q_tiles bf16P"
 VARIANTS: dict[str, tuple[str, int | None, bool]] = {
     "q_tiles": ("q_tiles", None, True),
     "per_sequence": ("per_sequence", None, True),
-    "per_sequence_flat": ("per_sequence_flat", None, True),
     OLD_VARIANT: ("q_tiles", 0, False),
     "per_sequence nosplit": ("per_sequence", None, False),
     "per_sequence bf16P": ("per_sequence", 0, False),
@@ -142,9 +141,7 @@ def candidates_for(kernel, head_dim: int, n_tokens: int, num_seqs: int, cls: int
     default = kernel.SHORT_SCHEDULE if short else "q_tiles"
     pairs = [(default, current)]
     pairs += [(v, current) for v in VARIANTS if v != default and (short or v == OLD_VARIANT)]
-    # The flat schedule's fused pipeline needs more shared memory (D = 128, 64 x 64: 120 KB at 4 stages, 104 KB at
-    # 2, which fits two CTAs per SM), so it is tried on every candidate tile as well.
-    pairs += [(v, tuple(t)) for t in CANDIDATES.get(cls, []) for v in (default, "per_sequence_flat")[: 1 + short]]
+    pairs += [(default, tuple(t)) for t in CANDIDATES.get(cls, [])]
     return list(dict.fromkeys(pairs))
 
 

@@ -96,11 +96,8 @@ TILES: dict[tuple[int, str], Tile] = {
 
 # How programs map to work. "q_tiles": one program per BLOCK_Q tokens, found by a binary search over
 # cu_seqlens_q (any length mix). "per_sequence": programs (sequence, chunk, kv head) each looping over every
-# chunks-th q tile of one sequence, no search. "per_sequence_flat": the same with every key tile of the sequence
-# in the masked loop (the causal tiles past a q tile's diagonal add zeros; their loads are masked off), so the loop
-# bounds do not depend on the q tile and Triton fuses it with the q-tile loop into one software pipeline that
-# crosses q tiles; up to 1.8x the MMA work on 256-token sequences for no pipeline restart (not yet measured).
-SCHEDULES = ("q_tiles", "per_sequence", "per_sequence_flat")
+# chunks-th q tile of one sequence, no search.
+SCHEDULES = ("q_tiles", "per_sequence")
 SHORT_SCHEDULE = "per_sequence"
 PROGRAMS_PER_WAVE = 8 * 132  # per_sequence splits sequences into chunks until about this many programs run
 # A q tile with a row that sees at most FEW_KEYS keys runs all its keys in the masked loop, whose P·V uses a
@@ -349,12 +346,11 @@ def _q_tile(
     BLOCK_N: tl.constexpr,
     MASKED_N: tl.constexpr,
     SPLIT_P: tl.constexpr,
-    ONE_LOOP: tl.constexpr,
     WIDEN: tl.constexpr,
 ):
     """Attention for the BLOCK_Q tokens from position `first` of one sequence, all G heads of kv head kvh.
     Keys visible to every row run in a mask-free loop, the rest (the causal diagonal, the kv_len tail) in a masked
-    one; when a row of the tile sees at most few_keys keys, or ONE_LOOP, every key runs in the masked loop."""
+    one; when a row of the tile sees at most few_keys keys, every key runs in the masked loop (split P)."""
     m = tl.arange(0, BLOCK_M)
     pos = first + m // G
     row_ok = (m < BLOCK_Q * G) & (pos < q_len)
@@ -385,68 +381,36 @@ def _q_tile(
         fewest_keys = kv_len
     stride_slot = Hkv * D
     kv_head_off = kvh * D
-    if ONE_LOOP:
-        # The masked loop alone over [0, kv_len): bounds the same for every q tile of the sequence, which
-        # tl.range(flatten=True) needs to fuse it with the q-tile loop. Key tiles past the tile's last token load
-        # nothing (kv_end bounds the loads) and add exp2(-inf) = 0.
-        acc_a, acc_b, m_i, l_i = _attend(
-            acc_a,
-            acc_b,
-            m_i,
-            l_i,
-            qa,
-            qb,
-            k_ptr,
-            v_ptr,
-            table_row_ptr,
-            kv_head_off,
-            row_limit,
-            0,
-            kv_len,
-            kv_end,
-            qk_scale,
-            stride_slot,
-            D,
-            DA,
-            DB,
-            BS,
-            BLOCK_M,
-            MASKED_N,
-            True,
-            SPLIT_P,
-            WIDEN,
-        )
-    else:
-        # A tile with a row over few keys runs all of them in the masked loop, where P is split: one loop copy
-        # (a second, split copy of the mask-free loop would double the pipeline's shared memory).
-        full_end = tl.where(fewest_keys <= few_keys, 0, full_end)
-        acc_a, acc_b, m_i, l_i = _key_loops(
-            acc_a,
-            acc_b,
-            m_i,
-            l_i,
-            qa,
-            qb,
-            k_ptr,
-            v_ptr,
-            table_row_ptr,
-            kv_head_off,
-            row_limit,
-            full_end,
-            kv_end,
-            kv_len,
-            qk_scale,
-            stride_slot,
-            D,
-            DA,
-            DB,
-            BS,
-            BLOCK_M,
-            BLOCK_N,
-            MASKED_N,
-            SPLIT_P,
-            WIDEN,
-        )
+    # A tile with a row over few keys runs all of them in the masked loop, where P is split: one loop copy
+    # (a second, split copy of the mask-free loop would double the pipeline's shared memory).
+    full_end = tl.where(fewest_keys <= few_keys, 0, full_end)
+    acc_a, acc_b, m_i, l_i = _key_loops(
+        acc_a,
+        acc_b,
+        m_i,
+        l_i,
+        qa,
+        qb,
+        k_ptr,
+        v_ptr,
+        table_row_ptr,
+        kv_head_off,
+        row_limit,
+        full_end,
+        kv_end,
+        kv_len,
+        qk_scale,
+        stride_slot,
+        D,
+        DA,
+        DB,
+        BS,
+        BLOCK_M,
+        BLOCK_N,
+        MASKED_N,
+        SPLIT_P,
+        WIDEN,
+    )
     inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)  # a row without keys (kv_len 0, unmasked) keeps acc = 0
     out_ty = out_ptr.dtype.element_ty
     tl.store(out_ptr + q_row[:, None] + da[None, :], (acc_a * inv_l[:, None]).to(out_ty), mask=row_ok[:, None])
@@ -520,7 +484,6 @@ def _unified_attention(
             BLOCK_N,
             MASKED_N,
             SPLIT_P,
-            False,
             WIDEN,
         )
 
@@ -550,15 +513,11 @@ def _unified_attention_per_sequence(
     BLOCK_N: tl.constexpr,
     MASKED_N: tl.constexpr,
     SPLIT_P: tl.constexpr,
-    FLAT: tl.constexpr,
     WIDEN: tl.constexpr,
 ):
-    """Schedules "per_sequence" and "per_sequence_flat": program (seq·chunks + c, kvh) runs q tiles c,
+    """Schedule "per_sequence": program (seq·chunks + c, kvh) runs q tiles c,
     c + chunks, ... of sequence seq. No search (the sequence is the program id), the sequence's pages and
-    K/V stay hot in L1/L2 across its q tiles, and interleaved tiles share the causal work evenly. FLAT: every key
-    in the masked loop, and the q-tile loop flattened with it into one software pipeline, so the loads of the
-    next q tile's first keys overlap the current tile's last ones (its few key tiles leave a per-tile pipeline
-    mostly prologue)."""
+    K/V stay hot in L1/L2 across its q tiles, and interleaved tiles share the causal work evenly."""
     seq = tl.program_id(0) // chunks
     c = tl.program_id(0) % chunks
     kvh = tl.program_id(1)
@@ -566,66 +525,34 @@ def _unified_attention_per_sequence(
     q_len = tl.load(cu_q_ptr + seq + 1) - q_start
     kv_len = tl.load(kv_lens_ptr + seq)
     table_row_ptr = table_ptr + seq * table_stride
-    if FLAT:
-        for t in tl.range(c, tl.cdiv(q_len, BLOCK_Q), chunks, flatten=True):
-            _q_tile(
-                q_ptr,
-                k_ptr,
-                v_ptr,
-                out_ptr,
-                table_row_ptr,
-                qk_scale,
-                q_start,
-                q_len,
-                kv_len,
-                t * BLOCK_Q,
-                kvh,
-                Hq,
-                Hkv,
-                few_keys,
-                G,
-                D,
-                DA,
-                DB,
-                BS,
-                BLOCK_M,
-                BLOCK_Q,
-                BLOCK_N,
-                MASKED_N,
-                SPLIT_P,
-                True,
-                WIDEN,
-            )
-    else:
-        for t in range(c, tl.cdiv(q_len, BLOCK_Q), chunks):
-            _q_tile(
-                q_ptr,
-                k_ptr,
-                v_ptr,
-                out_ptr,
-                table_row_ptr,
-                qk_scale,
-                q_start,
-                q_len,
-                kv_len,
-                t * BLOCK_Q,
-                kvh,
-                Hq,
-                Hkv,
-                few_keys,
-                G,
-                D,
-                DA,
-                DB,
-                BS,
-                BLOCK_M,
-                BLOCK_Q,
-                BLOCK_N,
-                MASKED_N,
-                SPLIT_P,
-                False,
-                WIDEN,
-            )
+    for t in range(c, tl.cdiv(q_len, BLOCK_Q), chunks):
+        _q_tile(
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            out_ptr,
+            table_row_ptr,
+            qk_scale,
+            q_start,
+            q_len,
+            kv_len,
+            t * BLOCK_Q,
+            kvh,
+            Hq,
+            Hkv,
+            few_keys,
+            G,
+            D,
+            DA,
+            DB,
+            BS,
+            BLOCK_M,
+            BLOCK_Q,
+            BLOCK_N,
+            MASKED_N,
+            SPLIT_P,
+            WIDEN,
+        )
 
 
 def unified_attention(
@@ -690,7 +617,7 @@ def unified_attention(
     else:
         chunks = per_sequence_chunks(n_tokens, num_seqs, hkv, block_q)
         _unified_attention_per_sequence[(num_seqs * chunks, hkv)](
-            *args, hq, hkv, table.shape[1], few_keys, chunks, FLAT=schedule == "per_sequence_flat", **meta
+            *args, hq, hkv, table.shape[1], few_keys, chunks, **meta
         )
     return out
 

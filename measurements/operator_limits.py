@@ -109,7 +109,7 @@ class MeasuredShape:
     id: str
     correct: bool
     time_ms: float | None
-    failure: str = ""  # stage/category of a failed shape
+    failure: str = ""  # stage/category of a shape a stage rejected (correct or not)
     launches: int | None = None  # kernel launches of one profiled forward
     host_bound: bool | None = None
 
@@ -143,9 +143,9 @@ def _from_eval_result(result: EvalResult, source: str) -> MeasuredOperator:
     shapes = [
         MeasuredShape(
             id=s.id,
-            correct=s.correct and s.stage is None,
+            correct=s.correct,
             time_ms=s.time_ms,
-            failure="" if s.correct and s.stage is None else f"{s.stage}/{s.category}",
+            failure=f"{s.stage}/{s.category}" if s.stage or not s.correct else "",
             launches=sum(k.count for k in s.kernels) if s.kernels else None,
             host_bound=s.timing.host_bound if s.timing else None,
         )
@@ -219,9 +219,9 @@ def _from_wiki_kernels(path: Path, data: dict[str, Any]) -> Source:
         shapes = [
             MeasuredShape(
                 id=str(s["id"]),
-                correct=bool(s.get("correct")) and s.get("stage") is None,
+                correct=bool(s.get("correct")),
                 time_ms=s.get("time_ms"),
-                failure="" if s.get("correct") and s.get("stage") is None else f"{s.get('stage')}/{s.get('category')}",
+                failure=f"{s.get('stage')}/{s.get('category')}" if s.get("stage") or not s.get("correct") else "",
             )
             for s in entry.get("shapes", [])
         ]
@@ -296,7 +296,7 @@ class ShapeLimit(BaseModel):
     limit: Limit = Field(description="What limits the shape (module docstring): launch, memory, compute, kernel…")
     bound: str | None = Field(default=None, description="The roofline's binding term on h200 (memory or compute).")
     dtypes: list[str] = Field(default_factory=list, description="Dtype paths the shape's work is counted under.")
-    correct: bool = Field(description="Passed every stage.")
+    correct: bool = Field(description="The evaluator's correctness verdict (S_i is over correct shapes).")
     failure: str = Field(default="", description="stage/category of a failed shape.")
     time_ms: float | None = Field(default=None, description="Median time T.")
     t_sol_ms: float | None = Field(default=None, description="T_SOL on h200.")
@@ -436,7 +436,7 @@ def shape_limit(
             shape.launches,
             shape.host_bound,
         )
-        if not shape.correct:
+        if shape.failure or not shape.correct:
             out.limit = "failed"
     if r is None:
         out.limit = out.limit if out.limit == "failed" else "no_roofline"
@@ -445,7 +445,7 @@ def shape_limit(
     out.s_ceiling = min(1.0, r.t_sol_ms / floor_ms)
     out.s_ceiling_measured = min(1.0, r.t_sol_ms / max(r.t_sol_measured_ms, floor_ms))
     t = out.time_ms
-    if shape is None or not shape.correct or t is None or t <= 0:
+    if shape is None or out.limit == "failed" or t is None or t <= 0:
         return out
     t_s = t / 1e3
     out.s = r.t_sol_ms / t

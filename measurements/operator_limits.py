@@ -12,6 +12,8 @@ operators by what is left on the table: weight × (S ceiling − S).
 Inputs, in the order given (a later input replaces an earlier one's operators):
   * a `bench run` directory (run.json and eval/<op>.json, what `bench eval` writes), or a
     directory of evaluation results (its eval/ folder, or any folder of EvalResult JSON);
+    --candidate eager / torch-compile reads the timed references instead (eval/baselines/, or a
+    measurements/baselines.py folder);
   * one EvalResult JSON (`atrex-mcp eval --json` output);
   * a `bench report` report.json: S per operator only, no per-shape limits;
   * a measurements/wiki_kernels_gpu.py JSON (per kernel, time and correctness per shape).
@@ -30,9 +32,11 @@ Per shape (every figure is of the shape's median time T):
     memory   ≥ MEMORY_SHARE (60 %) of the measured HBM rate (4.63 TB/s): the stream is near what
              any kernel moved on this H200 (hbm_mix reached 92–98 % of it with plain copies).
              (When both hold, the larger share of its threshold names the class.)
-    launch   T ≤ LAUNCH_FACTOR (2) × T_floor, or the timing loop found the host outran its spin on
-             most calls (host_bound): one or a few launches' fixed cost is the time; the S ceiling
-             binds and only fewer launches (fusion) move it.
+    launch   T ≤ LAUNCH_FACTOR (2) × T_floor: one or a few launches' fixed cost is the time; the
+             S ceiling binds and only fewer launches (fusion) move it.
+    host     the timing loop found the host outran its spin on most calls (host_bound): host work
+             (Python, many small launches) is the time, whatever the kernels do; fewer launches per
+             call (fusion, CUDA graphs) move it.
     kernel   none of these: latency, occupancy, tiling, grid shape or extra launches —
              headroom inside the kernel.
   Shapes that failed a stage are `failed`, correct shapes without a time `untimed`; neither counts
@@ -86,8 +90,8 @@ TOP = 5
 FLOOR_DIR = ROOT / "measurements" / "results" / "launch_floor"
 RESULTS_DIR = ROOT / "measurements" / "results" / "operator_limits"
 
-Limit = Literal["launch", "memory", "compute", "kernel", "failed", "untimed", "no_roofline"]
-TIMED_CLASSES: tuple[Limit, ...] = ("kernel", "launch", "memory", "compute")
+Limit = Literal["launch", "host", "memory", "compute", "kernel", "failed", "untimed", "no_roofline"]
+TIMED_CLASSES: tuple[Limit, ...] = ("kernel", "launch", "host", "memory", "compute")
 
 
 @dataclass(frozen=True)
@@ -158,13 +162,14 @@ def _from_eval_result(result: EvalResult, source: str) -> MeasuredOperator:
     return MeasuredOperator(result.op, source, shapes, result.operator_score, note)
 
 
-def _results_source(path: Path, results: list[EvalResult], kind: str) -> Source:
-    candidates = [r for r in results if r.candidate == "candidate"]
+def _results_source(path: Path, results: list[EvalResult], kind: str, candidate: str = "candidate") -> Source:
+    candidates = [r for r in results if r.candidate == candidate]
     if not candidates:
+        found = sorted({r.candidate for r in results})
         raise _input_error(
             path,
-            "holds no candidate evaluation (only baselines, or nothing bench eval wrote).",
-            "Run `atrex-mcp bench eval RUN_DIR` first, or pass the run directory itself.",
+            f"holds no {candidate!r} evaluation (found: {', '.join(found) or 'none'}).",
+            "Run `atrex-mcp bench eval RUN_DIR` first, pass the run directory itself, or pick --candidate.",
         )
     src = Source(str(path), kind, max(r.started_at for r in candidates)[:10], candidates[0].device.name or None)
     for r in candidates:
@@ -172,7 +177,7 @@ def _results_source(path: Path, results: list[EvalResult], kind: str) -> Source:
     return src
 
 
-def _from_run_dir(path: Path) -> Source:
+def _from_run_dir(path: Path, candidate: str) -> Source:
     from atrex_mcp.agentbench.evaluation import EvalError
     from atrex_mcp.agentbench.layout import RunLayout, RunStore
     from atrex_mcp.evaluate.table import load_results
@@ -181,9 +186,10 @@ def _from_run_dir(path: Path) -> Source:
     config = RunStore(layout).load_config()
     if not layout.eval_dir.is_dir():
         raise _input_error(path, "has no eval/ folder.", f"Run `atrex-mcp bench eval {path}` first.")
-    src = _results_source(path, [r for r in load_results(layout.eval_dir) if r.op in config.ops], "bench run")
+    results = load_results(layout.baselines_dir if candidate != "candidate" else layout.eval_dir)
+    src = _results_source(path, [r for r in results if r.op in config.ops], "bench run", candidate)
     src.catalog_roots = list(config.problems)
-    for error_file in layout.eval_dir.glob("*.error.json"):
+    for error_file in layout.eval_dir.glob("*.error.json") if candidate == "candidate" else []:
         try:
             failed = EvalError.model_validate_json(error_file.read_text())
         except (ValidationError, ValueError):
@@ -232,15 +238,15 @@ def _from_wiki_kernels(path: Path, data: dict[str, Any]) -> Source:
     return src
 
 
-def load_source(path: Path, run: str | None = None) -> Source:
+def load_source(path: Path, run: str | None = None, candidate: str = "candidate") -> Source:
     """Whatever `path` is (run directory, results folder, report.json, wiki-kernels JSON, one
     EvalResult), as per-operator measurements; an AtrexError naming the fix when it is none."""
     from atrex_mcp.evaluate.table import load_results
 
     if path.is_dir():
         if (path / "run.json").is_file():
-            return _from_run_dir(path)
-        return _results_source(path, load_results(path), "evaluation results")
+            return _from_run_dir(path, candidate)
+        return _results_source(path, load_results(path), "evaluation results", candidate)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -254,7 +260,7 @@ def load_source(path: Path, run: str | None = None) -> Source:
     if isinstance(data, dict) and "kernels" in data and "meta" in data:
         return _from_wiki_kernels(path, data)
     try:
-        return _results_source(path, [EvalResult.model_validate(data)], "evaluation result")
+        return _results_source(path, [EvalResult.model_validate(data)], "evaluation result", candidate)
     except ValidationError:
         raise _input_error(
             path,
@@ -376,9 +382,9 @@ def classify(
     memory, compute = hbm_measured / th.memory_share, peak_measured / th.compute_share
     if max(memory, compute) >= 1.0:
         return "compute" if compute > memory else "memory"
-    if t_over_floor <= th.launch_factor or host_bound:
+    if t_over_floor <= th.launch_factor:
         return "launch"
-    return "kernel"
+    return "host" if host_bound else "kernel"
 
 
 @dataclass(frozen=True)
@@ -467,15 +473,27 @@ def _pct_range(values: Sequence[float]) -> str:
     return f"{lo:.0f} %" if f"{lo:.0f}" == f"{hi:.0f}" else f"{lo:.0f}–{hi:.0f} %"
 
 
+def _times(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:,.0f}"
+
+
 def _x_range(values: Sequence[float]) -> str:
-    lo, hi = min(values), max(values)
-    return f"{lo:.1f}×" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}×"
+    lo, hi = _times(min(values)), _times(max(values))
+    return f"{lo}×" if lo == hi else f"{lo}–{hi}×"
 
 
 def _class_phrase(limit: Limit, shapes: list[ShapeLimit]) -> str:
     """How the shapes of one class sit, in measured figures."""
     if limit == "launch":
         return f"launch-bound at {_x_range([s.t_over_floor or 0 for s in shapes])} T_floor"
+    if limit == "host":
+        launches = sorted(s.launches for s in shapes if s.launches is not None)
+        span = (
+            "" if not launches else str(launches[0]) if launches[0] == launches[-1] else f"{launches[0]}–{launches[-1]}"
+        )
+        counted = f", {span} launches per forward" if span else ""
+        floors = _x_range([s.t_over_floor or 0 for s in shapes])
+        return f"host-bound (host launch work is the time: {floors} T_floor{counted})"
     if limit == "memory":
         return f"at {_pct_range([s.hbm_fraction_measured or 0 for s in shapes])} of the measured HBM rate"
     if limit == "compute":
@@ -562,6 +580,8 @@ def operator_limits(
         s = computed if computed is not None else 0.0
         if why:
             notes.append(why)
+        if measured.reported_s is not None and abs(measured.reported_s - s) > 1e-6:
+            notes.append(f"the input states S {measured.reported_s:.4f} (another profile, or over other shapes)")
     good = [x for x in shapes if x.limit in TIMED_CLASSES]
     out = OperatorLimits(
         op=op,
@@ -661,7 +681,8 @@ def render_markdown(report: LimitsReport, top: int = TOP) -> str:
         f"T_floor = {report.floor_ms * 1e3:.2f} µs (`{report.floor_source}`). Limit classes, first that holds: "
         f"**compute** ≥ {th['compute_share']:.0%} of the dtype's measured peak; **memory** ≥ {th['memory_share']:.0%} "
         f"of the measured HBM rate ({report.profiles[MEASURED_PROFILE]['hbm_bytes_per_s'] / 1e12:.2f} TB/s); "
-        f"**launch** T ≤ {th['launch_factor']:g} × T_floor or host-bound; **kernel** otherwise. Rates are the "
+        f"**launch** T ≤ {th['launch_factor']:g} × T_floor; **host** the host outran the timing loop (host_bound); "
+        "**kernel** otherwise. Rates are the "
         "roofline's counted W and Q over T (useful work, not hardware counters).",
         "",
         f"S_agg over every catalog operator (absent = 0): **{report.s_agg:.4f}**; with every operator at its "
@@ -675,8 +696,8 @@ def render_markdown(report: LimitsReport, top: int = TOP) -> str:
         "## Every operator",
         "",
         "| # | operator | weight | S | S ceiling | ceiling (measured peaks) | w × headroom | shapes | kernel | launch "
-        "| memory | compute | failed | median HBM % | median peak % | median T/T_floor | source |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| host | memory | compute | failed | median HBM % | median peak % | median T/T_floor | source |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, o in enumerate(report.operators, 1):
         c = o.classes
@@ -684,8 +705,8 @@ def render_markdown(report: LimitsReport, top: int = TOP) -> str:
         lines.append(
             f"| {i} | {o.op} | {o.weight:.4f} | {o.s:.3f} | {o.s_ceiling:.3f} | {o.s_ceiling_measured:.3f} "
             f"| {o.weighted_headroom:.4f} | {shapes} "
-            f"| {c.get('kernel', 0)} | {c.get('launch', 0)} | {c.get('memory', 0)} | {c.get('compute', 0)} "
-            f"| {c.get('failed', 0)} | {_f(o.median_hbm_fraction_measured, '.0f', 100)} "
+            f"| {c.get('kernel', 0)} | {c.get('launch', 0)} | {c.get('host', 0)} | {c.get('memory', 0)} "
+            f"| {c.get('compute', 0)} | {c.get('failed', 0)} | {_f(o.median_hbm_fraction_measured, '.0f', 100)} "
             f"| {_f(o.median_peak_fraction_measured, '.0f', 100)} | {_f(o.median_t_over_floor, '.1f')} "
             f"| {Path(o.source).name if o.source else '—'} |"
         )
@@ -737,13 +758,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", type=Path, help="launch-floor JSON (default: the newest in results/launch_floor)")
     parser.add_argument("--out", type=Path, help="prefix of PREFIX.md / PREFIX.json (default: results/…/<date>_<gpu>)")
     parser.add_argument("--run", help="which run of a report.json that holds several")
+    parser.add_argument(
+        "--candidate",
+        default="candidate",
+        choices=["candidate", "eager", "torch-compile"],
+        help="which evaluations of a run or results folder (eager / torch-compile: the timed references)",
+    )
     parser.add_argument("--top", type=int, default=TOP, help="operators the summary states (default 5)")
     parser.add_argument("--launch-factor", type=float, default=LAUNCH_FACTOR)
     parser.add_argument("--memory-share", type=float, default=MEMORY_SHARE)
     parser.add_argument("--compute-share", type=float, default=COMPUTE_SHARE)
     args = parser.parse_args(argv)
     try:
-        sources = [load_source(p, args.run) for p in args.inputs]
+        sources = [load_source(p, args.run, args.candidate) for p in args.inputs]
         floor_ms, floor_source = load_floor(args.floor)
         th = Thresholds(args.launch_factor, args.memory_share, args.compute_share)
         report = analyse(_catalog(sources), sources, floor_ms, floor_source, th, args.top)

@@ -35,7 +35,7 @@ SHAPES = {
 }
 # times (ms) of alpha's shapes, and the class each must get
 TIMES = {"mem": 0.150, "cmp": 2.0, "slow": 0.22, "tiny": 0.006, "host": 0.025}
-EXPECTED = {"mem": "memory", "cmp": "compute", "slow": "kernel", "tiny": "launch", "host": "launch", "bad": "failed"}
+EXPECTED = {"mem": "memory", "cmp": "compute", "slow": "kernel", "tiny": "launch", "host": "host", "bad": "failed"}
 WEIGHTS = {"alpha": 0.6, "beta": 0.4}
 
 
@@ -68,6 +68,7 @@ def _alpha_result():
                 input_sets=4, flush_bytes=1 << 27, covers_side_streams=False, sync_gap_ms=0.01, wall_s=0.1,
                 host_bound=True,
             )  # fmt: skip
+            s.kernels = [KernelTime(name="k", time_us=1.0, count=7, origin="candidate_dsl")]
         if sid == "tiny":
             s.kernels = [KernelTime(name="k", time_us=1.0, count=3, origin="candidate_dsl")]
         shapes.append(s)
@@ -88,7 +89,9 @@ def test_classify_thresholds_and_precedence():
     assert ol.classify(0.65, 0.10, 1.5, None, th) == "memory"  # a rate reached outranks the floor
     assert ol.classify(0.10, 0.10, 2.0, None, th) == "launch"
     assert ol.classify(0.10, 0.10, 2.01, None, th) == "kernel"
-    assert ol.classify(0.10, 0.10, 30.0, True, th) == "launch"
+    assert ol.classify(0.10, 0.10, 30.0, True, th) == "host"
+    assert ol.classify(0.10, 0.10, 1.5, True, th) == "launch"
+    assert ol.classify(0.65, 0.10, 30.0, True, th) == "memory"
     assert ol.classify(0.10, 0.10, 3.0, None, ol.Thresholds(launch_factor=4.0)) == "launch"
 
 
@@ -117,7 +120,7 @@ def test_shapes_classes_scores_and_ranking(catalog):
     correct = sorted([100 / 150, 0.5, 0.1 / 0.22, 0.001e-3 / 0.006, 0.002 / 0.025])
     assert alpha.s == pytest.approx(correct[2])
     assert alpha.s_ceiling == pytest.approx(1.0)
-    assert alpha.classes == {"memory": 1, "compute": 1, "kernel": 1, "launch": 2, "failed": 1}
+    assert alpha.classes == {"memory": 1, "compute": 1, "kernel": 1, "launch": 1, "host": 1, "failed": 1}
     assert alpha.worst == ["slow", "cmp", "mem"]  # furthest below their ceilings of 1
     assert alpha.weighted_headroom == pytest.approx(0.6 * (1 - alpha.s))
 
@@ -128,7 +131,8 @@ def test_shapes_classes_scores_and_ranking(catalog):
     assert report.s_agg_ceiling == pytest.approx(1.0)
     assert "no result in the inputs" in beta.statement
     assert "1 of 6 at 69 % of the measured HBM rate" in alpha.statement
-    assert "2 of 6 launch-bound at 1.2–5.0× T_floor" in alpha.statement and "1 failed" in alpha.statement
+    assert "1 of 6 launch-bound at 1.2× T_floor" in alpha.statement and "1 failed" in alpha.statement
+    assert "1 of 6 host-bound (host launch work is the time: 5.0× T_floor, 7 launches" in alpha.statement
 
 
 def _run_dir(root: Path, problems: Path) -> Path:

@@ -255,10 +255,15 @@ def load_source(path: Path, run: str | None = None, candidate: str = "candidate"
         ) from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise _input_error(path, f"is not readable JSON ({type(exc).__name__}).", "Pass the file unchanged.") from None
-    if isinstance(data, dict) and "runs" in data and "generated_at" in data:
-        return _from_report(path, data, run)
-    if isinstance(data, dict) and "kernels" in data and "meta" in data:
-        return _from_wiki_kernels(path, data)
+    try:
+        if isinstance(data, dict) and "runs" in data and "generated_at" in data:
+            return _from_report(path, data, run)
+        if isinstance(data, dict) and "kernels" in data and "meta" in data:
+            return _from_wiki_kernels(path, data)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise _input_error(
+            path, f"is damaged ({type(exc).__name__}: {exc}).", "Pass the file its script wrote, unchanged."
+        ) from None
     try:
         return _results_source(path, [EvalResult.model_validate(data)], "evaluation result", candidate)
     except ValidationError:
@@ -329,7 +334,7 @@ class ShapeLimit(BaseModel):
 class OperatorLimits(BaseModel):
     """One operator: S against its ceiling, its weight, and its shapes' limits."""
 
-    op: str
+    op: str = Field(description="Operator (problem) name.")
     weight: float = Field(description="Normalised importance weight (sum 1 over the catalog).")
     source: str | None = Field(description="Input this operator's figures came from; null: none.")
     scored_shapes: int = Field(description="Scored shapes of the operator in the catalog.")
@@ -346,28 +351,30 @@ class OperatorLimits(BaseModel):
     classes: dict[str, int] = Field(description="Shapes per limit class.")
     median_hbm_fraction_measured: float | None = Field(description="Over correct timed shapes.")
     median_peak_fraction_measured: float | None = Field(description="Over correct timed shapes.")
-    median_tbps: float | None = None
-    median_tflops: float | None = None
-    median_t_over_floor: float | None = None
-    median_launches: float | None = None
+    median_tbps: float | None = Field(default=None, description="Counted bytes / T, TB/s, over correct timed shapes.")
+    median_tflops: float | None = Field(default=None, description="Counted work / T, TFLOP/s, over them.")
+    median_t_over_floor: float | None = Field(default=None, description="T / T_floor over them.")
+    median_launches: float | None = Field(default=None, description="Launches per profiled forward over them.")
     worst: list[str] = Field(description="Ids of the shapes furthest below their ceiling.")
     statement: str = Field(description="One measured line: what limits the operator.")
     note: str = Field(default="", description="Coverage, failures, or why figures are missing.")
-    shapes: list[ShapeLimit] = Field(default_factory=list)
+    shapes: list[ShapeLimit] = Field(default_factory=list, description="The measured shapes, in catalog order.")
 
 
 class LimitsReport(BaseModel):
     """The whole answer, as written to PREFIX.json."""
 
-    question: str = "What limits each operator's S on the H200, measured?"
+    question: str = Field(
+        default="What limits each operator's S on the H200, measured?", description="This record's question."
+    )
     date: str = Field(description="Date of the newest source (the measurement), YYYY-MM-DD.")
     written_at: str = Field(description="When this analysis ran, UTC.")
     gpu: str | None = Field(description="GPU the sources were measured on.")
     sources: list[str] = Field(description="Inputs, in the order applied.")
     floor_ms: float = Field(description="T_floor: one launch through the evaluator's timing loop.")
-    floor_source: str
+    floor_source: str = Field(description="The launch-floor JSON T_floor was read from.")
     profiles: dict[str, dict[str, Any]] = Field(description="Peaks used: HBM bytes/s and FLOP/s per dtype path.")
-    thresholds: dict[str, float]
+    thresholds: dict[str, float] = Field(description="launch_factor, memory_share, compute_share as applied.")
     s_agg: float = Field(description="Σ w_i S_i over every catalog operator (absent = 0).")
     s_agg_ceiling: float = Field(description="Σ w_i × S ceiling_i.")
     s_agg_ceiling_measured: float = Field(description="Σ w_i × S ceiling_i at the measured peaks.")

@@ -199,6 +199,10 @@ def test_bad_inputs_get_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "[input/bad_limits_input]" in err and "Hint:" in err
     assert ol.main([str(tmp_path / "missing.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(json.dumps({"meta": {}, "kernels": {"alpha": {"shapes": []}}}))  # no "operator"
+    assert ol.main([str(damaged)]) == 2
+    assert "is damaged (KeyError" in capsys.readouterr().err
     no_floor = tmp_path / "nofloor.json"
     no_floor.write_text(json.dumps({"floor_ms": None, "note": "not timed: no GPU"}))
     run = _run_dir(tmp_path / "run", _problem_root(tmp_path / "problems"))

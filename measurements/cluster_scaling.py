@@ -86,7 +86,7 @@ class Plan:
     def legs(self) -> list[Leg]:
         with_local = self.workers == 1 if self.local is None else self.local
         cluster = [Leg(1)] if self.workers == 1 else [Leg(1), Leg(self.workers)]
-        return [Leg(0), *cluster] if with_local else cluster
+        return [*cluster, Leg(0)] if with_local else cluster  # local last: its judge opens a CUDA context here
 
     @property
     def work(self) -> Path:
@@ -207,7 +207,8 @@ def _verdict_check(plan: Plan, legs: dict[str, dict[str, Any]]) -> dict[str, Any
     """Every other leg against the single-GPU reference: the local path when it ran, else the
     one-worker cluster."""
     names = [leg.name for leg in plan.legs]
-    reference, others = names[0], names[1:]
+    reference = "local" if "local" in names else "cluster-1"
+    others = [n for n in names if n != reference]
     if not others:
         return {"verdicts_match": None, "verdicts_reference": reference, "compared": [], "differences": []}
     if not all(legs[n]["complete"] for n in names):

@@ -37,8 +37,8 @@ def test_the_scaling_script_on_one_gpu_matches_the_local_verdicts_and_reports_no
     assert cut_short["verdicts_match"] is None
 
     report = cluster_scaling.measure(plan)  # the same command again: continues the measurement
-    local, cluster = report["legs"]
-    assert (local["leg"], cluster["leg"]) == ("local", "cluster-1")
+    cluster, local = report["legs"]
+    assert (cluster["leg"], local["leg"]) == ("cluster-1", "local")
     assert report["complete"] and report["failed"] == []
     assert local["shapes_judged"] == cluster["shapes_judged"] == 1
     assert report["verdicts_match"] is True and report["verdicts_reference"] == "local"

@@ -28,6 +28,8 @@ from atrex_mcp.agentbench.layout import RunLayout, RunStore  # noqa: E402
 from atrex_mcp.agentbench.models import OpState, Submission  # noqa: E402
 from atrex_mcp.agentbench.runner import RunRequest, open_run  # noqa: E402
 from atrex_mcp.cluster.dispatch import ShardFile, shards_dir  # noqa: E402
+from atrex_mcp.cluster.engine import visible_devices  # noqa: E402
+from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
 from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 
@@ -51,6 +53,18 @@ def candidate_set(ops: list[str] | None = None, fill_with_reference: bool = True
         elif fill_with_reference:
             sources[op] = catalog.visible(op).reference_source
     return sources
+
+
+def check_workers(workers: int) -> None:
+    """The host has `workers` GPUs (any count on a host without one: its workers are CPU slots)."""
+    if workers < 1 or len(visible_devices(workers)) < workers:
+        visible = visible_devices(None)
+        raise AtrexError(
+            "input",
+            "bad_workers",
+            f"--workers {workers}, but this host has {len(visible)} GPU(s) ({', '.join(visible)}).",
+            f"Give 1 to {len(visible)}: one worker per GPU.",
+        )
 
 
 def check_shapes(ops: list[str], shapes: list[str]) -> None:

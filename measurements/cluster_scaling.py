@@ -45,6 +45,7 @@ from measurements.cluster_runs import (  # noqa: E402
     busy_seconds,
     candidate_set,
     check_shapes,
+    check_workers,
     differences,
     failed_ops,
     host_record,
@@ -113,9 +114,11 @@ def _check_settings(plan: Plan) -> None:
     if path.is_file():
         earlier = json.loads(path.read_text())
         if earlier != plan.settings():
-            raise SystemExit(
-                f"cluster_scaling: {plan.out} holds a measurement made with {earlier}; "
-                "repeat those options to continue it, or give another --out."
+            raise AtrexError(
+                "input",
+                "settings_differ",
+                f"{plan.out} holds a measurement made with {earlier}.",
+                "Repeat those options to continue it, or give another --out.",
             )
     plan.work.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(plan.settings()))
@@ -300,12 +303,7 @@ def render(report: dict[str, Any]) -> str:
 def measure(plan: Plan, send_for: float | None = None, command: str = "") -> dict[str, Any]:
     """Run (or continue) every incomplete leg within the call's sending time, then write the
     report; returns it."""
-    if plan.workers < 1 or len(visible_devices(plan.workers)) < plan.workers:
-        visible = visible_devices(None)
-        raise SystemExit(
-            f"cluster_scaling: --workers {plan.workers}, but this host has {len(visible)} GPU(s) "
-            f"({', '.join(visible)}); give 1 to {len(visible)}."
-        )
+    check_workers(plan.workers)
     sources = candidate_set(plan.ops)  # an unknown operator or shape is refused before anything starts
     if plan.shapes not in ("all", "smoke"):
         check_shapes(list(sources), [s for s in plan.shapes.split(",") if s])

@@ -42,6 +42,7 @@ from measurements.cluster_runs import (  # noqa: E402
     ONE_GPU_NOTE,
     candidate_set,
     check_shapes,
+    check_workers,
     host_record,
     report_stem,
     table,
@@ -196,16 +197,13 @@ def measure(
     out: Path, workers: int, clients: int, pool_ops: list[str], shapes: list[str] | None, seeds: int, command: str = ""
 ) -> dict[str, Any]:
     """Both legs (one with one GPU), then the report; returns it."""
-    if workers < 1 or len(visible_devices(workers)) < workers:
-        visible = visible_devices(None)
-        raise SystemExit(
-            f"cluster_server_pool: --workers {workers}, but this host has {len(visible)} GPU(s) "
-            f"({', '.join(visible)}); give 1 to {len(visible)}."
-        )
+    check_workers(workers)
     sources = candidate_set(pool_ops, fill_with_reference=False)
     missing = [op for op in pool_ops if op not in sources]
     if missing:
-        raise SystemExit(f"cluster_server_pool: no wiki kernel for {', '.join(missing)}; choose other --ops.")
+        raise AtrexError(
+            "input", "no_kernel", f"No wiki kernel for {', '.join(missing)}.", "Choose operators of gpu_wiki/kernels/."
+        )
     check_shapes(pool_ops, shapes or [])
     ops = [pool_ops[i % len(pool_ops)] for i in range(clients)]
     legs = [measure_leg(w, sources, ops, shapes, seeds) for w in sorted({1, workers})]

@@ -1,5 +1,6 @@
 """What the cluster measurements share: a bench run made from a candidate set without an agent,
-the verdicts of its evaluation shape by shape, and each worker's busy time.
+the verdicts of its evaluation shape by shape, each worker's busy time, what each worker's GPU
+is, and the host record (date, GPU, versions) and file names of a report.
 
 A run directory is what `atrex-mcp bench eval` judges; here its submissions are written
 directly (the wiki kernels, or any {op: source}), so the local path and the cluster path can be
@@ -8,8 +9,14 @@ given identical copies of one candidate set.
 
 from __future__ import annotations
 
+import os
+import platform
+import re
+import subprocess
 import sys
+import time
 from collections import defaultdict
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +28,15 @@ from atrex_mcp.agentbench.layout import RunLayout, RunStore  # noqa: E402
 from atrex_mcp.agentbench.models import OpState, Submission  # noqa: E402
 from atrex_mcp.agentbench.runner import RunRequest, open_run  # noqa: E402
 from atrex_mcp.cluster.dispatch import ShardFile, shards_dir  # noqa: E402
+from atrex_mcp.cluster.engine import visible_devices  # noqa: E402
+from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
 from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 
 KERNELS = ROOT / "gpu_wiki" / "kernels"
+CPU_GPU = "cpu (Triton interpreter, a fake GPU=1 resource per worker)"  # what a worker without CUDA judges on
+ONE_GPU = "n/a (one GPU)"  # a speed-up on a host with one GPU
+ONE_GPU_NOTE = "one GPU: the 1-worker and N-worker legs are the same leg; no speed-up measured"
 
 
 def candidate_set(ops: list[str] | None = None, fill_with_reference: bool = True) -> dict[str, str]:
@@ -41,6 +53,27 @@ def candidate_set(ops: list[str] | None = None, fill_with_reference: bool = True
         elif fill_with_reference:
             sources[op] = catalog.visible(op).reference_source
     return sources
+
+
+def check_workers(workers: int) -> None:
+    """The host has `workers` GPUs (any count on a host without one: its workers are CPU slots)."""
+    if workers < 1 or len(visible_devices(workers)) < workers:
+        visible = visible_devices(None)
+        raise AtrexError(
+            "input",
+            "bad_workers",
+            f"--workers {workers}, but this host has {len(visible)} GPU(s) ({', '.join(visible)}).",
+            f"Give 1 to {len(visible)}: one worker per GPU.",
+        )
+
+
+def check_shapes(ops: list[str], shapes: list[str]) -> None:
+    """Every shape id exists for every operator (else the problem set's AtrexError, naming the
+    valid ids), so a typo is refused before any cluster starts."""
+    catalog = Catalog()
+    for op in ops:
+        for shape in shapes:
+            catalog.visible(op).shape(shape)
 
 
 def make_run(out: Path, sources: dict[str, str]) -> Path:
@@ -103,6 +136,11 @@ def times(run_dir: Path) -> dict[tuple[str, str], float]:
     return found
 
 
+def failed_ops(run_dir: Path) -> list[str]:
+    """Operators whose latest evaluation failed (eval/OP.error.json; a later success removes it)."""
+    return sorted(p.name.removesuffix(".error.json") for p in (run_dir / "eval").glob("*.error.json"))
+
+
 def busy_seconds(run_dir: Path) -> dict[str, float]:
     """Worker name -> seconds spent judging the shards it finished (from the shard files)."""
     busy: dict[str, float] = defaultdict(float)
@@ -112,3 +150,57 @@ def busy_seconds(run_dir: Path) -> dict[str, float]:
         if judged and shard.seconds is not None:
             busy[judged[-1].name or judged[-1].worker] += shard.seconds
     return dict(busy)
+
+
+def worker_gpu() -> dict[str, str]:
+    """Run on a worker: the device it was pinned to and its name; importing the judge here also
+    takes the worker's own imports out of the first judging call it serves."""
+    import torch
+
+    import atrex_mcp.cluster.shards
+    import atrex_mcp.evaluate.evaluator  # noqa: F401
+
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else CPU_GPU
+    return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "gpu": name}
+
+
+def host_record(gpu: str) -> dict[str, Any]:
+    """Date, GPU and the versions a result depends on."""
+    import torch
+    import triton
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
+    for package in ("dask", "distributed", "dask-cuda", "mcp", "atrex-mcp"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    versions["cuda"] = torch.version.cuda
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpu": gpu,
+        "host": platform.node(),
+        "commit": _commit(),
+        "versions": versions,
+    }
+
+
+def _commit() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):  # no git on the host: the tree travelled without it
+        return None
+    return done.stdout.strip() or None
+
+
+def report_stem(date: str, gpu: str, gpus: int) -> str:
+    """`<date>_<gpu>` as measurements/results names its files: 2026-12-02_h200x8."""
+    slug = "cpu" if gpu == CPU_GPU else re.sub(r"[^a-z0-9]+", "-", gpu.lower().replace("nvidia", "")).strip("-")
+    return f"{date[:10]}_{slug}{f'x{gpus}' if gpus > 1 else ''}"
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join("" if c is None else str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -54,10 +54,14 @@ def call_on_worker(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], 
     requested = Event(f"{call_id}-cancel", client=get_client())  # made here: the watcher thread has no worker context
 
     def watch() -> None:
-        while not finished.is_set():
-            if requested.wait(POLL_S):
-                cancel.set()
-                return
+        try:
+            while not finished.is_set():
+                if requested.wait(POLL_S):
+                    cancel.set()
+                    return
+        except OSError:  # the scheduler went away (CommClosedError): after the call ended, nothing to watch
+            if not finished.is_set():
+                raise
 
     watcher = threading.Thread(target=watch, name=f"{call_id}-cancel", daemon=True)
     watcher.start()

@@ -20,6 +20,7 @@
 #   SEEDS=5           bench eval --seeds
 #   BASELINES=no      bench eval --baselines (yes also times eager and torch.compile: slower)
 #   PARALLEL=4        bench run --parallel
+#   BUDGET_MINUTES=10 bench run --budget-minutes (a run made elsewhere is resumed with its own)
 #   AGENT_UID=same    bench run --agent-uid (the scripted agent is ours; `auto` isolates it)
 #
 # Results, in $OUT when set (else $STATE/out): report/ (report.md, report.html, report.json,
@@ -37,6 +38,7 @@ SHAPES=${SHAPES:-all}
 SEEDS=${SEEDS:-5}
 BASELINES=${BASELINES:-no}
 PARALLEL=${PARALLEL:-4}
+BUDGET_MINUTES=${BUDGET_MINUTES:-10}
 AGENT_UID=${AGENT_UID:-same}
 RESERVE_S=${RESERVE_S:-30}
 START=$(date +%s)
@@ -91,7 +93,7 @@ cat "$DEST/env.txt"
 AGENT="$PY examples/bench_scripted_agent.py --kernels gpu_wiki/kernels"
 # eval runs even after an interrupted run: it judges what was collected, the next call the rest
 phase run $PY -m atrex_mcp.cli bench run --agent "$AGENT" --ops "$OPS" --out "$RUN_DIR" --parallel "$PARALLEL" \
-  --budget-minutes 10 --agent-uid "$AGENT_UID" --plain
+  --budget-minutes "$BUDGET_MINUTES" --agent-uid "$AGENT_UID" --plain
 phase eval $PY -m atrex_mcp.cli bench eval "$RUN_DIR" --shapes "$SHAPES" --seeds "$SEEDS" --baselines "$BASELINES" --plain
 RESERVE_S=0 phase report $PY -m atrex_mcp.cli bench report "$RUN_DIR"
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,7 @@ LOOP = [
 ]
 
 
-def drive(out: Path, *extra: str, pair: str | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+def command(out: Path, *extra: str, pair: str | None = None) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TRITON_INTERPRET": "1", "HOME": str(out.parent)}
     cmd = [
         sys.executable,
@@ -46,6 +48,11 @@ def drive(out: Path, *extra: str, pair: str | None = None) -> tuple[subprocess.C
         str(out),
         *extra,
     ]
+    return cmd, env
+
+
+def drive(out: Path, *extra: str, pair: str | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+    cmd, env = command(out, *extra, pair=pair)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     timeline = out / "timeline.json"
     assert timeline.is_file(), done.stdout + done.stderr
@@ -58,8 +65,10 @@ def sha(path: Path) -> str:
 
 def test_the_loop_over_stdio_records_every_call_and_cites_what_the_server_returned(tmp_path):
     out = tmp_path / "loop"
-    done, result = drive(out)
+    done, result = drive(out, "--shapes", "rms_norm=smoke")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert result["pairs"][0]["verdict"] == "ok" and result["pairs"][0]["shapes"] == ["smoke"]
+    assert "rms_norm: ok; baseline accepted; iteration rejected: not timed" in done.stdout
     calls = {c["tool"]: c for c in result["calls"]}
     assert [c["tool"] for c in result["calls"]] == LOOP and result["status"] == "finished"
     assert all(not c["is_error"] and isinstance(c["answer"], dict) and c["wall_s"] > 0 for c in result["calls"])
@@ -99,12 +108,44 @@ def test_the_loop_over_stdio_records_every_call_and_cites_what_the_server_return
 
 def test_the_budget_stops_the_loop_cleanly_with_what_it_did(tmp_path):
     out = tmp_path / "short"
-    done, result = drive(out, "--budget-s", "12")
+    done, result = drive(out, "--budget-s", "5")
     assert done.returncode == 1 and result["status"] == "stopped by the budget"
     tools = [c["tool"] for c in result["calls"]]
     assert tools == LOOP[: len(tools)] and "validate" not in tools  # measuring calls keep a reserve the budget lacks
     assert result["pairs"][0]["not_run"].startswith(f"budget spent before {LOOP[len(tools)]}")
+    assert "not run: budget spent" in " ".join(result["pairs"][0]["verdict"])
     assert "stopped by the budget" in (out / "timeline.md").read_text()
+
+
+def test_a_signal_stops_the_loop_and_keeps_the_call_in_flight_and_the_run_timeline(tmp_path):
+    out = tmp_path / "killed"
+    cmd, env = command(out)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:  # stop it once the run exists
+        timeline = out / "timeline.json"  # replaced whole after each call, never read half-written
+        if timeline.is_file() and "start_run" in [c["tool"] for c in json.loads(timeline.read_text())["calls"]]:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    result = json.loads((out / "timeline.json").read_text())
+    assert proc.returncode == 1 and result["status"] == "killed by SIGTERM", stdout + stderr[-3000:]
+    pair = result["pairs"][0]
+    run = json.loads((out / "rms_norm" / "run_timeline.json").read_text())
+    assert pair["run_timeline"] == "rms_norm/run_timeline.json" and run["run"]["run_id"] == pair["run_id"]
+    assert pair["verdict"] != "ok" and "killed by SIGTERM" in (out / "timeline.md").read_text()
+    if result["calls"][-1]["tool"] != "start_run":  # the call it interrupted is recorded as such
+        assert result["calls"][-1]["error"].startswith("interrupted")
+
+
+def test_shapes_for_an_operator_without_a_pair_is_refused_in_one_line(tmp_path):
+    cmd, env = command(tmp_path / "bad", "--shapes", "fused_moe=spread:4")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--shapes fused_moe=spread:4: no --pair for fused_moe (pairs: rms_norm)" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr and not (tmp_path / "bad").exists()
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -129,6 +130,24 @@ def shape_specs(given: list[tuple[str | None, str]], ops: list[str]) -> dict[str
     return specs
 
 
+def check_against_problems(specs: dict[str | None, str], ops: list[str]) -> None:
+    """Every operator is served and every shape id named in a list is one of its shapes (the
+    visible shapes.json): a typo is refused before the server starts, not after a pair's budget."""
+    from atrex_mcp.errors import AtrexError
+    from atrex_mcp.problemset.catalog import Catalog
+
+    catalog = Catalog()
+    for op in ops:
+        spec = specs.get(op, specs.get(None)) or ""
+        try:
+            visible = catalog.visible(op)
+            if spec not in ("smoke", "all") and not spec.startswith("spread:"):
+                for shape_id in (part.strip() for part in spec.split(",") if part.strip()):
+                    visible.shape(shape_id)
+        except AtrexError as exc:
+            raise ValueError(f"--pair/--shapes for {op}: {exc.info.message} {exc.info.hint}") from None
+
+
 def source_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -168,6 +187,15 @@ def choose_shapes(spec: str | None, problem: dict[str, Any], gpu: bool) -> list[
             return None
         return [scored[round(i * (len(scored) - 1) / max(1, n - 1))] for i in range(n)] if n > 1 else scored[:1]
     return [s.strip() for s in spec.split(",") if s.strip()]
+
+
+def shapes_left_out(problem: dict[str, Any]) -> list[str]:
+    """The shape ids a cut get_problem answer names as left out (its note: '... left out: ids 13, 14)')."""
+    ids: list[str] = []
+    for note in problem.get("notes", []):
+        for match in re.finditer(r"shapes \(first \d+ of \d+ items; left out: ids ([^)]*)\)", note):
+            ids += [i.strip() for i in match.group(1).split(",") if i.strip()]
+    return list(dict.fromkeys(ids))
 
 
 class BudgetSpent(Exception):
@@ -286,6 +314,10 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
             done["stopped"] = "get_problem failed and list_problems does not name the operator"
             return done
         done["get_problem_failed"] = True
+    left_out = shapes_left_out(problem)
+    if left_out:  # the answer was cut to fit: ask for the rest, as its note says
+        rest = await step("get_problem_rest", "get_problem", {"op": op, "shape_ids": left_out})
+        problem = {**problem, "shapes": problem["shapes"] + rest.get("shapes", [])}
     shapes = choose_shapes(args.shapes.get(op, args.shapes.get(None)), problem, gpu)
     done["shapes"] = shapes or "all scored"
     found = await step("wiki_search", "wiki_search", {"query": wiki_query(op)})
@@ -305,7 +337,7 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
         return done
     done["run_id"] = run_id
     try:
-        await measure_run(step, done, pair, run, read, baseline_src, candidate_src)
+        await measure_run(step, rec.left_s, done, pair, run, read, baseline_src, candidate_src)
     except BudgetSpent as spent:  # the closing calls below still fit in the reserve
         done["not_run"] = f"budget spent before {spent}"
     await step("run_state", "run_state", {"run_id": run_id})
@@ -316,6 +348,7 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
 
 async def measure_run(
     step: Any,
+    left_s: Any,
     done: dict[str, Any],
     pair: Pair,
     run: dict[str, Any],
@@ -323,7 +356,9 @@ async def measure_run(
     baseline_src: str,
     candidate_src: str,
 ) -> None:
-    """Profile and submit the baseline, then record the candidate with a plan citing that profile."""
+    """Profile and submit the baseline, then record the candidate with a plan citing that profile;
+    profile the candidate once accepted, unless what is left of the pair's budget is less than the
+    baseline's profile took (a call bound to be cut would only turn a whole loop into an error)."""
     op, run_id = pair.op, run["run_id"]
     profile_shape = run["shapes"][0]
     profile = await step(
@@ -353,7 +388,14 @@ async def measure_run(
         "timed": iteration.get("timed"),
         "decision": record.get("decision"),
     }
-    if record.get("status") == "accepted":  # the next plan's evidence: where the new accepted kernel spends its time
+    if record.get("status") != "accepted":
+        return
+    took, left = done["steps"]["profile_baseline"]["wall_s"], left_s() - RESERVE_S
+    if left < 1.2 * took:
+        done["skipped"] = (
+            f"profile_candidate: {left:.0f} s of the pair's budget left, the baseline's profile took {took:.0f} s"
+        )
+    else:  # the next plan's evidence: where the new accepted kernel spends its time
         await step(
             "profile_candidate",
             "profile_kernel",
@@ -370,7 +412,7 @@ def pair_problems(done: dict[str, Any], gpu: bool) -> list[str]:
     expected = ["get_problem", "validate_baseline", "start_run", "profile_baseline", "submit_baseline"]
     expected += ["record_iteration", "run_state", "package_run"]
     iteration = done.get("iteration") or {}
-    if iteration.get("status") == "accepted":
+    if iteration.get("status") == "accepted" and not done.get("skipped"):
         expected.append("profile_candidate")
     missing = [name for name in expected if name not in done["steps"]]
     if missing:
@@ -465,6 +507,10 @@ def render_markdown(result: dict[str, Any]) -> str:
             lines.append(f"- stopped: {p['stopped']}")
         if p.get("not_run"):
             lines.append(f"- not run: {p['not_run']}")
+        if p.get("skipped"):
+            lines.append(f"- skipped: {p['skipped']}")
+        if p.get("verdict"):
+            lines.append(f"- verdict: {p['verdict'] if p['verdict'] == 'ok' else '; '.join(p['verdict'])}")
     lines += ["", "## Calls in full", ""]
     for c in result.get("calls", []):
         body = json.dumps(c["answer"], indent=1, default=str) if c["answer"] is not None else (c["error"] or "")
@@ -586,6 +632,7 @@ async def main_async(args: argparse.Namespace) -> int:
     for p in rec.result["pairs"]:
         it, base = p.get("iteration") or {}, p.get("baseline_record") or {}
         verdict = "ok" if p["verdict"] == "ok" else "NOT OK: " + "; ".join(p["verdict"])
+        verdict += f" (skipped {p['skipped']})" if p.get("skipped") else ""
         print(f" {p['op']}: {verdict}; baseline {base.get('status')}; iteration {it.get('status')}: {it.get('reason')}")
     return 0 if whole else 1
 
@@ -654,6 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--pair: each operator once (given: {', '.join(ops)})")
     try:
         args.shapes = shape_specs(args.shapes, ops)
+        check_against_problems(args.shapes, ops)
     except ValueError as exc:
         parser.error(str(exc))
     args.out = args.out.resolve()

@@ -5,6 +5,7 @@ and wiki ids the server returned, the package written, and a budget that stops i
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import signal
@@ -160,3 +161,53 @@ def test_benchmark_mode_answers_carry_no_hidden_figure(tmp_path):
     assert 't_sol_ms": 0' not in text and all(
         h["doc_id"] != "kernels/rms_norm" for h in result["calls"][2]["answer"]["hits"]
     )
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("optimise_over_mcp", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_loop_asks_for_the_shapes_a_cut_get_problem_answer_left_out():
+    """unified_attention's get_problem answer is cut to fit; the script reads the ids its note names."""
+    from atrex_mcp.policy import Policy
+    from atrex_mcp.problemset.catalog import Catalog
+    from atrex_mcp.server.app import DEFAULT_MAX_OUTPUT_CHARS, ServerConfig, ServerContext, fit_output
+    from atrex_mcp.server.tools import get_problem
+
+    app = ServerContext.__new__(ServerContext)
+    app.catalog = Catalog()
+    app.policy, app.config = Policy("optimize", app.catalog), ServerConfig(mode="optimize")
+    answer = fit_output(get_problem(app, "unified_attention"), DEFAULT_MAX_OUTPUT_CHARS).model_dump(mode="json")
+    left_out = load_script().shapes_left_out(answer)
+    kept = [s["id"] for s in answer["shapes"]]
+    assert (
+        left_out
+        and "smoke" in left_out
+        and kept + left_out == [s.id for s in app.catalog.visible("unified_attention").shapes]
+    )
+
+
+def test_a_pair_is_whole_only_with_an_accepted_baseline_and_a_judged_timed_iteration():
+    script = load_script()
+    steps = ["get_problem", "validate_baseline", "start_run", "profile_baseline", "submit_baseline"]
+    steps += ["record_iteration", "run_state", "package_run"]
+    done = {
+        "op": "rms_norm",
+        "steps": {name: {"ok": True} for name in steps},
+        "baseline_record": {"status": "accepted"},
+        "iteration": {"status": "accepted", "reason": "faster beyond measured noise", "timed": True},
+        "run_id": "run-1",
+        "run_timeline": "rms_norm/run_timeline.json",
+        "skipped": "profile_candidate: 3 s of the pair's budget left, the baseline's profile took 9 s",
+    }
+    assert script.pair_problems(done, gpu=True) == []
+    assert script.pair_problems({**done, "skipped": None}, gpu=True) == ["not called: profile_candidate"]
+    untimed = {**done, "iteration": {**done["iteration"], "status": "rejected", "timed": False}}
+    assert script.pair_problems(untimed, gpu=False) == []
+    assert script.pair_problems(untimed, gpu=True) == ["the iteration was not timed although the server has a GPU"]
+    failed = {**done, "iteration": {"status": "failed", "reason": "not correct"}}
+    assert "the iteration is failed, not accepted or rejected with a reason" in script.pair_problems(failed, gpu=True)

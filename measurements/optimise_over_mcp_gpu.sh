@@ -19,12 +19,15 @@
 set -uo pipefail
 out=${1:?usage: optimise_over_mcp_gpu.sh OUT_DIR [BUDGET_S]}
 budget=${2:-200}
-for f in .lead/baselines/fused_moe_torch_routing.py .lead/baselines/unified_attention_first_tiles.py; do
-  [ -f "$f" ] || { echo "optimise_over_mcp_gpu: no $f (extract it with git show, see the header; carry .lead/baselines)" >&2; exit 2; }
+b=.lead/baselines k=measurements/kernels w=gpu_wiki/kernels ua=unified_attention
+for f in $b/fused_moe_torch_routing.py $b/unified_attention_first_tiles.py; do
+  if [ ! -f "$f" ]; then
+    echo "optimise_over_mcp_gpu: no $f (extract it with git show, see the header; carry $b)" >&2
+    exit 2
+  fi
 done
-k=measurements/kernels
 exec python3 measurements/optimise_over_mcp.py --out "$out" --budget-s "$budget" \
   --shapes rms_norm=2,52 --shapes unified_attention=24 --shapes fused_moe=4 \
-  --pair "rms_norm:$k/rms_norm_two_pass.py:gpu_wiki/kernels/rms_norm.py:$k/rms_norm_plan.json" \
-  --pair "unified_attention:.lead/baselines/unified_attention_first_tiles.py:gpu_wiki/kernels/unified_attention.py:$k/unified_attention_plan.json" \
-  --pair "fused_moe:.lead/baselines/fused_moe_torch_routing.py:gpu_wiki/kernels/fused_moe.py:$k/fused_moe_plan.json"
+  --pair "rms_norm:$k/rms_norm_two_pass.py:$w/rms_norm.py:$k/rms_norm_plan.json" \
+  --pair "unified_attention:$b/unified_attention_first_tiles.py:$w/unified_attention.py:$k/${ua}_plan.json" \
+  --pair "fused_moe:$b/fused_moe_torch_routing.py:$w/fused_moe.py:$k/fused_moe_plan.json"

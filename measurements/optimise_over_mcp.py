@@ -14,17 +14,32 @@ timeline (`atrex-mcp runs show --json`) in OUT/<op>/run_timeline.json.
     # CPU (Triton interpreter; the server judges the smoke shape):
     TRITON_INTERPRET=1 python3 measurements/optimise_over_mcp.py \\
         --pair rms_norm:measurements/kernels/rms_norm_two_pass.py:gpu_wiki/kernels/rms_norm.py --out /tmp/loop
-    # H200, several pairs, a plan file per pair, 8 spread scored shapes each, 540 s in all:
+    # H200, several pairs, a plan file per pair, 4 spread scored shapes each except OP2's two named
+    # ones, 540 s in all:
     python3 measurements/optimise_over_mcp.py --out measurements/results/optimise_over_mcp/h200 --budget-s 540 \\
-        --shapes spread:8 --pair OP:BASELINE.py:CANDIDATE.py:PLAN.json --pair ...
+        --shapes spread:4 --shapes OP2=0,12 --pair OP:BASELINE.py:CANDIDATE.py:PLAN.json --pair OP2:...
 
 A plan file holds any Plan fields (change, category, expected_effect, risks, bottleneck,
 bottleneck_detail, knowledge); the script adds the baseline profile's id as evidence and the
 wiki ids it read, and takes the bottleneck from the profile where the file gives none.
 
-The budget is checked before each step and bounds each call (the client cancels a call that
-would run past it, which stops the server's worker); the files are rewritten after every call,
-so a run stopped by the budget or killed keeps what it did, with `status` saying so.
+What each call costs on a GPU (it sets the budget): every validate, submit_baseline and profile
+starts a fresh sandbox worker (about 5 s on the H200, imports and CUDA) whose Triton cache is
+empty, so each compiles the kernels again; profile_kernel wraps its worker in Nsight Compute;
+record_iteration checks the candidate (3 seeds, a worker of its own) and then times it against
+the accepted kernel in two more workers: per shape a timing stage of the candidate and 16 paired
+rounds of 24 timed calls each (atrex_mcp.runs.evaluator_judge). So a pair has a fixed cost of
+six worker starts and two Nsight captures, whatever its shapes; each shape adds its compiles,
+its reference calls and its rounds.
+
+The budget is shared among the pairs (each gets an equal share of what is left when it starts,
+so one slow operator cannot starve the next; put the cheap ones first), checked before each
+step and bounds each call (the client cancels a call that would run past it, which stops the
+server's worker). The files are rewritten after every call and each pair's run timeline is
+written as soon as the pair ends, so a run stopped by the budget, or killed (SIGTERM, SIGINT),
+keeps what it did, with `status` saying so. Exit status 0 only when every pair's loop did what it
+should: baseline accepted, the iteration accepted or rejected with its reason (timed, on a GPU),
+every step answered; each pair's `verdict` says what was missing.
 """
 
 from __future__ import annotations
@@ -34,14 +49,19 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLAN = {
@@ -51,7 +71,7 @@ DEFAULT_PLAN = {
     "risks": [],
 }
 MD_ANSWER_CHARS = 2500  # per call in the markdown timeline; the JSON keeps every answer whole
-RESERVE_S = 15.0  # kept back from measuring calls so that run_state and package_run still fit
+RESERVE_S = 8.0  # kept back from measuring calls so that run_state, package_run and the run's timeline still fit
 CHEAP_TOOLS = {"list_problems", "get_problem", "wiki_search", "wiki_read", "start_run", "run_state", "package_run"}
 CHEAP_TIMEOUT_S = 90.0  # a cheap call that takes longer is stuck: give up on it, not on the pair's budget
 
@@ -83,6 +103,49 @@ def parse_pair(text: str) -> Pair:
                 f"--pair {text!r}: plan file {plan_path} is not readable JSON ({exc})"
             ) from None
     return Pair(op, baseline, candidate, plan)
+
+
+def parse_shapes(text: str) -> tuple[str | None, str]:
+    """--shapes SPEC (every pair) or OP=SPEC (that operator's pair); SPEC as choose_shapes reads it."""
+    op, _, spec = text.rpartition("=") if "=" in text else (None, "", text)
+    spec = spec.strip()
+    if op is not None and not op.strip():
+        raise argparse.ArgumentTypeError(f"--shapes {text!r}: expected SPEC or OP=SPEC")
+    if spec.startswith("spread:"):
+        count = spec.split(":", 1)[1]
+        if not count.isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError(f"--shapes {text!r}: spread:N needs a whole number N >= 1")
+    elif not spec or not any(part.strip() for part in spec.split(",")):
+        raise argparse.ArgumentTypeError(f"--shapes {text!r}: no shape named (smoke, all, spread:N or ids 0,5,9)")
+    return (op.strip() if op is not None else None), spec
+
+
+def shape_specs(given: list[tuple[str | None, str]], ops: list[str]) -> dict[str | None, str]:
+    """{op or None (every other pair): spec}; an OP= naming no pair is an error, not a silent default."""
+    specs: dict[str | None, str] = {}
+    for op, spec in given:
+        if op is not None and op not in ops:
+            raise ValueError(f"--shapes {op}={spec}: no --pair for {op} (pairs: {', '.join(ops)})")
+        specs[op] = spec
+    return specs
+
+
+def check_against_problems(specs: dict[str | None, str], ops: list[str]) -> None:
+    """Every operator is served and every shape id named in a list is one of its shapes (the
+    visible shapes.json): a typo is refused before the server starts, not after a pair's budget."""
+    from atrex_mcp.errors import AtrexError
+    from atrex_mcp.problemset.catalog import Catalog
+
+    catalog = Catalog()
+    for op in ops:
+        spec = specs.get(op, specs.get(None)) or ""
+        try:
+            visible = catalog.visible(op)
+            if spec not in ("smoke", "all") and not spec.startswith("spread:"):
+                for shape_id in (part.strip() for part in spec.split(",") if part.strip()):
+                    visible.shape(shape_id)
+        except AtrexError as exc:
+            raise ValueError(f"--pair/--shapes for {op}: {exc.info.message} {exc.info.hint}") from None
 
 
 def source_digest(text: str) -> str:
@@ -126,6 +189,15 @@ def choose_shapes(spec: str | None, problem: dict[str, Any], gpu: bool) -> list[
     return [s.strip() for s in spec.split(",") if s.strip()]
 
 
+def shapes_left_out(problem: dict[str, Any]) -> list[str]:
+    """The shape ids a cut get_problem answer names as left out (its note: '... left out: ids 13, 14)')."""
+    ids: list[str] = []
+    for note in problem.get("notes", []):
+        for match in re.finditer(r"shapes \(first \d+ of \d+ items; left out: ids ([^)]*)\)", note):
+            ids += [i.strip() for i in match.group(1).split(",") if i.strip()]
+    return list(dict.fromkeys(ids))
+
+
 class BudgetSpent(Exception):
     """The budget ran out before a step could start."""
 
@@ -157,6 +229,7 @@ class Recorder:
         left = self.left_s() - (0.0 if tool in CHEAP_TOOLS else RESERVE_S)
         if left < 1.0:
             raise BudgetSpent(f"{tool}: {left:.0f} s of the pair's budget left")
+        budget_bound = tool not in CHEAP_TOOLS or left < CHEAP_TIMEOUT_S
         if tool in CHEAP_TOOLS:
             left = min(left, CHEAP_TIMEOUT_S)
         entry: dict[str, Any] = {
@@ -178,16 +251,26 @@ class Recorder:
             result = await self.client.call_tool(
                 tool, arguments, read_timeout_seconds=left, progress_callback=on_progress
             )
+        except anyio.get_cancelled_exc_class():  # a signal stopped the loop: the call in flight is part of the record
+            entry.update(is_error=True, answer=None, error="interrupted: the script was stopped while it ran")
+            entry["wall_s"] = round(time.monotonic() - started, 3)
+            self.calls.append(entry)
+            self.save()
+            raise
+        except Exception as exc:  # noqa: BLE001 - a timeout past the budget, or the server went away
+            entry["is_error"] = True
+            entry["answer"] = None
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            if budget_bound and time.monotonic() - started >= left - 1.0:
+                entry["cut_by_budget"] = True  # the client gave up at the budget's bound: not the tool's fault
+                entry["error"] += f" (cut at the budget's bound of {left:.0f} s)"
+        else:
             text = "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
             entry["is_error"] = bool(result.is_error)
             entry["answer"] = (
                 result.structured_content if not result.is_error and result.structured_content is not None else text
             )
             entry["error"] = text if result.is_error else None
-        except Exception as exc:  # noqa: BLE001 - a timeout past the budget, or the server went away
-            entry["is_error"] = True
-            entry["answer"] = None
-            entry["error"] = f"{type(exc).__name__}: {exc}"
         entry["wall_s"] = round(time.monotonic() - started, 3)
         self.calls.append(entry)
         self.save()
@@ -224,14 +307,18 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
         done["steps"][name] = {"call": entry["n"], "ok": not entry["is_error"], "wall_s": entry["wall_s"]}
         return _answer(entry)
 
-    problem = await step("get_problem", "get_problem", {"op": op})
+    problem: dict[str, Any] | None = await step("get_problem", "get_problem", {"op": op})
     if not problem:  # carry on with what list_problems said of the operator, as an agent would
         problem = next((p for p in rec.result.get("problems", []) if p["name"] == op), None)
         if problem is None:
             done["stopped"] = "get_problem failed and list_problems does not name the operator"
             return done
         done["get_problem_failed"] = True
-    shapes = choose_shapes(args.shapes, problem, gpu)
+    left_out = shapes_left_out(problem)
+    if left_out:  # the answer was cut to fit: ask for the rest, as its note says
+        rest = await step("get_problem_rest", "get_problem", {"op": op, "shape_ids": left_out})
+        problem = {**problem, "shapes": problem["shapes"] + rest.get("shapes", [])}
+    shapes = choose_shapes(args.shapes.get(op, args.shapes.get(None)), problem, gpu)
     done["shapes"] = shapes or "all scored"
     found = await step("wiki_search", "wiki_search", {"query": wiki_query(op)})
     hits = [h["doc_id"] for h in found.get("hits", [])]
@@ -250,7 +337,7 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
         return done
     done["run_id"] = run_id
     try:
-        await measure_run(step, done, pair, run, read, baseline_src, candidate_src)
+        await measure_run(step, rec.left_s, done, pair, run, read, baseline_src, candidate_src)
     except BudgetSpent as spent:  # the closing calls below still fit in the reserve
         done["not_run"] = f"budget spent before {spent}"
     await step("run_state", "run_state", {"run_id": run_id})
@@ -261,6 +348,7 @@ async def optimise_pair(rec: Recorder, pair: Pair, args: argparse.Namespace, gpu
 
 async def measure_run(
     step: Any,
+    left_s: Any,
     done: dict[str, Any],
     pair: Pair,
     run: dict[str, Any],
@@ -268,7 +356,9 @@ async def measure_run(
     baseline_src: str,
     candidate_src: str,
 ) -> None:
-    """Profile and submit the baseline, then record the candidate with a plan citing that profile."""
+    """Profile and submit the baseline, then record the candidate with a plan citing that profile;
+    profile the candidate once accepted, unless what is left of the pair's budget is less than the
+    baseline's profile took (a call bound to be cut would only turn a whole loop into an error)."""
     op, run_id = pair.op, run["run_id"]
     profile_shape = run["shapes"][0]
     profile = await step(
@@ -277,6 +367,7 @@ async def measure_run(
         {"op": op, "source": baseline_src, "shape": profile_shape, "run_id": run_id},
     )
     baseline = await step("submit_baseline", "submit_baseline", {"run_id": run_id, "source": baseline_src})
+    done["baseline_record"] = {k: (baseline.get("record") or {}).get(k) for k in ("number", "status", "reason")}
     if not baseline or not profile.get("profile_id"):
         done["stopped"] = "no baseline or no profile to cite"
         return
@@ -294,9 +385,17 @@ async def measure_run(
     )
     record = iteration.get("record") or {}
     done["iteration"] = {k: record.get(k) for k in ("number", "status", "reason")} | {
-        "decision": record.get("decision")
+        "timed": iteration.get("timed"),
+        "decision": record.get("decision"),
     }
-    if record.get("status") == "accepted":  # the next plan's evidence: where the new accepted kernel spends its time
+    if record.get("status") != "accepted":
+        return
+    took, left = done["steps"]["profile_baseline"]["wall_s"], left_s() - RESERVE_S
+    if left < 1.2 * took:
+        done["skipped"] = (
+            f"profile_candidate: {left:.0f} s of the pair's budget left, the baseline's profile took {took:.0f} s"
+        )
+    else:  # the next plan's evidence: where the new accepted kernel spends its time
         await step(
             "profile_candidate",
             "profile_kernel",
@@ -304,10 +403,39 @@ async def measure_run(
         )
 
 
+def pair_problems(done: dict[str, Any], gpu: bool) -> list[str]:
+    """What this pair's loop did not do that it should have; empty when the loop is whole."""
+    problems = [f"stopped: {done['stopped']}"] if done.get("stopped") else []
+    if done.get("not_run"):
+        problems.append(f"not run: {done['not_run']}")
+    problems += [f"{name} answered an error" for name, s in done["steps"].items() if not s["ok"]]
+    expected = ["get_problem", "validate_baseline", "start_run", "profile_baseline", "submit_baseline"]
+    expected += ["record_iteration", "run_state", "package_run"]
+    iteration = done.get("iteration") or {}
+    if iteration.get("status") == "accepted" and not done.get("skipped"):
+        expected.append("profile_candidate")
+    missing = [name for name in expected if name not in done["steps"]]
+    if missing:
+        problems.append(f"not called: {', '.join(missing)}")
+    if (done.get("baseline_record") or {}).get("status") != "accepted":
+        problems.append("the baseline was not accepted")
+    if iteration.get("status") not in ("accepted", "rejected") or not iteration.get("reason"):
+        status = iteration.get("status") or "missing"
+        problems.append(f"the iteration is {status}, not accepted or rejected with a reason")
+    elif gpu and not iteration.get("timed"):
+        problems.append("the iteration was not timed although the server has a GPU")
+    if done.get("run_id") and not done.get("run_timeline"):
+        problems.append("the run's timeline (runs show --json) was not written")
+    return list(dict.fromkeys(problems))
+
+
 def runs_show(state_dir: Path, run_id: str) -> dict[str, Any]:
     """The run's own timeline, as the operator's CLI prints it."""
     cmd = [sys.executable, "-m", "atrex_mcp.cli", "runs", "show", run_id, "--json", "--state-dir", str(state_dir)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {"error": "runs show took over 60 s", "command": " ".join(cmd)}
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout).strip()[-2000:], "command": " ".join(cmd)}
     return json.loads(done.stdout)
@@ -379,6 +507,10 @@ def render_markdown(result: dict[str, Any]) -> str:
             lines.append(f"- stopped: {p['stopped']}")
         if p.get("not_run"):
             lines.append(f"- not run: {p['not_run']}")
+        if p.get("skipped"):
+            lines.append(f"- skipped: {p['skipped']}")
+        if p.get("verdict"):
+            lines.append(f"- verdict: {p['verdict'] if p['verdict'] == 'ok' else '; '.join(p['verdict'])}")
     lines += ["", "## Calls in full", ""]
     for c in result.get("calls", []):
         body = json.dumps(c["answer"], indent=1, default=str) if c["answer"] is not None else (c["error"] or "")
@@ -394,6 +526,54 @@ def render_markdown(result: dict[str, Any]) -> str:
             "",
         ]
     return "\n".join(lines) + "\n"
+
+
+def write_run_timeline(out: Path, state_dir: Path, done: dict[str, Any]) -> None:
+    """OUT/<op>/run_timeline.json: the pair's run as `atrex-mcp runs show --json` prints it."""
+    if not done.get("run_id") or done.get("run_timeline"):
+        return
+    shown = runs_show(state_dir, done["run_id"])
+    (out / done["op"]).mkdir(parents=True, exist_ok=True)
+    (out / done["op"] / "run_timeline.json").write_text(json.dumps(shown, indent=2) + "\n")
+    if "error" in shown:
+        done["run_timeline_error"] = shown["error"]
+    else:
+        done["run_timeline"] = f"{done['op']}/run_timeline.json"
+
+
+async def drive_pairs(rec: Recorder, client: Any, args: argparse.Namespace, gpu: bool) -> None:
+    """Every pair in turn, each with its share of the budget; its run timeline as soon as it ends."""
+    rec.result["tools"] = [t.name for t in (await client.list_tools()).tools]
+    try:
+        listed = await rec.call("-", "list_problems", {})
+    except BudgetSpent:
+        return
+    rec.result["problems"] = _answer(listed).get("problems", [])
+    for index, pair in enumerate(args.pair):
+        rec.share_budget(len(args.pair) - index)
+        try:
+            await optimise_pair(rec, pair, args, gpu)
+        except BudgetSpent as spent:
+            rec.result["pairs"][-1]["not_run"] = f"budget spent before {spent}"
+        await anyio.to_thread.run_sync(write_run_timeline, args.out, args.state_dir, rec.result["pairs"][-1])
+        rec.save()
+
+
+async def stop_on_signal(rec: Recorder, scope: anyio.CancelScope) -> None:
+    """SIGTERM (an outer `timeout`) or SIGINT: stop the loop so that what it did is written."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            rec.result["killed_by"] = signal.Signals(signum).name
+            scope.cancel()
+            return
+
+
+def final_status(rec: Recorder) -> str:
+    if rec.result.get("killed_by"):
+        return f"killed by {rec.result['killed_by']}"
+    if any(p.get("not_run") for p in rec.result["pairs"]) or any(c.get("cut_by_budget") for c in rec.calls):
+        return "stopped by the budget"
+    return "finished"
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -423,38 +603,38 @@ async def main_async(args: argparse.Namespace) -> int:
         "server_command": serve,
         "budget_s": args.budget_s,
         "benchmark_mode": args.benchmark_mode,
-        "shapes_option": args.shapes,
+        "shapes_option": {op or "*": spec for op, spec in args.shapes.items()},
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "server.log", "w") as errlog:
-        params = StdioServerParameters(command=serve[0], args=serve[1:], env=env, cwd=str(args.workspace))
-        async with Client(stdio_client(params, errlog=errlog)) as client:
-            rec = Recorder(client, args.out, args.budget_s, meta)
-            rec.result["tools"] = [t.name for t in (await client.list_tools()).tools]
-            listed = await rec.call("-", "list_problems", {})
-            rec.result["problems"] = _answer(listed).get("problems", [])
-            status = "finished"
-            for index, pair in enumerate(args.pair):
-                rec.share_budget(len(args.pair) - index)
-                try:
-                    await optimise_pair(rec, pair, args, gpu)
-                except BudgetSpent as spent:
-                    status = "stopped by the budget"
-                    rec.result["pairs"][-1]["not_run"] = f"budget spent before {spent}"
-            if any(p.get("not_run") for p in rec.result["pairs"]):
-                status = "stopped by the budget"
+    rec: Recorder | None = None
+    try:
+        with open(args.out / "server.log", "w") as errlog:
+            params = StdioServerParameters(command=serve[0], args=serve[1:], env=env, cwd=str(args.workspace))
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                rec = Recorder(client, args.out, args.budget_s, meta)
+                async with anyio.create_task_group() as group:
+                    group.start_soon(stop_on_signal, rec, group.cancel_scope)
+                    await drive_pairs(rec, client, args, gpu)
+                    group.cancel_scope.cancel()
+    finally:
+        if rec is not None:  # what the loop did is written however it ended
+            for p in rec.result["pairs"]:
+                write_run_timeline(args.out, args.state_dir, p)
+            status = final_status(rec)
+            for p in rec.result["pairs"]:
+                p["verdict"] = pair_problems(p, gpu) or "ok"
             rec.save(status)
+    whole = status == "finished" and len(rec.result["pairs"]) == len(args.pair)
+    whole = whole and all(p["verdict"] == "ok" for p in rec.result["pairs"])
+    whole = whole and not any(c["is_error"] for c in rec.calls if c["op"] == "-")
+    errors = sum(c["is_error"] for c in rec.calls)
+    print(f"{status}: {len(rec.calls)} calls, {errors} errors; {args.out / 'timeline.md'}")
     for p in rec.result["pairs"]:
-        if p.get("run_id"):
-            shown = runs_show(args.state_dir, p["run_id"])
-            (args.out / p["op"]).mkdir(exist_ok=True)
-            (args.out / p["op"] / "run_timeline.json").write_text(json.dumps(shown, indent=2) + "\n")
-            p["run_timeline"] = f"{p['op']}/run_timeline.json"
-    rec.save(status)
-    print(
-        f"{status}: {len(rec.calls)} calls, {sum(c['is_error'] for c in rec.calls)} errors; {args.out / 'timeline.md'}"
-    )
-    return 0 if status == "finished" and not any(c["is_error"] for c in rec.calls) else 1
+        it, base = p.get("iteration") or {}, p.get("baseline_record") or {}
+        verdict = "ok" if p["verdict"] == "ok" else "NOT OK: " + "; ".join(p["verdict"])
+        verdict += f" (skipped {p['skipped']})" if p.get("skipped") else ""
+        print(f" {p['op']}: {verdict}; baseline {base.get('status')}; iteration {it.get('status')}: {it.get('reason')}")
+    return 0 if whole else 1
 
 
 def _has_gpu() -> bool:
@@ -488,7 +668,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--shapes",
-        help="target shapes of each run: smoke, all, spread:N or a comma list (default: smoke on CPU, all on a GPU)",
+        type=parse_shapes,
+        action="append",
+        default=[],
+        metavar="[OP=]SPEC",
+        help="target shapes of each run: smoke, all, spread:N or a comma list of ids; OP=SPEC for one pair's run "
+        "(repeatable; default: smoke on CPU, all on a GPU)",
     )
     parser.add_argument(
         "--state-dir",
@@ -511,15 +696,29 @@ def main(argv: list[str] | None = None) -> int:
         "--knowledge", choices=("general", "full"), help="with --benchmark-mode: the wiki condition (default general)"
     )
     args = parser.parse_args(argv)
+    ops = [pair.op for pair in args.pair]
+    if len(set(ops)) != len(ops):
+        parser.error(f"--pair: each operator once (given: {', '.join(ops)})")
+    try:
+        args.shapes = shape_specs(args.shapes, ops)
+        check_against_problems(args.shapes, ops)
+    except ValueError as exc:
+        parser.error(str(exc))
     args.out = args.out.resolve()
     own_state = args.state_dir is None
     args.state_dir = (args.state_dir or Path(tempfile.mkdtemp(prefix="atrex-loop-state-"))).resolve()
     args.workspace = (args.workspace or args.out / "workspace").resolve()
     args.workspace.mkdir(parents=True, exist_ok=True)
-    import anyio
-
     try:
         return anyio.run(main_async, args)
+    except Exception as exc:  # noqa: BLE001 - e.g. the server did not start: one line, the detail in a file
+        (args.out / "error.txt").write_text(traceback.format_exc())
+        print(
+            f"optimise_over_mcp: stopped by {type(exc).__name__}: {str(exc)[:300]} "
+            f"(traceback in {args.out / 'error.txt'}, the server's stderr in {args.out / 'server.log'})",
+            file=sys.stderr,
+        )
+        return 2
     finally:
         if own_state:  # each run's timeline is in OUT; the rest (wiki index, sources) goes
             shutil.rmtree(args.state_dir, ignore_errors=True)

@@ -202,8 +202,10 @@ def test_get_problem_of_the_largest_problem_fits_and_keeps_what_a_kernel_needs()
     kept = {s.id for s in fitted.shapes}
     rest = [s.id for s in detail.shapes if s.id not in kept]
     assert rest, "the test needs a problem whose shapes do not all fit"
-    again = get_problem(app, "unified_attention", shape_ids=rest[:3])
-    assert [s.id for s in again.shapes] == rest[:3]
+    assert f"left out: ids {', '.join(rest)})" in fitted.notes[-1]  # the ids to ask for, the smoke shape among them
+    assert "smoke" in rest
+    again = get_problem(app, "unified_attention", shape_ids=rest)
+    assert [s.id for s in again.shapes] == rest
 
 
 async def test_isolation_warnings_are_listed_once_per_session_and_logged(tmp_path, monkeypatch, caplog):

@@ -156,6 +156,15 @@ def _cut(text: str, keep: int) -> str:
     return text[:keep] + f"\n… [truncated by the server: {keep} of {len(text)} characters shown]"
 
 
+def _left_out(items: list[Any]) -> str:
+    """'; left out: ids a, b, …' when every item cut from a list has an id (e.g. a problem's shapes),
+    so the caller can ask for exactly those; '' otherwise."""
+    ids = [item.get("id") for item in items if isinstance(item, dict)]
+    if not ids or len(ids) != len(items) or any(i is None for i in ids):
+        return ""
+    return f"; left out: ids {', '.join(str(i) for i in ids)}"
+
+
 def fit_output(model: OutputT, limit: int) -> OutputT:
     """Cut the longest texts (then the longest lists) of a result until its compact JSON fits
     `limit` characters, each text at most once and never the model's `uncut` fields; every cut is
@@ -196,8 +205,9 @@ def fit_output(model: OutputT, limit: int) -> OutputT:
                 container[key] = _cut(value, max(_MIN_KEPT_CHARS, len(value) - excess - 200))
                 cut_texts.add(where)  # its marker keeps it above the minimum: cutting it again never ends
             else:
-                container[key] = value[: len(value) // 2]
-                where = f"{where} (first {len(container[key])} of {len(value)} items)"
+                kept, dropped = value[: len(value) // 2], value[len(value) // 2 :]
+                container[key] = kept
+                where = f"{where} (first {len(kept)} of {len(value)} items{_left_out(dropped)})"
             cuts.append(where)
     if cuts and "notes" in data:
         hint = f" {model.truncation_hint}" if model.truncation_hint else ""

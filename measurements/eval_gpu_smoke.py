@@ -104,8 +104,11 @@ def _verdict(name: str, result) -> tuple[bool, str]:
         ),
         "pytorch_fallback": lambda: all(s.correct and s.dsl_share == 0.0 for s in shapes),
         # its forward hashes the input on the host (.cpu()): right values, but no CUDA graph can be
-        # captured and the launch-bound time has no witness, so a shape is correct or refused unwitnessed
-        "output_cache_by_content": lambda: all(s.correct or s.category == tx.TIMING_UNWITNESSED for s in shapes),
+        # captured, so each shape is scored at no less than the judge's own wall per call (fresh inputs: no hits)
+        "output_cache_by_content": lambda: all(
+            s.correct and s.timing is not None and s.timing.clock_ms is not None and s.time_ms >= s.timing.clock_ms
+            for s in shapes
+        ),
         "segfault": lambda: any(s.category == tx.CRASH for s in shapes) and any(s.correct for s in shapes),
         "cuda_fault": lambda: any(s.category == tx.CUDA_FAULT for s in shapes) and any(s.correct for s in shapes),
         "read_hidden_files": lambda: _nothing_read(result),

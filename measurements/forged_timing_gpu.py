@@ -15,7 +15,9 @@ run through `evaluate()` on rms_norm shapes 0 and 5 of the served catalog:
   time_reply        a whole `time` reply forged with the live nonce (tests/exploits/forge_time_reply.py)
   load_reply        a `load ok` frame for a Model that is no nn.Module (tests/exploits/forge_load_reply.py)
   uncapturable      the honest kernel with a host synchronisation (`.item()`) in forward: no CUDA graph
-                    can be captured, the plain burst alone witnesses (timing_witness.unwitnessed)
+                    can be captured, the plain burst judges and its wall per call is the least time
+                    (TimingStats.clock_ms, timing_witness.scored_time_ms); uncapturable_third: the same
+                    kernel with the handler forgery dividing its times by 3
   precompute        the graph burst's capture handler computes the K outputs (untimed), captures an
                     empty graph, and the replay answers with their fingerprints; `time` divided by 3
                     (tests/exploits/forge_graph_precompute.py); the replay's input refresh defeats it
@@ -26,8 +28,9 @@ time and floor, the plain burst's witness, the floor that judged, and S raw and 
 aggregates (clipped at 1), and what benchmark mode shows of it (no trace of faster_than_sol).
 Confirms the fix when: honest passes with no incident on both shapes, witness `graph`;
 handler_third and handler_tenth are `timing_forged` (performance/timing_tampered) on shapes 0
-AND 5, their graph floor above the forged median; uncapturable is `uncapturable` and fails
-performance/timing_unwitnessed on those host-bound shapes; precompute fails
+AND 5, their graph floor above the forged median; uncapturable and uncapturable_third are
+`uncapturable`, correct, scored at no less than the judge's wall per call (S of the forgery no
+higher than the honest uncapturable one's); precompute fails
 correctness/timed_output_mismatch ("Output of a graph-burst call ... is wrong") or is
 `timing_forged` on shapes 0 AND 5, never passes; honest's graph floor stays under its median
 with the refresh in the replay's window (w_graph near its median, not inflated); every rewrite is
@@ -58,7 +61,14 @@ OP = "rms_norm"
 EXPLOITS = ROOT / "tests" / "exploits"
 KERNEL = ROOT / "examples" / "rms_norm_triton.py"
 REWRITES = ("time_calls", "perf_counter", "elapsed_time", "median", "send", "json_dumps", "primitives_lookup")
-WITNESS_CASES = ("honest", "handler_third", "handler_tenth", "uncapturable", "precompute")  # default: the graph witness
+WITNESS_CASES = (
+    "honest",
+    "handler_third",
+    "handler_tenth",
+    "uncapturable",
+    "uncapturable_third",
+    "precompute",
+)  # default: the graph witness
 
 
 def _preamble(exploit: str) -> str:
@@ -92,6 +102,7 @@ def case_sources(kernel_path: Path = KERNEL) -> dict[str, str]:
     cases["uncapturable"] = re.sub(
         r"(    def forward\(self[^\n]*:\n)", lambda m: m.group(1) + host_sync, kernel, count=1
     )
+    cases["uncapturable_third"] = handler.replace("t / 10", "t / 3") + cases["uncapturable"]
     return cases
 
 
@@ -109,6 +120,7 @@ def _shape_row(shape: Any, shown: Any) -> dict[str, Any]:
         "graph_floor_ms",
         "graph_subtracted_ms",
         "graph_slack_ms",
+        "clock_ms",
         "witness_ms",
         "witness_floor_ms",
         "host_late_calls",
@@ -164,7 +176,7 @@ def markdown(report: dict[str, Any]) -> str:
         "S_i and S_agg."
     )
     header = (
-        "| case | shape | verdict | integrity | median ms | witness | K | w_graph ms | graph floor ms | "
+        "| case | shape | verdict | integrity | median ms | scored ms | witness | K | w_graph ms | graph floor ms | "
         "taken off ms | slack ms | w_plain ms | floor ms | S | S clipped | benchmark view integrity |"
     )
     lines = [
@@ -173,7 +185,7 @@ def markdown(report: dict[str, Any]) -> str:
         legend,
         "",
         header,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def num(value: Any) -> str:
@@ -184,7 +196,8 @@ def markdown(report: dict[str, Any]) -> str:
             verdict = "pass" if row["correct"] else f"{row['stage']}/{row['category']}"
             lines.append(
                 f"| {case['case']} | {row['shape']} | {verdict} | {', '.join(row['integrity']) or '—'} | "
-                f"{num(row['median_ms'])} | {row['witness'] or '—'} | {row['graph_calls'] or '—'} | "
+                f"{num(row['median_ms'])} | {num(row['time_ms'])} | {row['witness'] or '—'} | "
+                f"{row['graph_calls'] or '—'} | "
                 f"{num(row['graph_witness_ms'])} | {num(row['graph_floor_ms'])} | {num(row['graph_subtracted_ms'])} | "
                 f"{num(row['graph_slack_ms'])} | {num(row['witness_ms'])} | "
                 f"{num(row['witness_floor_ms'])} | {num(row['score'])} | {num(row['score_clipped'])} | "

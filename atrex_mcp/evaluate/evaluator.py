@@ -488,7 +488,13 @@ class Trial:
             result.timing_note = "time voided by an integrity failure"
             return
         if result.stage is None:  # not when a hand-over or a check above failed the shape
-            result.time_ms, result.iqr_ms = med, q3 - q1
+            clock = result.timing.clock_ms if result.timing is not None else None
+            result.time_ms, result.iqr_ms = timing_witness.scored_time_ms(med, clock), q3 - q1
+            if result.time_ms > med:
+                result.timing_note = (
+                    f"scored at the judge's own wall per call ({result.time_ms:.4g} ms), above the reported median: "
+                    "no CUDA graph replay witnessed the device time"
+                )
 
     def witness(
         self,
@@ -554,8 +560,10 @@ class Trial:
         plain: timing_witness.Witness,
     ) -> timing_witness.Witness | None:
         """The graph burst (graph_witness) after the plain one: the verdict that judges the median
-        (its floor the larger of the two), or None once the shape has failed. A forward that
-        cannot be captured keeps its time only where the plain burst bounds it (timing_witness.unwitnessed)."""
+        (its floor the larger of the two), or None once the shape has failed. Where no replay
+        witnesses the device time (the forward cannot be captured, or the replay is inconclusive)
+        the plain burst judges, and its wall per call becomes the least time the shape is scored
+        with (TimingStats.clock_ms): what the judge's clock saw, which the worker cannot shrink."""
         try:
             with _harness_memory("running the graph burst"):
                 outcome = graph_witness.run(self, session, shape, result, median_ms, set_bytes)
@@ -571,23 +579,7 @@ class Trial:
         assert timing is not None, "the timing request set it before any witness ran"
         if isinstance(outcome, str):
             timing.witness, timing.witness_note = timing_witness.UNCAPTURABLE, outcome
-            if not plain.forged and timing_witness.unwitnessed(median_ms, plain.floor_ms):
-                _fail(
-                    result,
-                    Failure(
-                        tx.PERFORMANCE,
-                        tx.TIMING_UNWITNESSED,
-                        (
-                            f"The forward could not be captured in a CUDA graph ({outcome}), and the judge's plain "
-                            f"burst allows any median down to {plain.floor_ms:.4g} ms, so the reported "
-                            f"{median_ms:.4g} ms is not witnessed. Remove host synchronisations (.item(), .cpu(), "
-                            ".tolist(), torch.cuda.synchronize, shapes read from device data) and allocations that "
-                            "depend on them from forward."
-                        ),
-                    ),
-                )
-                result.timing_note = "not scored: the time has no witness"
-                return None
+            timing.clock_ms = plain.per_call_ms
             return plain
         timing.witness = timing_witness.GRAPH
         timing.graph_calls, timing.graph_witness_ms = outcome.calls, outcome.per_call_ms
@@ -598,6 +590,7 @@ class Trial:
                 f"graph replay inconclusive: {outcome.subtracted_ms:.4g} ms a call of input refresh "
                 f"and fingerprints taken off, more than the plain burst's {plain.per_call_ms:.4g} ms"
             )
+            timing.clock_ms = plain.per_call_ms
             return plain
         if outcome.floor_ms <= plain.floor_ms:
             return plain

@@ -173,7 +173,18 @@ class TimingStats(BaseModel):
         ),
     )
     witness_note: str = Field(
-        default="", description=("Why the forward could not be captured in a CUDA graph, when it could not.")
+        default="",
+        description=(
+            "Why no graph replay witnessed the device time, when none did: the forward could not be captured, or "
+            "the replay was inconclusive."
+        ),
+    )
+    clock_ms: float | None = Field(
+        default=None,
+        description=(
+            "Where no graph replay witnessed the device time: the judge's own wall per call of the plain burst "
+            "(witness_ms), the least time the shape is scored with (time_ms = max(median, clock_ms))."
+        ),
     )
     graph_calls: int | None = Field(default=None, description="Forwards in the graph burst (K).")
     graph_witness_ms: float | None = Field(

@@ -50,7 +50,6 @@ HARNESS_OOM: Final = (
 # performance: correct but not timed to a trusted figure.
 OVER_TIME_BUDGET: Final = "over_time_budget"
 TIMING_TAMPERED: Final = "timing_tampered"  # timing or comparison primitives were replaced
-TIMING_UNWITNESSED: Final = "timing_unwitnessed"  # no CUDA graph of the forward; the plain burst does not bound it
 
 CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
     COMPILE: (
@@ -65,7 +64,7 @@ CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
     ),
     RUNTIME: (EXCEPTION, TIMEOUT, CUDA_FAULT, CRASH, OOM, WRONG_OUTPUT_TYPE, WRONG_SHAPE, WRONG_DTYPE, WRONG_KEYS),
     CORRECTNESS: (NUMERIC_MISMATCH, TIMED_OUTPUT_MISMATCH, HARNESS_OOM),
-    PERFORMANCE: (OVER_TIME_BUDGET, TIMING_TAMPERED, TIMING_UNWITNESSED),
+    PERFORMANCE: (OVER_TIME_BUDGET, TIMING_TAMPERED),
 }
 
 # not_run: the evaluation stopped before this shape was judged; not a verdict on the candidate.

@@ -130,7 +130,6 @@ GRAPH_BUDGET_BYTES = 2 << 30  # ... and no more input sets and outputs than this
 GRAPH_REPLAYS = 3  # the fastest of these judges
 GRAPH_JITTER_S = 0.2e-3  # a replay request's wall spread (pipe, scheduler) an honest run may still show
 GRAPH_CALIBRATION_SLACK = 0.25  # share of the calibrated fingerprint time allowed as calibration error
-TIGHT_SHARE = 0.25  # an uncapturable kernel's time counts when the plain burst witnesses this share of it
 
 GRAPH, UNCAPTURABLE, HOST = "graph", "uncapturable", "host"  # TimingStats.witness: which witness judged the time
 
@@ -195,8 +194,9 @@ def graph_conclusive(graph: Witness, plain: Witness) -> bool:
     return graph.subtracted_ms <= plain.per_call_ms
 
 
-def unwitnessed(median_ms: float, plain_floor_ms: float) -> bool:
-    """A kernel that could not be captured in a graph keeps its time only when the plain burst
-    bounds it tightly (a device-bound kernel: its floor reaches TIGHT_SHARE of the median). A
-    host-bound one, whose plain floor is ~0, would otherwise report any time it likes."""
-    return plain_floor_ms < TIGHT_SHARE * median_ms
+def scored_time_ms(median_ms: float, clock_ms: float | None) -> float:
+    """The time a shape is scored with: the reported median, never below the judge's own wall per
+    call where that is what witnessed it (no graph replay did: TimingStats.clock_ms). A forward
+    that escapes the graph, by a host synchronisation or by inputs whose refresh outweighs it,
+    cannot report less than the judge's clock saw."""
+    return median_ms if clock_ms is None else max(median_ms, clock_ms)

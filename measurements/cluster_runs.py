@@ -186,6 +186,10 @@ def host_record(gpu: str) -> dict[str, Any]:
 
 
 def _commit() -> str | None:
+    """ATREX_COMMIT when set (a tree sent to a device without its history, or with a stale one),
+    else what git says of this tree."""
+    if os.environ.get("ATREX_COMMIT"):
+        return os.environ["ATREX_COMMIT"]
     try:
         done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):  # no git on the host: the tree travelled without it

@@ -3,12 +3,13 @@
 # kernel, in one call of measurements/optimise_over_mcp.py (its docstring says what each step costs).
 #
 #   bash measurements/optimise_over_mcp_gpu.sh OUT_DIR [BUDGET_S]
+#   bash measurements/optimise_over_mcp_gpu.sh --extract-only   # the baselines only
 #
-# The two history baselines are not in the tree; before the call, in a checkout with history:
-#   mkdir -p .lead/baselines
-#   git show f6b0df1:gpu_wiki/kernels/fused_moe.py > .lead/baselines/fused_moe_torch_routing.py
-#   git show 304b81e:gpu_wiki/kernels/unified_attention.py > .lead/baselines/unified_attention_first_tiles.py
-# and carry .lead/baselines with the device call (.lead is git-ignored).
+# The two history baselines (earlier versions of the wiki kernels) are not kept as copies: the
+# script takes them from git history into BASELINES (default .cache/loop_baselines, git-ignored)
+# when they are missing there. On a host without the history (a device that gets the tree
+# without .git), extract them first in a checkout that has it and send that folder along:
+#   BASELINES=.cache/loop_baselines bash measurements/optimise_over_mcp_gpu.sh --extract-only
 #
 # Shapes: a pair's fixed cost (six sandbox worker starts, each compiling its kernels afresh, and two
 # Nsight Compute captures) is most of its time, so each pair gets few, cheap shapes on which its
@@ -17,15 +18,21 @@
 # the multi-chunk routing path; reference 4 ms). Cheapest pair first: a pair that ends under its
 # share leaves the rest to the later ones.
 set -uo pipefail
-out=${1:?usage: optimise_over_mcp_gpu.sh OUT_DIR [BUDGET_S]}
-budget=${2:-200}
-b=.lead/baselines k=measurements/kernels w=gpu_wiki/kernels ua=unified_attention
-for f in $b/fused_moe_torch_routing.py $b/unified_attention_first_tiles.py; do
-  if [ ! -f "$f" ]; then
-    echo "optimise_over_mcp_gpu: no $f (extract it with git show, see the header; carry $b)" >&2
+b=${BASELINES:-.cache/loop_baselines} k=measurements/kernels w=gpu_wiki/kernels ua=unified_attention
+declare -A history=([fused_moe_torch_routing.py]="f6b0df1:gpu_wiki/kernels/fused_moe.py"
+  [unified_attention_first_tiles.py]="304b81e:gpu_wiki/kernels/unified_attention.py")
+mkdir -p "$b"
+for name in "${!history[@]}"; do
+  if [ ! -s "$b/$name" ] && ! git show "${history[$name]}" >"$b/$name" 2>/dev/null; then
+    rm -f "$b/$name"
+    echo "optimise_over_mcp_gpu: no $b/$name and no git history to take it from (git show ${history[$name]});" \
+      "extract it on a checkout with history (--extract-only) and send $b along" >&2
     exit 2
   fi
 done
+[ "${1:-}" = --extract-only ] && exit 0
+out=${1:?usage: optimise_over_mcp_gpu.sh OUT_DIR [BUDGET_S] | --extract-only}
+budget=${2:-200}
 exec python3 measurements/optimise_over_mcp.py --out "$out" --budget-s "$budget" \
   --shapes rms_norm=2,52 --shapes unified_attention=24 --shapes fused_moe=4 \
   --pair "rms_norm:$k/rms_norm_two_pass.py:$w/rms_norm.py:$k/rms_norm_plan.json" \

@@ -203,6 +203,19 @@ def report_stem(date: str, gpu: str, gpus: int) -> str:
     return f"{date[:10]}_{slug}{f'x{gpus}' if gpus > 1 else ''}"
 
 
+def report_head(title: str, report: dict[str, Any]) -> list[str]:
+    """A report's opening lines: its title, then when, where, at which commit and versions, and the command."""
+    return [
+        f"# {title}",
+        "",
+        f"{report['date']}, {report['gpu']} x {report['gpus']}, commit {report['commit'] or 'unknown'}; "
+        + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v),
+        "",
+        f"`{report['command']}`",
+        "",
+    ]
+
+
 def table(header: list[str], rows: list[list[Any]]) -> str:
     """A Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -50,6 +50,7 @@ from measurements.cluster_runs import (  # noqa: E402
     failed_ops,
     host_record,
     make_run,
+    report_head,
     report_stem,
     table,
     verdicts,
@@ -275,13 +276,7 @@ def render(report: dict[str, Any]) -> str:
     )
     return "\n".join(
         [
-            "# Judging on 1 and N GPUs (bench eval --cluster local)",
-            "",
-            f"{report['date']}, {report['gpu']} x {report['gpus']}, commit {report['commit'] or 'unknown'}; "
-            + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v),
-            "",
-            f"`{report['command']}`",
-            "",
+            *report_head("Judging on 1 and N GPUs (bench eval --cluster local)", report),
             f"Candidates: {', '.join(report['ops'] or ['every operator'])}; shapes {report['shapes']}; "
             f"{report['seeds']} seed(s); shards of {report['shard_shapes'] or 'the default number of'} shapes.",
             "",

@@ -44,6 +44,7 @@ from measurements.cluster_runs import (  # noqa: E402
     check_shapes,
     check_workers,
     host_record,
+    report_head,
     report_stem,
     table,
     worker_gpu,
@@ -166,13 +167,7 @@ def render(report: dict[str, Any]) -> str:
     ]
     return "\n".join(
         [
-            "# Many servers' validate calls on one cluster (serve --cluster)",
-            "",
-            f"{report['date']}, {report['gpu']} x {report['gpus']}, commit {report['commit'] or 'unknown'}; "
-            + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v),
-            "",
-            f"`{report['command']}`",
-            "",
+            *report_head("Many servers' validate calls on one cluster (serve --cluster)", report),
             f"{report['clients']} clients at once, each its own server; operators {', '.join(report['ops'])}; "
             f"shapes {', '.join(report['shapes'] or ['every scored shape'])}; {report['seeds']} seed(s).",
             "",

@@ -16,6 +16,8 @@ are not scored (a smoke run), is refused and nothing is stamped. From a run, an 
 stamped only when the judged submission is the wiki kernel (the same text, bar the stamped
 table and line); another is refused with its reason and left untouched. The file is re-parsed
 after the edit and left untouched if the result is not valid front matter.
+Exit status: 0 when every kernel of the input was stamped, 1 when some were refused (each named
+with its reason), 2 when the input was refused whole and nothing was stamped.
 """
 
 from __future__ import annotations

@@ -1,13 +1,21 @@
 """Stamping measured GPU figures into a kernel's front matter: the table is replaced, the file
 stays parseable, re-stamping is idempotent, no per-shape score is written, and the operator
-score S is written only for a run over every scored shape — a subset is stamped as a subset."""
+score S is written only for a run over every scored shape — a subset is stamped as a subset. A bench eval
+run stamps a kernel only when the judged submission is that wiki kernel."""
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from atrex_mcp.agentbench.evaluation import StoredSettings
+from atrex_mcp.agentbench.layout import RunLayout
+from atrex_mcp.agentbench.models import AgentSpec, OpState, RunConfig, Submission
+from atrex_mcp.agentbench.models import Isolation as RunIsolation
+from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, ShapeResult
+from atrex_mcp.evaluate.models import Isolation as EvalIsolation
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.wiki.corpus import kernel_front_matter
 from atrex_mcp.wiki.stamp import main
@@ -111,3 +119,163 @@ def test_misleading_reports_are_refused_and_nothing_is_stamped(tmp_path, case):
     kernels = _kernels(tmp_path)
     assert main([str(report), "--kernels", str(kernels)]) == 2
     assert (kernels / "rms_norm.py").read_text() == KERNEL.read_text()
+
+
+# A bench eval run directory: the wiki kernels judged as one candidate set.
+
+KERNELS = KERNEL.parent
+RUN_OPS = ["rms_norm", "l2_norm", "silu_and_mul"]
+
+
+def _eval_result(op: str, source: str, ids: list[str], *, partial: str | None = None, device: str = "NVIDIA H200"):
+    shapes = [
+        ShapeResult(
+            id=i,
+            correct=True,
+            time_ms=0.01 * (n + 1),
+            dsl_share=1.0,
+            score=0.9876,
+            t_sol_ms=0.004321,
+            seeds=[1, 2, 3, 4, 5],
+        )
+        for n, i in enumerate(ids)
+    ]
+    if partial:  # the last shape was never started
+        shapes[-1] = ShapeResult(id=ids[-1], correct=False, stage="not_run", category="not_run_deadline")
+    return EvalResult(
+        op=op,
+        candidate="candidate",
+        candidate_sha256=hashlib.sha256(source.encode()).hexdigest(),
+        dsl="triton",
+        hardware="h200",
+        compiled=True,
+        shapes=shapes,
+        partial=partial,
+        operator_score=0.5432,
+        device=DeviceInfo(kind="cuda", name=device, versions={"torch": "2.11.0", "triton": "3.6.0"}),
+        isolation=EvalIsolation(),
+        started_at="2026-12-02T02:46:37+00:00",
+    )
+
+
+def _run(tmp_path: Path, shapes: str, results: dict[str, EvalResult], sources: dict[str, str]) -> Path:
+    """A run over RUN_OPS whose submissions are `sources` and whose eval/ holds `results`."""
+    root = tmp_path / "run"
+    layout = RunLayout(root)
+    config = RunConfig(
+        name="wiki-set",
+        agent=AgentSpec(kind="command", command=["true"]),
+        ops=RUN_OPS,
+        dsl="triton",
+        condition="vanilla",
+        budget_s=60,
+        problems=[str(Catalog().roots[0])],
+        hardware="h200",
+        server="stdio",
+        isolation=RunIsolation(agent_uid=0, agent_gid=0, server_uid=0, transport="stdio"),
+        created_at="2026-12-02T02:09:23+00:00",
+        atrex_mcp_version="0.1.0",
+    )
+    layout.eval_dir.mkdir(parents=True)
+    layout.run_file.write_text(config.model_dump_json())
+    settings = StoredSettings(shapes=shapes, seeds=5, timeout_s=120, hardware="h200", dsl="triton", baselines=False)
+    (layout.eval_dir / "settings.json").write_text(settings.model_dump_json())
+    for op, source in sources.items():
+        layout.submission_dir(op).mkdir(parents=True)
+        (layout.submission_dir(op) / f"{op}.py").write_text(source)
+        artifact = f"ops/{op}/submission/{op}.py"
+        sha = hashlib.sha256(source.encode()).hexdigest()
+        state = OpState(op=op, status="done", submission=Submission(outcome="submitted", artifact=artifact, sha256=sha))
+        layout.state_file(op).write_text(state.model_dump_json())
+    for op, result in results.items():
+        (layout.eval_dir / f"{op}.json").write_text(result.model_dump_json())
+    return root
+
+
+def _run_kernels(tmp_path: Path) -> Path:
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    for op in RUN_OPS:
+        shutil.copy(KERNELS / f"{op}.py", kernels / f"{op}.py")
+    return kernels
+
+
+def _scored(op: str) -> list[str]:
+    return [s.id for s in Catalog().visible(op).scored_shapes]
+
+
+def test_run_stamps_the_judged_wiki_kernels_and_refuses_another_submission(tmp_path, capsys):
+    kernels = _run_kernels(tmp_path)
+    sources = {op: (KERNELS / f"{op}.py").read_text() for op in RUN_OPS}
+    sources["silu_and_mul"] += "\n# changed after the wiki\n"
+    rms_ids = _scored("rms_norm")
+    results = {op: _eval_result(op, src, _scored(op)) for op, src in sources.items()}
+    results["l2_norm"] = _eval_result("l2_norm", sources["l2_norm"], _scored("l2_norm"), partial="deadline")
+    run = _run(tmp_path, "all", results, sources)
+    assert main([str(run), "--kernels", str(kernels)]) == 1
+    out = capsys.readouterr().out
+    assert "stamped 2 kernels: rms_norm, l2_norm" in out
+    assert "refused silu_and_mul: the judged submission (sha256" in out and "is not the wiki kernel" in out
+    assert (kernels / "silu_and_mul.py").read_text() == (KERNELS / "silu_and_mul.py").read_text()
+
+    text = (kernels / "rms_norm.py").read_text()
+    meta, _ = kernel_front_matter(text, "rms_norm.py")
+    h200 = meta["h200"]
+    assert h200["status"] == "measured" and h200["operator_score"] == 0.543 and h200["seeds"] == 5
+    assert h200["date"] == "2026-12-02" and h200["torch"] == "2.11.0" and h200["shapes_measured"] == rms_ids
+    assert h200["source"].startswith("bench eval of run 'wiki-set': the full wiki kernel set (3 operators)")
+    assert "5 seeds per shape" in h200["source"] and h200["time_ms"]["0"] == 0.01
+    assert "0.988" not in text and "0.00432" not in text  # no per-shape S, no speed-of-light time
+    assert meta["validated_shapes"][1] == (
+        f"NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: {len(rms_ids)}/{len(rms_ids)} scored shapes correct"
+    )
+
+    l2 = kernel_front_matter((kernels / "l2_norm.py").read_text(), "l2_norm.py")[0]
+    l2_ids = _scored("l2_norm")
+    assert l2["h200"]["status"] == "measured on a subset of shapes" and "operator_score" not in l2["h200"]
+    assert l2["h200"]["shapes_measured"] == l2_ids[:-1]
+    assert l2["validated_shapes"][1].startswith("NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: measured on")
+
+    # the stamped kernels are still the judged submissions: stamping again changes nothing
+    assert main([str(run), "--kernels", str(kernels), "--ops", "rms_norm,l2_norm"]) == 0
+    assert (kernels / "rms_norm.py").read_text() == text
+
+
+def test_run_over_a_subset_is_stamped_as_a_subset(tmp_path):
+    kernels = _run_kernels(tmp_path)
+    source = (KERNELS / "rms_norm.py").read_text()
+    run = _run(tmp_path, "0,1", {"rms_norm": _eval_result("rms_norm", source, ["0", "1"])}, {"rms_norm": source})
+    assert main([str(run), "--kernels", str(kernels)]) == 0
+    meta, _ = kernel_front_matter((kernels / "rms_norm.py").read_text(), "rms_norm.py")
+    h200 = meta["h200"]
+    assert h200["status"] == "measured on a subset of shapes" and "operator_score" not in h200
+    assert h200["operator_score_pending"] == "S over the full shape set: pending; measured on shapes [0, 1]"
+    assert "shapes '0,1'" in h200["source"] and h200["seeds"] == 5
+
+
+@pytest.mark.parametrize("case", ["judged on another GPU", "result of another file", "claims every shape"])
+def test_run_refusals_leave_the_kernel_untouched(tmp_path, case, capsys):
+    kernels = _run_kernels(tmp_path)
+    source = (KERNELS / "rms_norm.py").read_text()
+    ids = _scored("rms_norm")
+    result = _eval_result("rms_norm", source, ids, device="NVIDIA H100 80GB HBM3" if "GPU" in case else "NVIDIA H200")
+    if case == "result of another file":
+        result.candidate_sha256 = "0" * 64
+    if case == "claims every shape":
+        result.shapes = result.shapes[:2]
+    run = _run(tmp_path, "all", {"rms_norm": result}, {"rms_norm": source})
+    rc = main([str(run), "--kernels", str(kernels)])
+    captured = capsys.readouterr()
+    assert (kernels / "rms_norm.py").read_text() == source
+    if case == "claims every shape":
+        assert rc == 2 and "claims every scored shape but lacks" in captured.err
+    else:
+        assert rc == 1
+        why = "not an H200" if "GPU" in case else "not the collected submission"
+        assert "refused rms_norm: " in captured.out and why in captured.out
+
+
+def test_a_directory_that_is_not_a_run_is_a_one_line_error(tmp_path, capsys):
+    assert main([str(tmp_path), "--kernels", str(_run_kernels(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: [input/not_a_run]") and err.count("\n") == 1

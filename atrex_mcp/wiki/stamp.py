@@ -1,21 +1,29 @@
 """Write measured GPU figures into the front matter of the wiki's reference kernels.
 
     python3 -m atrex_mcp.wiki.stamp measurements/results/wiki_kernels/2026-11-30_h200.json
+    python3 -m atrex_mcp.wiki.stamp RUN_DIR [--ops fused_moe,rms_norm] [--kernels DIR]
 
-Reads the report measurements/wiki_kernels_gpu.py writes and, for each kernel in it, replaces the
-`[h200]` table (the last table of the front matter) and the `validated_shapes` line. Only our
-own measurements go in: which shapes were measured, which were correct (and how the others
-failed), per-shape times, and the operator score S — the latter only when the kernel was run on
-every scored shape of its operator; a run over a subset (`--shapes 0`) is stamped as such, with
-S marked pending. Per-shape S is never written: with the time it would give away the shape's
-speed-of-light figure. A report that claims every scored shape but lacks some, or that measured
-shapes that are not scored (a smoke run), is refused and nothing is stamped. The file is
-re-parsed after the edit and left untouched if the result is not valid front matter.
+Reads the report measurements/wiki_kernels_gpu.py writes, or a `bench eval` run directory in
+which the wiki kernels were judged as one candidate set (atrex_mcp.wiki.stamp_inputs), and, for
+each kernel in it, replaces the `[h200]` table (the last table of the front matter) and the
+`validated_shapes` line. Only our own measurements go in: which shapes were measured, which
+were correct (and how the others failed), per-shape times, the seeds and where the figures come
+from, and the operator score S — the latter only when the kernel was run on every scored shape
+of its operator; a run over a subset (`--shapes 0`) is stamped as such, with S marked pending.
+Per-shape S is never written: with the time it would give away the shape's speed-of-light
+figure. A report that claims every scored shape but lacks some, or that measured shapes that
+are not scored (a smoke run), is refused and nothing is stamped. From a run, an operator is
+stamped only when the judged submission is the wiki kernel (the same text, bar the stamped
+table and line); another is refused with its reason and left untouched. The file is re-parsed
+after the edit and left untouched if the result is not valid front matter.
+Exit status: 0 when every kernel of the input was stamped, 1 when some were refused (each named
+with its reason), 2 when the input was refused whole and nothing was stamped.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -24,6 +32,7 @@ from pathlib import Path
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.wiki.corpus import kernel_front_matter
+from atrex_mcp.wiki.stamp_inputs import Inputs, Measured, from_report, from_run
 
 _H200_TABLE = re.compile(r"^\[h200\]\n.*?(?=^\+\+\+)", re.S | re.M)
 _VALIDATED = re.compile(r"^validated_shapes = .*$", re.M)
@@ -42,14 +51,15 @@ def _complete(measured: list[str], scored: list[str]) -> bool:
     return set(measured) == set(scored)
 
 
-def _validated(entry: dict, scored: list[str], date: str, gpu: str) -> str:
+def _validated(entry: dict, scored: list[str], meta: dict) -> str:
     measured = [s["id"] for s in entry["shapes"]]
     failed = [s["id"] for s in entry["shapes"] if not s["correct"]]
     correct = len(measured) - len(failed)
+    where = f"{meta.get('gpu') or 'GPU'} {meta['date']}" + (f", {meta['label']}" if meta.get("label") else "")
     if _complete(measured, scored):
-        gpu_note = f"{gpu} {date}: {correct}/{len(scored)} scored shapes correct"
+        gpu_note = f"{where}: {correct}/{len(scored)} scored shapes correct"
     else:
-        gpu_note = f"{gpu} {date}: measured on shapes {_ids(measured)} of {len(scored)} scored; {correct} correct"
+        gpu_note = f"{where}: measured on shapes {_ids(measured)} of {len(scored)} scored; {correct} correct"
     if failed:
         gpu_note += f" (failed: {', '.join(failed)})"
     return "validated_shapes = " + json.dumps(["smoke (CPU interpreter, CI)", gpu_note], ensure_ascii=False)
@@ -79,6 +89,12 @@ def h200_table(entry: dict, scored: list[str], meta: dict) -> str:
         f"gpu = {json.dumps(meta.get('gpu') or '')}",
         f"torch = {json.dumps(versions.get('torch') or '')}",
         f"triton = {json.dumps(versions.get('triton') or '')}",
+    ]
+    if meta.get("source"):
+        lines.append(f"source = {json.dumps(meta['source'], ensure_ascii=False)}")
+    if meta.get("seeds"):
+        lines.append(f"seeds = {int(meta['seeds'])}")
+    lines += [
         f"shapes_measured = {json.dumps(measured)}",
         f"shapes_scored = {len(scored)}",
         f"shapes_correct = {entry['shapes_correct']}",
@@ -99,6 +115,12 @@ def h200_table(entry: dict, scored: list[str], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def unstamped(text: str) -> str:
+    """The kernel file without what the stamp writes: equal for two files that differ only in
+    their stamped figures."""
+    return _VALIDATED.sub("validated_shapes = …", _H200_TABLE.sub("[h200]\n", text, count=1), count=1)
+
+
 def stamp_kernel(path: Path, entry: dict, scored: list[str], meta: dict) -> None:
     text = path.read_text()
     if not _H200_TABLE.search(text) or not _VALIDATED.search(text):
@@ -106,7 +128,7 @@ def stamp_kernel(path: Path, entry: dict, scored: list[str], meta: dict) -> None
             "input", "bad_wiki_kernel", f"{path.name} has no [h200] table or validated_shapes line to stamp."
         )
     new = _H200_TABLE.sub(lambda _: h200_table(entry, scored, meta), text, count=1)
-    new = _VALIDATED.sub(lambda _: _validated(entry, scored, meta["date"], meta.get("gpu") or "GPU"), new, count=1)
+    new = _VALIDATED.sub(lambda _: _validated(entry, scored, meta), new, count=1)
     front, _ = kernel_front_matter(new, path.name)  # raises if the edit broke the TOML
     if front["h200"]["date"] != meta["date"]:
         raise AtrexError("internal", "stamp_failed", f"Stamping {path.name} did not take.")
@@ -135,36 +157,73 @@ def _checked_coverage(name: str, entry: dict, scored: list[str], claims_all: boo
         )
 
 
-def stamp(report_path: Path, kernels_dir: Path, catalog: Catalog) -> list[str]:
-    """Check every entry first, then stamp: a refused report leaves every kernel untouched."""
-    report = json.loads(report_path.read_text())
-    claims_all = report["meta"].get("shapes", "all scored") == "all scored"
+def _not_the_kernel(item: Measured, path: Path) -> str | None:
+    """Why the judged text is not this wiki kernel (None when it is, bar the stamped figures)."""
+    if item.judged_source is None:
+        return None
+    if not path.is_file():
+        return f"no wiki kernel {path.name} in {path.parent}"
+    text = path.read_text()
+    if unstamped(text) == unstamped(item.judged_source):
+        return None
+    judged, wiki = (hashlib.sha256(t.encode()).hexdigest()[:12] for t in (item.judged_source, text))
+    return f"the judged submission (sha256 {judged}) is not the wiki kernel {path.name} (sha256 {wiki})"
+
+
+def stamp_measured(inputs: Inputs, kernels_dir: Path, catalog: Catalog) -> list[str]:
+    """Check every item first, then stamp: a misleading input leaves every kernel untouched; an
+    item whose judged text is not its wiki kernel is moved to inputs.refused and left untouched."""
     todo = []
-    for name, entry in sorted(report["kernels"].items()):
-        if "error" in entry or not entry.get("shapes"):
+    for item in inputs.measured:
+        path = kernels_dir / f"{item.name}.py"
+        reason = _not_the_kernel(item, path)
+        if reason is not None:
+            inputs.refused[item.name] = reason
             continue
-        scored = [s.id for s in catalog.visible(entry["operator"]).scored_shapes]
-        _checked_coverage(name, entry, scored, claims_all)
-        todo.append((name, entry, scored))
-    for name, entry, scored in todo:
-        stamp_kernel(kernels_dir / f"{name}.py", entry, scored, report["meta"])
-    return [name for name, _, _ in todo]
+        scored = [s.id for s in catalog.visible(item.entry["operator"]).scored_shapes]
+        _checked_coverage(item.name, item.entry, scored, item.claims_all)
+        todo.append((path, item, scored))
+    for path, item, scored in todo:
+        stamp_kernel(path, item.entry, scored, item.meta)
+    return [item.name for _, item, _ in todo]
+
+
+def stamp(source: Path, kernels_dir: Path, catalog: Catalog, only: list[str] | None = None) -> Inputs:
+    """Stamp from a report file or a bench eval run directory; the inputs with what was refused."""
+    inputs = from_run(source, kernels_dir, only) if source.is_dir() else from_report(source, only)
+    inputs.stamped = stamp_measured(inputs, kernels_dir, catalog)
+    return inputs
 
 
 def main(argv: list[str] | None = None) -> int:
     from atrex_mcp.paths import wiki_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("report", type=Path, help="measurements/results/wiki_kernels/2026-11-30_h200.json")
+    parser.add_argument(
+        "source", type=Path, help="a wiki_kernels_gpu.py report (JSON), or a bench eval run directory (RUN_DIR)"
+    )
     parser.add_argument("--kernels", type=Path, default=None, help="kernel folder (default: gpu_wiki/kernels)")
+    parser.add_argument("--ops", default=None, help="comma-separated kernels to stamp (default: all the input holds)")
     args = parser.parse_args(argv)
+    only = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
     try:
-        done = stamp(args.report, args.kernels or wiki_dir() / "kernels", Catalog())
+        if not args.source.exists():
+            raise AtrexError(
+                "input",
+                "no_stamp_input",
+                f"{args.source} does not exist.",
+                "Pass a wiki_kernels_gpu.py report or a bench eval run directory.",
+            )
+        done = stamp(args.source, args.kernels or wiki_dir() / "kernels", Catalog(), only)
     except AtrexError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.shell_text()}", file=sys.stderr)
         return 2
-    print(f"stamped {len(done)} kernels: {', '.join(done)}")
-    return 0
+    print(f"stamped {len(done.stamped)} kernels: {', '.join(done.stamped)}")
+    for name, reason in sorted(done.refused.items()):
+        print(f"refused {name}: {reason}")
+    if done.not_judged:
+        print(f"not judged in the run (no eval result): {', '.join(done.not_judged)}")
+    return 1 if done.refused else 0
 
 
 if __name__ == "__main__":

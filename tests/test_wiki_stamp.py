@@ -14,6 +14,7 @@ from atrex_mcp.agentbench.evaluation import StoredSettings
 from atrex_mcp.agentbench.layout import RunLayout
 from atrex_mcp.agentbench.models import AgentSpec, OpState, RunConfig, Submission
 from atrex_mcp.agentbench.models import Isolation as RunIsolation
+from atrex_mcp.agentbench.wiki_stamp import main as stamp_run
 from atrex_mcp.evaluate.models import DeviceInfo, EvalResult, ShapeResult
 from atrex_mcp.evaluate.models import Isolation as EvalIsolation
 from atrex_mcp.problemset.catalog import Catalog
@@ -212,7 +213,7 @@ def test_run_stamps_the_judged_wiki_kernels_and_refuses_another_submission(tmp_p
     results = {op: _eval_result(op, src, _scored(op)) for op, src in sources.items()}
     results["l2_norm"] = _eval_result("l2_norm", sources["l2_norm"], _scored("l2_norm"), partial="deadline")
     run = _run(tmp_path, "all", results, sources)
-    assert main([str(run), "--kernels", str(kernels)]) == 1
+    assert stamp_run([str(run), "--kernels", str(kernels)]) == 1
     out = capsys.readouterr().out
     assert "stamped 2 kernels: rms_norm, l2_norm" in out
     assert "refused silu_and_mul: the judged submission (sha256" in out and "is not the wiki kernel" in out
@@ -237,7 +238,7 @@ def test_run_stamps_the_judged_wiki_kernels_and_refuses_another_submission(tmp_p
     assert l2["validated_shapes"][1].startswith("NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: measured on")
 
     # the stamped kernels are still the judged submissions: stamping again changes nothing
-    assert main([str(run), "--kernels", str(kernels), "--ops", "rms_norm,l2_norm"]) == 0
+    assert stamp_run([str(run), "--kernels", str(kernels), "--ops", "rms_norm,l2_norm"]) == 0
     assert (kernels / "rms_norm.py").read_text() == text
 
 
@@ -245,7 +246,7 @@ def test_run_over_a_subset_is_stamped_as_a_subset(tmp_path):
     kernels = _run_kernels(tmp_path)
     source = (KERNELS / "rms_norm.py").read_text()
     run = _run(tmp_path, "0,1", {"rms_norm": _eval_result("rms_norm", source, ["0", "1"])}, {"rms_norm": source})
-    assert main([str(run), "--kernels", str(kernels)]) == 0
+    assert stamp_run([str(run), "--kernels", str(kernels)]) == 0
     meta, _ = kernel_front_matter((kernels / "rms_norm.py").read_text(), "rms_norm.py")
     h200 = meta["h200"]
     assert h200["status"] == "measured on a subset of shapes" and "operator_score" not in h200
@@ -264,7 +265,7 @@ def test_run_refusals_leave_the_kernel_untouched(tmp_path, case, capsys):
     if case == "claims every shape":
         result.shapes = result.shapes[:2]
     run = _run(tmp_path, "all", {"rms_norm": result}, {"rms_norm": source})
-    rc = main([str(run), "--kernels", str(kernels)])
+    rc = stamp_run([str(run), "--kernels", str(kernels)])
     captured = capsys.readouterr()
     assert (kernels / "rms_norm.py").read_text() == source
     if case == "claims every shape":
@@ -276,6 +277,13 @@ def test_run_refusals_leave_the_kernel_untouched(tmp_path, case, capsys):
 
 
 def test_a_directory_that_is_not_a_run_is_a_one_line_error(tmp_path, capsys):
-    assert main([str(tmp_path), "--kernels", str(_run_kernels(tmp_path))]) == 2
+    assert stamp_run([str(tmp_path), "--kernels", str(_run_kernels(tmp_path))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: [input/not_a_run]") and err.count("\n") == 1
+
+
+def test_the_report_stamp_sends_a_run_directory_to_the_run_stamp(tmp_path, capsys):
+    """The wiki room reads reports only; a run directory is agentbench's to read (one line says which command)."""
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "atrex_mcp.agentbench.wiki_stamp" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

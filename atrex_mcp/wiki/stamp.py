@@ -1,10 +1,11 @@
 """Write measured GPU figures into the front matter of the wiki's reference kernels.
 
     python3 -m atrex_mcp.wiki.stamp measurements/results/wiki_kernels/2026-11-30_h200.json
-    python3 -m atrex_mcp.wiki.stamp RUN_DIR [--ops fused_moe,rms_norm] [--kernels DIR]
+    python3 -m atrex_mcp.agentbench.wiki_stamp RUN_DIR [--ops fused_moe,rms_norm] [--kernels DIR]
 
-Reads the report measurements/wiki_kernels_gpu.py writes, or a `bench eval` run directory in
-which the wiki kernels were judged as one candidate set (atrex_mcp.wiki.stamp_inputs), and, for
+Reads the report measurements/wiki_kernels_gpu.py writes, or (the second command, through
+agentbench's run loaders) a `bench eval` run directory in which the wiki kernels were judged as
+one candidate set (atrex_mcp.wiki.stamp_inputs), and, for
 each kernel in it, replaces the `[h200]` table (the last table of the front matter) and the
 `validated_shapes` line. Only our own measurements go in: which shapes were measured, which
 were correct (and how the others failed), per-shape times, the seeds and where the figures come
@@ -32,7 +33,7 @@ from pathlib import Path
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.problemset.catalog import Catalog
 from atrex_mcp.wiki.corpus import kernel_front_matter
-from atrex_mcp.wiki.stamp_inputs import Inputs, Measured, from_report, from_run
+from atrex_mcp.wiki.stamp_inputs import Inputs, Measured, from_report
 
 _H200_TABLE = re.compile(r"^\[h200\]\n.*?(?=^\+\+\+)", re.S | re.M)
 _VALIDATED = re.compile(r"^validated_shapes = .*$", re.M)
@@ -189,19 +190,34 @@ def stamp_measured(inputs: Inputs, kernels_dir: Path, catalog: Catalog) -> list[
 
 
 def stamp(source: Path, kernels_dir: Path, catalog: Catalog, only: list[str] | None = None) -> Inputs:
-    """Stamp from a report file or a bench eval run directory; the inputs with what was refused."""
-    inputs = from_run(source, kernels_dir, only) if source.is_dir() else from_report(source, only)
+    """Stamp from a wiki_kernels_gpu.py report; the inputs with what was refused."""
+    if source.is_dir():
+        raise AtrexError(
+            "input",
+            "run_directory",
+            f"{source} is a directory; this command reads a wiki_kernels_gpu.py report.",
+            f"Stamp from a bench eval run with `python3 -m atrex_mcp.agentbench.wiki_stamp {source}`.",
+        )
+    inputs = from_report(source, only)
     inputs.stamped = stamp_measured(inputs, kernels_dir, catalog)
     return inputs
+
+
+def print_outcome(inputs: Inputs) -> int:
+    """What was stamped, refused and not judged, one line each; the exit status (0 all, 1 some refused)."""
+    print(f"stamped {len(inputs.stamped)} kernels: {', '.join(inputs.stamped)}")
+    for name, reason in sorted(inputs.refused.items()):
+        print(f"refused {name}: {reason}")
+    if inputs.not_judged:
+        print(f"not judged in the run (no eval result): {', '.join(inputs.not_judged)}")
+    return 1 if inputs.refused else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     from atrex_mcp.paths import wiki_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "source", type=Path, help="a wiki_kernels_gpu.py report (JSON), or a bench eval run directory (RUN_DIR)"
-    )
+    parser.add_argument("source", type=Path, help="a wiki_kernels_gpu.py report (JSON)")
     parser.add_argument("--kernels", type=Path, default=None, help="kernel folder (default: gpu_wiki/kernels)")
     parser.add_argument("--ops", default=None, help="comma-separated kernels to stamp (default: all the input holds)")
     args = parser.parse_args(argv)
@@ -212,18 +228,13 @@ def main(argv: list[str] | None = None) -> int:
                 "input",
                 "no_stamp_input",
                 f"{args.source} does not exist.",
-                "Pass a wiki_kernels_gpu.py report or a bench eval run directory.",
+                "Pass a wiki_kernels_gpu.py report (a bench eval run: python3 -m atrex_mcp.agentbench.wiki_stamp).",
             )
         done = stamp(args.source, args.kernels or wiki_dir() / "kernels", Catalog(), only)
     except AtrexError as exc:
         print(f"error: {exc.shell_text()}", file=sys.stderr)
         return 2
-    print(f"stamped {len(done.stamped)} kernels: {', '.join(done.stamped)}")
-    for name, reason in sorted(done.refused.items()):
-        print(f"refused {name}: {reason}")
-    if done.not_judged:
-        print(f"not judged in the run (no eval result): {', '.join(done.not_judged)}")
-    return 1 if done.refused else 0
+    return print_outcome(done)
 
 
 if __name__ == "__main__":

@@ -129,10 +129,10 @@ def isolation_checks(plan: dict, landlock_abi: int) -> list[Check]:
             Check(
                 area="isolation",
                 name="PID namespace",
-                status="warn",
+                status="info" if plan.get("supervisor") else "warn",
                 detail=reason,
-                action="run the server as root with util-linux unshare and setpriv installed, or accept that a "
-                "candidate's detached child can outlive its worker",
+                action="run the server as root with util-linux unshare and setpriv installed to hide other processes "
+                "from the worker too",
             )
         )
     hides = plan["mount_namespace"]

@@ -1,8 +1,10 @@
 """Starting, talking to, and killing a sandbox worker (trusted side).
 
 The isolation policy in one place (sandbox/README.md says why, and what remains possible):
-* its own session and process group (killed whole with SIGKILL), and — when the tools and
-  privileges exist — its own PID namespace, so a child that calls setsid() still dies with it,
+* its own session and process group (killed whole with SIGKILL); without a PID namespace, a
+  supervisor (sandbox.supervisor, a child subreaper) as its parent, which kills every descendant
+  when it ends, and the server's scratch watchdog (sandbox.scratch_watch) for the scratch limit;
+* when the tools and privileges exist, its own PID namespace, so a child that calls setsid() still dies with it,
   holding at most WORKER_TASKS tasks (its pid_max), its own network namespace (no interface
   but a loopback, down unless a profiler wraps the worker), and its own mount namespace with a
   private /proc (no other process visible), an empty mode-000 tmpfs over every protected
@@ -44,9 +46,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sandbox import landlock, protocol, syscall_filter
+from sandbox import landlock, process_tree, protocol, syscall_filter
 from sandbox import scratch as scratch_files
 from sandbox.messages import ExitRequest, InitRequest, Request
+from sandbox.scratch_watch import POLL_S, ScratchWatch
 
 SANDBOX_UID = SANDBOX_GID = 65534
 _PASS_ENV = (
@@ -100,14 +103,19 @@ _BOOTSTRAP = (
     "import json, sys; c = json.loads(sys.argv[1]); sys.path[:0] = c['sys_path']; "
     "from sandbox.worker import main; main(c)"
 )
+_SUPERVISOR_BOOTSTRAP = (
+    "import json, sys; c = json.loads(sys.argv[1]); sys.path[:0] = c['sys_path']; "
+    "from sandbox.supervisor import main; main(c)"
+)
 
 
 class WorkerDied(Exception):
-    """The worker process ended (crash, kill, OOM) before answering."""
+    """The worker process ended (crash, kill, OOM) before answering; `reason` says why when the
+    trusted side killed it for a limit (the scratch watchdog)."""
 
-    def __init__(self, returncode: int | None, log_tail: str):
-        super().__init__(f"worker exited with {returncode}")
-        self.returncode, self.log_tail = returncode, log_tail
+    def __init__(self, returncode: int | None, log_tail: str, reason: str = ""):
+        super().__init__(reason or f"worker exited with {returncode}")
+        self.returncode, self.log_tail, self.reason = returncode, log_tail, reason
 
 
 class WorkerTimeout(Exception):
@@ -142,8 +150,9 @@ class LaunchSpec:
     )  # more Landlock paths (path → rights), never a protected root
     file_size_bytes: int = 16 << 30
     # What the worker may write: tmp/ and .cache/ of the scratch directory share a tmpfs of this
-    # size in its mount namespace. Not for a wrapped worker: a profiler's log and the compiler
-    # cache it reads back must reach the trusted side.
+    # size in its mount namespace; without one (a non-root server) the scratch watchdog kills the
+    # worker past it, and RLIMIT_FSIZE is held to it. Not for a wrapped worker: a profiler's log and
+    # the compiler cache it reads back must reach the trusted side.
     scratch_bytes: int = 1 << 30
     output_fd: int | None = None  # the output arena (sandbox.handoff) every worker of this spec inherits
     start_timeout_s: float = 180.0
@@ -380,23 +389,26 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
         notes.append("setpriv missing: no namespaces (the uid switch needs it after unshare)")
     elif not prefix:
         notes.append(
-            "no PID namespace (needs root and util-linux unshare): a child that leaves the process group survives a "
-            "kill"
+            "no PID namespace (needs root and util-linux unshare): a supervisor, the worker's child subreaper, kills "
+            "every process below it (setsid() and double-forked children too) when the worker ends; other processes "
+            "stay visible in /proc"
         )
     elif not hides:
         notes.append("no mount namespace: protected directories are hidden by Landlock alone")
     if not network:
         notes.append("no network namespace: the seccomp filter alone keeps the worker off the network")
+    watchdog = (
+        f"the scratch limit is a watchdog of the server (every {POLL_S * 1000:.0f} ms and before each reply), "
+        "which kills the worker past it: what it writes in one interval can pass the limit, no file past "
+        "it (RLIMIT_FSIZE)"
+    )
     if not hides:
         notes.append(
-            "no task cap or scratch quota (they need the mount namespace): at most RLIMIT_NPROC tasks "
-            "for a non-root uid, files of at most RLIMIT_FSIZE bytes each"
+            f"no task cap or scratch tmpfs (they need the mount namespace): at most RLIMIT_NPROC tasks for a "
+            f"non-root uid; {watchdog}"
         )
     elif not quota:
-        notes.append(
-            "no scratch quota (a read-only bind mount or tmpfs was refused here): files of at most "
-            "RLIMIT_FSIZE bytes each"
-        )
+        notes.append(f"no scratch tmpfs (a read-only bind mount or tmpfs was refused here): {watchdog}")
     seccomp_missing = syscall_filter.available()
     if seccomp_missing:
         notes.append(f"no seccomp filter: {seccomp_missing}")
@@ -410,6 +422,8 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
         "net_namespace": network,
         "task_limit": WORKER_TASKS if hides else None,  # per-namespace pid_max; the worker reports if it held
         "scratch_quota": quota,  # tmp/ and .cache/ on a capped tmpfs (not for a profiler-wrapped worker)
+        "scratch_watchdog": not quota,  # else the server polls the scratch size and kills past it (not wrapped either)
+        "supervisor": not prefix,  # a child subreaper parents the worker where no PID namespace holds it
         "seccomp": {"available": not seccomp_missing, "error": seccomp_missing},
     }
 
@@ -471,6 +485,9 @@ class Worker:
         self.plan: dict[str, Any] = {}
         self._output: _OutputTail | None = None
         self._req_w = self._resp_r = -1
+        self._control_w = -1  # the supervisor stops everything below it when this pipe closes
+        self._end_lock = threading.Lock()
+        self._watch: ScratchWatch | None = None
         self._sys_path: list[str] = []
         self.spawned_at = 0.0
         self.stray_frames = 0  # reply frames that answered no pending request: only a candidate writes those
@@ -505,7 +522,6 @@ class Worker:
         resp_r, resp_w = os.pipe()
         config = {"sys_path": self._sys_path, "req_fd": req_r, "resp_fd": resp_w, "output_fd": self.spec.output_fd}
         argv = [*self.spec.wrapper, sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(config)]
-        kwargs: dict[str, Any] = {}
         if self.plan["prefix"]:
             uid_switch = (
                 [self.plan["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
@@ -516,9 +532,14 @@ class Worker:
                 ["sh", "-c", HIDE_SCRIPT, "sh", *hidden_dirs(self.spec), "--"] if self.plan["mount_namespace"] else []
             )
             argv = [*self.plan["prefix"], *hide, *self._root_prelude(), *uid_switch, *argv]
-        elif self.plan["drop_uid"]:
-            kwargs = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
         inherited = (req_r, resp_w) if self.spec.output_fd is None else (req_r, resp_w, self.spec.output_fd)
+        control_r = -1
+        if self.plan["supervisor"]:  # no PID namespace: a child subreaper parents the worker (sandbox.supervisor)
+            control_r, self._control_w = os.pipe()
+            ids = {"user": SANDBOX_UID, "group": SANDBOX_GID} if self.plan["drop_uid"] else {}
+            supervised = {"sys_path": self._sys_path, "argv": argv, "fds": inherited, "control_fd": control_r, **ids}
+            argv = [sys.executable, "-I", "-B", "-c", _SUPERVISOR_BOOTSTRAP, json.dumps(supervised)]
+            inherited = (*inherited, control_r)
         self.spawned_at = time.perf_counter()
         try:
             self.proc = subprocess.Popen(
@@ -530,13 +551,27 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 pass_fds=inherited,
                 start_new_session=True,
-                **kwargs,
             )
         finally:
-            os.close(req_r)
-            os.close(resp_w)
+            for fd in (req_r, resp_w, control_r):
+                if fd >= 0:
+                    os.close(fd)
         self._output = _OutputTail(self.proc.stdout)
         self._req_w, self._resp_r = req_w, resp_r
+        if self.watches_scratch:
+            proc = self.proc
+            self._watch = ScratchWatch(
+                scratch,
+                self.spec.scratch_bytes,
+                lambda: {proc.pid, *process_tree.descendants(proc.pid)},
+                self._end,
+                lambda: proc.poll() is None,
+            ).start()
+
+    @property
+    def watches_scratch(self) -> bool:
+        """Whether the scratch limit is the server's watchdog here (no tmpfs holds it)."""
+        return bool(self.plan.get("scratch_watchdog")) and not self.spec.wrapper
 
     def _root_prelude(self) -> list[str]:
         """Commands run as root inside the namespaces before the uid switch: the task cap, the
@@ -575,6 +610,8 @@ class Worker:
             rlimits["NPROC"] = 4096
         elif os.geteuid() != 0:  # the worker runs as this process's uid: what it has now, and WORKER_TASKS more
             rlimits["NPROC"] = _tasks_of(os.geteuid()) + WORKER_TASKS
+        if self.watches_scratch:  # no single file passes the limit the watchdog enforces on their sum
+            rlimits["FSIZE"] = min(int(rlimits.get("FSIZE", self.spec.file_size_bytes)), self.spec.scratch_bytes)
         rules = landlock_rules(self.spec, self._sys_path) if self.spec.landlock else {}
         init = dataclasses.replace(
             init,
@@ -590,18 +627,32 @@ class Worker:
         reply["spawned_ahead_s"] = max(0.0, t0 - self.spawned_at)
         return reply
 
+    def _end(self) -> None:
+        """Kill the worker's processes, leaving its channel to the thread that uses it: the
+        supervisor's control pipe closed (it kills every descendant), else SIGKILL to the whole
+        process group (with a PID namespace, every process in it)."""
+        with self._end_lock:
+            if self._control_w >= 0:
+                os.close(self._control_w)
+                self._control_w = -1
+            elif self.proc is not None:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
     def kill(self) -> None:
-        """SIGKILL the whole process group (and, with a PID namespace, every process in it)."""
+        """Kill the worker and everything it started; wait for it."""
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self._end()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            pass
+            if self.plan.get("supervisor"):  # a supervisor that did not finish: the last resort
+                self.proc.kill()
+        if self._watch is not None:
+            self._watch.close()
         self._close()
 
     def stop(self) -> None:
@@ -642,6 +693,10 @@ class Worker:
             while True:
                 reply = protocol.receive(self._resp_r, timeout_s=timeout_s, poll=poll)
                 if reply.get("nonce") == nonce:
+                    if self._watch is not None and self._watch.check():  # no reply counts from past the limit
+                        tail = self.log_tail()
+                        self.kill()
+                        raise WorkerDied(None, tail, self._watch.reason)
                     return reply
                 self.stray_frames += 1
         except protocol.ChannelTimeout:
@@ -656,7 +711,7 @@ class Worker:
                     pass
             tail = self.log_tail()
             self.kill()
-            raise WorkerDied(code, tail) from None
+            raise WorkerDied(code, tail, self._watch.reason if self._watch is not None else "") from None
         except Cancelled:
             self.kill()
             raise

@@ -342,7 +342,11 @@ class Isolation(BaseModel):
     )
     network_namespace: bool = Field(default=False, description="Worker ran in its own network namespace (no way out).")
     task_limit: int | None = Field(default=None, description="Most tasks (threads too) in its PID namespace.")
-    scratch_bytes: int | None = Field(default=None, description="Most bytes the worker could write; None: no quota.")
+    scratch_bytes: int | None = Field(
+        default=None,
+        description="Most bytes the worker could write: a tmpfs, or without one the server's scratch watchdog "
+        "(what the worker writes in one polling interval can pass it); None: no limit.",
+    )
     rlimits: dict[str, int] = Field(default_factory=dict, description="Resource limits applied.")
     warnings: list[str] = Field(default_factory=list, description="Mechanisms that could not be applied, and why.")
 

@@ -214,7 +214,9 @@ class Session:
             task_limit=report.get("task_limit"),
             scratch_bytes=(
                 self.worker.spec.scratch_bytes
-                if self.worker and plan.get("scratch_quota") and not self.worker.spec.wrapper
+                if self.worker
+                and (plan.get("scratch_quota") or plan.get("scratch_watchdog"))
+                and not self.worker.spec.wrapper
                 else None
             ),
             warnings=[*plan.get("notes", []), *report.get("warnings", [])],
@@ -259,9 +261,8 @@ class Session:
                 stage, timeout_category, f"No answer within {timeout_s:.0f} s; the worker's process group was killed."
             )
         except WorkerDied as exc:
-            return Failure(
-                tx.RUNTIME, tx.CRASH, self.text(f"{_describe_exit(exc.returncode)}.\n{exc.log_tail[-1500:]}".strip())
-            )
+            why = exc.reason or _describe_exit(exc.returncode)
+            return Failure(tx.RUNTIME, tx.CRASH, self.text(f"{why}.\n{exc.log_tail[-1500:]}".strip()))
         if reply.get("ok"):
             return reply
         failure = self._failure(reply.get("error") or {})

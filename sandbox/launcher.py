@@ -103,7 +103,7 @@ _BOOTSTRAP = (
     "import json, sys; c = json.loads(sys.argv[1]); sys.path[:0] = c['sys_path']; "
     "from sandbox.worker import main; main(c)"
 )
-_SUPERVISOR_BOOTSTRAP = (
+SUPERVISOR_BOOTSTRAP = (
     "import json, sys; c = json.loads(sys.argv[1]); sys.path[:0] = c['sys_path']; "
     "from sandbox.supervisor import main; main(c)"
 )
@@ -538,7 +538,7 @@ class Worker:
             control_r, self._control_w = os.pipe()
             ids = {"user": SANDBOX_UID, "group": SANDBOX_GID} if self.plan["drop_uid"] else {}
             supervised = {"sys_path": self._sys_path, "argv": argv, "fds": inherited, "control_fd": control_r, **ids}
-            argv = [sys.executable, "-I", "-B", "-c", _SUPERVISOR_BOOTSTRAP, json.dumps(supervised)]
+            argv = [sys.executable, "-I", "-B", "-c", SUPERVISOR_BOOTSTRAP, json.dumps(supervised)]
             inherited = (*inherited, control_r)
         self.spawned_at = time.perf_counter()
         try:

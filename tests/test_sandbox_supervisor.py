@@ -10,7 +10,7 @@ import sys
 import time
 
 from sandbox import scratch_watch
-from sandbox.launcher import _SUPERVISOR_BOOTSTRAP, import_paths
+from sandbox.launcher import SUPERVISOR_BOOTSTRAP, import_paths
 
 # A "worker" that leaves a setsid() child and a double-forked grandchild behind, prints their pids, then
 # exits 3 or (with "wait") sleeps until killed.
@@ -43,7 +43,7 @@ def _supervise(mode: str) -> tuple[subprocess.Popen, int, list[int]]:
         "control_fd": control_r,
     }
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", "-c", _SUPERVISOR_BOOTSTRAP, json.dumps(config)],
+        [sys.executable, "-I", "-B", "-c", SUPERVISOR_BOOTSTRAP, json.dumps(config)],
         pass_fds=(control_r,),
         stdout=subprocess.PIPE,
         start_new_session=True,

@@ -11,7 +11,6 @@ another is refused with its reason and left untouched. Exit status as atrex_mcp.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import statistics
 import sys
@@ -27,8 +26,7 @@ from atrex_mcp.agentbench.models import RunConfig
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import scoring
 from atrex_mcp.evaluate.models import EvalResult
-from atrex_mcp.problemset.catalog import Catalog
-from atrex_mcp.wiki.stamp import print_outcome, stamp_measured
+from atrex_mcp.wiki.stamp import run_command
 from atrex_mcp.wiki.stamp_inputs import Inputs, Measured, selected
 
 PROFILE = "h200"
@@ -154,30 +152,20 @@ def from_run(run_dir: Path, kernels_dir: Path, only: list[str] | None = None) ->
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    from atrex_mcp.paths import wiki_dir
+def read_run(run_dir: Path, kernels_dir: Path, only: list[str] | None) -> Inputs:
+    """This command's input: a bench eval run directory."""
+    if not run_dir.is_dir():
+        raise AtrexError(
+            "input",
+            "not_a_run",
+            f"{run_dir} is not a directory.",
+            "Pass the directory of a bench run that bench eval judged.",
+        )
+    return from_run(run_dir, kernels_dir, only)
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("run_dir", type=Path, help="a bench eval run directory (RUN_DIR)")
-    parser.add_argument("--kernels", type=Path, default=None, help="kernel folder (default: gpu_wiki/kernels)")
-    parser.add_argument("--ops", default=None, help="comma-separated kernels to stamp (default: all the run judged)")
-    args = parser.parse_args(argv)
-    only = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
-    kernels_dir = args.kernels or wiki_dir() / "kernels"
-    try:
-        if not args.run_dir.is_dir():
-            raise AtrexError(
-                "input",
-                "not_a_run",
-                f"{args.run_dir} is not a directory.",
-                "Pass the directory of a bench run that bench eval judged.",
-            )
-        inputs = from_run(args.run_dir, kernels_dir, only)
-        inputs.stamped = stamp_measured(inputs, kernels_dir, Catalog())
-    except AtrexError as exc:
-        print(f"error: {exc.shell_text()}", file=sys.stderr)
-        return 2
-    return print_outcome(inputs)
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(argv, __doc__.split("\n")[0], "a bench eval run directory (RUN_DIR)", read_run)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from atrex_mcp.errors import AtrexError
@@ -189,8 +190,8 @@ def stamp_measured(inputs: Inputs, kernels_dir: Path, catalog: Catalog) -> list[
     return [item.name for _, item, _ in todo]
 
 
-def stamp(source: Path, kernels_dir: Path, catalog: Catalog, only: list[str] | None = None) -> Inputs:
-    """Stamp from a wiki_kernels_gpu.py report; the inputs with what was refused."""
+def read_report(source: Path, kernels_dir: Path, only: list[str] | None) -> Inputs:
+    """This command's input: a wiki_kernels_gpu.py report (a run directory is agentbench's to read)."""
     if source.is_dir():
         raise AtrexError(
             "input",
@@ -198,13 +199,37 @@ def stamp(source: Path, kernels_dir: Path, catalog: Catalog, only: list[str] | N
             f"{source} is a directory; this command reads a wiki_kernels_gpu.py report.",
             f"Stamp from a bench eval run with `python3 -m atrex_mcp.agentbench.wiki_stamp {source}`.",
         )
-    inputs = from_report(source, only)
-    inputs.stamped = stamp_measured(inputs, kernels_dir, catalog)
-    return inputs
+    if not source.exists():
+        raise AtrexError(
+            "input",
+            "no_stamp_input",
+            f"{source} does not exist.",
+            "Pass a wiki_kernels_gpu.py report (a bench eval run: python3 -m atrex_mcp.agentbench.wiki_stamp).",
+        )
+    return from_report(source, only)
 
 
-def print_outcome(inputs: Inputs) -> int:
-    """What was stamped, refused and not judged, one line each; the exit status (0 all, 1 some refused)."""
+Reader = Callable[[Path, Path, list[str] | None], Inputs]
+
+
+def run_command(argv: list[str] | None, description: str, source_help: str, read: Reader) -> int:
+    """A stamp command: SOURCE [--kernels DIR] [--ops a,b]; `read` turns SOURCE into Inputs. Prints
+    what was stamped, refused and not judged; exit 0 all stamped, 1 some refused, 2 input refused whole."""
+    from atrex_mcp.paths import wiki_dir
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("source", type=Path, help=source_help)
+    parser.add_argument("--kernels", type=Path, default=None, help="kernel folder (default: gpu_wiki/kernels)")
+    parser.add_argument("--ops", default=None, help="comma-separated kernels to stamp (default: all the input holds)")
+    args = parser.parse_args(argv)
+    only = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
+    kernels_dir = args.kernels or wiki_dir() / "kernels"
+    try:
+        inputs = read(args.source, kernels_dir, only)
+        inputs.stamped = stamp_measured(inputs, kernels_dir, Catalog())
+    except AtrexError as exc:
+        print(f"error: {exc.shell_text()}", file=sys.stderr)
+        return 2
     print(f"stamped {len(inputs.stamped)} kernels: {', '.join(inputs.stamped)}")
     for name, reason in sorted(inputs.refused.items()):
         print(f"refused {name}: {reason}")
@@ -214,27 +239,7 @@ def print_outcome(inputs: Inputs) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from atrex_mcp.paths import wiki_dir
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("source", type=Path, help="a wiki_kernels_gpu.py report (JSON)")
-    parser.add_argument("--kernels", type=Path, default=None, help="kernel folder (default: gpu_wiki/kernels)")
-    parser.add_argument("--ops", default=None, help="comma-separated kernels to stamp (default: all the input holds)")
-    args = parser.parse_args(argv)
-    only = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
-    try:
-        if not args.source.exists():
-            raise AtrexError(
-                "input",
-                "no_stamp_input",
-                f"{args.source} does not exist.",
-                "Pass a wiki_kernels_gpu.py report (a bench eval run: python3 -m atrex_mcp.agentbench.wiki_stamp).",
-            )
-        done = stamp(args.source, args.kernels or wiki_dir() / "kernels", Catalog(), only)
-    except AtrexError as exc:
-        print(f"error: {exc.shell_text()}", file=sys.stderr)
-        return 2
-    return print_outcome(done)
+    return run_command(argv, __doc__.split("\n")[0], "a wiki_kernels_gpu.py report (JSON)", read_report)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,26 @@ import time
 _KILL_ROUNDS = 1000  # a fork can race each round; a killed process forks no more, so few rounds are needed
 
 
-def parent_of(pid: int) -> int | None:
-    """The parent pid from /proc/<pid>/stat (None once the process is gone)."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, parent, ...); None once gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             fields = fh.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return int(fields[1])
+    return fields if len(fields) > 1 else None
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid from /proc/<pid>/stat (None once the process is gone)."""
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[1])
+
+
+def ending(pid: int) -> bool:
+    """A zombie, or gone: its descriptors are closed (and /proc shows them as root's)."""
+    fields = _stat_fields(pid)
+    return fields is None or fields[0] in (b"Z", b"X")
 
 
 def descendants(root: int) -> set[int]:

@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from sandbox import process_tree
+
 POLL_S = 0.025
 MAX_ENTRIES = 100_000  # directory entries and descriptors one measurement visits: its cost stays bounded
 
@@ -26,15 +28,6 @@ class OverLimit(Exception):
 
 def _held_bytes(st: os.stat_result) -> int:
     return st.st_blocks * 512
-
-
-def _ending(pid: int) -> bool:
-    """A zombie, or gone: its descriptors are closed (and /proc shows them as root's)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
-    except (OSError, IndexError):
-        return True
 
 
 def usage(scratch: Path, pids: Iterable[int]) -> tuple[int, set[int]]:
@@ -71,7 +64,7 @@ def usage(scratch: Path, pids: Iterable[int]) -> tuple[int, set[int]]:
         except FileNotFoundError:
             continue  # ended meanwhile
         except PermissionError:
-            if not _ending(pid):
+            if not process_tree.ending(pid):
                 hidden.add(pid)
             continue
         for fd in fds:

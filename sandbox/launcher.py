@@ -158,6 +158,10 @@ class LaunchSpec:
     start_timeout_s: float = 180.0
     # Off only to diagnose a machine where Landlock breaks the DSL toolchain: ATREX_SANDBOX_LANDLOCK=0.
     landlock: bool = field(default_factory=lambda: os.environ.get("ATREX_SANDBOX_LANDLOCK", "1") != "0")
+    # A worker spawned ahead (evaluate.standby) opens and closes an empty profiler session before
+    # `init`, so the profiler's first-use set-up (CUPTI, seconds) is paid while it waits. It creates
+    # the CUDA context then, beside the evaluation that holds the GPU.
+    warm_profiler: bool = False
 
 
 def _real(path: str | Path) -> Path:
@@ -520,7 +524,13 @@ class Worker:
         env.update(self.spec.env)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        config = {"sys_path": self._sys_path, "req_fd": req_r, "resp_fd": resp_w, "output_fd": self.spec.output_fd}
+        config = {
+            "sys_path": self._sys_path,
+            "req_fd": req_r,
+            "resp_fd": resp_w,
+            "output_fd": self.spec.output_fd,
+            "warm_profiler": self.spec.warm_profiler,
+        }
         argv = [*self.spec.wrapper, sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(config)]
         if self.plan["prefix"]:
             uid_switch = (

@@ -130,6 +130,20 @@ def _import_toolchain() -> dict[str, Any]:
     return versions
 
 
+def _warm_profiler() -> None:
+    """Open and close an empty CUDA profiler session: its first use in a process sets up CUPTI
+    (about 4 s on the H200, measurements/worker_start_cost.py), the next costs milliseconds. A
+    worker spawned ahead does it while it waits, so the first profiled shape does not pay it.
+    A failure here is left to the `profile` request to report."""
+    if not torch.cuda.is_available():
+        return
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+            pass
+    except Exception:  # noqa: BLE001 — the profile request reports a profiler that does not work
+        pass
+
+
 def _input_bytes(inputs: dict[str, Any]) -> int:
     return sum(t.numel() * t.element_size() for t in inputs.values() if isinstance(t, torch.Tensor))
 
@@ -149,6 +163,8 @@ class Worker:
         self.graph: graph_burst.GraphBurst | None = None  # the captured graph burst, until `keep` with burst_done
         self.ran: set[str] = set()  # shapes whose forward has run in this process (run, time)
         self.versions = _import_toolchain()
+        if config.get("warm_profiler"):
+            _warm_profiler()
 
     # -- requests ---------------------------------------------------------------------------
     def init(self, msg: messages.Wire) -> messages.InitReply:

@@ -4,6 +4,7 @@ nothing of a spare outlives the standby."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import textwrap
 import time
@@ -11,8 +12,10 @@ import time
 import pytest
 
 from atrex_mcp.evaluate import EvalRequest, Standby, evaluate, open_session
+from atrex_mcp.evaluate.session import protected_roots
 from atrex_mcp.problemset.catalog import Catalog
 from eval_support import CANARY, EXAMPLES, make_problem_root
+from sandbox.launcher import LaunchSpec
 from sandbox.messages import ProfileRequest
 
 RMS = (EXAMPLES / "rms_norm_triton.py").read_text()
@@ -141,3 +144,19 @@ def test_profile_runs_an_untimed_forward_first_only_for_a_shape_the_worker_has_n
             assert profiled or "activities" in reply.message, reply
             count += warm_up + profiled
             assert forwards() == count
+
+
+def test_a_spare_warms_the_profiler_only_on_a_gpu_and_is_adopted_as_if_it_had_not(catalog, tmp_path):
+    cuda = LaunchSpec(scratch=tmp_path, device="cuda", protected=protected_roots(catalog.roots, None))
+    cpu = dataclasses.replace(cuda, device="cpu")
+    with Standby(warm_profiler=True) as standby:
+        for spec, warmed in ((cuda, True), (cpu, False)):
+            standby.refill(spec)
+            assert standby._spare is not None and standby._spare.worker.spec.warm_profiler is warmed
+            spare = standby.take(spec)  # the evaluation's own spec does not ask for the warm-up
+            assert spare is not None and spare.worker.alive
+            spare.close()
+        assert (standby.spawned, standby.adopted, standby.discarded) == (2, 2, 0)
+    with Standby() as standby:  # off unless asked for
+        standby.refill(cuda)
+        assert standby._spare is not None and standby._spare.worker.spec.warm_profiler is False

@@ -341,16 +341,20 @@ def _op_jobs(
 
 
 def _judge_here(
-    jobs: list[Job], catalog: Catalog, done: Callable[[str, ErrorInfo | None], None], board: ProgressBoard
+    jobs: list[Job],
+    catalog: Catalog,
+    done: Callable[[str, ErrorInfo | None], None],
+    board: ProgressBoard,
+    warm_profiler: bool = False,
 ) -> None:
     """The local path: one evaluation after another, each operator's worker spawned while the
-    evaluation before it runs."""
+    evaluation before it runs (`warm_profiler`: and its profiler set up there, evaluate.standby)."""
     from atrex_mcp.evaluate import Standby, evaluate
 
     by_op: dict[str, list[Job]] = {}
     for job in jobs:
         by_op.setdefault(job.op, []).append(job)
-    with Standby() as standby:
+    with Standby(warm_profiler=warm_profiler) as standby:
         for op, op_jobs in by_op.items():
             try:
                 for job in op_jobs:

@@ -187,11 +187,14 @@ def evaluate_run(
     cluster: str | None = None,
     shard_shapes: int | None = None,
     send_until: float | None = None,
+    warm_profiler: bool = False,
 ) -> EvalSummary:
     """Evaluate every submission of the run in `run_dir` that has no current result: here, one
     evaluation after another, or with `cluster` (a Dask scheduler address or local[:N]) as
     shards on the cluster's GPU workers (atrex_mcp.cluster.dispatch), into the same files; with
-    `send_until` (time.monotonic()), no shard is sent after it (the next call continues)."""
+    `send_until` (time.monotonic()), no shard is sent after it (the next call continues).
+    `warm_profiler`: here, each worker spawned ahead sets up the profiler while it waits
+    (evaluate.standby)."""
     layout = RunLayout(run_dir)
     store = RunStore(layout)
     config = store.load_config()
@@ -257,7 +260,7 @@ def evaluate_run(
         jobs += planned
     try:
         if cluster is None:
-            _judge_here(jobs, catalog, done, board)
+            _judge_here(jobs, catalog, done, board, warm_profiler=warm_profiler)
         else:
             from atrex_mcp.cluster.dispatch import DEFAULT_SHARD_SHAPES, judge_on_cluster, problem_roots
             from atrex_mcp.cluster.engine import connect

@@ -1,0 +1,394 @@
+"""How long the judge takes per shape on one GPU, and where the time goes: the wiki's kernels of a
+few operators (or their eager references) judged on all their shapes through `atrex-mcp bench
+eval`'s local path (a bench run made from the candidate set, `evaluation.evaluate_run`: one
+evaluation after another, each worker spawned ahead by the standby).
+
+    python3 measurements/judge_throughput_gpu.py --ops l2_norm,moe_align_block_size,paged_attention_decode \\
+        --seeds 5 --out DIR [--set wiki|eager] [--warm-profiler on|off] [--budget-s 130] [--probe-s 8]
+
+Writes DIR/<date>_<gpu>.{json,md} and prints one summary line. Per operator and in all:
+
+* seconds per shape including worker start (the evaluation's wall over its judged shapes), and
+  a projection to the 440 shapes of the full set;
+* the evaluator's own split (`measurements.baselines.throughput_split`) and the mean of each
+  part of `ShapeResult.seconds` per shape (correctness, first_call_extra, reference_and_compare,
+  timing, timed_output_checks, witness, profile);
+* where the judge waited on the worker, by request type (run, time, burst, graph_capture,
+  graph_replay, fetch, keep, ping, profile: count and seconds), and what it spent itself in
+  a few functions (input sets, reference outputs, comparisons, input checksums, digests, cache
+  releases, the graph witness's refresh and fingerprint calibrations). GPU work is
+  asynchronous, so a function's seconds hold the device work of whatever it waited for;
+* the witness that judged each timed shape (graph, uncapturable, or a graph replay
+  inconclusive and scored at the judge's wall), verdicts by category, and the profile seconds of
+  each evaluation's first profiled shape against the others' median (the profiler's first-use
+  set-up, which `--warm-profiler on` moves into the worker spawned ahead);
+* with `--warm-profiler on`, a probe of what a spare warming its profiler does to a timing
+  running beside it: a 64 MiB device copy timed with CUDA events after a spin, as the timing
+  loop times a call, for `--probe-s` seconds alone and `--probe-s` seconds while a spare
+  spawns and warms (median, p90 and the slowest half-second bin's median, both windows).
+
+No per-shape time or S is written (with T_SOL hidden, the pair would give it away). Each
+evaluation gets what is left of `--budget-s` as its deadline, so the script ends in time (an
+evaluation cut short is reported partial). Without a GPU (TRITON_INTERPRET=1) it runs the same
+path on CPU as a dry run: nothing is timed and there is no probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from measurements.bench_env import interpret_without_gpu  # noqa: E402
+
+GPU = interpret_without_gpu()
+
+import atrex_mcp.evaluate as evaluate_package  # noqa: E402
+from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run  # noqa: E402
+from atrex_mcp.evaluate import EvalRequest, Standby, evaluator, graph_witness, session  # noqa: E402
+from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
+from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
+from measurements.baselines import throughput_split  # noqa: E402
+from measurements.cluster_runs import (  # noqa: E402
+    CPU_GPU,
+    candidate_set,
+    host_record,
+    make_run,
+    report_head,
+    report_stem,
+    table,
+)
+
+FULL_SET_SHAPES = 440
+PROBE_BYTES = 64 << 20
+PROBE_SPIN_CYCLES = 600_000  # ~300 µs at the H200's clock, the timing loop's least spin
+PROBE_BIN_S = 0.5
+DEFAULT_OPS = "l2_norm,moe_align_block_size,paged_attention_decode"
+JUDGE_FUNCTIONS = {  # (module or class, attribute): what the judge does itself, apart from waiting on the worker
+    "inputs": (evaluator.Trial, "inputs"),
+    "reference_output": (evaluator.Trial, "reference_output"),
+    "compare_outputs": (evaluator, "compare_outputs"),
+    "input_checksums": (evaluator, "input_checksums"),
+    "digest": (evaluator, "digest"),
+    "release_cached_gpu_memory": (evaluator, "_release_cached_gpu_memory"),
+    "graph_refresh_calibration": (graph_witness, "refresh_s"),
+    "graph_fingerprint_calibration": (graph_witness, "fingerprints_s"),
+}
+
+
+class Meter:
+    """Seconds and counts per operator: requests to the worker by type, and the judge's own
+    functions, accumulated by wrappers installed around them for the run."""
+
+    def __init__(self) -> None:
+        self.op = "?"
+        self.requests: dict[str, Counter] = defaultdict(Counter)
+        self.functions: dict[str, Counter] = defaultdict(Counter)
+
+    def _timed(self, table_: dict[str, Counter], name: str, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                table_[self.op][name + " s"] += time.perf_counter() - t0
+                table_[self.op][name + " n"] += 1
+
+        return wrapper
+
+    def install(self, deadline: float) -> None:
+        call = session.Session.call
+
+        def timed_call(this: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+            kind = str(getattr(request, "command", type(request).__name__))
+            return self._timed(self.requests, kind, call)(this, request, *args, **kwargs)
+
+        session.Session.call = timed_call  # type: ignore[method-assign]
+        for name, (owner, attribute) in JUDGE_FUNCTIONS.items():
+            setattr(owner, attribute, self._timed(self.functions, name, getattr(owner, attribute)))
+        run_one = evaluate_package.evaluate
+
+        def evaluate(request: EvalRequest, *args: Any, **kwargs: Any) -> EvalResult:
+            self.op = request.op
+            left = max(10.0, deadline - time.monotonic())  # the budget left, as this evaluation's deadline
+            return run_one(request.model_copy(update={"deadline_s": left}), *args, **kwargs)
+
+        evaluate_package.evaluate = evaluate  # bench eval's local path imports it when it runs
+
+    def per_op(self, op: str) -> dict[str, Any]:
+        def rows(counter: Counter) -> dict[str, dict[str, float]]:
+            names = sorted({key.rsplit(" ", 1)[0] for key in counter})
+            return {n: {"n": int(counter[n + " n"]), "s": round(counter[n + " s"], 3)} for n in names}
+
+        return {"requests": rows(self.requests[op]), "judge_functions": rows(self.functions[op])}
+
+
+def probe(catalog: Catalog, op: str, seconds: float) -> dict[str, Any]:
+    """A 64 MiB device copy timed like a timed call, alone, then while a spare spawns and warms
+    its profiler: what the warm-up does to a timing running beside it."""
+    import torch
+
+    x = torch.empty(PROBE_BYTES, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+
+    def window() -> list[tuple[float, float]]:
+        samples, t0 = [], time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(PROBE_SPIN_CYCLES)
+            start.record()
+            y.copy_(x)
+            end.record()
+            end.synchronize()
+            samples.append((time.perf_counter() - t0, start.elapsed_time(end) * 1e3))
+        return samples
+
+    def summary(samples: list[tuple[float, float]]) -> dict[str, float]:
+        us = sorted(u for _, u in samples)
+        bins: dict[int, list[float]] = defaultdict(list)
+        for t, u in samples:
+            bins[int(t / PROBE_BIN_S)].append(u)
+        worst = max(statistics.median(b) for b in bins.values())
+        return {
+            "calls": len(us),
+            "median_us": round(statistics.median(us), 3),
+            "p90_us": round(us[int(0.9 * (len(us) - 1))], 3),
+            "slowest_bin_median_us": round(worst, 3),
+        }
+
+    window()  # clocks up, allocator warm
+    quiet = window()
+    spec = evaluator.Trial(EvalRequest(op=op, baseline="eager"), catalog, None, None).launch_spec(Path("."))
+    with Standby(warm_profiler=True) as standby:
+        t0 = time.perf_counter()
+        standby.refill(spec)
+        beside = window()
+        spawned_s = time.perf_counter() - t0
+        alive = standby._spare is not None and standby._spare.worker.alive
+    return {
+        "kernel": f"copy of {PROBE_BYTES >> 20} MiB after a {PROBE_SPIN_CYCLES}-cycle spin",
+        "window_s": seconds,
+        "alone": summary(quiet),
+        "beside_a_warming_spare": summary(beside),
+        "spare_alive_after_window": alive,
+        "spare_window_s": round(spawned_s, 2),
+    }
+
+
+def shape_parts(results: list[EvalResult]) -> dict[str, float]:
+    """Mean seconds per judged shape of each part of ShapeResult.seconds."""
+    judged = [s for r in results for s in r.shapes if s.judged]
+    totals: Counter = Counter()
+    for s in judged:
+        totals.update(s.seconds)
+    return {k: round(v / max(1, len(judged)), 4) for k, v in sorted(totals.items())}
+
+
+def witnesses(results: list[EvalResult]) -> dict[str, int]:
+    """How each timed shape was witnessed (a graph replay, or the judge's wall where none did)."""
+    kinds: Counter = Counter()
+    for r in results:
+        for s in r.shapes:
+            if s.timing is None:
+                continue
+            kind = s.timing.witness or "none"
+            if kind == "graph" and s.timing.clock_ms is not None:
+                kind = "graph inconclusive: scored at the judge's wall"
+            kinds[kind] += 1
+    return dict(kinds)
+
+
+def first_profile(result: EvalResult) -> dict[str, float | None]:
+    """The profile seconds of the first profiled shape against the median of the others."""
+    profiled = [s.seconds["profile"] for s in result.shapes if "profile" in s.seconds]
+    if not profiled:
+        return {"first_s": None, "others_median_s": None}
+    rest = profiled[1:]
+    return {"first_s": round(profiled[0], 3), "others_median_s": round(statistics.median(rest), 4) if rest else None}
+
+
+def report(args: argparse.Namespace, results: list[EvalResult], meter: Meter, wall: float) -> dict[str, Any]:
+    ops = {}
+    for r in results:
+        judged = sum(s.judged for s in r.shapes)
+        ops[r.op] = {
+            "shapes": len(r.shapes),
+            "judged": judged,
+            "partial": r.partial,
+            "wall_s": round(r.overhead.total_s, 2),
+            "s_per_shape": round(r.overhead.total_s / max(1, judged), 3),
+            "worker_start_s": round(r.overhead.worker_start_s, 2),
+            "spawned_ahead_s": round(r.overhead.spawned_ahead_s, 2),
+            "candidate_load_s": round(r.overhead.candidate_load_s, 2),
+            "restarts": r.overhead.restarts,
+            "split": throughput_split([r]),
+            "parts_per_shape_s": shape_parts([r]),
+            "profile": first_profile(r),
+            "witness": witnesses([r]),
+            "verdicts": dict(Counter("correct" if s.correct else f"{s.stage}/{s.category}" for s in r.shapes)),
+            **meter.per_op(r.op),
+        }
+    judged = sum(o["judged"] for o in ops.values())
+    per_shape = wall / max(1, judged)
+    return {
+        "set": args.set,
+        "ops": ops,
+        "seeds": args.seeds,
+        "warm_profiler": args.warm_profiler == "on",
+        "shapes_judged": judged,
+        "wall_s": round(wall, 2),
+        "s_per_shape": round(per_shape, 3),
+        "full_set_projection_min": round(per_shape * FULL_SET_SHAPES / 60, 1),
+        "split": throughput_split(results),
+        "parts_per_shape_s": shape_parts(results),
+        "witness": witnesses(results),
+    }
+
+
+def markdown(found: dict[str, Any]) -> str:
+    lines = report_head(f"Judge throughput on one GPU: the {found['set']} kernels, {found['seeds']} seeds", found)
+    lines += [
+        f"{found['shapes_judged']} shapes judged in {found['wall_s']} s: **{found['s_per_shape']} s a shape** "
+        f"(worker starts included); the full set of {FULL_SET_SHAPES} at this rate: "
+        f"{found['full_set_projection_min']} min. Profiler warmed in the spare: {found['warm_profiler']}.",
+        "",
+        "Mean seconds per judged shape, by part (ShapeResult.seconds):",
+        "",
+        table(["operator", "shapes", "s/shape", *found["parts_per_shape_s"]], _part_rows(found)),
+        "",
+        "Waiting on the worker, by request (seconds, count):",
+        "",
+    ]
+    kinds = sorted({k for o in found["ops"].values() for k in o["requests"]})
+    lines += [
+        table(
+            ["operator", *kinds],
+            [[op, *(_cell(o["requests"].get(k)) for k in kinds)] for op, o in found["ops"].items()],
+        ),
+        "",
+        "The judge's own functions (seconds, count):",
+        "",
+    ]
+    names = sorted({k for o in found["ops"].values() for k in o["judge_functions"]})
+    lines += [
+        table(
+            ["operator", *names],
+            [[op, *(_cell(o["judge_functions"].get(k)) for k in names)] for op, o in found["ops"].items()],
+        ),
+        "",
+        table(
+            ["operator", "worker start s", "spawned ahead s", "first profile s", "other profiles (median) s",
+             "witness", "verdicts"],
+            [
+                [op, o["worker_start_s"], o["spawned_ahead_s"], o["profile"]["first_s"],
+                 o["profile"]["others_median_s"], o["witness"], o["verdicts"]]
+                for op, o in found["ops"].items()
+            ],
+        ),
+        "",
+    ]  # fmt: skip
+    if found.get("probe"):
+        p = found["probe"]
+        lines += [
+            f"Probe ({p['kernel']}, {p['window_s']} s a window): alone {p['alone']}; beside a spare warming its "
+            f"profiler {p['beside_a_warming_spare']}.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def _part_rows(found: dict[str, Any]) -> list[list[Any]]:
+    keys = list(found["parts_per_shape_s"])
+    rows = [[op, o["judged"], o["s_per_shape"], *(o["parts_per_shape_s"].get(k) for k in keys)]
+            for op, o in found["ops"].items()]  # fmt: skip
+    rows.append(["all", found["shapes_judged"], found["s_per_shape"], *found["parts_per_shape_s"].values()])
+    return rows
+
+
+def _cell(entry: dict[str, float] | None) -> str:
+    return "" if entry is None else f"{entry['s']} ({entry['n']})"
+
+
+def summary_line(found: dict[str, Any]) -> str:
+    parts = ", ".join(f"{k} {v}" for k, v in found["parts_per_shape_s"].items())
+    line = (
+        f"judge_throughput: {found['shapes_judged']} shapes in {found['wall_s']} s = {found['s_per_shape']} s/shape "
+        f"(full set ≈ {found['full_set_projection_min']} min); per shape: {parts}; witness {found['witness']}"
+    )
+    if found.get("probe"):
+        alone, beside = found["probe"]["alone"], found["probe"]["beside_a_warming_spare"]
+        line += (
+            f"; probe median {alone['median_us']} → {beside['median_us']} µs, slowest bin "
+            f"{alone['slowest_bin_median_us']} → {beside['slowest_bin_median_us']} µs"
+        )
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ops", default=DEFAULT_OPS, help=f"comma-separated operators (default {DEFAULT_OPS})")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--out", type=Path, required=True, help="directory for the report")
+    parser.add_argument("--set", choices=("wiki", "eager"), default="wiki", help="the wiki's kernels or the references")
+    parser.add_argument("--warm-profiler", choices=("on", "off"), default="on")
+    parser.add_argument("--budget-s", type=float, default=130.0, help="judging stops after this (probe included)")
+    parser.add_argument("--probe-s", type=float, default=8.0, help="each probe window (0: no probe)")
+    parser.add_argument("--shapes", default="all", help="all, smoke or shape ids (a CPU dry run: smoke)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    catalog = Catalog()
+    ops = [op.strip() for op in args.ops.split(",") if op.strip()]
+    sources = candidate_set(ops, fill_with_reference=False)
+    missing = [op for op in ops if op not in sources]
+    if missing:
+        parser.error(f"no wiki kernel for {', '.join(missing)} (gpu_wiki/kernels/<op>.py); choose others")
+    if args.set == "eager":
+        sources = {op: catalog.visible(op).reference_source for op in ops}
+    found: dict[str, Any] = {}
+    if GPU and args.warm_profiler == "on" and args.probe_s > 0:
+        found["probe"] = probe(catalog, ops[0], args.probe_s)
+    meter = Meter()
+    meter.install(started + args.budget_s)
+    with tempfile.TemporaryDirectory(prefix="atrex-throughput-") as tmp:
+        run_dir = make_run(Path(tmp) / "run", sources)
+        t0 = time.monotonic()
+        evaluate_run(
+            run_dir,
+            EvalSettings(shapes=args.shapes, seeds=args.seeds, baselines="no"),
+            stream=sys.stderr,
+            live=False,
+            warm_profiler=args.warm_profiler == "on",
+        )
+        wall = time.monotonic() - t0
+        results = [
+            EvalResult.model_validate_json((run_dir / "eval" / f"{op}.json").read_text())
+            for op in ops
+            if (run_dir / "eval" / f"{op}.json").is_file()
+        ]
+    found.update(report(args, results, meter, wall))
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if GPU else CPU_GPU
+    found = {**host_record(gpu), "gpus": 1, "command": "python3 " + " ".join(sys.argv), **found}
+    stem = report_stem(found["date"], gpu, 1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stem}.json").write_text(json.dumps(found, indent=1) + "\n")
+    (args.out / f"{stem}.md").write_text(markdown(found) + "\n")
+    print(summary_line(found))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,28 @@
+"""The judge-throughput script (measurements/judge_throughput_gpu.py), as a CPU dry run: it judges
+the wiki kernels through bench eval's local path and reports where each shape's time went, by
+part, by request to the worker and by the judge's own functions, with no per-shape time or S."""
+
+from __future__ import annotations
+
+import json
+
+import measurements_support  # noqa: F401  (puts measurements/ on the path)
+from measurements import judge_throughput_gpu
+
+
+def test_a_dry_run_judges_the_smoke_shapes_and_splits_their_seconds(tmp_path, capsys):
+    assert (
+        judge_throughput_gpu.main(["--ops", "l2_norm", "--seeds", "2", "--shapes", "smoke", "--out", str(tmp_path)])
+        == 0
+    )
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("judge_throughput: 1 shapes in ") and "s/shape" in line
+    (report,) = tmp_path.glob("*.json")
+    found = json.loads(report.read_text())
+    op = found["ops"]["l2_norm"]
+    assert (found["shapes_judged"], op["judged"], op["verdicts"]) == (1, 1, {"correct": 1})
+    assert set(op["parts_per_shape_s"]) >= {"correctness", "reference_and_compare"}
+    assert op["requests"]["run"]["n"] == 2 and op["requests"]["load"]["n"] == 1  # one run request per seed
+    assert op["judge_functions"]["reference_output"]["n"] == 2
+    assert "time_ms" not in report.read_text() and "score" not in report.read_text()
+    assert (tmp_path / report.name.replace(".json", ".md")).read_text().startswith("# Judge throughput")

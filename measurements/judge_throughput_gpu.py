@@ -93,10 +93,10 @@ class Meter:
 
     def __init__(self) -> None:
         self.op = "?"
-        self.requests: dict[str, Counter] = defaultdict(Counter)
-        self.functions: dict[str, Counter] = defaultdict(Counter)
+        self.requests: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.functions: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 
-    def _timed(self, table_: dict[str, Counter], name: str, fn: Any) -> Any:
+    def _timed(self, table_: dict[str, dict[str, float]], name: str, fn: Any) -> Any:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
@@ -115,7 +115,7 @@ class Meter:
             kind = str(getattr(request, "command", type(request).__name__))
             return self._timed(self.requests, kind, call)(this, request, *args, **kwargs)
 
-        session.Session.call = timed_call  # type: ignore[method-assign]
+        session.Session.call = timed_call  # type: ignore[method-assign,assignment]
         for name, (owner, attribute) in JUDGE_FUNCTIONS.items():
             setattr(owner, attribute, self._timed(self.functions, name, getattr(owner, attribute)))
         run_one = evaluate_package.evaluate
@@ -128,7 +128,7 @@ class Meter:
         evaluate_package.evaluate = evaluate  # bench eval's local path imports it when it runs
 
     def per_op(self, op: str) -> dict[str, Any]:
-        def rows(counter: Counter) -> dict[str, dict[str, float]]:
+        def rows(counter: dict[str, float]) -> dict[str, dict[str, float]]:
             names = sorted({key.rsplit(" ", 1)[0] for key in counter})
             return {n: {"n": int(counter[n + " n"]), "s": round(counter[n + " s"], 3)} for n in names}
 

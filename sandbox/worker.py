@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sandbox import graph_burst, isolation, protocol
+from sandbox import gpu_cache, graph_burst, isolation, protocol
 from sandbox.handoff import MAX_OUTPUT_TENSORS, ArenaWriter, output_items
 from sandbox.timing import (
     Primitives,
@@ -280,9 +280,10 @@ class Worker:
         return self.make_inputs(seed=seed, device=self.device, **shape["inputs"])
 
     def _release_cache(self) -> None:
-        """Give cached GPU blocks back: the trusted side compares next, on the same GPU."""
+        """Give cached GPU blocks back, past the little a process keeps (sandbox.gpu_cache): the
+        trusted side compares next, on the same GPU."""
         if self.device == "cuda":
-            torch.cuda.empty_cache()
+            gpu_cache.release()
 
     def _sync(self) -> None:
         if self.device == "cuda":

@@ -47,6 +47,7 @@ from atrex_mcp.evaluate.standby import Spare, Standby
 from atrex_mcp.evaluate.stop import EvaluationCancelled, StopSignal
 from atrex_mcp.evaluate.transfer import OutputRejected, arena_bytes, manifest_bytes, output_bytes
 from atrex_mcp.problemset.catalog import Catalog, Shape, VisibleProblem
+from sandbox import gpu_cache
 from sandbox.launcher import Cancelled, LaunchSpec
 from sandbox.messages import (
     BurstRequest,
@@ -141,12 +142,10 @@ def _harness_memory(doing: str) -> Iterator[None]:
 
 
 def _release_cached_gpu_memory() -> None:
-    """Hand the caching allocator's free blocks back to the driver. Called after this process has
-    judged a shape's outputs: the sandbox worker, another process on the same GPU, runs next and
-    cannot use blocks kept cached here. Not between seeds: the next seed reuses them, and the
-    worker is idle then."""
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
+    """Hand the caching allocator's free blocks back to the driver, past the little a process
+    keeps (sandbox.gpu_cache). Called before the sandbox worker, another process on the same GPU,
+    runs: it cannot use blocks cached here."""
+    gpu_cache.release()
 
 
 def _fail(result: ShapeResult, failure: Failure | OutputRejected) -> ShapeResult:

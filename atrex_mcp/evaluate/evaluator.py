@@ -512,6 +512,7 @@ class Trial:
         ran, compared with the reference, so the burst that judges did the work."""
         walls: list[float] = []
         seeds: list[int] = []
+        checked: Any = None  # the output last checked: the calibration digests outputs of its size
         try:
             for _ in range(timing_witness.WITNESS_BURSTS):
                 seeds = [self.seed() for _ in range(calls)]
@@ -523,9 +524,12 @@ class Trial:
                     return
                 fastest = not walls or wall < min(walls)  # only the fastest burst witnesses: only it needs checking
                 walls.append(wall)
-                if fastest and not self.check_burst_output(session, shape, result, seeds, reply.get("digests")):
-                    return
-            calibration = self.calibrate_witness(session, shape, result, seeds)
+                if fastest:
+                    checked = self.check_burst_output(session, shape, result, seeds, reply.get("digests"))
+                    if checked is None:
+                        return
+            calibration = self.calibrate_witness(session, shape, result, seeds, checked)
+            del checked
         finally:
             if session.alive:
                 session.call(KeepRequest(burst_done=True), self.request.timeout_s)
@@ -598,26 +602,26 @@ class Trial:
 
     def check_burst_output(
         self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int], digests: Any
-    ) -> bool:
+    ) -> Any:
         """One output of a witness burst, chosen after it ran, against the reference and the digest
-        the worker reported for it: the burst's calls did the work (False: the shape failed)."""
+        the worker reported for it: the burst's calls did the work. Returns that output (this
+        process's copy, which matched the reference), or None once the shape has failed."""
         if not isinstance(digests, list) or len(digests) != len(seeds):
             self._timed_mismatch(result, "The worker did not return a digest for every call of the witness burst.", [])
-            return False
+            return None
         chosen = secrets.randbelow(len(seeds))
         what = f"a witness call (burst set {chosen})"
         candidate = self.fetch_checked(session, shape, result, seeds[chosen], chosen, True, what)
         if candidate is None:
-            return False
+            return None
         with _harness_memory(f"digesting {what}'s output"):
             reported = digest(candidate).tolist() == digests[chosen]
-        del candidate
         if not reported:
             self._timed_mismatch(
                 result, f"Output of {what} is wrong: its digest is not the one the worker reported", []
             )
-            return False
-        return True
+            return None
+        return candidate
 
     def fetch_checked(
         self,
@@ -664,9 +668,11 @@ class Trial:
         return candidate
 
     def calibrate_witness(
-        self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int]
+        self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int], output: Any
     ) -> timing_witness.Calibration | None:
-        """What a burst over `seeds` costs besides its forwards, measured in this process."""
+        """What a burst over `seeds` costs besides its forwards, measured in this process: a round
+        trip, making the burst's input sets, and digesting as many outputs the size of `output` (a
+        burst output checked against its reference, so no reference forward is made for it)."""
         round_trip = graph_witness.round_trip_s(session, self.request.timeout_s)
         if isinstance(round_trip, Failure):
             _fail(result, round_trip)
@@ -679,11 +685,9 @@ class Trial:
                 self.inputs(shape, seed)
             sync()
             inputs_s = time.perf_counter() - t0
-            reference = self.reference_output(shape, self.inputs(shape, seeds[-1]))
-            sync()
             t0 = time.perf_counter()
             for _ in seeds:
-                digest(reference).tolist()
+                digest(output).tolist()
             digests_s = time.perf_counter() - t0
         return timing_witness.Calibration(round_trip_s=round_trip, inputs_s=inputs_s, digests_s=digests_s)
 

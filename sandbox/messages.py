@@ -88,6 +88,9 @@ class TimeRequest(Request):
     max_calls: int
     flush_bytes: int
     fit_to_sets: bool = False  # plan the calls so the input-reuse check can decide (sandbox.timing.fit_calls_to_sets)
+    # Stop the timed calls early once the median's CI half-width is within this share of the median
+    # (sandbox.timing.time_calls; None: every planned call).
+    stop_relative: float | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,7 @@ class TimeReply(TypedDict):
     noop_gap_ms: list[float]
     wall_s: float
     calls: int
+    planned_calls: int
     warmup: int
     kept: list[int]
     digests: list[list[int]]

@@ -32,6 +32,7 @@ itself adds, so side-stream work is detected, not guessed.
 from __future__ import annotations
 
 import importlib
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -304,6 +305,27 @@ def fit_calls_to_sets(calls: int, sets: int) -> int:
     return more if reuse_checkable(sets, more) else sets
 
 
+STOP_CHECK_EVERY = 10  # the adaptive stop looks at the times after every this many timed calls
+STOP_Z = 1.96  # the median's confidence interval (~95 %) the adaptive stop holds to its target
+
+
+def median_ci(values: list[float], z: float = STOP_Z) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median of `values` (their order statistics at
+    ranks n/2 ∓ z·√n/2, 1-based): no assumption about how call times are distributed."""
+    ordered = sorted(values)
+    n = len(ordered)
+    half = z * math.sqrt(n) / 2
+    low = max(1, math.floor(n / 2 - half))
+    high = min(n, math.ceil(1 + n / 2 + half))
+    return ordered[low - 1], ordered[high - 1]
+
+
+def ci_tight(values: list[float], relative: float, *, _ci: Callable[..., tuple[float, float]] = median_ci) -> bool:
+    """Whether the median's confidence interval has a half-width within `relative` of the median."""
+    low, high = _ci(values)
+    return (high - low) / 2 <= relative * statistics.median(values)
+
+
 @dataclass
 class TimedRun:
     times_ms: list[float]
@@ -364,8 +386,11 @@ def time_calls(
     flush_bytes: int,
     spin_us: float | None = None,
     flush_by_writing: bool = False,
+    stop_relative: float | None = None,
+    stop_after: int = 20,
     *,
     _median: Callable[[list[float]], float] = statistics.median,
+    _tight: Callable[[list[float], float], bool] = ci_tight,
     _digest: Callable[[Any], Any] = digest,
     _poison: Callable[[Any, set[int]], None] = poison,
     _storages: Callable[[Any], set[int]] = storages,
@@ -388,7 +413,14 @@ def time_calls(
     kept for measurements/timing_accuracy.py's comparison) leaves ~2× L2 of dirty lines that the timed
     call then writes back, which puts kernels streaming 32–128 MiB 10–35 % above Nsight
     Compute's invalidated-L2 time on the H200; reading brings them to 1–19 %
-    (measurements/timing_accuracy.py)."""
+    (measurements/timing_accuracy.py).
+
+    With `stop_relative`, the timed calls stop early, from `stop_after` calls on and looked at
+    every STOP_CHECK_EVERY calls, once the median's confidence interval (`median_ci`) has a
+    half-width within `stop_relative` of the median: a stable kernel is not timed 200 times to
+    learn what 40 calls already pinned. The times are read after each call's synchronisation,
+    outside the timed region. Only for runs that visit each input set once (calls ≤ sets): a run
+    that reuses sets keeps its planned calls, which the input-reuse check needs."""
     Event, record, elapsed = (
         prims["torch.cuda.Event"],
         prims["torch.cuda.Event.record"],
@@ -413,7 +445,7 @@ def time_calls(
     cycles = int(spin_us * SPIN_CYCLES_PER_US)
 
     def loop(
-        call: Callable[[Any], Any], plan: list[dict[str, Any] | None], check: bool
+        call: Callable[[Any], Any], plan: list[dict[str, Any] | None], check: bool, relative: float | None = None
     ) -> tuple[list[float], list[float], list[Any], list[Any], list[float]]:
         n = len(plan)
         starts = [Event(enable_timing=True) for _ in range(n)]
@@ -422,7 +454,9 @@ def time_calls(
         outs: list[Any] = [None] * n
         sums: list[Any] = []
         host: list[float] = []
+        seen: list[float] = []  # the times read so far, for the adaptive stop
         window = len(input_sets)
+        done = n
         for i in range(n):
             inputs, begin, stop, after = plan[i], starts[i], ends[i], afters[i]
             flush.zero_() if flush_by_writing else flush.sum()
@@ -440,11 +474,16 @@ def time_calls(
             if i >= window and outs[i - window] is not None:
                 _poison(outs[i - window], protected)
                 outs[i - window] = None
+            if relative is not None and (i + 1) % STOP_CHECK_EVERY == 0:
+                seen += [elapsed(starts[k], ends[k]) for k in range(len(seen), i + 1)]
+                if i + 1 >= stop_after and _tight(seen, relative):
+                    done = i + 1
+                    break
         sync()
         return (
-            [elapsed(starts[i], ends[i]) for i in range(n)],
-            [elapsed(starts[i], afters[i]) for i in range(n)],
-            outs,
+            [elapsed(starts[i], ends[i]) for i in range(done)],
+            [elapsed(starts[i], afters[i]) for i in range(done)],
+            outs[:done],
             sums,
             host,
         )
@@ -453,8 +492,10 @@ def time_calls(
     with _no_grad():
         noop_t, noop_s, _, _, _ = loop(lambda inputs: None, [None] * NOOP_CALIBRATION_CALLS, False)
         wall0 = perf()
-        times, synced, outs, sums, host_us = loop(fn, [input_sets[k] for k in order], True)
+        relative = stop_relative if calls <= len(input_sets) else None
+        times, synced, outs, sums, host_us = loop(fn, [input_sets[k] for k in order], True, relative)
         wall = perf() - wall0
+    order = order[: len(times)]
     kept: dict[int, Any] = {}
     for k, out in zip(order, outs):
         kept[k] = out  # the last call on each set wins; None when it was poisoned since

@@ -344,7 +344,18 @@ class Worker:
             warmup, calls = _plan(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
             if msg.get("fit_to_sets"):
                 calls = _fit(calls, len(sets))
-            run = _time_calls(prims, fn, warm, sets, calls, warmup, msg["flush_bytes"])
+            stop = msg.get("stop_relative")
+            run = _time_calls(
+                prims,
+                fn,
+                warm,
+                sets,
+                calls,
+                warmup,
+                msg["flush_bytes"],
+                stop_relative=float(stop) if stop else None,
+                stop_after=msg["min_calls"],
+            )
         self.kept = run.kept
         self.ran.add(shape["id"])
         return {
@@ -352,7 +363,8 @@ class Worker:
             "synced_ms": run.synced_ms,
             "noop_gap_ms": run.noop_gap_ms,
             "wall_s": run.wall_s,
-            "calls": calls,
+            "calls": len(run.times_ms),
+            "planned_calls": calls,
             "warmup": run.warmup_calls,
             "kept": sorted(run.kept),
             "digests": run.digests,

@@ -162,3 +162,83 @@ def test_kept_sets_that_name_no_timed_set_are_never_fetched():
     evaluation.timing(session, evaluation.shapes[0], result, TIMING_INPUT_BUDGET_BYTES // 20)
     assert [cmd for cmd, _ in session.sent] == ["time"]  # nothing to fetch
     assert result.timing is not None
+
+
+class _Clock:
+    """Host events on a clock that only the timed call moves (by its input set's `ms`)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def primitives(self):
+        from sandbox.timing import Primitives
+
+        clock = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False):
+                self.t = 0.0
+
+        def record(event) -> None:
+            event.t = clock.now
+
+        return Primitives(
+            {
+                "torch.cuda.Event": Event,
+                "torch.cuda.Event.record": record,
+                "torch.cuda.Event.elapsed_time": lambda start, end: end.t - start.t,
+                "torch.cuda.synchronize": lambda: None,
+                "time.perf_counter": lambda: clock.now / 1e3,
+                "torch.cuda._sleep": lambda cycles: None,
+            }
+        )
+
+    def call(self, inputs):
+        import torch
+
+        self.now += inputs["ms"]
+        return torch.full((4,), inputs["ms"])
+
+
+def _stopped(times_ms: list[float], calls: int, stop: float | None):
+    import torch
+
+    from sandbox.timing import time_calls
+
+    clock = _Clock()
+    sets = [{"ms": t, "x": torch.zeros(1)} for t in times_ms]
+    return time_calls(
+        clock.primitives(),
+        clock.call,
+        {"ms": 1.0, "x": torch.zeros(1)},
+        sets,
+        calls,
+        2,
+        4096,
+        stop_relative=stop,
+        stop_after=20,
+    )
+
+
+def test_the_timed_calls_stop_once_the_medians_interval_is_tight_and_not_before_the_minimum():
+    steady = _stopped([1.0] * 200, 200, 0.01)
+    assert len(steady.times_ms) == len(steady.digests) == len(steady.host_us) == 20  # the first look, at 20 calls
+    assert sorted(steady.kept) == list(range(20))
+    spread = [1.0 + (k % 7) * 0.3 for k in range(120)]  # the median's interval stays wide
+    assert len(_stopped(spread, 120, 0.01).times_ms) == 120
+    mostly = [1.0 + (0.3 if k % 10 == 0 else 0.0) for k in range(200)]  # tight once enough calls outvote the outliers
+    assert 20 <= len(_stopped(mostly, 200, 0.01).times_ms) < 200
+    assert len(_stopped([1.0] * 200, 200, None).times_ms) == 200  # no stop asked for: every planned call
+
+
+def test_a_run_that_reuses_input_sets_keeps_every_planned_call():
+    run = _stopped([1.0] * 10, 40, 0.01)  # 40 calls over 10 sets: the reuse check needs them all
+    assert len(run.times_ms) == 40
+
+
+def test_the_medians_interval_is_read_from_order_statistics():
+    from sandbox.timing import ci_tight, median_ci
+
+    assert median_ci([float(k) for k in range(1, 21)]) == (5.0, 16.0)  # ranks 10 ∓ 1.96·√20/2
+    assert median_ci([3.0]) == (3.0, 3.0)
+    assert ci_tight([1.0] * 20, 0.0) and not ci_tight([float(k) for k in range(1, 21)], 0.5)

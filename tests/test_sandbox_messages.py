@@ -111,6 +111,7 @@ def test_a_request_goes_on_the_wire_with_its_command_and_every_field():
         "max_calls": 2,
         "flush_bytes": 1 << 20,
         "fit_to_sets": False,
+        "stop_relative": None,
     }
     assert messages.ExitRequest().wire() == {"cmd": "exit"}
     with pytest.raises(TypeError):

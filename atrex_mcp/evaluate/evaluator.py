@@ -61,7 +61,15 @@ from sandbox.messages import (
     ShapePayload,
     TimeRequest,
 )
-from sandbox.timing import call_order, digest, flush_bytes_for, input_checksums, poison, reuse_phase
+from sandbox.timing import (
+    call_order,
+    digest,
+    flush_bytes_for,
+    input_checksums,
+    median_ci,
+    poison,
+    reuse_phase,
+)
 
 Progress = Callable[[str, float], None]
 
@@ -70,6 +78,9 @@ TIMING_INPUT_BUDGET_BYTES = 2 << 30  # fresh timing input sets kept on the GPU a
 CHECKABLE_SETS = 10  # input sets that let the reuse check decide (sandbox.timing.reuse_checkable) ...
 TIMING_MEMORY_SHARE = 0.2  # ... for which the budget grows, up to this share of the GPU's memory
 MIN_TIMED_CALLS, MAX_TIMED_CALLS = 20, 200
+# The timed calls stop once the median's ~95 % confidence interval is within ±1 % of it (from MIN_TIMED_CALLS
+# on, checked every 10 calls; runs that reuse input sets keep their planned calls): sandbox.timing.time_calls.
+TIMING_STOP_RELATIVE = 0.01
 CHECKED_TIMED_SETS = 3
 PINNED_SLACK_BYTES = (
     4 << 30
@@ -387,6 +398,7 @@ class Trial:
                     max_calls=MAX_TIMED_CALLS,
                     flush_bytes=flush_bytes,
                     fit_to_sets=True,
+                    stop_relative=TIMING_STOP_RELATIVE,
                 ),
                 self.request.timeout_s,
                 timeout_category=tx.OVER_TIME_BUDGET,
@@ -427,6 +439,8 @@ class Trial:
         ):
             result.integrity.append(tx.WALL_CLOCK_INCONSISTENT)
         q1, med, q3 = statistics.quantiles(per_call, n=4, method="inclusive")
+        ci_low, ci_high = median_ci(per_call)
+        planned = reply.get("planned_calls")
         sm, mem, below, throttle = clocks.summary()
         late = _late_calls(reply.get("host_us"), reply.get("spin_us"))
         result.timing = TimingStats(
@@ -436,6 +450,8 @@ class Trial:
             iqr_ms=q3 - q1,
             min_ms=min(per_call),
             calls=calls,
+            planned_calls=planned if type(planned) is int else None,
+            median_ci_ms=(ci_high - ci_low) / 2,
             warmup_calls=reply["warmup"],
             input_sets=sets,
             flush_bytes=flush_bytes,

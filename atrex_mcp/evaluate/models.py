@@ -108,6 +108,20 @@ class TimingStats(BaseModel):
     iqr_ms: float = Field(description="Interquartile range.")
     min_ms: float = Field(description="Fastest call.")
     calls: int = Field(description="Timed calls.")
+    planned_calls: int | None = Field(
+        default=None,
+        description=(
+            "Timed calls the worker planned; fewer ran when the median's ~95 % confidence interval came within "
+            "±1 % of it first (evaluator.TIMING_STOP_RELATIVE, checked every 10 calls from 20 on)."
+        ),
+    )
+    median_ci_ms: float | None = Field(
+        default=None,
+        description=(
+            "Half-width of the median's distribution-free ~95 % confidence interval over the timed calls "
+            "(sandbox.timing.median_ci), computed by the judge from the reported times."
+        ),
+    )
     warmup_calls: int = Field(description="Untimed warm-up calls before them (on a separate input set).")
     input_sets: int = Field(description="Distinct fresh input sets the timed calls rotated over.")
     flush_bytes: int = Field(description="Bytes written before every timed call to flush L2 (≥ 2× L2).")

@@ -9,7 +9,9 @@ shapes, so what is measured is the judge. Each round opens one worker session (i
 reported apart), then per shape takes the evaluator's steps through `workers.CandidateWorker`:
 `check` (correctness over fresh seeds) and `time` (the timing stage on host-clock events, its
 output checks and the plain witness bursts; no CUDA graph on CPU). Also the round trip of an
-empty request. Prints one JSON object: seconds per shape by part (the median over rounds).
+empty request. Prints one JSON object: seconds per shape by part (the median over rounds), and
+how many timing stages failed (on a loaded 2-core machine the host-clock witness can flag the
+eager l2_norm shape 2 as timing_forged; its stage is still timed in full).
 
 These are host-side figures of this machine's CPU: they say what a change to the judge's own
 work saves, not what a shape costs on a GPU (measurements/judge_throughput_gpu.py).
@@ -37,7 +39,7 @@ PINGS = 50
 def one_round(catalog: Catalog, op: str, shapes: list[str], seeds: int) -> dict[str, float]:
     source = catalog.visible(op).reference_source
     t0 = time.perf_counter()
-    parts = {"check_s": 0.0, "time_s": 0.0}
+    parts = {"check_s": 0.0, "time_s": 0.0, "failed_timings": 0}
     with open_session(catalog, op, source, shapes=shapes, seeds=seeds, timeout_s=300.0) as worker:
         parts["start_s"] = time.perf_counter() - t0
         for shape_id in shapes:
@@ -49,8 +51,7 @@ def one_round(catalog: Catalog, op: str, shapes: list[str], seeds: int) -> dict[
             t1 = time.perf_counter()
             timed = worker.time(shape_id)
             parts["time_s"] += time.perf_counter() - t1
-            if timed.stage is not None:
-                raise SystemExit(f"shape {shape_id} failed its timing: {timed.category}: {timed.message}")
+            parts["failed_timings"] += timed.stage is not None  # still timed: the judge's work was done
         walls = []
         for _ in range(PINGS):
             trip = graph_witness.round_trip_s(worker.session, 30.0)
@@ -64,6 +65,7 @@ def one_round(catalog: Catalog, op: str, shapes: list[str], seeds: int) -> dict[
         "time_s_per_shape": parts["time_s"] / n,
         "judge_s_per_shape": (parts["check_s"] + parts["time_s"]) / n,
         "round_trip_ms": parts["round_trip_ms"],
+        "failed_timings": parts["failed_timings"],
     }
 
 
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     rounds = [one_round(catalog, args.op, shapes, args.seeds) for _ in range(args.rounds)]
     summary = {k: round(statistics.median(r[k] for r in rounds), 4) for k in rounds[0]}
+    summary["failed_timings"] = sum(r["failed_timings"] for r in rounds)
     print(json.dumps({"op": args.op, "shapes": shapes, "seeds": args.seeds, "rounds": args.rounds, **summary}))
     return 0
 

@@ -2,7 +2,8 @@
 
 Before its first shape an evaluation waits for its worker's process to start and import torch,
 the DSL and the profiler (2-5 s on the H200's host, most of its fixed cost). None of that needs
-the candidate or touches the GPU (`sandbox.launcher.Worker.spawn`), so a series of evaluations
+the candidate or touches the GPU (`sandbox.launcher.Worker.spawn`; with `warm_profiler` the
+profiler's set-up does create a CUDA context), so a series of evaluations
 (a candidate set, a baseline run) spawns the next one's worker while the current one runs:
 
     with Standby() as standby:

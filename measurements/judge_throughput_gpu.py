@@ -124,7 +124,7 @@ class Meter:
 
         def evaluate(request: EvalRequest, *args: Any, **kwargs: Any) -> EvalResult:
             self.op = request.op
-            left = max(10.0, deadline - time.monotonic())  # the budget left, as this evaluation's deadline
+            left = max(1.0, deadline - time.monotonic())  # the budget left, as this evaluation's deadline
             return run_one(request.model_copy(update={"deadline_s": left}), *args, **kwargs)
 
         evaluate_package.evaluate = evaluate  # bench eval's local path imports it when it runs

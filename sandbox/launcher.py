@@ -158,10 +158,10 @@ class LaunchSpec:
     start_timeout_s: float = 180.0
     # Off only to diagnose a machine where Landlock breaks the DSL toolchain: ATREX_SANDBOX_LANDLOCK=0.
     landlock: bool = field(default_factory=lambda: os.environ.get("ATREX_SANDBOX_LANDLOCK", "1") != "0")
-    # A worker spawned ahead (evaluate.standby) opens and closes an empty profiler session before
-    # `init`, so the profiler's first-use set-up (CUPTI, seconds) is paid while it waits. It creates
-    # the CUDA context then, beside the evaluation that holds the GPU.
-    warm_profiler: bool = False
+    # What a worker spawned ahead (evaluate.standby) sets up before `init`, while it waits
+    # (sandbox.worker.WARM_STEPS): "triton_driver" (Triton's CUDA driver and the C helper it builds),
+    # "profiler" (an empty profiler session: CUPTI's set-up, which creates the CUDA context then).
+    warm: tuple[str, ...] = ()
 
 
 def _real(path: str | Path) -> Path:
@@ -529,7 +529,7 @@ class Worker:
             "req_fd": req_r,
             "resp_fd": resp_w,
             "output_fd": self.spec.output_fd,
-            "warm_profiler": self.spec.warm_profiler,
+            "warm": list(self.spec.warm),
         }
         argv = [*self.spec.wrapper, sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(config)]
         if self.plan["prefix"]:

@@ -27,6 +27,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,7 @@ from sandbox.timing import (
 )
 
 if TYPE_CHECKING:  # the message types, for the annotations only: building a dozen classes costs start-up time
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     from sandbox import messages
 
@@ -132,16 +133,34 @@ def _import_toolchain() -> dict[str, Any]:
 
 def _warm_profiler() -> None:
     """Open and close an empty CUDA profiler session: its first use in a process sets up CUPTI
-    (about 4 s on the H200, measurements/worker_start_cost.py), the next costs milliseconds. A
-    worker spawned ahead does it while it waits, so the first profiled shape does not pay it.
-    A failure here is left to the `profile` request to report."""
-    if not torch.cuda.is_available():
-        return
-    try:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
-            pass
-    except Exception:  # noqa: BLE001 — the profile request reports a profiler that does not work
+    (about 4 s on the H200, measurements/worker_start_cost.py), the next costs milliseconds.
+    This creates the CUDA context."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
         pass
+
+
+def _warm_triton_driver() -> None:
+    """Set up Triton's CUDA driver: on first use it builds its C helper module with the system
+    compiler into TRITON_CACHE_DIR (the scratch directory's, fresh for each evaluation), which the
+    first kernel launch would otherwise pay. No CUDA context is created."""
+    import triton.runtime
+
+    triton.runtime.driver.active.utils  # noqa: B018 — the attribute's first read builds the driver
+
+
+WARM_STEPS: dict[str, Callable[[], None]] = {"triton_driver": _warm_triton_driver, "profiler": _warm_profiler}
+
+
+def warm_up(steps: list[str]) -> None:
+    """The set-up a worker spawned ahead does while it waits (sandbox.launcher.LaunchSpec.warm),
+    on a GPU only. A step that fails is left to the request that needs it to report."""
+    if not steps or not torch.cuda.is_available():
+        return
+    for step in steps:
+        try:
+            WARM_STEPS[step]()
+        except Exception:  # noqa: BLE001 — the request that needs the step reports what is wrong
+            pass
 
 
 def _input_bytes(inputs: dict[str, Any]) -> int:
@@ -163,8 +182,7 @@ class Worker:
         self.graph: graph_burst.GraphBurst | None = None  # the captured graph burst, until `keep` with burst_done
         self.ran: set[str] = set()  # shapes whose forward has run in this process (run, time)
         self.versions = _import_toolchain()
-        if config.get("warm_profiler"):
-            _warm_profiler()
+        warm_up(config.get("warm") or [])
 
     # -- requests ---------------------------------------------------------------------------
     def init(self, msg: messages.Wire) -> messages.InitReply:

@@ -146,17 +146,37 @@ def test_profile_runs_an_untimed_forward_first_only_for_a_shape_the_worker_has_n
             assert forwards() == count
 
 
-def test_a_spare_warms_the_profiler_only_on_a_gpu_and_is_adopted_as_if_it_had_not(catalog, tmp_path):
+def test_a_spare_warms_up_only_on_a_gpu_and_is_adopted_as_if_it_had_not(catalog, tmp_path):
     cuda = LaunchSpec(scratch=tmp_path, device="cuda", protected=protected_roots(catalog.roots, None))
     cpu = dataclasses.replace(cuda, device="cpu")
+    wrapped = dataclasses.replace(cuda, wrapper=["env", "A=1"])
     with Standby(warm_profiler=True) as standby:
-        for spec, warmed in ((cuda, True), (cpu, False)):
+        for spec, steps in ((cuda, ("triton_driver", "profiler")), (cpu, ()), (wrapped, ())):
             standby.refill(spec)
-            assert standby._spare is not None and standby._spare.worker.spec.warm_profiler is warmed
-            spare = standby.take(spec)  # the evaluation's own spec does not ask for the warm-up
+            assert standby._spare is not None and standby._spare.worker.spec.warm == steps
+            spare = standby.take(spec)  # the evaluation's own spec asks for no warm-up
             assert spare is not None and spare.worker.alive
             spare.close()
-        assert (standby.spawned, standby.adopted, standby.discarded) == (2, 2, 0)
-    with Standby() as standby:  # off unless asked for
+        assert (standby.spawned, standby.adopted, standby.discarded) == (3, 3, 0)
+    with Standby() as standby:  # the profiler's warm-up only when asked for
         standby.refill(cuda)
-        assert standby._spare is not None and standby._spare.worker.spec.warm_profiler is False
+        assert standby._spare is not None and standby._spare.worker.spec.warm == ("triton_driver",)
+
+
+def test_a_warm_up_step_that_fails_leaves_the_worker_serving(monkeypatch):
+    from sandbox import worker
+
+    ran = []
+
+    def broken() -> None:
+        ran.append("broken")
+        raise RuntimeError("no driver here")
+
+    monkeypatch.setattr(worker.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(worker.WARM_STEPS, "profiler", broken)
+    monkeypatch.setitem(worker.WARM_STEPS, "triton_driver", lambda: ran.append("driver"))
+    worker.warm_up(["triton_driver", "profiler"])
+    assert ran == ["driver", "broken"]
+    monkeypatch.setattr(worker.torch.cuda, "is_available", lambda: False)
+    worker.warm_up(["triton_driver"])  # no GPU: nothing runs
+    assert ran == ["driver", "broken"]

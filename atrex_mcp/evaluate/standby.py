@@ -32,8 +32,8 @@ from sandbox.launcher import LaunchSpec, Worker
 
 def _settings(spec: LaunchSpec) -> LaunchSpec:
     """What a spare must share with the evaluation adopting it: everything but its own
-    scratch directory, arena and whether it warmed the profiler while it waited."""
-    return dataclasses.replace(spec, scratch=Path("."), output_fd=None, warm_profiler=False)
+    scratch directory, arena and what it set up while it waited."""
+    return dataclasses.replace(spec, scratch=Path("."), output_fd=None, warm=())
 
 
 @dataclass
@@ -58,11 +58,14 @@ class Spare:
 class Standby:
     """Holds at most one spare; thread-safe, so evaluations on several threads may share it.
 
-    With `warm_profiler`, a spare on a GPU opens an empty profiler session while it waits
-    (sandbox.worker._warm_profiler): the first profiled shape of the evaluation adopting it then
-    does not pay the profiler's set-up (about 4 s on the H200). The spare then creates its CUDA
-    context beside the evaluation that holds the GPU, so it is off unless asked for
-    (measurements/judge_throughput_gpu.py measures its effect on a concurrent timing)."""
+    A spare on a GPU sets up Triton's CUDA driver while it waits (sandbox.worker.WARM_STEPS: the
+    C helper Triton builds with the system compiler on first use, no CUDA context), so the
+    evaluation adopting it does not pay that in its first kernel launch. With `warm_profiler` it
+    also opens an empty profiler session: the first profiled shape then does not pay the
+    profiler's set-up (about 4 s on the H200). That creates the spare's CUDA context beside the
+    evaluation that holds the GPU, so it is off unless asked for (measurements/
+    judge_throughput_gpu.py measures its effect on a concurrent timing). A spare under a
+    profiler wrapper warms nothing."""
 
     def __init__(self, warm_profiler: bool = False) -> None:
         self.warm_profiler = warm_profiler
@@ -84,6 +87,12 @@ class Standby:
         self.adopted += 1
         return spare
 
+    def _steps(self, spec: LaunchSpec) -> tuple[str, ...]:
+        """What a spare of `spec` sets up while it waits (sandbox.launcher.LaunchSpec.warm)."""
+        if spec.device != "cuda" or spec.wrapper:
+            return ()
+        return ("triton_driver", "profiler") if self.warm_profiler else ("triton_driver",)
+
     def refill(self, spec: LaunchSpec) -> None:
         """Spawn a spare with `spec`'s settings, unless one is waiting. A spawn that fails leaves
         none: the next evaluation then spawns its own worker, which reports the problem."""
@@ -94,9 +103,8 @@ class Standby:
             arena = None
             try:
                 arena = OutputArena(cuda=spec.device == "cuda")
-                warm = self.warm_profiler and spec.device == "cuda" and not spec.wrapper
                 worker = Worker(
-                    dataclasses.replace(spec, scratch=Path(directory.name), output_fd=arena.fd, warm_profiler=warm)
+                    dataclasses.replace(spec, scratch=Path(directory.name), output_fd=arena.fd, warm=self._steps(spec))
                 )
                 worker.spawn()
             except (OSError, subprocess.SubprocessError):

@@ -266,13 +266,14 @@ class _Session:
         return {"ok": True}
 
 
-def _decide(monkeypatch, outcome, median_ms, plain):
+def _decide(monkeypatch, outcome, median_ms, plain, run=None):
+    """The evaluator's verdict with graph_witness.run answering `outcome` (or being `run`)."""
     from types import SimpleNamespace
 
     from atrex_mcp.evaluate import evaluator, graph_witness
     from atrex_mcp.evaluate.models import TimingStats
 
-    monkeypatch.setattr(graph_witness, "run", lambda *args: outcome)
+    monkeypatch.setattr(graph_witness, "run", run or (lambda *args: outcome))
     result = ShapeResult(
         id="0",
         correct=True,
@@ -363,6 +364,22 @@ def test_an_uncapturable_device_bound_kernel_keeps_its_time(monkeypatch):
     assert verdict is plain and result.correct and result.stage is None
     assert result.timing.witness == UNCAPTURABLE
     assert scored_time_ms(1.0, result.timing.clock_ms) == 1.0
+
+
+def test_a_graph_burst_the_judge_has_no_memory_for_leaves_the_plain_burst_and_its_clock(monkeypatch):
+    """per_token_group_quant_fp8 shape 9 on the H200 (3.1 M tokens × 2048): two input sets in the
+    worker's burst and the judge's copies of them exceed 141 GB. No verdict on the candidate: the
+    plain burst judges and its wall per call is the least time, as for an uncapturable forward."""
+    import torch
+
+    def short_of_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 25.16 GiB")
+
+    plain = _plain(5.87, 5.5, per_call_ms=5.9)
+    verdict, result = _decide(monkeypatch, None, 5.87, plain, run=short_of_memory)
+    assert verdict is plain and result.correct and result.stage is None
+    assert result.timing.witness == UNCAPTURABLE and "did not fit in GPU memory" in result.timing.witness_note
+    assert scored_time_ms(5.87, result.timing.clock_ms) == 5.9
 
 
 def test_a_failing_capture_request_fails_the_shape(monkeypatch):

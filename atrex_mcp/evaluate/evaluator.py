@@ -123,6 +123,9 @@ def _cache_pins_memory() -> bool:
     )
 
 
+GRAPH_OUT_OF_MEMORY = "the graph burst's input sets and the judge's copies of them did not fit in GPU memory"
+
+
 class _HarnessOutOfMemory(Exception):
     """The trusted side ran out of GPU memory judging an output: no verdict on the candidate."""
 
@@ -563,10 +566,15 @@ class Trial:
         (its floor the larger of the two), or None once the shape has failed. Where no replay
         witnesses the device time (the forward cannot be captured, or the replay is inconclusive)
         the plain burst judges, and its wall per call becomes the least time the shape is scored
-        with (TimingStats.clock_ms): what the judge's clock saw, which the worker cannot shrink."""
+        with (TimingStats.clock_ms): what the judge's clock saw, which the worker cannot shrink.
+        A burst whose input sets and the judge's copies of them exceed the GPU's memory is judged
+        the same way: a worker that fills the GPU to cause it gains nothing an uncapturable
+        forward would not."""
         try:
             with _harness_memory("running the graph burst"):
                 outcome = graph_witness.run(self, session, shape, result, median_ms, set_bytes)
+        except _HarnessOutOfMemory:
+            outcome = GRAPH_OUT_OF_MEMORY
         finally:
             if session.alive:
                 session.call(KeepRequest(burst_done=True), self.request.timeout_s)

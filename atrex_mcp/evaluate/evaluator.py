@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -270,15 +271,18 @@ class Trial:
         """What the worker learns of a shape: its visible id, init and input arguments."""
         return ShapePayload(id=shape.id, init=shape.init, inputs=shape.inputs)
 
-    def receive(self, session: Session, reference: Any, manifest: Any) -> tuple[CompareResult, Any]:
+    def receive(
+        self, session: Session, reference: Any, manifest: Any, inputs: Callable[[], dict[str, Any]]
+    ) -> tuple[CompareResult, Any]:
         """(verdict, candidate) on the output the worker just handed over for `reference`'s
-        inputs; raises OutputRejected for a malformed hand-over. The candidate is copied into
-        this process's memory on the reference's device (one DMA where there is a GPU)."""
+        inputs (`inputs` makes them again, for a rule that needs them); raises OutputRejected for
+        a malformed hand-over. The candidate is copied into this process's memory on the
+        reference's device (one DMA where there is a GPU)."""
         candidate, written = session.arena.load(
             manifest, self.device, max_bytes=4 * output_bytes(reference) + (1 << 20)
         )
         if written:
-            return compare_outputs(reference, candidate, self.request.op), candidate
+            return compare_outputs(reference, candidate, self.request.op, inputs=inputs), candidate
         structure = check_structure(reference, candidate)
         if structure.ok:  # it would have fitted: the arena was sized for the reference output
             raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "The worker did not hand over its output.")
@@ -317,7 +321,9 @@ class Trial:
                     if reply.get("checksums") != checksums and tx.INPUT_MISMATCH not in result.integrity:
                         result.integrity.append(tx.INPUT_MISMATCH)
                     with _harness_memory(f"comparing outputs of {output_bytes(reference)} bytes"):
-                        verdict, candidate = self.receive(session, reference, reply.get("output"))
+                        verdict, candidate = self.receive(
+                            session, reference, reply.get("output"), partial(self.inputs, shape, seed)
+                        )
                         del reference, candidate
                 except OutputRejected as exc:
                     _fail(result, exc)
@@ -659,7 +665,8 @@ class Trial:
             verdict, candidate, message = None, None, "the worker did not return it"
             if reply.get("output") is not None:
                 try:
-                    verdict, candidate = self.receive(session, reference, reply["output"])
+                    again = partial(self.inputs, shape, seed) if inputs is None else (lambda: inputs)
+                    verdict, candidate = self.receive(session, reference, reply["output"], again)
                 except OutputRejected as exc:
                     message = exc.message
             del reference

@@ -65,7 +65,9 @@ class MismatchDetail(BaseModel):
     output: str = Field(
         description="Output name: 'out' for a single tensor, 'out[i]' for a tuple entry, the key for a dict."
     )
-    rule: str = Field(description="Comparison rule used: allclose, exact or fp8_codes.")
+    rule: str = Field(
+        description="Comparison rule used: allclose, exact, fp8_codes or ranked_ids (its rtol: the tie tolerance)."
+    )
     atol: float | None = Field(default=None, description="Absolute tolerance actually applied (after the RMS cap).")
     rtol: float | None = Field(default=None, description="Relative tolerance applied.")
     max_abs_error: float = Field(description="Largest |candidate − reference| over elements where both are finite.")

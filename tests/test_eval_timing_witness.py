@@ -170,8 +170,9 @@ def test_a_worker_cannot_name_a_verdict_of_the_judges_stages(claimed):
 
 # -- the graph burst (timing_witness.judge_graph, graph_calls, unwitnessed) -------------------------
 # A replay of a graph of K forwards is device time: no launch, no host window to subtract.
-# Recorded shapes on the H200: a ~60 µs round trip; fingerprints ~1.5 µs each in a graph. The input
-# refresh (two launches per float input, whatever K is) is assumed at ~30 µs, ±10 µs.
+# A ~60 µs round trip, as recorded on the H200; the batched fingerprints (a share of two launches and
+# a few reads of the output per call) assumed at ~1.5 µs per call. The input refresh (two launches per
+# float input, whatever K is) is assumed at ~30 µs, ±10 µs.
 
 
 def _graph_cal(calls: int) -> GraphCalibration:

@@ -333,12 +333,34 @@ def test_a_graph_replay_dominated_by_its_input_refresh_is_inconclusive(monkeypat
     verdict, result = _decide(monkeypatch, graph, 0.035, plain)
     assert verdict is plain and not verdict.forged and result.correct
     assert result.timing.witness == GRAPH and "inconclusive" in result.timing.witness_note
-    assert result.timing.clock_ms == plain.per_call_ms  # the judge's wall per call is the least time now
+    assert result.timing.clock_ms == max(plain.per_call_ms, graph.floor_ms)  # the least time now
     assert result.timing.graph_subtracted_ms == pytest.approx(graph.subtracted_ms)  # recorded for the next tuning
     assert result.timing.graph_slack_ms == pytest.approx(graph_slack_ms(2, cal))
     # rms_norm shape 0 as measured: a small refresh against the plain burst's wall, the graph judges
     small = judge_graph(0.00218, _graph_wall(0.0083, 209), 209, _graph_cal(209))
     assert graph_conclusive(small, _plain(0.00218, 0.0, per_call_ms=0.157)) and small.forged
+
+
+def test_a_replay_that_witnessed_plenty_judges_though_the_plain_burst_left_nothing(monkeypatch):
+    """rms_norm shape 5 (honest 4.3 µs) on the H200 with a handler reporting a tenth: the judge's
+    calibration of the plain burst exceeded its wall (0 ms a call left), while the replay left
+    4.0 µs a call after 3.1 µs were taken off. The replay judges, and the forgery fails."""
+    cal = GraphCalibration(round_trip_s=60e-6, fingerprints_s=0.3e-3, refresh_s=2.908e-3, refresh_spread_s=0.05e-3)
+    graph = judge_graph(0.00042, cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + 1024 * 4.035e-6, 1024, cal)
+    plain = _plain(0.00042, 0.0, per_call_ms=0.0)
+    assert graph_conclusive(graph, plain) and graph.forged
+    verdict, result = _decide(monkeypatch, graph, 0.00042, plain)
+    assert verdict is graph and verdict.forged and result.timing.clock_ms is None
+
+
+def test_an_inconclusive_replays_floor_bounds_the_least_time_where_the_plain_burst_left_nothing(monkeypatch):
+    cal = GraphCalibration(round_trip_s=60e-6, fingerprints_s=2e-6, refresh_s=2.4e-3, refresh_spread_s=0.05e-3)
+    graph = judge_graph(0.0035, cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + 2 * 0.314e-3, 2, cal)
+    plain = _plain(0.0035, 0.0, per_call_ms=0.0)
+    assert not graph_conclusive(graph, plain)
+    verdict, result = _decide(monkeypatch, graph, 0.0035, plain)
+    assert verdict is plain and result.timing.clock_ms == graph.floor_ms > 0.09
+    assert scored_time_ms(0.0035, result.timing.clock_ms) == graph.floor_ms
 
 
 def test_the_plain_floor_stays_when_it_is_the_tighter(monkeypatch):

@@ -602,9 +602,10 @@ class Trial:
         if not timing_witness.graph_conclusive(outcome, plain):
             timing.witness_note = (
                 f"graph replay inconclusive: {outcome.subtracted_ms:.4g} ms a call of input refresh "
-                f"and fingerprints taken off, more than the plain burst's {plain.per_call_ms:.4g} ms"
+                f"and fingerprints taken off, more than the plain burst's {plain.per_call_ms:.4g} ms "
+                f"and {timing_witness.GRAPH_REFRESH_DOMINANCE:g} × the replay's own {outcome.per_call_ms:.4g} ms"
             )
-            timing.clock_ms = plain.per_call_ms
+            timing.clock_ms = timing_witness.inconclusive_clock_ms(outcome, plain)
             return plain
         if outcome.floor_ms <= plain.floor_ms:
             return plain

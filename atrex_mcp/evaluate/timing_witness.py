@@ -186,15 +186,30 @@ def judge_graph(median_ms: float, wall_s: float, calls: int, calibration: GraphC
     )
 
 
+GRAPH_REFRESH_DOMINANCE = 2.0  # taken off per call beyond this many times what the replay left: refresh-dominated
+
+
 def graph_conclusive(graph: Witness, plain: Witness) -> bool:
-    """Whether a graph replay can judge the median: only while what the judge took off it per
-    call (the input refresh and the fingerprints, timed in its own process) is no more than the
-    plain burst's whole wall per call. A forward that reads a small part of large inputs (an MoE
-    decode reads 8 of 128 experts; the refresh rewrites all of them) leaves its device time
-    smaller than the error of that subtraction, which on the H200 failed an honest kernel. Both
-    figures are the judge's own measurements: a candidate can lengthen its plain burst, which only
-    makes the graph judge, and cannot shorten it or the refresh."""
-    return graph.subtracted_ms <= plain.per_call_ms
+    """Whether a graph replay can judge the median. Not when what the judge took off it per call
+    (the input refresh and the fingerprints, timed in its own process) outweighs both the plain
+    burst's wall per call and GRAPH_REFRESH_DOMINANCE times what the replay itself left per call:
+    a forward that reads a small part of large inputs (an MoE decode reads 8 of 128 experts; the
+    refresh rewrites all of them) leaves its device time smaller than the error of that
+    subtraction, which on the H200 failed an honest kernel. Both tests are needed: the plain
+    burst's figure alone can be 0 where the judge's calibration of it exceeded its wall (a 4 µs
+    rms_norm shape on the H200), which would send a replay that witnessed plenty to the fallback.
+    A candidate cannot make a replay inconclusive: what is taken off depends on the shape's
+    inputs, and what is left is its own device time, which it can only lengthen."""
+    dominated = graph.subtracted_ms > GRAPH_REFRESH_DOMINANCE * graph.per_call_ms
+    return graph.subtracted_ms <= plain.per_call_ms or not dominated
+
+
+def inconclusive_clock_ms(graph: Witness, plain: Witness) -> float:
+    """The least time of a shape whose replay was inconclusive: the larger of what the two bursts
+    allow, the plain burst's wall per call and the replay's own floor. The plain figure can be 0
+    (its calibration exceeded its wall); the replay's floor, though unreliable upwards on such a
+    shape, still bounds what a forged median may claim."""
+    return max(plain.per_call_ms, graph.floor_ms)
 
 
 def scored_time_ms(median_ms: float, clock_ms: float | None) -> float:

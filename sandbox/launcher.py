@@ -10,6 +10,8 @@ The isolation policy in one place (sandbox/README.md says why, and what remains 
   private /proc (no other process visible), an empty mode-000 tmpfs over every protected
   directory (a layer that holds without Landlock), the scratch directory read-only but for its
   tmp/ and .cache/, which share one size-limited tmpfs, and a small /dev/shm;
+* where the cgroup tree is writable, a memory cgroup of its own capped at LaunchSpec.memory_cap_bytes
+  (sandbox.memory_cgroup), joined before anything of the worker runs;
 * uid/gid 65534 with no supplementary groups when running as root and the interpreter is
   reachable by that uid (it owns only the scratch directory's tmp/ and .cache/); otherwise the
   worker drops every capability itself;

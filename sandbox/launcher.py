@@ -700,10 +700,10 @@ class Worker:
                 self.proc.kill()
         if self._watch is not None:
             self._watch.close()
-        if self.memory is not None:
-            self.memory_peak_bytes = self.memory.peak_bytes()
-            self.memory.remove()
-            self.memory = None
+        memory, self.memory = self.memory, None  # once, whichever thread kills
+        if memory is not None:
+            self.memory_peak_bytes = memory.peak_bytes()
+            memory.remove()
         self._close()
 
     def stop(self) -> None:
@@ -733,6 +733,11 @@ class Worker:
         """The end of what the worker printed (the candidate's prints included)."""
         return self._output.text(limit) if self._output else ""
 
+    def _killed_for_memory(self) -> str:
+        """Why the worker must end when its cgroup counted an OOM kill; "" when none did."""
+        memory = self.memory
+        return memory.reason() if memory is not None and memory.oom_kills() else ""
+
     # -- requests ---------------------------------------------------------------------------
     def request(self, request: Request, timeout_s: float, poll: Callable[[], None] | None = None) -> dict[str, Any]:
         """Send one request and wait for its reply (the worker's claims, shaped as
@@ -748,17 +753,19 @@ class Worker:
                         tail = self.log_tail()
                         self.kill()
                         raise WorkerDied(None, tail, self._watch.reason)
-                    if self.memory is not None and self.memory.oom_kills():  # v1 kills one process: end them all
-                        tail, reason = self.log_tail(), self.memory.reason()
+                    killed = self._killed_for_memory()
+                    if killed:  # v1 kills one process: end them all
+                        tail = self.log_tail()
                         self.kill()
-                        raise WorkerDied(None, tail, reason, out_of_memory=True)
+                        raise WorkerDied(None, tail, killed, out_of_memory=True)
                     return reply
                 self.stray_frames += 1
         except protocol.ChannelTimeout:
-            if self.memory is not None and self.memory.oom_kills():  # a process of it was killed for memory
-                tail, reason = self.log_tail(), self.memory.reason()
+            killed = self._killed_for_memory()
+            if killed:  # it hung after a process of it was killed for memory
+                tail = self.log_tail()
                 self.kill()
-                raise WorkerDied(None, tail, reason, out_of_memory=True) from None
+                raise WorkerDied(None, tail, killed, out_of_memory=True) from None
             self.kill()
             raise WorkerTimeout(f"{request.command} did not finish within {timeout_s:.0f} s") from None
         except (protocol.ChannelClosed, BrokenPipeError, protocol.ProtocolViolation):
@@ -769,10 +776,10 @@ class Worker:
                 except subprocess.TimeoutExpired:  # it closed its pipe but lives on: no longer a worker
                     pass
             tail = self.log_tail()
-            memory = self.memory if self.memory is not None and self.memory.oom_kills() else None
-            reason = memory.reason() if memory is not None else self._watch.reason if self._watch is not None else ""
+            killed = self._killed_for_memory()
+            reason = killed or (self._watch.reason if self._watch is not None else "")
             self.kill()
-            raise WorkerDied(code, tail, reason, out_of_memory=memory is not None) from None
+            raise WorkerDied(code, tail, reason, out_of_memory=bool(killed)) from None
         except Cancelled:
             self.kill()
             raise

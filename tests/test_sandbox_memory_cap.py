@@ -103,6 +103,18 @@ def test_shared_memory_past_the_cap_is_killed_and_named(catalog, tmp_path, varia
 
 
 @needs_cap
+def test_shared_memory_past_the_cap_in_forward_fails_the_shape_and_the_judge_goes_on(catalog, monkeypatch):
+    monkeypatch.setattr(memory_cgroup, "default_cap", lambda host_memory_bytes: CAP)
+    source = exploit_source("shared_memory_sum").replace('VARIANT = "many_mappings"', 'VARIANT = "in_forward"')
+    result = run_eval(catalog, source, shapes=["0", "1"])
+    assert result.compiled and result.isolation.memory_cap_bytes == CAP
+    for shape in result.shapes:  # the worker restarted after the first kill, and was killed again
+        assert (shape.stage, shape.category) == (tx.RUNTIME, tx.OOM), shape
+        assert "memory cap of 512 MiB (LaunchSpec.memory_cap_bytes" in shape.message, shape.message
+    assert _ours() == []
+
+
+@needs_cap
 def test_a_crashed_servers_worker_cgroups_are_swept(tmp_path):
     """A cgroup named for a server that is gone, with a process still in it: killed and removed."""
     assert isinstance(ACTIVE, memory_cgroup.Hierarchy)

@@ -176,16 +176,16 @@ def _detect() -> Hierarchy | str:
 @cache
 def hierarchy() -> Hierarchy | str:
     """Where this server makes worker cgroups, or why it makes none (checked once: a cgroup is made,
-    capped and removed). Stale worker cgroups of servers that ended without removing them go first."""
+    capped and removed). Then the worker cgroups of servers that ended without removing them go."""
     found = _detect()
     if isinstance(found, str):
         return found
-    sweep_stale(found)
     try:
         probe = MemoryCgroup.create(found, 64 << 20)
     except OSError as exc:
         return f"cgroup v{found.version}: no worker cgroup can be made in {found.base}: {exc.strerror}"
     probe.remove()
+    sweep_stale(found)
     return found
 
 

@@ -349,6 +349,14 @@ class Isolation(BaseModel):
         description="Most bytes the worker could write: a tmpfs, or without one the server's scratch watchdog "
         "(what the worker writes in one polling interval can pass it); None: no limit.",
     )
+    memory_cap_bytes: int | None = Field(
+        default=None,
+        description="Most host memory the worker and its children could hold together (its memory cgroup: private "
+        "and shared memory, tmpfs files, page cache); None: no memory cgroup here, the notes say why.",
+    )
+    memory_peak_bytes: int | None = Field(
+        default=None, description="The most host memory a worker's memory cgroup held at once (None: no cgroup)."
+    )
     rlimits: dict[str, int] = Field(default_factory=dict, description="Resource limits applied.")
     warnings: list[str] = Field(default_factory=list, description="Mechanisms that could not be applied, and why.")
 

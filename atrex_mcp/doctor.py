@@ -210,7 +210,8 @@ def _memory_cap_check(plan: dict) -> Check:
             area="isolation",
             name="memory cap",
             status="ok",
-            detail=f"each worker and its children in a capped memory cgroup (cgroup v{plan['memory_cgroup']})",
+            detail=f"each worker and its children in a capped memory cgroup (cgroup v{plan['memory_cgroup']})"
+            + (f"; {plan['memory_cgroup_placement']}" if plan.get("memory_cgroup_placement") else ""),
         )
     why = next((n for n in plan["notes"] if n.startswith("no memory cgroup per worker")), "no memory cgroup per worker")
     return Check(

@@ -4,8 +4,11 @@ judge a kernel under the default cap, and does the cap stop the sum of many smal
     python3 measurements/worker_memory_cap_gpu.py [--out measurements/results/worker_memory_cap/<date>_h200.json]
 
 Steps, each recorded (a failure does not stop the next):
-1. plan: where worker cgroups are made here (cgroup version, the server's cgroup they go below) or
-   why none, and the launcher's plan (`memory_cgroup`, its notes);
+1. plan: where worker cgroups are made here (cgroup version, the cgroup they go below, and why there
+   when it is a cgroup of the server's own beside its cgroup) or why none, the launcher's plan
+   (`memory_cgroup`, its base, its notes), and the v2 ancestry: the server's cgroup and each above it
+   to the mount, with its process count, whether this server is there, cgroup.subtree_control,
+   cgroup.controllers, cgroup.type and whether it is writable;
 2. eval: examples/rms_norm_triton.py on shapes 15 and 0 with timing under the default cap
    (LaunchSpec.memory_cap_bytes unset): correct and timed, Isolation's memory_cap_bytes, and
    memory_peak_bytes (the most host memory the CUDA worker's cgroup held: what the default must leave room for);
@@ -55,11 +58,41 @@ def step_plan() -> dict:
         "ok": isinstance(found, memory_cgroup.Hierarchy),
         "cgroup_version": getattr(found, "version", None),
         "cgroup_base": str(getattr(found, "base", "")) or None,
+        "placement": getattr(found, "note", None),
         "why_none": found if isinstance(found, str) else None,
         "plan_memory_cgroup": plan["memory_cgroup"],
+        "plan_memory_cgroup_base": plan["memory_cgroup_base"],
         "plan_notes": plan["notes"],
         "proc_self_cgroup": own,
+        "v2_ancestry": v2_ancestry(),
     }
+
+
+def v2_ancestry() -> list[dict]:
+    """The server's cgroup v2 directory and each one above it up to the mount: whether it holds
+    processes (this one among them), what it gives its children and what it has (diagnosis when no
+    placement is found)."""
+    with open("/proc/self/cgroup") as fh:
+        path = next((line.rstrip("\n")[3:] for line in fh if line.startswith("0::")), None)
+    mount = next(((root, point) for root, point, kind, _ in memory_cgroup._mounts() if kind == "cgroup2"), None)
+    if path is None or mount is None:
+        return [{"error": f"no cgroup2 membership ({path}) or mount ({mount})"}]
+    directory = memory_cgroup._own_dir(mount[1], mount[0], path)
+    rows = []
+    while directory is not None:
+        row: dict = {"path": str(directory)}
+        for name in ("cgroup.procs", "cgroup.subtree_control", "cgroup.controllers", "cgroup.type"):
+            try:
+                row[name] = (directory / name).read_text().split()
+            except OSError as exc:
+                row[name] = f"unreadable: {exc.strerror}"
+        procs = row.pop("cgroup.procs")
+        row["processes"] = len(procs) if isinstance(procs, list) else procs
+        row["holds_this_server"] = isinstance(procs, list) and str(os.getpid()) in procs
+        row["writable"] = os.access(directory, os.W_OK)
+        rows.append(row)
+        directory = None if directory == mount[1] else directory.parent
+    return rows
 
 
 def step_eval(catalog: Catalog, shapes: list[str]) -> dict:

@@ -441,6 +441,9 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
         "seccomp": {"available": not seccomp_missing, "error": seccomp_missing},
         # the cgroup version (1 or 2) each worker's memory cgroup is made in; None: no memory cap
         "memory_cgroup": None if isinstance(cgroups, str) else cgroups.version,
+        "memory_cgroup_base": None if isinstance(cgroups, str) else str(cgroups.base),  # the worker cgroups' parent
+        # why that parent is not the server's own cgroup (v2: a cgroup of the server's own beside it), else ""
+        "memory_cgroup_placement": "" if isinstance(cgroups, str) else cgroups.note,
     }
 
 

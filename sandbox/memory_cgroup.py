@@ -3,7 +3,11 @@ everything it forks, where the seccomp filter caps each shared mapping but not t
 what RLIMIT_DATA does not: MAP_SHARED memory, tmpfs files (the scratch quota, /dev/shm), page cache.
 
 The worker's cgroup is made below the server's own cgroup, in the cgroup v2 tree when its memory
-controller is available there, else in the cgroup v1 memory hierarchy: v2 `memory.max`,
+controller is available there, else in the cgroup v1 memory hierarchy. Where v2 forbids it (the
+server's cgroup holds other processes, or memory is not delegated to it) the worker cgroups go below
+a cgroup of this server's own, `atrex-server-<pid>-<start time>`, made empty under the nearest
+ancestor that gives its children the memory controller (a sibling of the server's cgroup when that is
+its parent); the server removes it at exit, a later server when it was killed. Limits: v2 `memory.max`,
 `memory.swap.max` 0 and `memory.oom.group` 1 (an OOM kill takes every process of the worker); v1
 `memory.limit_in_bytes` and `memory.memsw.limit_in_bytes` (the trusted side kills the rest: the
 launcher refuses every reply once an OOM kill is counted). The worker joins it before anything of
@@ -19,11 +23,12 @@ workers run without one, and the plan and each worker's Isolation record say so.
 
 from __future__ import annotations
 
-import errno
+import atexit
 import itertools
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -33,6 +38,7 @@ from pathlib import Path
 
 STARTUP_MEMORY_BYTES = 8 << 30  # torch, a CUDA context (a few GiB of host memory), Triton's compilers, pinned staging
 _NAME = re.compile(r"atrex-worker-(\d+)-(\d+)-\d+")
+_SERVER_NAME = re.compile(r"atrex-server-(\d+)-(\d+)")
 _REMOVE_WAIT_S = 5.0
 # Runs first in the worker's command line: joins the cgroup through the inherited cgroup.procs
 # descriptor argv[1], then execs argv[2:]. A refused join is printed and the worker starts outside;
@@ -79,10 +85,12 @@ def _start_ticks(pid: int) -> int | None:
 
 @dataclass(frozen=True)
 class Hierarchy:
-    """Where worker cgroups are made: `base`, the server's own cgroup in a tree of `version` 1 or 2."""
+    """Where worker cgroups are made: `base`, the server's own cgroup in a tree of `version` 1 or 2, or a
+    cgroup of this server's own elsewhere in the v2 tree (`note` says where and why)."""
 
     version: int
     base: Path
+    note: str = ""
 
 
 def _mounts() -> list[tuple[str, Path, str, set[str]]]:
@@ -105,44 +113,130 @@ def _own_dir(mount: Path, root: str, path: str) -> Path | None:
     return mount if relative == "." else mount / relative
 
 
-def _read(path: Path) -> str:
+def _words(path: Path) -> list[str]:
     with open(path) as fh:
-        return fh.read()
+        return fh.read().split()
 
 
-def _v2_base(mount: Path, root: str, path: str) -> Hierarchy | str:
-    base = _own_dir(mount, root, path)
-    if base is None or not base.is_dir():
-        return f"this process's cgroup {path} is not below the cgroup2 mount {mount}"
-    if "memory" not in _read(base / "cgroup.controllers").split():
-        return f"cgroup v2: the memory controller is not delegated to {base}"
-    if "memory" in _read(base / "cgroup.subtree_control").split():
-        return Hierarchy(2, base)
-    try:
-        _write(base, "cgroup.subtree_control", "+memory")
-        return Hierarchy(2, base)
-    except OSError as exc:
-        if exc.errno != errno.EBUSY:
-            return f"cgroup v2: memory cannot be enabled for the children of {base}: {exc.strerror}"
-    # Processes may not sit in a cgroup whose children get controllers: this server, alone there
-    # (a systemd service with Delegate=yes), moves into a leaf of its own.
-    if _read(base / "cgroup.procs").split() != [str(os.getpid())]:
+@dataclass(frozen=True)
+class V2Placement:
+    """How worker cgroups are placed in a cgroup v2 tree, decided from reading it alone.
+
+    `base` gets `memory` in its cgroup.subtree_control (`enable`) and holds the worker cgroups;
+    `leaf`: the server first moves into `base/atrex-server` (it is alone in `base`); `ancestor`: `base`
+    is a new cgroup of this server's own made under that ancestor, whose subtree_control lists memory."""
+
+    base: Path
+    enable: bool = False
+    leaf: bool = False
+    ancestor: Path | None = None
+    why: str = ""  # why the server's own cgroup cannot hold them, where `ancestor` is set
+    sibling: bool = False  # `ancestor` is the parent of the server's cgroup
+
+    @property
+    def note(self) -> str:
+        """Where the worker cgroups go and why, when that is not below the server's own cgroup."""
+        if self.ancestor is None:
+            return ""
+        sibling = "; a sibling of the server's cgroup" if self.sibling else ""
         return (
-            f"cgroup v2: {base} holds other processes than this server, so its children cannot get the memory "
-            "controller (run the server in a cgroup of its own with memory delegated, e.g. systemd Delegate=yes)"
+            f"{self.why}: worker cgroups go below {self.base}, a cgroup of this server's own made under "
+            f"{self.ancestor} (the nearest cgroup above the server's that gives its children memory{sibling})"
         )
+
+
+def server_cgroup_name(pid: int) -> str:
+    """The name of a server's own cgroup: with its start time, it names one process ever."""
+    return f"atrex-server-{pid}-{_start_ticks(pid) or 0}"
+
+
+def place_v2(mount: Path, own: Path, pid: int) -> V2Placement | str:
+    """Where the server `pid`, in the cgroup `own` of the cgroup2 tree mounted at `mount`, makes worker
+    cgroups, or why nowhere. v2 lets a cgroup other than the root give its children controllers only
+    while it holds no process, so a cgroup the server shares with others cannot be used; the nearest
+    ancestor that already gives its children memory can hold an empty cgroup of the server's own."""
+    if not own.is_dir():
+        return f"this process's cgroup {own} is not below the cgroup2 mount {mount}"
+    if "memory" in _words(own / "cgroup.subtree_control"):
+        return V2Placement(own)
+    if "memory" in _words(own / "cgroup.controllers"):
+        procs = _words(own / "cgroup.procs")
+        if not (own / "cgroup.type").exists():  # the root cgroup: exempt from the no-internal-processes rule
+            return V2Placement(own, enable=True)
+        if procs in ([], [str(pid)]):
+            return V2Placement(own, enable=True, leaf=bool(procs))
+        why = f"{own} holds other processes than this server, so its children cannot get the memory controller"
+    else:
+        why = f"the memory controller is not delegated to {own}"
+    for ancestor in (above for above in own.parents if above == mount or mount in above.parents):  # nearest first
+        if "memory" in _words(ancestor / "cgroup.subtree_control"):
+            base = ancestor / server_cgroup_name(pid)
+            return V2Placement(base, enable=True, ancestor=ancestor, why=why, sibling=ancestor == own.parent)
+    return (
+        f"cgroup v2: {why}, and no cgroup above it up to {mount} gives its children the memory controller "
+        "(run the server in a cgroup of its own with memory delegated, e.g. systemd Delegate=yes)"
+    )
+
+
+def _open_dir(parent: Path | int, name: str) -> int:
+    """A descriptor of the directory `name` in `parent` (a path or an open descriptor), no link followed."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    if isinstance(parent, int):
+        return os.open(name, flags, dir_fd=parent)
+    parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.mkdir(base / "atrex-server", 0o755)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        return f"cgroup v2: {base} is not writable here: {exc.strerror}"
+        return os.open(name, flags, dir_fd=parent_fd)
+    finally:
+        os.close(parent_fd)
+
+
+def _mkdir_open(parent: Path, name: str) -> int:
+    """Make the directory `name` in `parent` (or find it made) and open it, no link followed."""
+    parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _write(base / "atrex-server", "cgroup.procs", "0")
-        _write(base, "cgroup.subtree_control", "+memory")
+        try:
+            os.mkdir(name, 0o755, dir_fd=parent_fd)
+        except FileExistsError:
+            pass
+        return _open_dir(parent_fd, name)
+    finally:
+        os.close(parent_fd)
+
+
+def _apply_v2(place: V2Placement) -> Hierarchy | str:
+    """Carry out `place`: make the server's own cgroup or leaf, enable memory for the worker cgroups."""
+    if place.ancestor is not None:
+        try:
+            base_fd = _mkdir_open(place.ancestor, place.base.name)
+        except OSError as exc:
+            return (
+                f"cgroup v2: {place.why}, and no cgroup of this server's own can be made in {place.ancestor}: "
+                f"{exc.strerror}"
+            )
+        try:
+            _write(base_fd, "cgroup.subtree_control", "+memory")
+        except OSError as exc:
+            os.close(base_fd)
+            _remove_server_cgroup(place.ancestor, place.base.name)
+            return (
+                f"cgroup v2: {place.why}, and memory cannot be enabled for the children of {place.base}, "
+                f"a cgroup of this server's own under {place.ancestor}: {exc.strerror}"
+            )
+        os.close(base_fd)
+        atexit.register(_remove_own_server_cgroup, os.getpid(), place.ancestor, place.base.name)
+        return Hierarchy(2, place.base, place.note)
+    try:
+        if place.leaf:
+            leaf_fd = _mkdir_open(place.base, "atrex-server")
+            try:
+                _write(leaf_fd, "cgroup.procs", "0")
+            finally:
+                os.close(leaf_fd)
+        if place.enable:
+            _write(place.base, "cgroup.subtree_control", "+memory")
     except OSError as exc:
-        return f"cgroup v2: memory cannot be enabled for the children of {base}: {exc.strerror}"
-    return Hierarchy(2, base)
+        return f"cgroup v2: memory cannot be enabled for the children of {place.base}: {exc.strerror}"
+    return Hierarchy(2, place.base)
 
 
 def _detect() -> Hierarchy | str:
@@ -157,9 +251,15 @@ def _detect() -> Hierarchy | str:
     v1_path = next((path for _hid, ctrls, path in memberships if "memory" in ctrls.split(",")), None)
     reasons = []
     for root, mount, kind, options in mounts:
+        found: Hierarchy | str
         try:
             if kind == "cgroup2" and v2_path is not None:
-                found = _v2_base(mount, root, v2_path)
+                own = _own_dir(mount, root, v2_path)
+                if own is None:
+                    found = f"this process's cgroup {v2_path} is not below the cgroup2 mount {mount}"
+                else:
+                    place = place_v2(mount, own, os.getpid())
+                    found = place if isinstance(place, str) else _apply_v2(place)
             elif kind == "cgroup" and "memory" in options and v1_path is not None:
                 base = _own_dir(mount, root, v1_path)
                 found = Hierarchy(1, base) if base is not None and base.is_dir() else f"no v1 memory cgroup at {mount}"
@@ -176,17 +276,40 @@ def _detect() -> Hierarchy | str:
 @cache
 def hierarchy() -> Hierarchy | str:
     """Where this server makes worker cgroups, or why it makes none (checked once: a cgroup is made,
-    capped and removed). Then the worker cgroups of servers that ended without removing them go."""
+    capped, joined by a process started as a worker is, and removed). Then the worker cgroups of
+    servers that ended without removing them go."""
     found = _detect()
     if isinstance(found, str):
         return found
     try:
         probe = MemoryCgroup.create(found, 64 << 20)
     except OSError as exc:
-        return f"cgroup v{found.version}: no worker cgroup can be made in {found.base}: {exc.strerror}"
+        return _give_up(found, f"no worker cgroup can be made in {found.base}: {exc.strerror}")
+    refused = _join_refused(probe)
     probe.remove()
+    if refused:
+        return _give_up(found, f"a process of this server cannot join a worker cgroup in {found.base}: {refused}")
     sweep_stale(found)
     return found
+
+
+def _give_up(found: Hierarchy, why: str) -> str:
+    """Remove the server's own cgroup, where one was made for `found`, and say why there is no cap."""
+    if _SERVER_NAME.fullmatch(found.base.name):
+        _remove_server_cgroup(found.base.parent, found.base.name)
+    return f"cgroup v{found.version}: {why}" + (f" (placed there because {found.note})" if found.note else "")
+
+
+def _join_refused(group: MemoryCgroup) -> str:
+    """What refused a process of this server joining `group` the way a worker does ("" when it joined):
+    moving a process needs write access to the cgroup.procs of the lowest cgroup above both ends."""
+    try:
+        done = subprocess.run(
+            [*group.join_prefix(), "true"], pass_fds=(group.procs_fd,), capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    return done.stderr.strip() if done.returncode or "did not join" in done.stderr else ""
 
 
 def _write(directory: Path | int, name: str, value: str) -> None:
@@ -360,20 +483,59 @@ class MemoryCgroup:
 
 
 def sweep_stale(found: Hierarchy) -> list[str]:
-    """Remove the worker cgroups of servers no longer running (killed before they removed them); the names removed."""
-    removed: list[str] = []
-    try:
-        names = os.listdir(found.base)
-    except OSError:
-        return removed
-    for name in names:
-        match = _NAME.fullmatch(name)
-        if match is None or _start_ticks(int(match[1])) == int(match[2]):
-            continue
-        try:
-            dir_fd = os.open(found.base / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        if MemoryCgroup(found, name, dir_fd, 0).remove():
-            removed.append(name)
+    """Remove the worker cgroups of servers no longer running (killed before they removed them) and,
+    where `found.base` is a server's own cgroup, the server cgroups beside it of servers no longer
+    running with the worker cgroups in them; the names removed (a server cgroup's workers as
+    `server/worker`)."""
+    removed = [name for name in _stale(found.base, _NAME) if _remove(found.base, name, found.version)]
+    if _SERVER_NAME.fullmatch(found.base.name):
+        ancestor = found.base.parent
+        for name in _stale(ancestor, _SERVER_NAME):
+            inside = [f"{name}/{worker}" for worker in _worker_names(ancestor / name)]
+            if _remove_server_cgroup(ancestor, name):
+                removed += [*inside, name]
     return removed
+
+
+def _stale(directory: Path, pattern: re.Pattern[str]) -> list[str]:
+    """The names in `directory` matching `pattern` whose process (pid, start time) is not running."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return [
+        name
+        for name in names
+        if (match := pattern.fullmatch(name)) is not None and _start_ticks(int(match[1])) != int(match[2])
+    ]
+
+
+def _worker_names(directory: Path) -> list[str]:
+    try:
+        return [name for name in os.listdir(directory) if _NAME.fullmatch(name)]
+    except OSError:
+        return []
+
+
+def _remove(parent: Path, name: str, version: int = 2) -> bool:
+    """Kill what is left in the cgroup `parent/name` and remove it (False: it could not be, in time)."""
+    try:
+        dir_fd = _open_dir(parent, name)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return MemoryCgroup(Hierarchy(version, parent), name, dir_fd, 0).remove()
+
+
+def _remove_own_server_cgroup(pid: int, ancestor: Path, name: str) -> None:
+    """At exit, remove the server cgroup this process made (not from a forked copy of it)."""
+    if os.getpid() == pid:
+        _remove_server_cgroup(ancestor, name)
+
+
+def _remove_server_cgroup(ancestor: Path, name: str) -> bool:
+    """Remove the server cgroup `ancestor/name`: every worker cgroup in it, then itself."""
+    base = ancestor / name
+    workers_gone = all([_remove(base, worker) for worker in _worker_names(base)])
+    return workers_gone and _remove(ancestor, name)

@@ -35,11 +35,23 @@ def catalog(tmp_path_factory):
     return Catalog(make_problem_root(tmp_path_factory.mktemp("problems")))
 
 
-def _ours() -> list[str]:
-    """This process's worker cgroups still in the tree."""
+def _worker_cgroups() -> set[str]:
+    """This process's worker cgroups in the tree."""
     if isinstance(ACTIVE, str):
-        return []
-    return [name for name in os.listdir(ACTIVE.base) if name.startswith(f"atrex-worker-{os.getpid()}-")]
+        return set()
+    return {name for name in os.listdir(ACTIVE.base) if name.startswith(f"atrex-worker-{os.getpid()}-")}
+
+
+@pytest.fixture
+def cgroups_before() -> set[str]:
+    """The worker cgroups alive before the test: a spare worker another test file started ahead
+    keeps its own cgroup until it is used or stopped, and is not this test's leftover."""
+    return _worker_cgroups()
+
+
+def _ours(before: set[str]) -> list[str]:
+    """Worker cgroups made since `before` that are still in the tree."""
+    return sorted(_worker_cgroups() - before)
 
 
 def test_the_cap_is_active_where_the_tree_is_writable():
@@ -55,7 +67,7 @@ def test_the_cap_is_active_where_the_tree_is_writable():
         assert any(note.startswith("no memory cgroup per worker") for note in plan["notes"]), plan["notes"]
 
 
-def test_an_honest_kernel_is_judged_under_the_default_cap_and_its_cgroup_goes(catalog):
+def test_an_honest_kernel_is_judged_under_the_default_cap_and_its_cgroup_goes(catalog, cgroups_before):
     result = run_eval(catalog, (EXAMPLES / "rms_norm_triton.py").read_text())
     assert all(s.correct for s in result.shapes), [s.message for s in result.shapes]
     if isinstance(ACTIVE, str):
@@ -65,7 +77,7 @@ def test_an_honest_kernel_is_judged_under_the_default_cap_and_its_cgroup_goes(ca
     cap = memory_cgroup.default_cap(CPU_HOST_MEMORY_BYTES)
     assert result.isolation.memory_cap_bytes == cap
     assert 0 < (result.isolation.memory_peak_bytes or 0) <= cap
-    assert _ours() == []
+    assert _ours(cgroups_before) == []
 
 
 def test_without_a_writable_tree_the_worker_reports_no_cap(catalog, monkeypatch):
@@ -91,7 +103,7 @@ def _load(catalog: Catalog, source: str, scratch: Path):
 
 @needs_cap
 @pytest.mark.parametrize("variant", ["many_mappings", "grown_scratch_file", "forked_children", "scratch_writes"])
-def test_shared_memory_past_the_cap_is_killed_and_named(catalog, tmp_path, variant):
+def test_shared_memory_past_the_cap_is_killed_and_named(catalog, tmp_path, variant, cgroups_before):
     source = exploit_source("shared_memory_sum").replace('VARIANT = "many_mappings"', f"VARIANT = {variant!r}")
     failure, isolation = _load(catalog, source, tmp_path)
     assert failure is not None, "the candidate took 1.5 GiB under a 512 MiB cap"
@@ -99,11 +111,13 @@ def test_shared_memory_past_the_cap_is_killed_and_named(catalog, tmp_path, varia
     assert "memory cap of 512 MiB (LaunchSpec.memory_cap_bytes" in failure.message, failure.message
     assert isolation.memory_cap_bytes == CAP
     assert isolation.memory_peak_bytes is not None and isolation.memory_peak_bytes <= CAP
-    assert _ours() == []
+    assert _ours(cgroups_before) == []
 
 
 @needs_cap
-def test_shared_memory_past_the_cap_in_forward_fails_the_shape_and_the_judge_goes_on(catalog, monkeypatch):
+def test_shared_memory_past_the_cap_in_forward_fails_the_shape_and_the_judge_goes_on(
+    catalog, monkeypatch, cgroups_before
+):
     monkeypatch.setattr(memory_cgroup, "default_cap", lambda host_memory_bytes: CAP)
     source = exploit_source("shared_memory_sum").replace('VARIANT = "many_mappings"', 'VARIANT = "in_forward"')
     result = run_eval(catalog, source, shapes=["0", "1"])
@@ -111,7 +125,7 @@ def test_shared_memory_past_the_cap_in_forward_fails_the_shape_and_the_judge_goe
     for shape in result.shapes:  # the worker restarted after the first kill, and was killed again
         assert (shape.stage, shape.category) == (tx.RUNTIME, tx.OOM), shape
         assert "memory cap of 512 MiB (LaunchSpec.memory_cap_bytes" in shape.message, shape.message
-    assert _ours() == []
+    assert _ours(cgroups_before) == []
 
 
 @needs_cap

@@ -187,6 +187,7 @@ def isolation_checks(plan: dict, landlock_abi: int) -> list[Check]:
             )
         )
     checks.append(_seccomp_check(plan.get("seccomp")))
+    checks.append(_memory_cap_check(plan))
     covered = (
         "uid 65534 cannot reach",
         "not running as root",
@@ -194,11 +195,33 @@ def isolation_checks(plan: dict, landlock_abi: int) -> list[Check]:
         "setpriv",
         "no mount namespace",
         "no seccomp filter",
+        "no memory cgroup per worker",
     )
     for note in plan["notes"]:  # whatever else the launcher says it cannot do here
         if not note.startswith(covered):
             checks.append(Check(area="isolation", name="limit", status="warn", detail=note, action=f"see {DEPLOY_DOC}"))
     return checks
+
+
+def _memory_cap_check(plan: dict) -> Check:
+    """Whether each worker gets a memory cgroup (the only bound on the sum of its shared mappings)."""
+    if plan.get("memory_cgroup"):
+        return Check(
+            area="isolation",
+            name="memory cap",
+            status="ok",
+            detail=f"each worker and its children in a capped memory cgroup (cgroup v{plan['memory_cgroup']})"
+            + (f"; {plan['memory_cgroup_placement']}" if plan.get("memory_cgroup_placement") else ""),
+        )
+    why = next((n for n in plan["notes"] if n.startswith("no memory cgroup per worker")), "no memory cgroup per worker")
+    return Check(
+        area="isolation",
+        name="memory cap",
+        status="warn",
+        detail=why,
+        action="run the server as root with the cgroup tree writable (a container: --cgroupns=private and a "
+        f"writable /sys/fs/cgroup), or in a cgroup with the memory controller delegated ({DEPLOY_DOC})",
+    )
 
 
 def _seccomp_check(launcher_says: dict | None) -> Check:

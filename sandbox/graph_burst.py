@@ -1,11 +1,16 @@
-"""The worker's side of the graph burst: K forwards, each followed by a fingerprint of its
-output, captured in one CUDA graph, then replayed while the judge times the request.
+"""The worker's side of the graph burst: K forwards, then the fingerprints of their K outputs,
+captured in one CUDA graph, then replayed while the judge times the request.
 
 A replay launches no kernel from Python, so the judge's wall around it is device time, which a
 candidate cannot shrink by forging what the worker reports (atrex_mcp.evaluate.timing_witness).
 The fingerprints are computed inside the graph, so the reply that ends the timed window already
 commits to every output; the judge then compares one of them, chosen after the replay, with its
-reference and with its fingerprint.
+reference and with its fingerprint. They are computed after all K forwards, a few launches per
+output tensor (`fingerprints_into`), not one reduction after each forward: in the graph those
+cost several µs each, more than a small kernel, and the judge's slack grows with what it takes
+off. Fingerprinting at the end commits to the same outputs: an output a later call overwrote
+(outputs sharing memory) gets the fingerprint of what overwrote it, which then matches what the
+judge fetches after the replay anyway, and that fails its comparison with the reference either way.
 
 The input sets the graph reads are refreshed inside the timed window, before the replay, from a
 seed that arrives with the replay request (`StackedInputs.refresh`): every floating-point input
@@ -27,43 +32,68 @@ from typing import Any
 
 import torch
 
-from sandbox.handoff import output_items
+from sandbox.handoff import flat_bytes, output_items, output_tensors
+
+FINGERPRINT_CHUNK_BYTES = 16 << 20  # one stacked chunk of outputs: fits the L2 it is written to and read back from
 
 
 def fingerprint(value: Any) -> torch.Tensor:
     """Σ of each output tensor's 32-bit words (its bytes where they fill no words), int64, on its
-    device: one read of the output, cheap enough to sit in the graph beside the forward. The judge
-    computes the same on the output it fetches, so a fingerprint commits the worker, inside the timed
-    window, to outputs it could only know by computing them. It is a commitment, not a checksum (a
-    permutation of the bytes has the same sum): the output the judge chooses is compared with its
-    reference in full."""
-    words = _words(value)
-    row = torch.empty(len(words), dtype=torch.int64, device=words[0].device if words else "cpu")
-    _sum_into(words, row)
-    return row
+    device. The judge computes it on the output it fetches; the graph computes the same numbers
+    for all K outputs at once (`fingerprints_into`), so a replay's reply commits the worker, inside
+    the timed window, to outputs it could only know by computing them. It is a commitment, not a
+    checksum (a permutation of the bytes has the same sum): the output the judge chooses is
+    compared with its reference in full. Integer sums are exact, so any grouping gives them."""
+    tensors = output_tensors(value)
+    prints = empty_prints(1, len(tensors), tensors[0].device if tensors else "cpu")
+    fingerprints_into([value], prints)
+    return prints[0]
 
 
-def fingerprint_into(value: Any, row: torch.Tensor) -> None:
-    """`fingerprint(value)` written into `row` (int64, one element per output tensor): one
-    reduction launch per output tensor and nothing else, so a graph of K forwards spends as
-    little as it can on them and the judge's calibration of their time errs by as little."""
-    _sum_into(_words(value), row)
+def empty_prints(calls: int, tensors: int, device: str | torch.device) -> torch.Tensor:
+    """(calls, tensors) int64, laid out column by column so each chunk's sums land contiguously."""
+    return torch.zeros((tensors, calls), dtype=torch.int64, device=device).t()
 
 
-def _sum_into(words: list[torch.Tensor], row: torch.Tensor) -> None:
-    for i, flat in enumerate(words):
-        torch.sum(flat, dim=0, dtype=torch.int64, out=row[i])
+def fingerprints_into(outputs: list[Any], prints: torch.Tensor, chunk_bytes: int = FINGERPRINT_CHUNK_BYTES) -> None:
+    """`prints[i] := fingerprint(outputs[i])` for every i, in a few launches per output tensor:
+    the j-th tensors of up to `chunk_bytes // their bytes` consecutive outputs of one shape and
+    dtype are stacked (one copy) and summed row by row (one reduction); a tensor larger than half
+    a chunk is summed where it lies. A reduction per call cost more than a small kernel itself
+    in the graph; this costs a share of two launches and ~3 reads of the output per call."""
+    columns = [output_tensors(out) for out in outputs]
+    for j in range(prints.shape[1]):
+        tensors = [column[j] for column in columns]
+        i = 0
+        while i < len(tensors):
+            n = _chunk(tensors, i, chunk_bytes)
+            if n == 1:
+                flat = flat_bytes(tensors[i])
+                words = _words(flat if flat.storage_offset() % 4 == 0 else flat.clone())
+                torch.sum(words, dim=0, dtype=torch.int64, out=prints[i, j])
+            else:
+                rows = torch.stack([t.detach() for t in tensors[i : i + n]]).reshape(n, -1).view(torch.uint8)
+                torch.sum(_words(rows), dim=1, dtype=torch.int64, out=prints[i : i + n, j])
+            i += n
 
 
-def _words(value: Any) -> list[torch.Tensor]:
-    """Each output tensor's bytes as one flat tensor: 32-bit words where they fill words."""
-    words = []
-    for _, t in output_items(value)[1]:
-        flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
-        if flat.numel() % 4 == 0:  # as 32-bit words where they fit: the same read, more mixing
-            flat = (flat if flat.storage_offset() % 4 == 0 else flat.clone()).view(torch.int32)
-        words.append(flat)
-    return words
+def _chunk(tensors: list[torch.Tensor], start: int, chunk_bytes: int) -> int:
+    """How many tensors from `start` on share one stacked chunk: the first's shape and dtype,
+    no more than `chunk_bytes` together (at least 1)."""
+    first = tensors[start]
+    most = max(1, chunk_bytes // max(1, first.numel() * first.element_size()))
+    n = 1
+    while n < most and start + n < len(tensors):
+        t = tensors[start + n]
+        if t.shape != first.shape or t.dtype != first.dtype:
+            break
+        n += 1
+    return n
+
+
+def _words(rows: torch.Tensor) -> torch.Tensor:
+    """Bytes (last dimension) as 32-bit words where they fill words: the same read, more mixing."""
+    return rows.view(torch.int32) if rows.shape[-1] % 4 == 0 else rows
 
 
 REFRESH_LOW, REFRESH_HIGH = 0.75, 1.25  # the seeded per-element factor: keeps signs and zeros, moves every value
@@ -206,13 +236,12 @@ def capture(
             tensors = len(output_items(model(**sets[0]))[1])
         torch.cuda.current_stream().wait_stream(side)
         sync()
-        prints = torch.zeros((len(sets), tensors), dtype=torch.int64, device="cuda")
+        prints = empty_prints(len(sets), tensors, "cuda")
         outputs = []
         with no_grad(), torch.cuda.graph(graph):
-            for i, one_set in enumerate(sets):  # not `inputs`: the StackedInputs the burst keeps for refresh
-                out = model(**one_set)
-                fingerprint_into(out, prints[i])
-                outputs.append(out)
+            for one_set in sets:  # not `inputs`: the StackedInputs the burst keeps for refresh
+                outputs.append(model(**one_set))
+            fingerprints_into(outputs, prints)
         sync()
     except Exception as exc:  # noqa: BLE001 — any failure to capture is the verdict "uncapturable", with its reason
         reason = f"{type(exc).__name__}: {exc}"[:500]

@@ -10,6 +10,8 @@ The isolation policy in one place (sandbox/README.md says why, and what remains 
   private /proc (no other process visible), an empty mode-000 tmpfs over every protected
   directory (a layer that holds without Landlock), the scratch directory read-only but for its
   tmp/ and .cache/, which share one size-limited tmpfs, and a small /dev/shm;
+* where the cgroup tree is writable, a memory cgroup of its own capped at LaunchSpec.memory_cap_bytes
+  (sandbox.memory_cgroup), joined before anything of the worker runs;
 * uid/gid 65534 with no supplementary groups when running as root and the interpreter is
   reachable by that uid (it owns only the scratch directory's tmp/ and .cache/); otherwise the
   worker drops every capability itself;
@@ -46,7 +48,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sandbox import landlock, process_tree, protocol, syscall_filter
+from sandbox import landlock, memory_cgroup, process_tree, protocol, syscall_filter
 from sandbox import scratch as scratch_files
 from sandbox.messages import ExitRequest, InitRequest, Request
 from sandbox.scratch_watch import POLL_S, ScratchWatch
@@ -113,9 +115,10 @@ class WorkerDied(Exception):
     """The worker process ended (crash, kill, OOM) before answering; `reason` says why when the
     trusted side killed it for a limit (the scratch watchdog)."""
 
-    def __init__(self, returncode: int | None, log_tail: str, reason: str = ""):
+    def __init__(self, returncode: int | None, log_tail: str, reason: str = "", out_of_memory: bool = False):
         super().__init__(reason or f"worker exited with {returncode}")
         self.returncode, self.log_tail, self.reason = returncode, log_tail, reason
+        self.out_of_memory = out_of_memory  # the kernel killed a process of it for its memory cap
 
 
 class WorkerTimeout(Exception):
@@ -154,6 +157,11 @@ class LaunchSpec:
     # worker past it, and RLIMIT_FSIZE is held to it. Not for a wrapped worker: a profiler's log and
     # the compiler cache it reads back must reach the trusted side.
     scratch_bytes: int = 1 << 30
+    # Hard cap on the host memory of the worker and everything it forks, one memory cgroup (where the
+    # server may make one): private and shared memory, tmpfs files (scratch tmp/, /dev/shm) and page
+    # cache alike; past it the kernel kills the worker. None: host_memory_bytes plus what start-up maps
+    # (torch, a CUDA context, Triton), at most half of the machine's memory (memory_cgroup.default_cap).
+    memory_cap_bytes: int | None = None
     output_fd: int | None = None  # the output arena (sandbox.handoff) every worker of this spec inherits
     start_timeout_s: float = 180.0
     # Off only to diagnose a machine where Landlock breaks the DSL toolchain: ATREX_SANDBOX_LANDLOCK=0.
@@ -416,6 +424,12 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
     seccomp_missing = syscall_filter.available()
     if seccomp_missing:
         notes.append(f"no seccomp filter: {seccomp_missing}")
+    cgroups = memory_cgroup.hierarchy()
+    if isinstance(cgroups, str):
+        notes.append(
+            f"no memory cgroup per worker ({cgroups}): the sum of its shared mappings, tmpfs files and page "
+            "cache is not capped"
+        )
     return {
         "drop_uid": drop_uid,
         "pid_namespace": bool(prefix),
@@ -429,6 +443,11 @@ def isolation_plan(sys_path: list[str]) -> dict[str, Any]:
         "scratch_watchdog": not quota,  # else the server polls the scratch size and kills past it (not wrapped either)
         "supervisor": not prefix,  # a child subreaper parents the worker where no PID namespace holds it
         "seccomp": {"available": not seccomp_missing, "error": seccomp_missing},
+        # the cgroup version (1 or 2) each worker's memory cgroup is made in; None: no memory cap
+        "memory_cgroup": None if isinstance(cgroups, str) else cgroups.version,
+        "memory_cgroup_base": None if isinstance(cgroups, str) else str(cgroups.base),  # the worker cgroups' parent
+        # why that parent is not the server's own cgroup (v2: a cgroup of the server's own beside it), else ""
+        "memory_cgroup_placement": "" if isinstance(cgroups, str) else cgroups.note,
     }
 
 
@@ -492,6 +511,9 @@ class Worker:
         self._control_w = -1  # the supervisor stops everything below it when this pipe closes
         self._end_lock = threading.Lock()
         self._watch: ScratchWatch | None = None
+        self.memory: memory_cgroup.MemoryCgroup | None = None  # the worker's memory cgroup, while it exists
+        self.memory_cap_bytes: int | None = None  # the cap, once the worker is seen inside its cgroup
+        self.memory_peak_bytes: int | None = None  # the most its cgroup held, read when the worker ended
         self._sys_path: list[str] = []
         self.spawned_at = 0.0
         self.stray_frames = 0  # reply frames that answered no pending request: only a candidate writes those
@@ -550,6 +572,10 @@ class Worker:
             supervised = {"sys_path": self._sys_path, "argv": argv, "fds": inherited, "control_fd": control_r, **ids}
             argv = [sys.executable, "-I", "-B", "-c", SUPERVISOR_BOOTSTRAP, json.dumps(supervised)]
             inherited = (*inherited, control_r)
+        self.memory = self._memory_cgroup()
+        if self.memory is not None:  # joined before anything else runs: the namespaces and supervisor too
+            argv = [*self.memory.join_prefix(), *argv]
+            inherited = (*inherited, self.memory.procs_fd)
         self.spawned_at = time.perf_counter()
         try:
             self.proc = subprocess.Popen(
@@ -562,10 +588,17 @@ class Worker:
                 pass_fds=inherited,
                 start_new_session=True,
             )
+        except BaseException:
+            if self.memory is not None:
+                self.memory.remove()
+                self.memory = None
+            raise
         finally:
             for fd in (req_r, resp_w, control_r):
                 if fd >= 0:
                     os.close(fd)
+            if self.memory is not None:
+                self.memory.close_join()
         self._output = _OutputTail(self.proc.stdout)
         self._req_w, self._resp_r = req_w, resp_r
         if self.watches_scratch:
@@ -577,6 +610,18 @@ class Worker:
                 self._end,
                 lambda: proc.poll() is None,
             ).start()
+
+    def _memory_cgroup(self) -> memory_cgroup.MemoryCgroup | None:
+        """A new capped cgroup for this worker, or None (the plan's notes say why)."""
+        cgroups = memory_cgroup.hierarchy()
+        if isinstance(cgroups, str):
+            return None
+        cap = self.spec.memory_cap_bytes or memory_cgroup.default_cap(self.spec.host_memory_bytes)
+        try:
+            return memory_cgroup.MemoryCgroup.create(cgroups, cap)
+        except OSError as exc:
+            self.plan["notes"] = [*self.plan["notes"], f"no memory cgroup for this worker: {exc}"]
+            return None
 
     @property
     def watches_scratch(self) -> bool:
@@ -633,6 +678,11 @@ class Worker:
             abstract_unix=self.spec.abstract_unix,
         )
         reply = self.request(init, timeout_s=self.spec.start_timeout_s, poll=poll)
+        if self.memory is not None and self.proc is not None:  # the cap holds only if the join did
+            if self.proc.pid in self.memory.pids():
+                self.memory_cap_bytes = self.memory.limit
+            else:
+                self.plan["notes"] = [*self.plan["notes"], "the worker did not join its memory cgroup: no memory cap"]
         reply["start_s"] = time.perf_counter() - t0
         reply["spawned_ahead_s"] = max(0.0, t0 - self.spawned_at)
         return reply
@@ -663,6 +713,10 @@ class Worker:
                 self.proc.kill()
         if self._watch is not None:
             self._watch.close()
+        memory, self.memory = self.memory, None  # once, whichever thread kills
+        if memory is not None:
+            self.memory_peak_bytes = memory.peak_bytes()
+            memory.remove()
         self._close()
 
     def stop(self) -> None:
@@ -692,6 +746,11 @@ class Worker:
         """The end of what the worker printed (the candidate's prints included)."""
         return self._output.text(limit) if self._output else ""
 
+    def _killed_for_memory(self) -> str:
+        """Why the worker must end when its cgroup counted an OOM kill; "" when none did."""
+        memory = self.memory
+        return memory.reason() if memory is not None and memory.oom_kills() else ""
+
     # -- requests ---------------------------------------------------------------------------
     def request(self, request: Request, timeout_s: float, poll: Callable[[], None] | None = None) -> dict[str, Any]:
         """Send one request and wait for its reply (the worker's claims, shaped as
@@ -707,9 +766,19 @@ class Worker:
                         tail = self.log_tail()
                         self.kill()
                         raise WorkerDied(None, tail, self._watch.reason)
+                    killed = self._killed_for_memory()
+                    if killed:  # v1 kills one process: end them all
+                        tail = self.log_tail()
+                        self.kill()
+                        raise WorkerDied(None, tail, killed, out_of_memory=True)
                     return reply
                 self.stray_frames += 1
         except protocol.ChannelTimeout:
+            killed = self._killed_for_memory()
+            if killed:  # it hung after a process of it was killed for memory
+                tail = self.log_tail()
+                self.kill()
+                raise WorkerDied(None, tail, killed, out_of_memory=True) from None
             self.kill()
             raise WorkerTimeout(f"{request.command} did not finish within {timeout_s:.0f} s") from None
         except (protocol.ChannelClosed, BrokenPipeError, protocol.ProtocolViolation):
@@ -720,8 +789,10 @@ class Worker:
                 except subprocess.TimeoutExpired:  # it closed its pipe but lives on: no longer a worker
                     pass
             tail = self.log_tail()
+            killed = self._killed_for_memory()
+            reason = killed or (self._watch.reason if self._watch is not None else "")
             self.kill()
-            raise WorkerDied(code, tail, self._watch.reason if self._watch is not None else "") from None
+            raise WorkerDied(code, tail, reason, out_of_memory=bool(killed)) from None
         except Cancelled:
             self.kill()
             raise

@@ -23,6 +23,7 @@ PLAN = {
     "mount_namespace": True,
     "prefix": ["unshare"],
     "setpriv": "/usr/bin/setpriv",
+    "memory_cgroup": 2,
     "notes": [],
 }
 
@@ -108,6 +109,12 @@ def test_the_launchers_own_notes_and_seccomp_answer_are_shown(monkeypatch):
         and "libseccomp" in _by(checks, "isolation", "seccomp").detail
     )
     assert [c.detail for c in checks if c.name == "limit"] == ["no network namespace: the filter alone keeps it off"]
+    uncapped = {**PLAN, "memory_cgroup": None, "notes": ["no memory cgroup per worker (cgroup v2: not delegated)"]}
+    cap = _by(isolation_checks(uncapped, 6), "isolation", "memory cap")
+    assert cap.status == "warn" and "not delegated" in cap.detail and "cgroup" in cap.action
+    placement = "/a/b holds other processes: worker cgroups go below /a/atrex-server-7-9"
+    cap = _by(isolation_checks({**PLAN, "memory_cgroup_placement": placement}, 6), "isolation", "memory cap")
+    assert cap.status == "ok" and cap.detail.endswith(f"(cgroup v2); {placement}")
 
 
 def test_state_dir_readable_by_others_is_a_warning(tmp_path):

@@ -189,3 +189,75 @@ def test_rms_cap_does_not_depend_on_the_chunk_size():
     ref = torch.randn(20000, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 0.01
     atols = {compare_outputs(ref, ref.clone(), "x", chunk=chunk).details[0].atol for chunk in (4096, 5000, 8192, 20000)}
     assert len(atols) == 1 and atols.pop() == pytest.approx(0.05 * ref.square().mean().sqrt().item(), rel=1e-12)
+
+
+# -- a router's top-k ids: exact, except where the reference's own probabilities tie ------------
+
+
+def _router_case():
+    """Logits of one row whose experts 3 and 5 are an ulp apart after the softmax, and the
+    reference's top-3 with them at ranks 2 and 3 (expert 3 first)."""
+    logits = torch.tensor([[4.0, -1.0, 3.0, 1.0, -2.0, 1.0, 0.5, -3.0]])
+    logits[0, 5] = torch.nextafter(logits[0, 3], torch.tensor(0.0))  # a hair below expert 3
+    p = torch.softmax(logits, dim=-1)
+    ids = torch.tensor([[0, 2, 3]], dtype=torch.int32)
+    return {"gating_output": logits}, {"topk_weights": p.gather(-1, ids.long()), "topk_ids": ids}, p
+
+
+def _judged(candidate_ids, inputs=None):
+    given, reference, p = _router_case()
+    candidate = {"topk_weights": p.gather(-1, candidate_ids.long().clamp(0, 7)), "topk_ids": candidate_ids}
+    again = (lambda: given) if inputs is None else inputs
+    return compare_outputs(reference, candidate, "moe_topk_gating_softmax", inputs=again)
+
+
+def test_router_ids_may_name_the_other_expert_of_a_tie_at_the_last_rank():
+    verdict = _judged(torch.tensor([[0, 2, 5]], dtype=torch.int32))
+    assert verdict.ok, verdict.message
+    assert {d.output: d.rule for d in verdict.details}["topk_ids"] == "ranked_ids"
+
+
+def test_router_ids_naming_an_expert_that_does_not_tie_fail():
+    verdict = _judged(torch.tensor([[0, 2, 6]], dtype=torch.int32))
+    assert not verdict.ok and verdict.category == tx.NUMERIC_MISMATCH
+    assert "topk_ids" in verdict.message or "topk_weights" in verdict.message
+
+
+def test_router_ids_swapped_without_a_tie_fail_even_with_the_weights_right():
+    given, reference, _ = _router_case()
+    candidate = {
+        "topk_weights": reference["topk_weights"].clone(),
+        "topk_ids": torch.tensor([[2, 0, 3]], dtype=torch.int32),
+    }
+    verdict = compare_outputs(reference, candidate, "moe_topk_gating_softmax", inputs=lambda: given)
+    assert not verdict.ok
+    bad = {d.output: d.mismatches for d in verdict.details}
+    assert bad == {"topk_ids": 2, "topk_weights": 0}
+
+
+@pytest.mark.parametrize("ids", [[[0, 2, 2]], [[0, 2, 8]], [[0, 2, -1]]], ids=["repeated", "past_end", "negative"])
+def test_router_ids_repeated_or_out_of_range_fail(ids):
+    assert not _judged(torch.tensor(ids, dtype=torch.int32)).ok
+
+
+def test_router_ids_without_the_inputs_are_exact_and_the_inputs_are_made_only_on_a_difference():
+    made = []
+    given, _, _ = _router_case()
+
+    def inputs():
+        made.append(1)
+        return given
+
+    assert _judged(torch.tensor([[0, 2, 3]], dtype=torch.int32), inputs=inputs).ok and not made
+    assert _judged(torch.tensor([[0, 2, 5]], dtype=torch.int32), inputs=inputs).ok and made == [1]
+    _, reference, p = _router_case()
+    tied = {
+        "topk_weights": p.gather(-1, torch.tensor([[0, 2, 5]])),
+        "topk_ids": torch.tensor([[0, 2, 5]], dtype=torch.int32),
+    }
+    assert not compare_outputs(reference, tied, "moe_topk_gating_softmax").ok
+
+
+def test_other_integer_outputs_stay_exact():
+    assert tolerance_for("moe_align_block_size", "sorted_token_ids", torch.int32).rule == "exact"
+    assert tolerance_for("moe_topk_gating_softmax", "topk_ids", torch.int32).rule == "ranked_ids"

@@ -58,8 +58,10 @@ def test_a_series_adopts_the_worker_spawned_during_the_evaluation_before(catalog
         assert [(s.id, s.correct, s.category) for s in result.shapes] == [
             (s.id, s.correct, s.category) for s in alone.shapes
         ]
-        # the same sandbox (RLIMIT_DATA is the worker's own mapped size at init plus a fixed allowance)
-        assert result.isolation.model_dump(exclude={"rlimits"}) == alone.isolation.model_dump(exclude={"rlimits"})
+        # the same sandbox (RLIMIT_DATA is the worker's own mapped size at init plus a fixed allowance; the
+        # memory peak is what that worker's cgroup measured)
+        measured = {"rlimits", "memory_peak_bytes"}
+        assert result.isolation.model_dump(exclude=measured) == alone.isolation.model_dump(exclude=measured)
         assert result.isolation.rlimits.keys() == alone.isolation.rlimits.keys()
     assert _gone(spare_pid)  # it was the second evaluation's worker, stopped with it
 

@@ -170,8 +170,9 @@ def test_a_worker_cannot_name_a_verdict_of_the_judges_stages(claimed):
 
 # -- the graph burst (timing_witness.judge_graph, graph_calls, unwitnessed) -------------------------
 # A replay of a graph of K forwards is device time: no launch, no host window to subtract.
-# Recorded shapes on the H200: a ~60 µs round trip; fingerprints ~1.5 µs each in a graph. The input
-# refresh (two launches per float input, whatever K is) is assumed at ~30 µs, ±10 µs.
+# A ~60 µs round trip, as recorded on the H200; the batched fingerprints (a share of two launches and
+# a few reads of the output per call) assumed at ~1.5 µs per call. The input refresh (two launches per
+# float input, whatever K is) is assumed at ~30 µs, ±10 µs.
 
 
 def _graph_cal(calls: int) -> GraphCalibration:
@@ -266,13 +267,14 @@ class _Session:
         return {"ok": True}
 
 
-def _decide(monkeypatch, outcome, median_ms, plain):
+def _decide(monkeypatch, outcome, median_ms, plain, run=None):
+    """The evaluator's verdict with graph_witness.run answering `outcome` (or being `run`)."""
     from types import SimpleNamespace
 
     from atrex_mcp.evaluate import evaluator, graph_witness
     from atrex_mcp.evaluate.models import TimingStats
 
-    monkeypatch.setattr(graph_witness, "run", lambda *args: outcome)
+    monkeypatch.setattr(graph_witness, "run", run or (lambda *args: outcome))
     result = ShapeResult(
         id="0",
         correct=True,
@@ -331,12 +333,34 @@ def test_a_graph_replay_dominated_by_its_input_refresh_is_inconclusive(monkeypat
     verdict, result = _decide(monkeypatch, graph, 0.035, plain)
     assert verdict is plain and not verdict.forged and result.correct
     assert result.timing.witness == GRAPH and "inconclusive" in result.timing.witness_note
-    assert result.timing.clock_ms == plain.per_call_ms  # the judge's wall per call is the least time now
+    assert result.timing.clock_ms == max(plain.per_call_ms, graph.floor_ms)  # the least time now
     assert result.timing.graph_subtracted_ms == pytest.approx(graph.subtracted_ms)  # recorded for the next tuning
     assert result.timing.graph_slack_ms == pytest.approx(graph_slack_ms(2, cal))
     # rms_norm shape 0 as measured: a small refresh against the plain burst's wall, the graph judges
     small = judge_graph(0.00218, _graph_wall(0.0083, 209), 209, _graph_cal(209))
     assert graph_conclusive(small, _plain(0.00218, 0.0, per_call_ms=0.157)) and small.forged
+
+
+def test_a_replay_that_witnessed_plenty_judges_though_the_plain_burst_left_nothing(monkeypatch):
+    """rms_norm shape 5 (honest 4.3 µs) on the H200 with a handler reporting a tenth: the judge's
+    calibration of the plain burst exceeded its wall (0 ms a call left), while the replay left
+    4.0 µs a call after 3.1 µs were taken off. The replay judges, and the forgery fails."""
+    cal = GraphCalibration(round_trip_s=60e-6, fingerprints_s=0.3e-3, refresh_s=2.908e-3, refresh_spread_s=0.05e-3)
+    graph = judge_graph(0.00042, cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + 1024 * 4.035e-6, 1024, cal)
+    plain = _plain(0.00042, 0.0, per_call_ms=0.0)
+    assert graph_conclusive(graph, plain) and graph.forged
+    verdict, result = _decide(monkeypatch, graph, 0.00042, plain)
+    assert verdict is graph and verdict.forged and result.timing.clock_ms is None
+
+
+def test_an_inconclusive_replays_floor_bounds_the_least_time_where_the_plain_burst_left_nothing(monkeypatch):
+    cal = GraphCalibration(round_trip_s=60e-6, fingerprints_s=2e-6, refresh_s=2.4e-3, refresh_spread_s=0.05e-3)
+    graph = judge_graph(0.0035, cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + 2 * 0.314e-3, 2, cal)
+    plain = _plain(0.0035, 0.0, per_call_ms=0.0)
+    assert not graph_conclusive(graph, plain)
+    verdict, result = _decide(monkeypatch, graph, 0.0035, plain)
+    assert verdict is plain and result.timing.clock_ms == graph.floor_ms > 0.09
+    assert scored_time_ms(0.0035, result.timing.clock_ms) == graph.floor_ms
 
 
 def test_the_plain_floor_stays_when_it_is_the_tighter(monkeypatch):
@@ -363,6 +387,22 @@ def test_an_uncapturable_device_bound_kernel_keeps_its_time(monkeypatch):
     assert verdict is plain and result.correct and result.stage is None
     assert result.timing.witness == UNCAPTURABLE
     assert scored_time_ms(1.0, result.timing.clock_ms) == 1.0
+
+
+def test_a_graph_burst_the_judge_has_no_memory_for_leaves_the_plain_burst_and_its_clock(monkeypatch):
+    """per_token_group_quant_fp8 shape 9 on the H200 (3.1 M tokens × 2048): two input sets in the
+    worker's burst and the judge's copies of them exceed 141 GB. No verdict on the candidate: the
+    plain burst judges and its wall per call is the least time, as for an uncapturable forward."""
+    import torch
+
+    def short_of_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 25.16 GiB")
+
+    plain = _plain(5.87, 5.5, per_call_ms=5.9)
+    verdict, result = _decide(monkeypatch, None, 5.87, plain, run=short_of_memory)
+    assert verdict is plain and result.correct and result.stage is None
+    assert result.timing.witness == UNCAPTURABLE and "did not fit in GPU memory" in result.timing.witness_note
+    assert scored_time_ms(5.87, result.timing.clock_ms) == 5.9
 
 
 def test_a_failing_capture_request_fails_the_shape(monkeypatch):
@@ -430,16 +470,65 @@ def test_the_graph_fingerprint_is_the_byte_sum_of_each_output_tensor_and_cpu_has
     assert capture(lambda **kw: a, [{}], "cpu", sync=None) == "no CUDA graphs on this device"
 
 
-def test_the_fingerprint_in_the_graph_is_one_reduction_per_output_into_its_row():
-    """What the capture writes per call (fingerprint_into) is what the judge recomputes (fingerprint)."""
+def _outputs(calls):
+    """`calls` outputs of three tensors: bf16 words, non-contiguous float32, bytes that fill no word."""
     import torch
 
-    from sandbox.graph_burst import fingerprint, fingerprint_into
+    gen = torch.Generator().manual_seed(calls)
+    return [
+        {
+            "y": torch.randn(5, 8, generator=gen).to(torch.bfloat16),
+            "t": torch.randn(6, 4, generator=gen).t(),
+            "b": torch.randint(0, 256, (7,), generator=gen, dtype=torch.uint8),
+        }
+        for _ in range(calls)
+    ]
 
-    out = (torch.randn(5, 7, dtype=torch.bfloat16), torch.arange(9, dtype=torch.uint8))
-    prints = torch.zeros((3, 2), dtype=torch.int64)
-    fingerprint_into(out, prints[1])
-    assert prints[1].tolist() == fingerprint(out).tolist() and prints[0].tolist() == prints[2].tolist() == [0, 0]
+
+@pytest.mark.parametrize("chunk_bytes", [1, 100, 1 << 20])  # every tensor alone; chunks of a few; all in one
+def test_the_batched_fingerprints_are_what_the_judge_recomputes_on_each_output(chunk_bytes):
+    """What the graph writes after its K forwards (fingerprints_into, in stacked chunks) is, row
+    by row, what the judge computes on the one output it fetches (fingerprint)."""
+    from sandbox.graph_burst import empty_prints, fingerprint, fingerprints_into
+
+    outputs = _outputs(11)
+    prints = empty_prints(11, 3, "cpu")
+    fingerprints_into(outputs, prints, chunk_bytes=chunk_bytes)
+    assert [row.tolist() for row in prints] == [fingerprint(out).tolist() for out in outputs]
+    assert len({tuple(row.tolist()) for row in prints}) == 11
+
+
+def test_a_chunk_breaks_where_a_call_returns_another_shape_or_dtype():
+    """A candidate whose outputs differ between calls still gets each one's own fingerprint."""
+    import torch
+
+    from sandbox.graph_burst import empty_prints, fingerprint, fingerprints_into
+
+    base = torch.arange(24, dtype=torch.float32)
+    bytes_at_1 = torch.arange(9, dtype=torch.uint8)[1:]  # a word-sized view whose words are not aligned
+    outputs = [base + 1, base[1:13] * 2, (base + 3).to(torch.float16), base + 4, base[3:].reshape(3, 7), bytes_at_1]
+    prints = empty_prints(6, 1, "cpu")
+    fingerprints_into(outputs, prints)
+    assert prints[:, 0].tolist() == [int(fingerprint(out)[0]) for out in outputs]
+
+
+def test_the_calibration_fingerprints_distinct_copies_of_the_output_as_the_worker_does():
+    """The judge's calibration reads `calls` outputs the size of the fetched one, distinct up to
+    its byte cap (then cycled, never twice in one chunk), through the worker's own fingerprints_into."""
+    import torch
+
+    from atrex_mcp.evaluate.graph_witness import calibration_outputs
+    from sandbox.graph_burst import empty_prints, fingerprint, fingerprints_into
+
+    output = _outputs(1)[0]
+    size = sum(t.numel() * t.element_size() for t in output.values())
+    outputs = calibration_outputs(output, 40, copy_bytes=10 * size)
+    assert len(outputs) == 40 and len({id(out[0]) for out in outputs}) == 10
+    assert [id(out[0]) for out in outputs[:10]] == [id(out[0]) for out in outputs[10:20]]
+    assert all(torch.equal(a, b) for out in outputs for a, b in zip(out, output.values()))
+    prints = empty_prints(40, 3, "cpu")
+    fingerprints_into(outputs, prints, chunk_bytes=3 * size)
+    assert all(row.tolist() == fingerprint(output).tolist() for row in prints)
 
 
 def test_the_refresh_calibration_is_warm_and_its_spread_is_the_slow_side_of_the_median(monkeypatch):
@@ -476,9 +565,9 @@ def _op(x, idx):
 
 class _GraphWorker:
     """Answers the graph burst's requests as the worker does (sandbox.graph_burst's StackedInputs,
-    eager forwards standing in for the replay of a graph). `lie` makes its fingerprints wrong;
-    `precompute` is the forger that computes the K outputs in the capture request and answers
-    the replays with them (an empty graph), ignoring the refresh seed."""
+    eager forwards standing in for the replay of a graph, then the batched fingerprints). `lie`
+    makes its fingerprints wrong; `precompute` is the forger that computes the K outputs in the
+    capture request and answers the replays with them (an empty graph), ignoring the refresh seed."""
 
     alive = True
 
@@ -487,10 +576,12 @@ class _GraphWorker:
         self.inputs, self.outputs, self.replay_seeds = None, [], []
 
     def _run(self):
-        from sandbox.graph_burst import fingerprint
+        from sandbox.graph_burst import empty_prints, fingerprints_into
 
         self.outputs = [_op(**inputs) for inputs in self.inputs.sets]
-        return [[v + self.lie for v in fingerprint(out).tolist()] for out in self.outputs]
+        prints = empty_prints(len(self.outputs), 1, "cpu")
+        fingerprints_into(self.outputs, prints, chunk_bytes=64)  # as the graph does: after all K, in chunks
+        return [[v + self.lie for v in row] for row in prints.tolist()]
 
     def call(self, request, timeout_s):
         from sandbox.graph_burst import StackedInputs

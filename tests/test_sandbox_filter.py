@@ -83,6 +83,7 @@ def test_isolation_plan_reports_every_layer():
         "net_namespace",
         "task_limit",
         "scratch_quota",
+        "memory_cgroup",
         "notes",
     ):
         assert key in plan

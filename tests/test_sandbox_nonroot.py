@@ -238,6 +238,8 @@ def test_the_worker_keeps_the_server_uid_under_seccomp_landlock_and_rlimits(serv
     assert not (isolation["pid_namespace"] or isolation["mount_namespace"] or isolation["network_namespace"])
     assert isolation["seccomp_enforced"] and isolation["landlock_enforced"], isolation["warnings"]
     assert isolation["task_limit"] is None and isolation["scratch_bytes"] == SCRATCH_BYTES
+    assert isolation["memory_cap_bytes"] is None  # the cgroup tree is root's: no cap, and the notes say why
+    assert any(note.startswith("no memory cgroup per worker") for note in isolation["warnings"]), isolation["warnings"]
     assert any("not running as root" in note for note in isolation["warnings"]), isolation["warnings"]
 
 

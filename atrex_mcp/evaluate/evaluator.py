@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,9 @@ def _cache_pins_memory() -> bool:
         torch.cuda.is_initialized()
         and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > PINNED_SLACK_BYTES
     )
+
+
+GRAPH_OUT_OF_MEMORY = "the graph burst's input sets and the judge's copies of them did not fit in GPU memory"
 
 
 class _HarnessOutOfMemory(Exception):
@@ -277,15 +281,18 @@ class Trial:
         """What the worker learns of a shape: its visible id, init and input arguments."""
         return ShapePayload(id=shape.id, init=shape.init, inputs=shape.inputs)
 
-    def receive(self, session: Session, reference: Any, manifest: Any) -> tuple[CompareResult, Any]:
+    def receive(
+        self, session: Session, reference: Any, manifest: Any, inputs: Callable[[], dict[str, Any]]
+    ) -> tuple[CompareResult, Any]:
         """(verdict, candidate) on the output the worker just handed over for `reference`'s
-        inputs; raises OutputRejected for a malformed hand-over. The candidate is copied into
-        this process's memory on the reference's device (one DMA where there is a GPU)."""
+        inputs (`inputs` makes them again, for a rule that needs them); raises OutputRejected for
+        a malformed hand-over. The candidate is copied into this process's memory on the
+        reference's device (one DMA where there is a GPU)."""
         candidate, written = session.arena.load(
             manifest, self.device, max_bytes=4 * output_bytes(reference) + (1 << 20)
         )
         if written:
-            return compare_outputs(reference, candidate, self.request.op), candidate
+            return compare_outputs(reference, candidate, self.request.op, inputs=inputs), candidate
         structure = check_structure(reference, candidate)
         if structure.ok:  # it would have fitted: the arena was sized for the reference output
             raise OutputRejected(tx.WRONG_OUTPUT_TYPE, "The worker did not hand over its output.")
@@ -324,7 +331,9 @@ class Trial:
                     if reply.get("checksums") != checksums and tx.INPUT_MISMATCH not in result.integrity:
                         result.integrity.append(tx.INPUT_MISMATCH)
                     with _harness_memory(f"comparing outputs of {output_bytes(reference)} bytes"):
-                        verdict, candidate = self.receive(session, reference, reply.get("output"))
+                        verdict, candidate = self.receive(
+                            session, reference, reply.get("output"), partial(self.inputs, shape, seed)
+                        )
                         del reference, candidate
                 except OutputRejected as exc:
                     _fail(result, exc)
@@ -582,10 +591,15 @@ class Trial:
         (its floor the larger of the two), or None once the shape has failed. Where no replay
         witnesses the device time (the forward cannot be captured, or the replay is inconclusive)
         the plain burst judges, and its wall per call becomes the least time the shape is scored
-        with (TimingStats.clock_ms): what the judge's clock saw, which the worker cannot shrink."""
+        with (TimingStats.clock_ms): what the judge's clock saw, which the worker cannot shrink.
+        A burst whose input sets and the judge's copies of them exceed the GPU's memory is judged
+        the same way: a worker that fills the GPU to cause it gains nothing an uncapturable
+        forward would not."""
         try:
             with _harness_memory("running the graph burst"):
                 outcome = graph_witness.run(self, session, shape, result, median_ms, set_bytes)
+        except _HarnessOutOfMemory:
+            outcome = GRAPH_OUT_OF_MEMORY
         finally:
             if session.alive:
                 session.call(KeepRequest(burst_done=True), self.request.timeout_s)
@@ -607,9 +621,10 @@ class Trial:
         if not timing_witness.graph_conclusive(outcome, plain):
             timing.witness_note = (
                 f"graph replay inconclusive: {outcome.subtracted_ms:.4g} ms a call of input refresh "
-                f"and fingerprints taken off, more than the plain burst's {plain.per_call_ms:.4g} ms"
+                f"and fingerprints taken off, more than the plain burst's {plain.per_call_ms:.4g} ms "
+                f"and {timing_witness.GRAPH_REFRESH_DOMINANCE:g} × the replay's own {outcome.per_call_ms:.4g} ms"
             )
-            timing.clock_ms = plain.per_call_ms
+            timing.clock_ms = timing_witness.inconclusive_clock_ms(outcome, plain)
             return plain
         if outcome.floor_ms <= plain.floor_ms:
             return plain
@@ -670,7 +685,8 @@ class Trial:
             verdict, candidate, message = None, None, "the worker did not return it"
             if reply.get("output") is not None:
                 try:
-                    verdict, candidate = self.receive(session, reference, reply["output"])
+                    again = partial(self.inputs, shape, seed) if inputs is None else (lambda: inputs)
+                    verdict, candidate = self.receive(session, reference, reply["output"], again)
                 except OutputRejected as exc:
                     message = exc.message
             del reference

@@ -23,41 +23,63 @@ import torch
 
 from atrex_mcp.evaluate import timing_witness
 from atrex_mcp.evaluate.session import Failure, Session
-from sandbox.graph_burst import StackedInputs, fingerprint, fingerprint_into, refreshable, refreshed_set
+from sandbox.graph_burst import (
+    FINGERPRINT_CHUNK_BYTES,
+    StackedInputs,
+    empty_prints,
+    fingerprint,
+    fingerprints_into,
+    refreshable,
+    refreshed_set,
+)
+from sandbox.handoff import output_tensors
 from sandbox.messages import GraphCaptureRequest, GraphReplayRequest, PingRequest
 
 CALIBRATION_REPLAYS = 3
+CALIBRATION_COPY_BYTES = 16 * FINGERPRINT_CHUNK_BYTES  # distinct outputs the fingerprints' calibration reads: > L2
 REFRESH_CALIBRATIONS = 7  # refreshes timed here, after one untimed: their median is taken off the wall
 
 
 def fingerprints_s(output: Any, calls: int) -> float:
-    """Device time of `calls` fingerprints of `output` in one graph replayed here (the fastest of
-    CALIBRATION_REPLAYS, timed with CUDA events in this process). Should the capture fail here,
-    the same fingerprints launched one by one: longer, so the floor only gets lower."""
+    """Device time of the fingerprints of `calls` outputs like `output`, as the worker's graph
+    computes them after its K forwards (`fingerprints_into`: the same chunks, the same launches),
+    in one graph replayed here (the fastest of CALIBRATION_REPLAYS, timed with CUDA events in this
+    process). Should the capture fail here, the same computation launched eagerly: longer, so the
+    floor only gets lower."""
+    outputs = calibration_outputs(output, calls)
     stream = torch.cuda.current_stream()
     try:
-        return _graph_fingerprints_s(output, calls)
+        return _graph_fingerprints_s(outputs)
     except RuntimeError:
         torch.cuda.set_stream(stream)  # a failed capture_end leaves the capture's stream current
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        for _ in range(calls):
-            fingerprint(output)
+        fingerprints_into(outputs, empty_prints(calls, len(output_tensors(output)), "cuda"))
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
 
-def _graph_fingerprints_s(output: Any, calls: int) -> float:
+def calibration_outputs(output: Any, calls: int, copy_bytes: int = CALIBRATION_COPY_BYTES) -> list[list[Any]]:
+    """`calls` outputs of `output`'s tensors for the calibration: distinct copies, cycled once
+    they hold `copy_bytes`. The worker's K outputs are distinct, and read after all K forwards
+    they are mostly out of L2 where they outgrow it; copies cycled over more than L2 are too,
+    and a chunk (FINGERPRINT_CHUNK_BYTES) never holds one copy twice."""
+    tensors = output_tensors(output)
+    size = max(1, sum(t.numel() * t.element_size() for t in tensors))
+    copies = [[t.clone() for t in tensors] for _ in range(min(calls, max(1, -(-copy_bytes // size))))]
+    return [copies[i % len(copies)] for i in range(calls)]
+
+
+def _graph_fingerprints_s(outputs: list[list[Any]]) -> float:
+    prints = empty_prints(len(outputs), len(outputs[0]), "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        tensors = fingerprint(output).numel()
+        fingerprints_into(outputs, prints)  # once before the capture, as torch asks
     torch.cuda.current_stream().wait_stream(side)
-    prints = torch.zeros((calls, tensors), dtype=torch.int64, device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # the server's other threads may use the GPU
-        for i in range(calls):
-            fingerprint_into(output, prints[i])
+        fingerprints_into(outputs, prints)
     best = float("inf")
     for _ in range(CALIBRATION_REPLAYS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

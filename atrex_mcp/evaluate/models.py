@@ -65,7 +65,9 @@ class MismatchDetail(BaseModel):
     output: str = Field(
         description="Output name: 'out' for a single tensor, 'out[i]' for a tuple entry, the key for a dict."
     )
-    rule: str = Field(description="Comparison rule used: allclose, exact or fp8_codes.")
+    rule: str = Field(
+        description="Comparison rule used: allclose, exact, fp8_codes or ranked_ids (its rtol: the tie tolerance)."
+    )
     atol: float | None = Field(default=None, description="Absolute tolerance actually applied (after the RMS cap).")
     rtol: float | None = Field(default=None, description="Relative tolerance applied.")
     max_abs_error: float = Field(description="Largest |candidate − reference| over elements where both are finite.")
@@ -360,6 +362,14 @@ class Isolation(BaseModel):
         default=None,
         description="Most bytes the worker could write: a tmpfs, or without one the server's scratch watchdog "
         "(what the worker writes in one polling interval can pass it); None: no limit.",
+    )
+    memory_cap_bytes: int | None = Field(
+        default=None,
+        description="Most host memory the worker and its children could hold together (its memory cgroup: private "
+        "and shared memory, tmpfs files, page cache); None: no memory cgroup here, the notes say why.",
+    )
+    memory_peak_bytes: int | None = Field(
+        default=None, description="The most host memory a worker's memory cgroup held at once (None: no cgroup)."
     )
     rlimits: dict[str, int] = Field(default_factory=dict, description="Resource limits applied.")
     warnings: list[str] = Field(default_factory=list, description="Mechanisms that could not be applied, and why.")

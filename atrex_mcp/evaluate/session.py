@@ -113,6 +113,12 @@ class Session:
         self.leaked = False
         self.defines_model = defines_model
         self._strays = 0  # reply frames of workers already replaced
+        self._memory_peak: int | None = None  # the most host memory any ended worker's cgroup held
+
+    def _note_memory_peak(self) -> None:
+        peak = self.worker.memory_peak_bytes if self.worker is not None else None
+        if peak is not None:
+            self._memory_peak = max(peak, self._memory_peak or 0)
 
     def _poll(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -142,6 +148,7 @@ class Session:
         t0 = time.perf_counter()
         if self.worker is not None:
             self._strays += self.worker.stray_frames
+            self._note_memory_peak()
         self.worker, self._spawned = self._spawned or Worker(self.spec), None
         problem = ""
         try:
@@ -219,6 +226,7 @@ class Session:
                 and not self.worker.spec.wrapper
                 else None
             ),
+            memory_cap_bytes=self.worker.memory_cap_bytes if self.worker else None,
             warnings=[*plan.get("notes", []), *report.get("warnings", [])],
         )
         self.versions = reply.get("versions", {})
@@ -262,7 +270,8 @@ class Session:
             )
         except WorkerDied as exc:
             why = exc.reason or _describe_exit(exc.returncode)
-            return Failure(tx.RUNTIME, tx.CRASH, self.text(f"{why}.\n{exc.log_tail[-1500:]}".strip()))
+            category = tx.OOM if exc.out_of_memory else tx.CRASH
+            return Failure(tx.RUNTIME, category, self.text(f"{why}.\n{exc.log_tail[-1500:]}".strip()))
         if reply.get("ok"):
             return reply
         failure = self._failure(reply.get("error") or {})
@@ -274,6 +283,8 @@ class Session:
         for worker in (self.worker, self._spawned):
             if worker is not None:
                 worker.stop()
+        self._note_memory_peak()
+        self.isolation.memory_peak_bytes = self._memory_peak
         self.arena.close()
 
 

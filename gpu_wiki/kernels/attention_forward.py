@@ -11,21 +11,23 @@ sources = [
   "Dao, FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning, 2023 — https://arxiv.org/abs/2307.08691",
   "Triton tutorial: Fused Attention — https://triton-lang.org/main/getting-started/tutorials/06-fused-attention.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 21 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 21/21 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19", "20"]
 shapes_scored = 21
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.122
-median_dsl_share = 0.766
-time_ms = { "0" = 0.122 }
+shapes_correct = 21
+operator_score = 0.161
+median_time_ms = 0.579
+median_dsl_share = 0.981
+time_ms = { "0" = 0.362, "1" = 0.261, "2" = 0.22, "3" = 0.428, "4" = 1.27, "5" = 5.14, "6" = 9.99, "7" = 42.1, "8" = 73.2, "9" = 11.3, "10" = 39.6, "11" = 0.294, "12" = 0.539, "13" = 0.336, "14" = 0.334, "15" = 0.541, "16" = 0.579, "17" = 1.53, "18" = 2.96, "19" = 7.24, "20" = 0.387 }
 failures = {}
 +++
 Packed sequences (cu_seqlens), each attending only to itself, bidirectionally, per head:

@@ -10,21 +10,23 @@ sources = [
   "Gu & Dao, Mamba: Linear-Time Sequence Modeling with Selective State Spaces (short causal conv), 2023 — https://arxiv.org/abs/2312.00752",
   "Yang, Kautz, Hatamizadeh, Gated Delta Networks, ICLR 2025 — https://arxiv.org/abs/2412.06464",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 9 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 9/9 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8"]
 shapes_scored = 9
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.00976
+shapes_correct = 9
+operator_score = 0.129
+median_time_ms = 0.0132
 median_dsl_share = 1
-time_ms = { "0" = 0.00976 }
+time_ms = { "0" = 0.00963, "1" = 0.00573, "2" = 0.00672, "3" = 0.018, "4" = 0.0132, "5" = 0.00963, "6" = 0.215, "7" = 0.584, "8" = 0.772 }
 failures = {}
 +++
 X' = [initial_state[0, :, -(W-1):] | x] along time (x is (Dm, T), channels first);

@@ -11,21 +11,23 @@ sources = [
   "Yang et al., Parallelizing Linear Transformers with the Delta Rule over Sequence Length, NeurIPS 2024 — https://arxiv.org/abs/2406.06484",
   "flash-linear-attention, chunk_fwd_o kernel — https://github.com/fla-org/flash-linear-attention/blob/main/fla/ops/common/chunk_o.py",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-01: 16/16 scored shapes correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 16/16 scored shapes correct"]
 
 [h200]
 status = "measured"
-date = "2026-12-01"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
 shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15"]
 shapes_scored = 16
 shapes_correct = 16
-operator_score = 0.309
+operator_score = 0.258
 median_time_ms = 0.0431
 median_dsl_share = 1
-time_ms = { "0" = 0.00678, "1" = 0.00726, "2" = 0.00883, "3" = 0.0146, "4" = 0.0301, "5" = 0.0563, "6" = 0.108, "7" = 0.201, "8" = 0.0105, "9" = 0.0143, "10" = 0.0302, "11" = 0.0561, "12" = 0.106, "13" = 0.113, "14" = 0.272, "15" = 0.363 }
+time_ms = { "0" = 0.00672, "1" = 0.00717, "2" = 0.00883, "3" = 0.0146, "4" = 0.03, "5" = 0.0562, "6" = 0.232, "7" = 0.262, "8" = 0.0102, "9" = 0.0143, "10" = 0.03, "11" = 0.119, "12" = 0.153, "13" = 0.257, "14" = 0.442, "15" = 0.411 }
 failures = {}
 +++
 Per batch b, value head j (q/k head min(j // r, Hq − 1)), chunk c of C = 64 rows, in fp32:

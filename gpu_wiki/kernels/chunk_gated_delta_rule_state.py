@@ -11,21 +11,23 @@ sources = [
   "Yang et al., Parallelizing Linear Transformers with the Delta Rule over Sequence Length, NeurIPS 2024 — https://arxiv.org/abs/2406.06484",
   "flash-linear-attention, chunk_gated_delta_rule_fwd_h kernel — https://github.com/fla-org/flash-linear-attention/blob/main/fla/ops/common/chunk_delta_h.py",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-01: 25/25 scored shapes correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 25/25 scored shapes correct"]
 
 [h200]
 status = "measured"
-date = "2026-12-01"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
 shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19", "20", "21", "22", "23", "24"]
 shapes_scored = 25
 shapes_correct = 25
-operator_score = 0.726
-median_time_ms = 0.292
+operator_score = 0.545
+median_time_ms = 0.436
 median_dsl_share = 1
-time_ms = { "0" = 0.0726, "1" = 0.35, "2" = 0.412, "3" = 0.447, "4" = 0.482, "5" = 0.514, "6" = 0.552, "7" = 0.583, "8" = 0.103, "9" = 0.151, "10" = 0.247, "11" = 0.437, "12" = 0.629, "13" = 0.131, "14" = 0.145, "15" = 0.145, "16" = 0.16, "17" = 0.194, "18" = 0.214, "19" = 0.249, "20" = 0.292, "21" = 0.282, "22" = 0.318, "23" = 1.36, "24" = 1.57 }
+time_ms = { "0" = 0.0725, "1" = 0.412, "2" = 0.52, "3" = 0.562, "4" = 0.645, "5" = 0.697, "6" = 0.652, "7" = 0.783, "8" = 0.103, "9" = 0.151, "10" = 0.247, "11" = 0.436, "12" = 0.626, "13" = 0.33, "14" = 0.63, "15" = 0.145, "16" = 0.159, "17" = 0.391, "18" = 0.739, "19" = 0.267, "20" = 0.426, "21" = 0.37, "22" = 0.485, "23" = 1.57, "24" = 1.93 }
 failures = {}
 +++
 The state stage of the chunked (WY-form) gated delta rule: w and u = the WY/UT-transformed keys

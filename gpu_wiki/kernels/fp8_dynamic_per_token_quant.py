@@ -11,21 +11,23 @@ sources = [
   "PyTorch float8 dtypes (float8_e4m3fn) — https://pytorch.org/docs/stable/tensors.html",
   "Triton API: tl.div_rn, tensor.to — https://triton-lang.org/main/python-api/triton.language.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 20 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 20/20 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19", "20"]
 shapes_scored = 20
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.00381
+shapes_correct = 20
+operator_score = 0.208
+median_time_ms = 0.00925
 median_dsl_share = 1
-time_ms = { "0" = 0.00381 }
+time_ms = { "0" = 0.00378, "1" = 0.00502, "2" = 0.0056, "3" = 0.00758, "4" = 0.0106, "5" = 0.0147, "6" = 0.109, "7" = 0.16, "8" = 0.266, "10" = 0.00397, "11" = 0.00442, "12" = 0.00483, "13" = 0.00589, "14" = 0.00787, "15" = 0.0108, "16" = 0.0169, "17" = 0.114, "18" = 0.00426, "19" = 0.014, "20" = 0.0566 }
 failures = {}
 +++
 Per row: scale = max(amax|x|, 1e-12) / 448; inv = 1 / scale (IEEE reciprocal);

@@ -10,21 +10,23 @@ sources = [
   "Zhang & Sennrich, Root Mean Square Layer Normalization, NeurIPS 2019 — https://arxiv.org/abs/1910.07467",
   "Triton tutorial: Layer Normalization — https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 19 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 19/19 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18"]
 shapes_scored = 19
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.116
+shapes_correct = 19
+operator_score = 0.331
+median_time_ms = 0.0111
 median_dsl_share = 1
-time_ms = { "0" = 0.116 }
+time_ms = { "0" = 0.0601, "1" = 0.00432, "2" = 0.00477, "3" = 0.0057, "4" = 0.0073, "5" = 0.0111, "6" = 0.0423, "7" = 0.00544, "8" = 0.00669, "9" = 0.00963, "10" = 0.0133, "11" = 0.0187, "12" = 0.158, "13" = 0.00477, "14" = 0.00602, "15" = 0.0122, "16" = 0.0152, "17" = 0.123, "18" = 0.304 }
 failures = {}
 +++
 s = bf16(x + residual); out = bf16(s * rsqrt(mean(s^2) + eps) * weight); returns {out, residual: s}.

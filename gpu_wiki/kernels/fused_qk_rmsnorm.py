@@ -10,21 +10,23 @@ sources = [
   "Dehghani et al., Scaling Vision Transformers to 22 Billion Parameters (QK normalisation), ICML 2023 — https://arxiv.org/abs/2302.05442",
   "Triton tutorial: Layer Normalization — https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 4 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 4/4 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "3", "4"]
 shapes_scored = 4
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.0156
+shapes_correct = 4
+operator_score = 0.00148
+median_time_ms = 0.00381
 median_dsl_share = 1
-time_ms = { "0" = 0.0156 }
+time_ms = { "0" = 0.00381, "1" = 0.00381, "3" = 0.00381, "4" = 0.00381 }
 failures = {}
 +++
 For each 128-wide head vector of the q part and the k part of `hidden_states`:

@@ -10,21 +10,23 @@ sources = [
   "Su et al., RoFormer: Enhanced Transformer with Rotary Position Embedding, 2021 — https://arxiv.org/abs/2104.09864",
   "EleutherAI GPT-NeoX (rotate-half convention) — https://github.com/EleutherAI/gpt-neox",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 6 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 6/6 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "5", "6"]
 shapes_scored = 6
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.00387
+shapes_correct = 6
+operator_score = 0.00146
+median_time_ms = 0.00379
 median_dsl_share = 1
-time_ms = { "0" = 0.00387 }
+time_ms = { "0" = 0.00378, "1" = 0.00378, "2" = 0.0039, "3" = 0.00381, "5" = 0.00378, "6" = 0.00381 }
 failures = {}
 +++
 qkv (T, (Hq + 2Hkv)·D) (+ optional bias, rounded to the input dtype) is split into q, k, v heads;

@@ -11,21 +11,23 @@ sources = [
   "Micikevicius et al., FP8 Formats for Deep Learning, 2022 — https://arxiv.org/abs/2209.05433",
   "Triton API: tl.div_rn — https://triton-lang.org/main/python-api/generated/triton.language.div_rn.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 11 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 11/11 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"]
 shapes_scored = 11
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.0352
+shapes_correct = 11
+operator_score = 0.343
+median_time_ms = 0.0185
 median_dsl_share = 1
-time_ms = { "0" = 0.0352 }
+time_ms = { "0" = 0.0057, "1" = 0.00922, "2" = 0.0137, "3" = 0.0185, "4" = 0.162, "5" = 0.231, "6" = 0.0113, "7" = 0.0147, "8" = 0.0222, "9" = 0.0373, "10" = 0.282 }
 failures = {}
 +++
 r = bf16(x + residual); normed = bf16(r · rsqrt(mean(r²) + eps) · w) (one rounding);

@@ -10,21 +10,23 @@ sources = [
   "Yang, Kautz, Hatamizadeh, Gated Delta Networks: Improving Mamba2 with Delta Rule, ICLR 2025 — https://arxiv.org/abs/2412.06464",
   "Yang et al., Parallelizing Linear Transformers with the Delta Rule over Sequence Length, NeurIPS 2024 — https://arxiv.org/abs/2406.06484",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 17 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 17/17 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "12", "13", "14", "15", "16", "17"]
 shapes_scored = 17
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.0122
-median_dsl_share = 0.567
-time_ms = { "0" = 0.0122 }
+shapes_correct = 17
+operator_score = 0.00477
+median_time_ms = 0.919
+median_dsl_share = 0.997
+time_ms = { "0" = 0.00992, "1" = 0.242, "2" = 0.473, "3" = 0.986, "4" = 1.86, "5" = 3.68, "6" = 7.39, "7" = 14.6, "8" = 0.0081, "9" = 0.00957, "10" = 0.239, "12" = 0.241, "13" = 0.462, "14" = 0.919, "15" = 1.85, "16" = 3.29, "17" = 5.82 }
 failures = {}
 +++
 Per (batch b, value head j), state S (K × V, fp32) from the pool slot initial_state_indices[b];

@@ -10,21 +10,23 @@ sources = [
   "Yang, Kautz, Hatamizadeh, Gated Delta Networks, ICLR 2025 (output gate with RMS norm) — https://arxiv.org/abs/2412.06464",
   "Triton tutorial: Layer Normalization — https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 7 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 7/7 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6"]
 shapes_scored = 7
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.0801
+shapes_correct = 7
+operator_score = 0.322
+median_time_ms = 0.0953
 median_dsl_share = 1
-time_ms = { "0" = 0.0801 }
+time_ms = { "0" = 0.155, "1" = 0.168, "2" = 0.0953, "3" = 0.0421, "4" = 0.0977, "5" = 0.0697, "6" = 0.031 }
 failures = {}
 +++
 norm_before_gate: out = bf16(x * rsqrt(mean(x^2) + eps) * w * act(z)); otherwise the gate is

@@ -9,21 +9,23 @@ tags = ["l2 norm", "normalize", "rsqrt", "row reduction", "memory-bound", "bf16"
 sources = [
   "Triton tutorial: Layer Normalization (row-reduction structure) — https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 13 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 13/13 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"]
 shapes_scored = 13
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.00362
+shapes_correct = 13
+operator_score = 0.425
+median_time_ms = 0.0328
 median_dsl_share = 1
-time_ms = { "0" = 0.00362 }
+time_ms = { "0" = 0.00358, "1" = 0.0041, "2" = 0.00413, "3" = 0.00461, "4" = 0.00752, "5" = 0.0547, "6" = 0.0185, "7" = 0.0328, "8" = 0.179, "9" = 0.192, "10" = 0.251, "11" = 0.397, "12" = 0.457 }
 failures = {}
 +++
 out = bf16(x * rsqrt(sum(x^2) + eps)) — eps added to the sum of squares (not a clamp of the

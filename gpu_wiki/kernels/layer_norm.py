@@ -10,21 +10,23 @@ sources = [
   "Ba, Kiros, Hinton, Layer Normalization, 2016 — https://arxiv.org/abs/1607.06450",
   "Triton tutorial: Layer Normalization — https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 13 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 13/13 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"]
 shapes_scored = 13
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.00774
+shapes_correct = 13
+operator_score = 0.142
+median_time_ms = 0.0137
 median_dsl_share = 1
-time_ms = { "0" = 0.00774 }
+time_ms = { "0" = 0.00726, "1" = 0.0079, "2" = 0.00867, "3" = 0.0137, "4" = 0.0195, "5" = 0.0329, "6" = 0.0849, "7" = 0.0874, "8" = 0.139, "9" = 0.385, "10" = 0.0047, "11" = 0.0047, "12" = 0.00733 }
 failures = {}
 +++
 out = bf16((x - mean) / sqrt(var + eps) * weight + bias), var biased, all in fp32.

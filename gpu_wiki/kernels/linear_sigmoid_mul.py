@@ -10,21 +10,23 @@ sources = [
   "Triton tutorial: Matrix Multiplication (epilogue fusion of an activation) — https://triton-lang.org/main/getting-started/tutorials/03-matrix-multiplication.html",
   "Qwen2-MoE / DeepSeekMoE shared-expert gating (sigmoid gate on a linear projection) — https://arxiv.org/abs/2401.06066",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 9 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 9/9 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8"]
 shapes_scored = 9
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.478
+shapes_correct = 9
+operator_score = 0.544
+median_time_ms = 0.238
 median_dsl_share = 1
-time_ms = { "0" = 0.478 }
+time_ms = { "0" = 0.476, "1" = 0.411, "2" = 0.238, "3" = 0.945, "4" = 0.41, "5" = 0.0196, "6" = 0.0238, "7" = 0.0198, "8" = 0.178 }
 failures = {}
 +++
 gate = bf16(x @ W^T + bias) (fp32 accumulation, bias added before the one rounding);

@@ -10,21 +10,23 @@ sources = [
   "DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model (Multi-head Latent Attention), 2024 — https://arxiv.org/abs/2405.04434",
   "Dao et al., FlashAttention, NeurIPS 2022 — https://arxiv.org/abs/2205.14135",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 3 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 3/3 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2"]
 shapes_scored = 3
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.0136
+shapes_correct = 3
+operator_score = 0.0239
+median_time_ms = 0.0201
 median_dsl_share = 1
-time_ms = { "0" = 0.0136 }
+time_ms = { "0" = 0.0127, "1" = 0.0201, "2" = 0.0201 }
 failures = {}
 +++
 For batch entry i with cache rows C (len_i × (L + R), L = 512 latent, R = 64 rope) and every

@@ -10,21 +10,23 @@ sources = [
   "vLLM moe_align_block_size kernel — https://github.com/vllm-project/vllm/blob/main/csrc/moe/moe_align_sum_kernels.cu",
   "Triton API: tl.histogram, tl.cumsum — https://triton-lang.org/main/python-api/triton.language.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-01: 6/6 scored shapes correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 6/6 scored shapes correct"]
 
 [h200]
 status = "measured"
-date = "2026-12-01"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
 shapes_measured = ["0", "2", "3", "4", "5", "6"]
 shapes_scored = 6
 shapes_correct = 6
-operator_score = 0.000314
-median_time_ms = 0.0986
+operator_score = 6.41e-05
+median_time_ms = 0.659
 median_dsl_share = 1
-time_ms = { "0" = 0.0601, "2" = 0.0599, "3" = 0.121, "4" = 0.0757, "5" = 0.168, "6" = 0.131 }
+time_ms = { "0" = 0.05, "2" = 0.0971, "3" = 0.699, "4" = 0.619, "5" = 0.779, "6" = 0.887 }
 failures = {}
 +++
 f = topk_ids flattened (p = t·k + s), N = T·k, bs = block_size. For each expert e in order:

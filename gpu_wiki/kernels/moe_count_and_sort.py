@@ -10,21 +10,23 @@ sources = [
   "vLLM moe_align_block_size / count_and_sort_expert_tokens kernels — https://github.com/vllm-project/vllm/blob/main/csrc/moe/moe_align_sum_kernels.cu",
   "Triton API: tl.cumsum, tl.sum — https://triton-lang.org/main/python-api/triton.language.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-01: 5/5 scored shapes correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 5/5 scored shapes correct"]
 
 [h200]
 status = "measured"
-date = "2026-12-01"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
 shapes_measured = ["0", "1", "2", "3", "4"]
 shapes_scored = 5
 shapes_correct = 5
-operator_score = 0.000812
-median_time_ms = 0.0088
+operator_score = 0.000803
+median_time_ms = 0.0089
 median_dsl_share = 1
-time_ms = { "0" = 0.00394, "1" = 0.00496, "2" = 0.0088, "3" = 0.0112, "4" = 0.0151 }
+time_ms = { "0" = 0.00406, "1" = 0.00512, "2" = 0.0089, "3" = 0.0113, "4" = 0.0151 }
 failures = {}
 +++
 f = topk_ids flattened (position p = t·k + s), N = T·k. Outputs: expert_token_counts[e] =

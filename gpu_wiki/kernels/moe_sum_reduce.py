@@ -10,21 +10,23 @@ sources = [
   "Fedus, Zoph, Shazeer, Switch Transformers (combining expert outputs), JMLR 2022 — https://arxiv.org/abs/2101.03961",
   "Triton tutorial: Vector Addition — https://triton-lang.org/main/getting-started/tutorials/01-vector-add.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 7 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 7/7 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6"]
 shapes_scored = 7
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.1
+shapes_correct = 7
+operator_score = 0.373
+median_time_ms = 0.116
 median_dsl_share = 1
-time_ms = { "0" = 0.1 }
+time_ms = { "0" = 0.094, "1" = 0.103, "2" = 0.123, "3" = 0.0931, "4" = 0.154, "5" = 0.18, "6" = 0.116 }
 failures = {}
 +++
 out[t] = bf16((sum_s fp32(x[t, s, :])) * factor) for x of shape (T, k, H).

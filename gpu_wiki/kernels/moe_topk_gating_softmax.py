@@ -11,21 +11,23 @@ sources = [
   "DeepSeek-V2/V3 technical reports (device/group-limited routing) — https://arxiv.org/abs/2412.19437",
   "Triton API: tl.argmax, tl.reshape — https://triton-lang.org/main/python-api/triton.language.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 10 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 10/10 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]
 shapes_scored = 10
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.00525
+shapes_correct = 10
+operator_score = 0.0235
+median_time_ms = 0.00778
 median_dsl_share = 1
-time_ms = { "0" = 0.00525 }
+time_ms = { "0" = 0.00512, "1" = 0.00714, "2" = 0.00717, "3" = 0.00758, "4" = 0.00768, "5" = 0.00787, "6" = 0.00941, "7" = 0.0141, "8" = 0.0331, "9" = 0.0605 }
 failures = {}
 +++
 p = softmax(logits) over E experts; optionally keep only the best `topk_group` of

@@ -10,21 +10,23 @@ sources = [
   "Su et al., RoFormer: Enhanced Transformer with Rotary Position Embedding, 2021 — https://arxiv.org/abs/2104.09864",
   "Wang et al., Qwen2-VL (Multimodal Rotary Position Embedding), 2024 — https://arxiv.org/abs/2409.12191",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 5 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 5/5 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4"]
 shapes_scored = 5
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.141
+shapes_correct = 5
+operator_score = 0.51
+median_time_ms = 0.0129
 median_dsl_share = 1
-time_ms = { "0" = 0.141 }
+time_ms = { "0" = 0.0129, "1" = 0.0255, "2" = 0.129, "3" = 0.00605, "4" = 0.00805 }
 failures = {}
 +++
 Frequency slot f ∈ [0, R/2) takes cos/sin from the table of its axis (temporal / height /

@@ -11,21 +11,23 @@ sources = [
   "Milakov & Gimelshein, Online normalizer calculation for softmax, 2018 — https://arxiv.org/abs/1805.02867",
   "Triton tutorial: Fused Attention — https://triton-lang.org/main/getting-started/tutorials/06-fused-attention.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 8 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 8/8 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7"]
 shapes_scored = 8
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.142
+shapes_correct = 8
+operator_score = 0.0276
+median_time_ms = 0.0164
 median_dsl_share = 1
-time_ms = { "0" = 0.142 }
+time_ms = { "0" = 0.21, "1" = 0.0212, "2" = 0.0223, "3" = 0.0161, "4" = 0.0164, "5" = 0.0143, "6" = 0.0164, "7" = 0.0162 }
 failures = {}
 +++
 out[i, h] = softmax(q[i, h] · Kᵀ / √D) · V over the seq_lens[i] context positions of sequence i,

@@ -11,21 +11,23 @@ sources = [
   "Micikevicius et al., FP8 Formats for Deep Learning, 2022 — https://arxiv.org/abs/2209.05433",
   "Triton API: tl.div_rn (IEEE round-to-nearest division) — https://triton-lang.org/main/python-api/generated/triton.language.div_rn.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 19 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 19/19 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18"]
 shapes_scored = 19
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.00426
+shapes_correct = 19
+operator_score = 0.397
+median_time_ms = 0.235
 median_dsl_share = 1
-time_ms = { "0" = 0.00426 }
+time_ms = { "0" = 0.00406, "1" = 0.214, "2" = 0.278, "3" = 0.235, "4" = 0.342, "5" = 0.535, "6" = 0.969, "7" = 2.17, "8" = 4.19, "9" = 6.23, "10" = 0.0056, "11" = 0.0122, "12" = 0.0144, "13" = 0.0231, "14" = 0.109, "15" = 0.163, "16" = 0.159, "17" = 0.461, "18" = 0.65 }
 failures = {}
 +++
 For each row and each group of G = 128 consecutive columns:

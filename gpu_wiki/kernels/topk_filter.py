@@ -10,21 +10,23 @@ sources = [
   "Holtzman et al., The Curious Case of Neural Text Degeneration (top-k vs nucleus sampling), ICLR 2020 — https://arxiv.org/abs/1904.09751",
   "Triton API: tensor.to(bitcast=True), tl.sum, tl.cumsum — https://triton-lang.org/main/python-api/triton.language.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-11-30: measured on shapes [0] of 8 scored; 1 correct"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 8/8 scored shapes correct"]
 
 [h200]
-status = "measured on a subset of shapes"
-date = "2026-11-30"
+status = "measured"
+date = "2026-12-02"
 gpu = "NVIDIA H200"
 torch = "2.11.0+cu130"
 triton = "3.6.0"
-shapes_measured = ["0"]
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7"]
 shapes_scored = 8
-shapes_correct = 1
-operator_score_pending = "S over the full shape set: pending; measured on shapes [0]"
-median_time_ms = 0.516
+shapes_correct = 8
+operator_score = 0.0538
+median_time_ms = 0.248
 median_dsl_share = 1
-time_ms = { "0" = 0.516 }
+time_ms = { "0" = 0.514, "1" = 0.514, "2" = 0.0296, "3" = 0.0171, "4" = 0.17, "5" = 0.325, "6" = 0.605, "7" = 0.0407 }
 failures = {}
 +++
 tau = k-th largest logit of the row (k = min(top_k, V)); out = logits where logits >= tau,

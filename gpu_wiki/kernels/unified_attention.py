@@ -14,11 +14,24 @@ sources = [
   "vLLM triton_unified_attention.py — https://github.com/vllm-project/vllm/tree/main/vllm/attention/ops",
   "Triton tutorial: Fused Attention — https://triton-lang.org/main/getting-started/tutorials/06-fused-attention.html",
 ]
-validated_shapes = ["smoke (CPU interpreter, CI)"]
+validated_shapes = ["smoke (CPU interpreter, CI)", "NVIDIA H200 2026-12-02, full-set bench eval, 5 seeds: 25/25 scored shapes correct"]
 
 [h200]
-status = "pending H200 run"
-operator_score_pending = "not yet measured on the GPU (tiles to be tuned: measurements/unified_attention_tiles.py)"
+status = "measured"
+date = "2026-12-02"
+gpu = "NVIDIA H200"
+torch = "2.11.0+cu130"
+triton = "3.6.0"
+source = "bench eval of run 'run': the full wiki kernel set (30 operators) judged as one candidate set, 5 seeds per shape, shapes 'all'"
+seeds = 5
+shapes_measured = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19", "20", "21", "22", "23", "24"]
+shapes_scored = 25
+shapes_correct = 25
+operator_score = 0.207
+median_time_ms = 0.694
+median_dsl_share = 1
+time_ms = { "0" = 0.201, "1" = 0.473, "2" = 0.694, "3" = 0.00813, "4" = 0.121, "5" = 1.27, "6" = 4.75, "7" = 0.043, "8" = 0.0735, "9" = 0.968, "10" = 1.57, "11" = 2.49, "12" = 4.19, "13" = 7.31, "14" = 0.0132, "15" = 0.00792, "16" = 0.0806, "17" = 0.736, "18" = 4.69, "19" = 8.7, "20" = 0.981, "21" = 0.148, "22" = 4.84, "23" = 0.0132, "24" = 0.475 }
+failures = {}
 +++
 Sequence i owns query rows [a, b) = cu_seqlens_q[i : i+2] and kv_len = seqused_k[i] cached positions;
 position p lives in k_cache/v_cache[block_table[i, p // bs], p % bs]. Query head h reads kv head

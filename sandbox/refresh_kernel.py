@@ -109,8 +109,9 @@ def refresh_into(base: torch.Tensor, out: torch.Tensor, seed: int, start: int, l
     """`out := base × factor(seed, start + j)` for the j-th element of two flat tensors of one
     dtype (fp16, bf16, fp32 or fp64) and size on one device: one launch. `start` is the global
     index of `base[0]`: 0 for a buffer of all K sets, `set × numel` for one set of them."""
-    if base.shape != out.shape or base.dim() != 1 or base.dtype != out.dtype or base.device != out.device:
-        raise ValueError("refresh_into takes two flat tensors of one size, dtype and device")
+    flat = base.dim() == 1 and base.stride(0) == 1 and out.stride(0) == 1
+    if not flat or base.shape != out.shape or base.dtype != out.dtype or base.device != out.device:
+        raise ValueError("refresh_into takes two flat contiguous tensors of one size, dtype and device")
     if start < 0:
         raise ValueError("refresh_into: the first element's index cannot be negative")
     n = base.numel()

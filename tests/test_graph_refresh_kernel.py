@@ -126,6 +126,8 @@ def test_a_refresh_refuses_buffers_that_do_not_match():
     ones = torch.ones(8)
     with pytest.raises(ValueError, match="one size, dtype and device"):
         refresh_into(ones, torch.empty(8, dtype=torch.float16), 1, 0, REFRESH_LOW, REFRESH_HIGH)
+    with pytest.raises(ValueError, match="flat contiguous"):
+        refresh_into(ones, torch.empty(16)[::2], 1, 0, REFRESH_LOW, REFRESH_HIGH)
     with pytest.raises(ValueError, match="cannot be negative"):
         refresh_into(ones, torch.empty(8), 1, -8, REFRESH_LOW, REFRESH_HIGH)
 

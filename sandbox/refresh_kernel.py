@@ -114,6 +114,8 @@ def refresh_into(base: torch.Tensor, out: torch.Tensor, seed: int, start: int, l
         raise ValueError("refresh_into takes two flat contiguous tensors of one size, dtype and device")
     if start < 0:
         raise ValueError("refresh_into: the first element's index cannot be negative")
+    if base.device.type != "cuda" and isinstance(_refresh, triton.runtime.JITFunction):
+        raise ValueError("refresh_into: the refresh kernel runs on CUDA tensors (CPU ones under TRITON_INTERPRET=1)")
     n = base.numel()
     if n == 0:
         return

@@ -740,12 +740,14 @@ def test_the_judge_rebuilds_every_set_bitwise_in_every_refreshable_dtype(dtype):
 
     from sandbox.graph_burst import StackedInputs, refreshable, refreshed_set
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the refresh is a Triton kernel
+
     def make(seed):
         gen = torch.Generator().manual_seed(seed)
         return {
-            "a": torch.randn(30, 50, generator=gen).to(getattr(torch, dtype)),
-            "b": torch.randn(25, 60, generator=gen).to(getattr(torch, dtype)).t(),
-            "i": torch.randint(0, 9, (4,), generator=gen),
+            "a": torch.randn(30, 50, generator=gen).to(device, getattr(torch, dtype)),
+            "b": torch.randn(25, 60, generator=gen).to(device, getattr(torch, dtype)).t(),
+            "i": torch.randint(0, 9, (4,), generator=gen).to(device),
         }
 
     seeds = [11, 12, 13, 14, 15, 16, 17]
@@ -768,7 +770,7 @@ def test_the_judge_rebuilds_one_set_of_a_burst_too_large_to_hold():
     from sandbox.graph_burst import REFRESH_HIGH, REFRESH_LOW, refreshed_set
     from sandbox.refresh_kernel import refresh_into
 
-    calls, x = 1 << 20, torch.linspace(-2, 2, 5_000)
+    calls, x = 1 << 20, torch.linspace(-2, 2, 5_000, device="cuda" if torch.cuda.is_available() else "cpu")
     judged = refreshed_set({"x": x}, calls - 1, calls, 9)["x"]
     expected = torch.empty_like(x)
     refresh_into(x, expected, 9, (calls - 1) * x.numel(), REFRESH_LOW, REFRESH_HIGH)

@@ -74,10 +74,10 @@ def v2_ancestry() -> list[dict]:
     placement is found)."""
     with open("/proc/self/cgroup") as fh:
         path = next((line.rstrip("\n")[3:] for line in fh if line.startswith("0::")), None)
-    mount = next(((root, point) for root, point, kind, _ in memory_cgroup._mounts() if kind == "cgroup2"), None)
+    mount = next(((root, point) for root, point, kind, _ in memory_cgroup.cgroup_mounts() if kind == "cgroup2"), None)
     if path is None or mount is None:
         return [{"error": f"no cgroup2 membership ({path}) or mount ({mount})"}]
-    directory = memory_cgroup._own_dir(mount[1], mount[0], path)
+    directory = memory_cgroup.own_cgroup_dir(mount[1], mount[0], path)
     rows = []
     while directory is not None:
         row: dict = {"path": str(directory)}

@@ -74,7 +74,7 @@ def _mem_total() -> int:
     return 0
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     """A process's start time (clock ticks since boot): with its pid, it names one process ever."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -93,7 +93,7 @@ class Hierarchy:
     note: str = ""
 
 
-def _mounts() -> list[tuple[str, Path, str, set[str]]]:
+def cgroup_mounts() -> list[tuple[str, Path, str, set[str]]]:
     """(root within its hierarchy, mount point, fs type, super options) of each cgroup mount."""
     found = []
     with open("/proc/self/mountinfo") as fh:
@@ -105,7 +105,7 @@ def _mounts() -> list[tuple[str, Path, str, set[str]]]:
     return found
 
 
-def _own_dir(mount: Path, root: str, path: str) -> Path | None:
+def own_cgroup_dir(mount: Path, root: str, path: str) -> Path | None:
     """This process's cgroup directory under `mount` (None when it lies outside what is mounted there)."""
     relative = os.path.relpath(path, root)
     if relative.startswith(".."):
@@ -147,7 +147,7 @@ class V2Placement:
 
 def server_cgroup_name(pid: int) -> str:
     """The name of a server's own cgroup: with its start time, it names one process ever."""
-    return f"atrex-server-{pid}-{_start_ticks(pid) or 0}"
+    return f"atrex-server-{pid}-{start_ticks(pid) or 0}"
 
 
 def place_v2(mount: Path, own: Path, pid: int) -> V2Placement | str:
@@ -203,7 +203,7 @@ def _mkdir_open(parent: Path, name: str) -> int:
         os.close(parent_fd)
 
 
-def _apply_v2(place: V2Placement) -> Hierarchy | str:
+def apply_v2(place: V2Placement) -> Hierarchy | str:
     """Carry out `place`: make the server's own cgroup or leaf, enable memory for the worker cgroups."""
     if place.ancestor is not None:
         try:
@@ -217,7 +217,7 @@ def _apply_v2(place: V2Placement) -> Hierarchy | str:
             _write(base_fd, "cgroup.subtree_control", "+memory")
         except OSError as exc:
             os.close(base_fd)
-            _remove_server_cgroup(place.ancestor, place.base.name)
+            remove_server_cgroup(place.ancestor, place.base.name)
             return (
                 f"cgroup v2: {place.why}, and memory cannot be enabled for the children of {place.base}, "
                 f"a cgroup of this server's own under {place.ancestor}: {exc.strerror}"
@@ -242,7 +242,7 @@ def _apply_v2(place: V2Placement) -> Hierarchy | str:
 def _detect() -> Hierarchy | str:
     """The hierarchy worker cgroups go in here, or why there is none."""
     try:
-        mounts = _mounts()
+        mounts = cgroup_mounts()
         with open("/proc/self/cgroup") as fh:
             memberships = [line.rstrip("\n").split(":", 2) for line in fh if line.count(":") >= 2]
     except OSError as exc:
@@ -254,14 +254,14 @@ def _detect() -> Hierarchy | str:
         found: Hierarchy | str
         try:
             if kind == "cgroup2" and v2_path is not None:
-                own = _own_dir(mount, root, v2_path)
+                own = own_cgroup_dir(mount, root, v2_path)
                 if own is None:
                     found = f"this process's cgroup {v2_path} is not below the cgroup2 mount {mount}"
                 else:
                     place = place_v2(mount, own, os.getpid())
-                    found = place if isinstance(place, str) else _apply_v2(place)
+                    found = place if isinstance(place, str) else apply_v2(place)
             elif kind == "cgroup" and "memory" in options and v1_path is not None:
-                base = _own_dir(mount, root, v1_path)
+                base = own_cgroup_dir(mount, root, v1_path)
                 found = Hierarchy(1, base) if base is not None and base.is_dir() else f"no v1 memory cgroup at {mount}"
             else:
                 continue
@@ -296,7 +296,7 @@ def hierarchy() -> Hierarchy | str:
 def _give_up(found: Hierarchy, why: str) -> str:
     """Remove the server's own cgroup, where one was made for `found`, and say why there is no cap."""
     if _SERVER_NAME.fullmatch(found.base.name):
-        _remove_server_cgroup(found.base.parent, found.base.name)
+        remove_server_cgroup(found.base.parent, found.base.name)
     return f"cgroup v{found.version}: {why}" + (f" (placed there because {found.note})" if found.note else "")
 
 
@@ -344,7 +344,7 @@ class MemoryCgroup:
         """A new cgroup capped at `limit` bytes (OSError: it could not be made or capped; nothing is left)."""
         with _counter_lock:
             number = next(_counter)
-        name = f"atrex-worker-{os.getpid()}-{_start_ticks(os.getpid()) or 0}-{number}"
+        name = f"atrex-worker-{os.getpid()}-{start_ticks(os.getpid()) or 0}-{number}"
         base_fd = os.open(hierarchy.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.mkdir(name, 0o755, dir_fd=base_fd)
@@ -492,7 +492,7 @@ def sweep_stale(found: Hierarchy) -> list[str]:
         ancestor = found.base.parent
         for name in _stale(ancestor, _SERVER_NAME):
             inside = [f"{name}/{worker}" for worker in _worker_names(ancestor / name)]
-            if _remove_server_cgroup(ancestor, name):
+            if remove_server_cgroup(ancestor, name):
                 removed += [*inside, name]
     return removed
 
@@ -506,7 +506,7 @@ def _stale(directory: Path, pattern: re.Pattern[str]) -> list[str]:
     return [
         name
         for name in names
-        if (match := pattern.fullmatch(name)) is not None and _start_ticks(int(match[1])) != int(match[2])
+        if (match := pattern.fullmatch(name)) is not None and start_ticks(int(match[1])) != int(match[2])
     ]
 
 
@@ -531,10 +531,10 @@ def _remove(parent: Path, name: str, version: int = 2) -> bool:
 def _remove_own_server_cgroup(pid: int, ancestor: Path, name: str) -> None:
     """At exit, remove the server cgroup this process made (not from a forked copy of it)."""
     if os.getpid() == pid:
-        _remove_server_cgroup(ancestor, name)
+        remove_server_cgroup(ancestor, name)
 
 
-def _remove_server_cgroup(ancestor: Path, name: str) -> bool:
+def remove_server_cgroup(ancestor: Path, name: str) -> bool:
     """Remove the server cgroup `ancestor/name`: every worker cgroup in it, then itself."""
     base = ancestor / name
     workers_gone = all([_remove(base, worker) for worker in _worker_names(base)])

@@ -64,7 +64,7 @@ def test_a_shared_cgroup_sends_the_worker_cgroups_to_a_server_cgroup_beside_it(t
     place = place_v2(mount, own, PID)
     assert isinstance(place, V2Placement), place
     assert (place.base, place.ancestor, place.enable, place.leaf) == (api / server_cgroup_name(PID), api, True, False)
-    assert place.base.name == f"atrex-server-{PID}-{memory_cgroup._start_ticks(PID)}"
+    assert place.base.name == f"atrex-server-{PID}-{memory_cgroup.start_ticks(PID)}"
     assert f"{own} holds other processes than this server" in place.note
     assert f"made under {api}" in place.note and "a sibling of the server's cgroup" in place.note
 
@@ -102,7 +102,7 @@ def test_a_server_cgroup_that_cannot_be_set_up_is_removed_and_named(tmp_path):
     mount, api, own = _tree(tmp_path)
     place = place_v2(mount, own, PID)
     assert isinstance(place, V2Placement)
-    reason = memory_cgroup._apply_v2(place)
+    reason = memory_cgroup.apply_v2(place)
     assert reason == (
         f"cgroup v2: {own} holds other processes than this server, so its children cannot get the memory "
         f"controller, and memory cannot be enabled for the children of {place.base}, a cgroup of this server's "
@@ -121,7 +121,7 @@ def test_server_cgroups_of_servers_no_longer_running_are_swept(tmp_path):
     _mount, api, _own = _tree(tmp_path)
     ours = api / server_cgroup_name(PID)
     ours.mkdir()
-    live_worker = ours / f"atrex-worker-{PID}-{memory_cgroup._start_ticks(PID)}-0"
+    live_worker = ours / f"atrex-worker-{PID}-{memory_cgroup.start_ticks(PID)}-0"
     live_worker.mkdir()
     dead = _dead_pid()
     stale = api / f"atrex-server-{dead}-7"
@@ -174,5 +174,5 @@ def test_a_dead_servers_cgroup_is_emptied_and_removed_in_a_real_tree():
     finally:
         for leftover in (stale.base, ours.base):
             if leftover.exists():
-                memory_cgroup._remove_server_cgroup(leftover.parent, leftover.name)
+                memory_cgroup.remove_server_cgroup(leftover.parent, leftover.name)
     assert not ours.base.exists()

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from sandbox.process_tree import start_ticks
+
 STARTUP_MEMORY_BYTES = 8 << 30  # torch, a CUDA context (a few GiB of host memory), Triton's compilers, pinned staging
 _NAME = re.compile(r"atrex-worker-(\d+)-(\d+)-\d+")
 _SERVER_NAME = re.compile(r"atrex-server-(\d+)-(\d+)")
@@ -64,23 +66,8 @@ def default_cap(host_memory_bytes: int) -> int:
 
 
 def _mem_total() -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def start_ticks(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot): with its pid, it names one process ever."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+    """The machine's memory (sysinfo's totalram, what /proc/meminfo calls MemTotal)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,12 @@ def parent_of(pid: int) -> int | None:
     return None if fields is None else int(fields[1])
 
 
+def start_ticks(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot): with its pid, it names one process ever."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
 def ending(pid: int) -> bool:
     """A zombie, or gone: its descriptors are closed (and /proc shows them as root's)."""
     fields = _stat_fields(pid)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import memory_cgroup
+from sandbox import memory_cgroup, process_tree
 from sandbox.memory_cgroup import Hierarchy, V2Placement, place_v2, server_cgroup_name
 
 PID = os.getpid()
@@ -64,7 +64,7 @@ def test_a_shared_cgroup_sends_the_worker_cgroups_to_a_server_cgroup_beside_it(t
     place = place_v2(mount, own, PID)
     assert isinstance(place, V2Placement), place
     assert (place.base, place.ancestor, place.enable, place.leaf) == (api / server_cgroup_name(PID), api, True, False)
-    assert place.base.name == f"atrex-server-{PID}-{memory_cgroup.start_ticks(PID)}"
+    assert place.base.name == f"atrex-server-{PID}-{process_tree.start_ticks(PID)}"
     assert f"{own} holds other processes than this server" in place.note
     assert f"made under {api}" in place.note and "a sibling of the server's cgroup" in place.note
 
@@ -121,7 +121,7 @@ def test_server_cgroups_of_servers_no_longer_running_are_swept(tmp_path):
     _mount, api, _own = _tree(tmp_path)
     ours = api / server_cgroup_name(PID)
     ours.mkdir()
-    live_worker = ours / f"atrex-worker-{PID}-{memory_cgroup.start_ticks(PID)}-0"
+    live_worker = ours / f"atrex-worker-{PID}-{process_tree.start_ticks(PID)}-0"
     live_worker.mkdir()
     dead = _dead_pid()
     stale = api / f"atrex-server-{dead}-7"

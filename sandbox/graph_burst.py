@@ -14,11 +14,13 @@ judge fetches after the replay anyway, and that fails its comparison with the re
 
 The input sets the graph reads are refreshed inside the timed window, before the replay, from a
 seed that arrives with the replay request (`StackedInputs.refresh`): every floating-point input
-is multiplied element by element by a seeded draw from U(REFRESH_LOW, REFRESH_HIGH), made on the
-device. The worker cannot know the inputs, and so the outputs, before the judge's clock runs.
-Each such input's K sets live in one buffer, so a refresh is two launches per input whatever K
-is; the judge measures the same refresh on buffers of the same sizes and takes it off the wall.
-Integer inputs (indices, tables, lengths) and fp8 payloads keep their captured values.
+is multiplied element by element by a factor in [REFRESH_LOW, REFRESH_HIGH], a counter-based hash
+of the seed and the element's index computed on the device (sandbox.refresh_kernel). The worker
+cannot know the inputs, and so the outputs, before the judge's clock runs. Each such input's K
+sets live in one buffer, so a refresh is one launch per input whatever K is, reading the pristine
+copy and writing the live buffer once; the judge measures the same refresh on buffers of the same
+sizes and takes it off the wall. Integer inputs (indices, tables, lengths) and fp8 payloads keep
+their captured values.
 
 A forward that cannot be captured (a host synchronisation such as `.item()`, an allocation the
 capture refuses, a CPU device) makes the burst uncapturable: the reason goes back as data and
@@ -122,16 +124,6 @@ def _dense(t: torch.Tensor) -> bool:
     return True
 
 
-def draw(generator: torch.Generator, buffer: torch.Tensor) -> torch.Tensor:
-    """The refresh's factors, written into `buffer` (shared by the worker and the judge, which
-    must draw the same numbers in the same order)."""
-    return buffer.uniform_(REFRESH_LOW, REFRESH_HIGH, generator=generator)
-
-
-def generator(seed: int, device: str | torch.device) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(seed)
-
-
 @dataclass
 class StackedInputs:
     """K input sets whose refreshable tensors are views of one flat buffer per input (`live`),
@@ -169,13 +161,14 @@ class StackedInputs:
         return cls(sets=sets, live=list(live.values()), base=[b.clone() for b in live.values()])
 
     def refresh(self, seed: int) -> None:
-        """Every refreshable input of every set := its pristine value × a factor drawn from `seed`
-        on the device: two launches per input, whatever K is."""
-        if not self.live:
-            return
-        gen = generator(seed, self.live[0].device)
+        """Every refreshable input of every set := its pristine value × the factor of `seed` and
+        of its index in the K-set buffer: one fused pass per input (read `base`, write `live`),
+        whatever K is, where a generator's draw and a multiply made four. The judge rebuilds
+        one set from its own index range (`refreshed_set`)."""
+        from sandbox.refresh_kernel import refresh_into  # Triton: imported where the refresh runs
+
         for live, base in zip(self.live, self.base):
-            draw(gen, live).mul_(base)
+            refresh_into(base, live, seed, 0, REFRESH_LOW, REFRESH_HIGH)
 
 
 def _layout(t: torch.Tensor) -> tuple[Any, ...]:
@@ -189,20 +182,26 @@ def set_view(buffer: torch.Tensor, index: int, like: torch.Tensor) -> torch.Tens
 
 def refreshed_set(inputs: dict[str, Any], index: int, calls: int, seed: int) -> dict[str, Any]:
     """Input set `index` of a K = `calls` burst as the refresh of `seed` leaves it, from that set
-    as made from its own seed: the judge's copy of what the replay read. The factors are drawn
-    for all K sets, in the worker's order and sizes, since a device generator's numbers depend
-    on the size of the draw; set `index`'s slice multiplies the set."""
+    as made from its own seed: the judge's copy of what the replay read, bit for bit. The factor
+    of an element depends on the seed and its index in the K-set buffer alone, so only this set's
+    range (from `index` × numel) is computed: no K sets of factors in the judge's memory. The
+    refreshed tensor keeps the set's strides, as the worker's view of its slot does."""
+    if not 0 <= index < calls:
+        raise ValueError(f"set {index} is not one of the burst's {calls}")
+    from sandbox.refresh_kernel import refresh_into  # Triton: imported where the refresh runs
+
     out = dict(inputs)
-    names = [name for name, t in inputs.items() if refreshable(t)]
-    if not names:
-        return out
-    gen = generator(seed, inputs[names[0]].device)
-    for name in names:
-        t = inputs[name]
-        factors = draw(gen, torch.empty(calls * t.numel(), dtype=t.dtype, device=t.device))
-        out[name] = t * set_view(factors, index, t)
-        del factors
+    for name, t in inputs.items():
+        if refreshable(t):
+            refreshed = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+            refresh_into(_flat(t), _flat(refreshed), seed, index * t.numel(), REFRESH_LOW, REFRESH_HIGH)
+            out[name] = refreshed
     return out
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """A dense tensor's elements in storage order, as its slot of a K-set buffer holds them."""
+    return t.as_strided((t.numel(),), (1,), t.storage_offset())
 
 
 @dataclass
@@ -223,13 +222,15 @@ def capture(
     model: Any, inputs: StackedInputs, device: str, *, sync: Any, no_grad: Any = torch.no_grad
 ) -> GraphBurst | str:
     """A GraphBurst of one forward per input set, or why it could not be captured (a string).
-    The first set runs once on a side stream before the capture, as torch asks (lazy state,
-    the allocator), so the capture records only kernel launches."""
+    The refresh runs once first, so its kernel is compiled here and not in the first replay's
+    window. The first set runs once on a side stream before the capture, as torch asks (lazy
+    state, the allocator), so the capture records only kernel launches."""
     if device != "cuda":
         return "no CUDA graphs on this device"
     sets = inputs.sets
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
     try:
+        inputs.refresh(0)  # what it leaves in the live buffers does not matter: each replay refreshes from `base`
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), no_grad():

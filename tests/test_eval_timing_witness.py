@@ -171,7 +171,7 @@ def test_a_worker_cannot_name_a_verdict_of_the_judges_stages(claimed):
 # -- the graph burst (timing_witness.judge_graph, graph_calls, unwitnessed) -------------------------
 # A replay of a graph of K forwards is device time: no launch, no host window to subtract.
 # A ~60 µs round trip, as recorded on the H200; the batched fingerprints (a share of two launches and
-# a few reads of the output per call) assumed at ~1.5 µs per call. The input refresh (two launches per
+# a few reads of the output per call) assumed at ~1.5 µs per call. The input refresh (one launch per
 # float input, whatever K is) is assumed at ~30 µs, ±10 µs.
 
 
@@ -729,6 +729,54 @@ def test_the_judge_rebuilds_any_set_of_the_refresh_bitwise():
     for k, seed in enumerate(seeds):
         judged = refreshed_set(_make_inputs(seed), k, len(seeds), 1234)
         assert torch.equal(judged["x"], stacked.sets[k]["x"]) and torch.equal(judged["idx"], stacked.sets[k]["idx"])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
+def test_the_judge_rebuilds_every_set_bitwise_in_every_refreshable_dtype(dtype):
+    """Sets of 1,500 elements, so most start mid-way through the kernel's blocks, one of them
+    transposed: each set the judge rebuilds on its own is the worker's, bit for bit, and only
+    its float inputs moved."""
+    import torch
+
+    from sandbox.graph_burst import StackedInputs, refreshable, refreshed_set
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the refresh is a Triton kernel
+
+    def make(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return {
+            "a": torch.randn(30, 50, generator=gen).to(device, getattr(torch, dtype)),
+            "b": torch.randn(25, 60, generator=gen).to(device, getattr(torch, dtype)).t(),
+            "i": torch.randint(0, 9, (4,), generator=gen).to(device),
+        }
+
+    seeds = [11, 12, 13, 14, 15, 16, 17]
+    stacked = StackedInputs.stack(make, seeds)
+    assert all(refreshable(stacked.sets[0][name]) for name in "ab")
+    stacked.refresh(2**31 - 2)
+    for k in (0, 2, 3, 6):
+        judged = refreshed_set(make(seeds[k]), k, len(seeds), 2**31 - 2)
+        for name, worker_value in stacked.sets[k].items():
+            assert torch.equal(judged[name], worker_value), (k, name)
+            assert judged[name].stride() == worker_value.stride()
+        assert not torch.equal(judged["a"], make(seeds[k])["a"]) and torch.equal(judged["i"], make(seeds[k])["i"])
+
+
+def test_the_judge_rebuilds_one_set_of_a_burst_too_large_to_hold():
+    """Only the chosen set's index range is refreshed: set 2^20 − 1 of a (hypothetical) burst of
+    2^20 sets of 5,000 elements starts past 2^32, and no K-set buffer is made to rebuild it."""
+    import torch
+
+    from sandbox.graph_burst import REFRESH_HIGH, REFRESH_LOW, refreshed_set
+    from sandbox.refresh_kernel import refresh_into
+
+    calls, x = 1 << 20, torch.linspace(-2, 2, 5_000, device="cuda" if torch.cuda.is_available() else "cpu")
+    judged = refreshed_set({"x": x}, calls - 1, calls, 9)["x"]
+    expected = torch.empty_like(x)
+    refresh_into(x, expected, 9, (calls - 1) * x.numel(), REFRESH_LOW, REFRESH_HIGH)
+    assert torch.equal(judged, expected) and not torch.equal(judged, refreshed_set({"x": x}, 0, calls, 9)["x"])
+    with pytest.raises(ValueError, match="not one of the burst's"):
+        refreshed_set({"x": x}, calls, calls, 9)
 
 
 def test_the_refresh_keeps_strides_and_skips_fp8_and_integers():

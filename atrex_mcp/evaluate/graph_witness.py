@@ -96,7 +96,7 @@ def refresh_s(inputs: dict[str, Any], calls: int) -> tuple[float, float]:
     """(median, spread) of REFRESH_CALIBRATIONS refreshes, timed on this process's clock from
     one synchronisation to the next, of K = `calls` sets of buffers shaped like `inputs`' refreshable
     tensors: the refresh the worker does inside the replay's window, launches included. One
-    refresh runs untimed first (the generator's and kernels' first use). The spread is how much
+    refresh runs untimed first (the refresh kernel's compilation). The spread is how much
     slower than the median one was: a worker refresh that slow leaves the witness that much
     too high, the direction that could fail an honest kernel."""
     live = [torch.ones(calls * t.numel(), dtype=t.dtype, device=t.device) for t in inputs.values() if refreshable(t)]

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from sandbox.fingerprint_kernel import row_word_sums_into
 from sandbox.handoff import flat_bytes, output_items, output_tensors
 
 FINGERPRINT_CHUNK_BYTES = 16 << 20  # one stacked chunk of outputs: fits the L2 it is written to and read back from
@@ -62,7 +63,8 @@ def fingerprints_into(outputs: list[Any], prints: torch.Tensor, chunk_bytes: int
     the j-th tensors of up to `chunk_bytes // their bytes` consecutive outputs of one shape and
     dtype are stacked (one copy) and summed row by row (one reduction); a tensor larger than half
     a chunk is summed where it lies. A reduction per call cost more than a small kernel itself
-    in the graph; this costs a share of two launches and ~3 reads of the output per call."""
+    in the graph; this costs a share of three launches (stack, memset, sum) and ~3 reads of the
+    output per call, the sum at full bandwidth on a GPU (sandbox.fingerprint_kernel)."""
     columns = [output_tensors(out) for out in outputs]
     for j in range(prints.shape[1]):
         tensors = [column[j] for column in columns]
@@ -71,12 +73,20 @@ def fingerprints_into(outputs: list[Any], prints: torch.Tensor, chunk_bytes: int
             n = _chunk(tensors, i, chunk_bytes)
             if n == 1:
                 flat = flat_bytes(tensors[i])
-                words = _words(flat if flat.storage_offset() % 4 == 0 else flat.clone())
-                torch.sum(words, dim=0, dtype=torch.int64, out=prints[i, j])
+                rows = (flat if flat.storage_offset() % 4 == 0 else flat.clone()).view(1, -1)
             else:
                 rows = torch.stack([t.detach() for t in tensors[i : i + n]]).reshape(n, -1).view(torch.uint8)
-                torch.sum(_words(rows), dim=1, dtype=torch.int64, out=prints[i : i + n, j])
+            _row_sums(_words(rows), prints[i : i + n, j])
             i += n
+
+
+def _row_sums(rows: torch.Tensor, out: torch.Tensor) -> None:
+    """`out := Σ` of each row: the fingerprint kernel's one read of the words on a GPU, torch's
+    sum elsewhere (and for rows of bytes that fill no words); the same exact integers either way."""
+    if rows.is_cuda and rows.dtype == torch.int32:
+        row_word_sums_into(rows.contiguous(), out)
+    else:
+        torch.sum(rows, dim=1, dtype=torch.int64, out=out)
 
 
 def _chunk(tensors: list[torch.Tensor], start: int, chunk_bytes: int) -> int:

@@ -531,9 +531,10 @@ def test_the_calibration_fingerprints_distinct_copies_of_the_output_as_the_worke
     assert all(row.tolist() == fingerprint(output).tolist() for row in prints)
 
 
-def test_the_refresh_calibration_is_warm_and_its_spread_is_the_slow_side_of_the_median(monkeypatch):
-    """The first refresh (first use of the generator and kernels) is not timed; the spread is
-    max − median, how far a slow refresh in the worker could push the witness up."""
+def test_the_refresh_calibration_is_warm_and_its_spread_is_the_upper_quartile_over_the_median(monkeypatch):
+    """The first refresh (first use of the kernel) is not timed; the spread is the upper quartile
+    less the median, how far a slow refresh in the worker could push the witness up, which one
+    hiccup (the 4.0 below) does not widen."""
     import torch
 
     from atrex_mcp.evaluate import graph_witness
@@ -545,7 +546,7 @@ def test_the_refresh_calibration_is_warm_and_its_spread_is_the_slow_side_of_the_
     monkeypatch.setattr(graph_witness.time, "perf_counter", lambda: next(walls))
     median, spread = graph_witness.refresh_s({"x": torch.ones(4), "i": torch.arange(3)}, calls=8)
     assert len(refreshes) == graph_witness.REFRESH_CALIBRATIONS + 1  # one untimed first
-    assert median == pytest.approx(1.2) and spread == pytest.approx(4.0 - 1.2)
+    assert median == pytest.approx(1.2) and spread == pytest.approx(1.5 - 1.2)
 
 
 # -- graph_witness.run's protocol, with a scripted worker (the GPU run is measurements/forged_timing_gpu.py) --

@@ -1,6 +1,6 @@
 """Row sums of 32-bit words into int64, in one read of the words (sandbox.graph_burst's fingerprints).
 
-    out[r] = Σ_j rows[r, j]    (rows int32, out int64: exact, so any grouping gives the same sum)
+    out[r] += Σ_j rows[r, j]    (rows int32, out int64: exact, so any grouping gives the same sum)
 
 Each program sums one block of a row in int64 and adds it to `out[r]` atomically; integer addition
 is associative, so the order the blocks land in changes nothing and the worker's graph and the
@@ -29,19 +29,19 @@ def _row_sums(rows_ptr, out_ptr, width, BLOCK: tl.constexpr):
     tl.atomic_add(out_ptr + row, tl.sum(words.to(tl.int64), axis=0))
 
 
-def row_word_sums_into(rows: torch.Tensor, out: torch.Tensor) -> None:
-    """`out[r] := Σ rows[r, :]` for a contiguous 2-D int32 `rows` and a contiguous 1-D int64 `out`
-    of one length on one CUDA device (CPU tensors under TRITON_INTERPRET=1): a memset and one
-    launch, both capturable in a CUDA graph."""
+def add_row_word_sums(rows: torch.Tensor, out: torch.Tensor) -> None:
+    """`out[r] += Σ rows[r, :]` for a contiguous 2-D int32 `rows` and a contiguous 1-D int64 `out`
+    of one length on one CUDA device (CPU tensors under TRITON_INTERPRET=1): one launch,
+    capturable in a CUDA graph. Adding, not assigning, lets a caller with many rows to sum zero
+    all their sums in one memset rather than one per launch."""
     if rows.dim() != 2 or rows.dtype != torch.int32 or not rows.is_contiguous():
-        raise ValueError("row_word_sums_into takes a contiguous 2-D int32 tensor of words")
+        raise ValueError("add_row_word_sums takes a contiguous 2-D int32 tensor of words")
     if out.dim() != 1 or out.dtype != torch.int64 or not out.is_contiguous() or out.shape[0] != rows.shape[0]:
-        raise ValueError("row_word_sums_into writes a contiguous 1-D int64 tensor with one sum per row")
+        raise ValueError("add_row_word_sums adds into a contiguous 1-D int64 tensor with one sum per row")
     if rows.device != out.device:
-        raise ValueError("row_word_sums_into: the words and the sums must be on one device")
+        raise ValueError("add_row_word_sums: the words and the sums must be on one device")
     if rows.device.type != "cuda" and isinstance(_row_sums, triton.runtime.JITFunction):
-        raise ValueError("row_word_sums_into runs on CUDA tensors (CPU ones under TRITON_INTERPRET=1)")
-    out.zero_()
+        raise ValueError("add_row_word_sums runs on CUDA tensors (CPU ones under TRITON_INTERPRET=1)")
     height, width = rows.shape
     if height == 0 or width == 0:
         return

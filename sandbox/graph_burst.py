@@ -34,10 +34,11 @@ from typing import Any
 
 import torch
 
-from sandbox.fingerprint_kernel import row_word_sums_into
+from sandbox.fingerprint_kernel import add_row_word_sums
 from sandbox.handoff import flat_bytes, output_items, output_tensors
 
-FINGERPRINT_CHUNK_BYTES = 16 << 20  # one stacked chunk of outputs: fits the L2 it is written to and read back from
+FINGERPRINT_CHUNK_BYTES = 4 << 20  # one stacked chunk of outputs (fits the L2 it is written to and read back
+# from); an output over half of it is summed where it lies, one read instead of a copy's two and the sum's one
 
 
 def fingerprint(value: Any) -> torch.Tensor:
@@ -63,9 +64,10 @@ def fingerprints_into(outputs: list[Any], prints: torch.Tensor, chunk_bytes: int
     the j-th tensors of up to `chunk_bytes // their bytes` consecutive outputs of one shape and
     dtype are stacked (one copy) and summed row by row (one reduction); a tensor larger than half
     a chunk is summed where it lies. A reduction per call cost more than a small kernel itself
-    in the graph; this costs a share of three launches (stack, memset, sum) and ~3 reads of the
+    in the graph; this costs a share of two launches (stack, sum) and of one memset and ~3 reads of the
     output per call, the sum at full bandwidth on a GPU (sandbox.fingerprint_kernel)."""
     columns = [output_tensors(out) for out in outputs]
+    prints.zero_()  # one memset for all the sums; each launch below adds its rows' into theirs
     for j in range(prints.shape[1]):
         tensors = [column[j] for column in columns]
         i = 0
@@ -81,12 +83,12 @@ def fingerprints_into(outputs: list[Any], prints: torch.Tensor, chunk_bytes: int
 
 
 def _row_sums(rows: torch.Tensor, out: torch.Tensor) -> None:
-    """`out := Σ` of each row: the fingerprint kernel's one read of the words on a GPU, torch's
+    """`out += Σ` of each row: the fingerprint kernel's one read of the words on a GPU, torch's
     sum elsewhere (and for rows of bytes that fill no words); the same exact integers either way."""
     if rows.is_cuda and rows.dtype == torch.int32:
-        row_word_sums_into(rows.contiguous(), out)
+        add_row_word_sums(rows.contiguous(), out)
     else:
-        torch.sum(rows, dim=1, dtype=torch.int64, out=out)
+        out += torch.sum(rows, dim=1, dtype=torch.int64)
 
 
 def _chunk(tensors: list[torch.Tensor], start: int, chunk_bytes: int) -> int:

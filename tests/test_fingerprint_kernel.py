@@ -1,5 +1,5 @@
-"""The fingerprints' row-sum kernel (sandbox.fingerprint_kernel): exact int64 sums of int32 words,
-whatever the width, the values or what the output buffer held before; on a GPU, inside a CUDA
+"""The fingerprints' row-sum kernel (sandbox.fingerprint_kernel): exact int64 sums of int32 words
+added to what the sums held, whatever the width or the values; on a GPU, inside a CUDA
 graph, the numbers the judge computes on the output it fetches. On CPU the kernel runs through
 Triton's interpreter (tests/conftest.py)."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sandbox.fingerprint_kernel import BLOCK, row_word_sums_into
+from sandbox.fingerprint_kernel import BLOCK, add_row_word_sums
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -22,24 +22,24 @@ def test_each_row_sum_is_the_exact_int64_sum_of_its_words(width):
     words[1, :] = INT32_MAX  # a row whose sum leaves int32 many times over
     words[2, : width // 2] = INT32_MIN
     rows = torch.from_numpy(words).to(DEVICE)
-    out = torch.full((3,), 12345, dtype=torch.int64, device=DEVICE)  # what a previous replay left
-    row_word_sums_into(rows, out)
-    assert out.cpu().tolist() == [int(v) for v in words.astype(np.int64).sum(axis=1)]
+    out = torch.full((3,), 12345, dtype=torch.int64, device=DEVICE)  # the sums are added to what is there
+    add_row_word_sums(rows, out)
+    assert out.cpu().tolist() == [12345 + int(v) for v in words.astype(np.int64).sum(axis=1)]
 
 
-def test_empty_rows_sum_to_zero_and_bad_buffers_are_refused():
+def test_empty_rows_add_nothing_and_bad_buffers_are_refused():
     out = torch.ones(2, dtype=torch.int64, device=DEVICE)
-    row_word_sums_into(torch.empty((2, 0), dtype=torch.int32, device=DEVICE), out)
-    assert out.cpu().tolist() == [0, 0]
+    add_row_word_sums(torch.empty((2, 0), dtype=torch.int32, device=DEVICE), out)
+    assert out.cpu().tolist() == [1, 1]
     words = torch.zeros((2, 4), dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match="2-D int32"):
-        row_word_sums_into(words.float(), out)
+        add_row_word_sums(words.float(), out)
     with pytest.raises(ValueError, match="2-D int32"):
-        row_word_sums_into(words.t(), out[:1])
+        add_row_word_sums(words.t(), out[:1])
     with pytest.raises(ValueError, match="one sum per row"):
-        row_word_sums_into(words, torch.zeros(3, dtype=torch.int64, device=DEVICE))
+        add_row_word_sums(words, torch.zeros(3, dtype=torch.int64, device=DEVICE))
     with pytest.raises(ValueError, match="one sum per row"):
-        row_word_sums_into(words, torch.zeros(2, dtype=torch.int32, device=DEVICE))
+        add_row_word_sums(words, torch.zeros(2, dtype=torch.int32, device=DEVICE))
 
 
 @pytest.mark.gpu

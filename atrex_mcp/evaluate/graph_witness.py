@@ -24,7 +24,6 @@ import torch
 from atrex_mcp.evaluate import timing_witness
 from atrex_mcp.evaluate.session import Failure, Session
 from sandbox.graph_burst import (
-    FINGERPRINT_CHUNK_BYTES,
     StackedInputs,
     empty_prints,
     fingerprint,
@@ -36,7 +35,7 @@ from sandbox.handoff import output_tensors
 from sandbox.messages import GraphCaptureRequest, GraphReplayRequest, PingRequest
 
 CALIBRATION_REPLAYS = 3
-CALIBRATION_COPY_BYTES = 16 * FINGERPRINT_CHUNK_BYTES  # distinct outputs the fingerprints' calibration reads: > L2
+CALIBRATION_COPY_BYTES = 256 << 20  # distinct outputs the fingerprints' calibration reads: > L2
 REFRESH_CALIBRATIONS = 7  # refreshes timed here, after one untimed: their median is taken off the wall
 
 

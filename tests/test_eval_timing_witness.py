@@ -24,6 +24,7 @@ from atrex_mcp.evaluate.timing_witness import (
     Witness,
     graph_calls,
     graph_conclusive,
+    graph_dominated,
     graph_slack_ms,
     host_allowance_ms,
     judge,
@@ -252,7 +253,7 @@ def test_where_no_graph_replay_witnesses_the_judges_wall_per_call_is_the_least_t
     assert scored_time_ms(0.0014, None) == 0.0014
 
 
-# -- the evaluator's use of the graph witness (Evaluation.graph_witness, with graph_witness.run stubbed) --
+# -- the evaluator's use of the graph witness (Trial.witness, graph_witness.run and the plain bursts stubbed) --
 
 
 class _Session:
@@ -268,13 +269,22 @@ class _Session:
 
 
 def _decide(monkeypatch, outcome, median_ms, plain, run=None):
-    """The evaluator's verdict with graph_witness.run answering `outcome` (or being `run`)."""
+    """The evaluator's witness on a GPU with graph_witness.run answering `outcome` (or being
+    `run`) and the plain bursts answering `plain`: (the verdict that judged, the result, whether
+    the plain bursts ran)."""
     from types import SimpleNamespace
 
     from atrex_mcp.evaluate import evaluator, graph_witness
     from atrex_mcp.evaluate.models import TimingStats
 
     monkeypatch.setattr(graph_witness, "run", run or (lambda *args: outcome))
+    judged, plain_ran = [], []
+    flag = evaluator._flag_forged
+    monkeypatch.setattr(
+        evaluator,
+        "_flag_forged",
+        lambda result, median, verdict: (judged.append(verdict), flag(result, median, verdict)),
+    )
     result = ShapeResult(
         id="0",
         correct=True,
@@ -291,18 +301,20 @@ def _decide(monkeypatch, outcome, median_ms, plain, run=None):
             covers_side_streams=False,
             sync_gap_ms=0.0,
             wall_s=0.1,
-            witness_floor_ms=plain.floor_ms,
-            witness="host",
         ),
     )
     session = _Session()
-    trial = SimpleNamespace(request=SimpleNamespace(timeout_s=10.0))
-    verdict = evaluator.Trial.graph_witness(trial, session, None, result, median_ms, 1 << 20, plain)
+    trial = SimpleNamespace(
+        request=SimpleNamespace(timeout_s=10.0), cuda=True, graph_fallback=evaluator.Trial.graph_fallback
+    )
+    trial.graph_burst = lambda *args: evaluator.Trial.graph_burst(trial, *args)
+    trial.plain_witness = lambda *args: (plain_ran.append(True), plain)[1]
+    evaluator.Trial.witness(trial, session, None, result, 16, median_ms, 0.0, 1 << 20)
     assert (
         "keep",
         {"sets": [], "burst_done": True},
     ) in session.calls  # the graph and its outputs are dropped in every case
-    return verdict, result
+    return (judged[0] if judged else None), result, bool(plain_ran)
 
 
 def _plain(median_ms: float, floor_ms: float, per_call_ms: float | None = None) -> Witness:
@@ -313,8 +325,8 @@ def _plain(median_ms: float, floor_ms: float, per_call_ms: float | None = None) 
 
 def test_a_captured_graph_sets_the_floor_where_it_is_tighter(monkeypatch):
     graph = judge_graph(0.00067, _graph_wall(0.0067, 300), 300, _graph_cal(300))
-    verdict, result = _decide(monkeypatch, graph, 0.00067, _plain(0.00067, 0.0))
-    assert verdict is graph and verdict.forged
+    verdict, result, plain_ran = _decide(monkeypatch, graph, 0.00067, _plain(0.00067, 0.0))
+    assert verdict is graph and verdict.forged and not plain_ran
     assert result.timing.witness == GRAPH and result.timing.graph_calls == 300
     assert result.timing.witness_floor_ms == result.timing.graph_floor_ms == graph.floor_ms
 
@@ -330,8 +342,8 @@ def test_a_graph_replay_dominated_by_its_input_refresh_is_inconclusive(monkeypat
     assert graph.forged  # what the H200 run showed
     plain = _plain(0.035, 0.01, per_call_ms=0.12)
     assert not graph_conclusive(graph, plain)
-    verdict, result = _decide(monkeypatch, graph, 0.035, plain)
-    assert verdict is plain and not verdict.forged and result.correct
+    verdict, result, plain_ran = _decide(monkeypatch, graph, 0.035, plain)
+    assert plain_ran and verdict is plain and not verdict.forged and result.correct
     assert result.timing.witness == GRAPH and "inconclusive" in result.timing.witness_note
     assert result.timing.clock_ms == max(plain.per_call_ms, graph.floor_ms)  # the least time now
     assert result.timing.graph_subtracted_ms == pytest.approx(graph.subtracted_ms)  # recorded for the next tuning
@@ -349,8 +361,8 @@ def test_a_replay_that_witnessed_plenty_judges_though_the_plain_burst_left_nothi
     graph = judge_graph(0.00042, cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + 1024 * 4.035e-6, 1024, cal)
     plain = _plain(0.00042, 0.0, per_call_ms=0.0)
     assert graph_conclusive(graph, plain) and graph.forged
-    verdict, result = _decide(monkeypatch, graph, 0.00042, plain)
-    assert verdict is graph and verdict.forged and result.timing.clock_ms is None
+    verdict, result, plain_ran = _decide(monkeypatch, graph, 0.00042, plain)
+    assert verdict is graph and verdict.forged and result.timing.clock_ms is None and not plain_ran
 
 
 def test_an_inconclusive_replays_floor_bounds_the_least_time_where_the_plain_burst_left_nothing(monkeypatch):
@@ -358,33 +370,47 @@ def test_an_inconclusive_replays_floor_bounds_the_least_time_where_the_plain_bur
     graph = judge_graph(0.0035, cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + 2 * 0.314e-3, 2, cal)
     plain = _plain(0.0035, 0.0, per_call_ms=0.0)
     assert not graph_conclusive(graph, plain)
-    verdict, result = _decide(monkeypatch, graph, 0.0035, plain)
-    assert verdict is plain and result.timing.clock_ms == graph.floor_ms > 0.09
+    verdict, result, plain_ran = _decide(monkeypatch, graph, 0.0035, plain)
+    assert plain_ran and verdict is plain and result.timing.clock_ms == graph.floor_ms > 0.09
     assert scored_time_ms(0.0035, result.timing.clock_ms) == graph.floor_ms
 
 
-def test_the_plain_floor_stays_when_it_is_the_tighter(monkeypatch):
+def test_a_replay_its_refresh_does_not_dominate_judges_alone_without_the_plain_bursts(monkeypatch):
+    """The plain bursts cost a shape ~0.1 s on the H200 and add nothing where the replay judges:
+    its floor is device time the worker cannot shrink, so they run only where it cannot."""
     graph = judge_graph(1.0, _graph_wall(0.5, 16), 16, _graph_cal(16))
-    plain = _plain(1.0, 0.45)
-    verdict, result = _decide(monkeypatch, graph, 1.0, plain)
-    assert verdict is plain and not verdict.forged and result.timing.witness == GRAPH
-    assert result.timing.witness_floor_ms == 0.45 and result.correct
+    verdict, result, plain_ran = _decide(monkeypatch, graph, 1.0, _plain(1.0, 0.45))
+    assert verdict is graph and not verdict.forged and not plain_ran
+    assert result.timing.witness == GRAPH and result.timing.witness_floor_ms == graph.floor_ms
+    assert result.timing.witness_ms is None and result.timing.clock_ms is None and result.correct
+
+
+def test_a_dominated_replay_still_conclusive_against_the_plain_burst_keeps_the_tighter_floor(monkeypatch):
+    """Taken off more than twice what the replay left, but less than the plain burst's wall per
+    call: the replay still judges, beside the plain burst, and the larger floor decides."""
+    cal = GraphCalibration(round_trip_s=60e-6, fingerprints_s=2e-6, refresh_s=0.2e-3, refresh_spread_s=0.0)
+    graph = judge_graph(0.02, cal.round_trip_s + cal.refresh_s + cal.fingerprints_s + 16 * 0.004e-3, 16, cal)
+    plain = _plain(0.02, 0.009, per_call_ms=0.05)
+    assert graph_dominated(graph) and graph_conclusive(graph, plain)
+    verdict, result, plain_ran = _decide(monkeypatch, graph, 0.02, plain)
+    assert plain_ran and verdict is plain and result.timing.witness_floor_ms == 0.009
+    assert result.timing.witness == GRAPH and result.timing.clock_ms is None
 
 
 def test_an_uncapturable_kernel_is_judged_by_the_plain_burst_and_its_clock_sets_the_least_time(monkeypatch):
     plain = _plain(0.00435, 0.0, per_call_ms=0.09)
-    verdict, result = _decide(
+    verdict, result, plain_ran = _decide(
         monkeypatch, "RuntimeError: operation not permitted when stream is capturing", 0.00435, plain
     )
-    assert verdict is plain and result.correct and result.stage is None
+    assert plain_ran and verdict is plain and result.correct and result.stage is None
     assert result.timing.witness == UNCAPTURABLE and "capturing" in result.timing.witness_note
     assert result.timing.clock_ms == 0.09
 
 
 def test_an_uncapturable_device_bound_kernel_keeps_its_time(monkeypatch):
     plain = _plain(1.0, 0.45)
-    verdict, result = _decide(monkeypatch, "RuntimeError: capture failed", 1.0, plain)
-    assert verdict is plain and result.correct and result.stage is None
+    verdict, result, plain_ran = _decide(monkeypatch, "RuntimeError: capture failed", 1.0, plain)
+    assert plain_ran and verdict is plain and result.correct and result.stage is None
     assert result.timing.witness == UNCAPTURABLE
     assert scored_time_ms(1.0, result.timing.clock_ms) == 1.0
 
@@ -399,8 +425,8 @@ def test_a_graph_burst_the_judge_has_no_memory_for_leaves_the_plain_burst_and_it
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 25.16 GiB")
 
     plain = _plain(5.87, 5.5, per_call_ms=5.9)
-    verdict, result = _decide(monkeypatch, None, 5.87, plain, run=short_of_memory)
-    assert verdict is plain and result.correct and result.stage is None
+    verdict, result, plain_ran = _decide(monkeypatch, None, 5.87, plain, run=short_of_memory)
+    assert plain_ran and verdict is plain and result.correct and result.stage is None
     assert result.timing.witness == UNCAPTURABLE and "did not fit in GPU memory" in result.timing.witness_note
     assert scored_time_ms(5.87, result.timing.clock_ms) == 5.9
 
@@ -408,8 +434,10 @@ def test_a_graph_burst_the_judge_has_no_memory_for_leaves_the_plain_burst_and_it
 def test_a_failing_capture_request_fails_the_shape(monkeypatch):
     from atrex_mcp.evaluate.session import Failure
 
-    verdict, result = _decide(monkeypatch, Failure(tx.RUNTIME, tx.OOM, "out of memory"), 1.0, _plain(1.0, 0.45))
-    assert verdict is None and (result.stage, result.category) == (tx.RUNTIME, tx.OOM)
+    verdict, result, plain_ran = _decide(
+        monkeypatch, Failure(tx.RUNTIME, tx.OOM, "out of memory"), 1.0, _plain(1.0, 0.45)
+    )
+    assert verdict is None and not plain_ran and (result.stage, result.category) == (tx.RUNTIME, tx.OOM)
 
 
 # -- S in the aggregates: a time below T_SOL counts as T_SOL ------------------------------------------

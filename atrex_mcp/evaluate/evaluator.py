@@ -91,6 +91,18 @@ CPU_HOST_MEMORY_BYTES = 8 << 30
 GPU_HOST_MEMORY_BYTES = 32 << 30
 
 
+def _flag_forged(result: ShapeResult, median_ms: float, verdict: timing_witness.Witness) -> None:
+    """timing_forged on `result` when `median_ms` lies below the floor of the witness that judged it."""
+    if verdict.forged:
+        kind = "replayed in a CUDA graph" if verdict.graph else "back to back"
+        result.integrity.append(tx.TIMING_FORGED)
+        result.message = (
+            f"The reported median ({median_ms:.4g} ms) lies below what the judge's own clock "
+            f"witnessed: {verdict.calls} calls {kind} left {verdict.per_call_ms:.4g} ms per call, "
+            f"which allows no median under {verdict.floor_ms:.4g} ms."
+        )
+
+
 def _seed() -> int:
     return secrets.randbelow(2**31 - 1)
 
@@ -530,11 +542,44 @@ class Trial:
         host_ms: float,
         set_bytes: int = 0,
     ) -> None:
-        """The judge's witness of `median_ms` (timing_witness): WITNESS_BURSTS bursts of `calls`
-        forwards on fresh input sets, each timed by this process's clock; the fastest, less what
-        this process calibrates (a round trip, making the input sets, digesting the outputs),
-        judges the median. Each burst that is the fastest so far has one output, chosen after it
-        ran, compared with the reference, so the burst that judges did the work."""
+        """The judge's witness of `median_ms` (timing_witness). On a GPU the graph burst runs
+        first, and a replay whose input refresh does not dominate it judges alone: its floor is
+        device time the worker cannot shrink. Only where it cannot judge (CPU, a forward that
+        cannot be captured, a refresh-dominated replay, no memory for the burst) do the plain
+        bursts run, and then their wall per call also bounds the time the shape is scored with
+        (graph_fallback)."""
+        timing = result.timing
+        assert timing is not None, "the timing request set it before any witness ran"
+        graph: timing_witness.Witness | str | None = None
+        if self.cuda:
+            graph = self.graph_burst(session, shape, result, median_ms, set_bytes)
+            if graph is None:
+                return
+            if isinstance(graph, timing_witness.Witness):
+                timing.witness = timing_witness.GRAPH
+                timing.graph_calls, timing.graph_witness_ms = graph.calls, graph.per_call_ms
+                timing.graph_floor_ms = graph.floor_ms
+                timing.graph_subtracted_ms, timing.graph_slack_ms = graph.subtracted_ms, graph.slack_ms
+                if not timing_witness.graph_dominated(graph):
+                    timing.witness_floor_ms = graph.floor_ms
+                    _flag_forged(result, median_ms, graph)
+                    return
+        plain = self.plain_witness(session, shape, result, calls, median_ms, host_ms)
+        if plain is None:
+            return
+        timing.witness_ms, timing.witness_floor_ms = plain.per_call_ms, plain.floor_ms
+        if not self.cuda:
+            timing.witness = timing_witness.HOST
+        _flag_forged(result, median_ms, plain if graph is None else self.graph_fallback(timing, graph, plain))
+
+    def plain_witness(
+        self, session: Session, shape: Shape, result: ShapeResult, calls: int, median_ms: float, host_ms: float
+    ) -> timing_witness.Witness | None:
+        """WITNESS_BURSTS bursts of `calls` forwards on fresh input sets, each timed by this
+        process's clock; the fastest, less what this process calibrates (a round trip, making the
+        input sets, digesting the outputs), is the verdict on the median. Each burst that is the
+        fastest so far has one output, chosen after it ran, compared with the reference, so the
+        burst that judges did the work. None once the shape has failed."""
         walls: list[float] = []
         seeds: list[int] = []
         checked: Any = None  # the output last checked: the calibration digests outputs of its size
@@ -546,55 +591,29 @@ class Trial:
                 wall = time.perf_counter() - t0
                 if isinstance(reply, Failure):
                     _fail(result, reply)
-                    return
+                    return None
                 fastest = not walls or wall < min(walls)  # only the fastest burst witnesses: only it needs checking
                 walls.append(wall)
                 if fastest:
                     checked = self.check_burst_output(session, shape, result, seeds, reply.get("digests"))
                     if checked is None:
-                        return
+                        return None
             calibration = self.calibrate_witness(session, shape, result, seeds, checked)
             del checked
         finally:
             if session.alive:
                 session.call(KeepRequest(burst_done=True), self.request.timeout_s)
         if calibration is None:
-            return
-        verdict = timing_witness.judge(median_ms, min(walls), calls, calibration, host_ms)
-        if result.timing is not None:
-            result.timing.witness_ms, result.timing.witness_floor_ms = verdict.per_call_ms, verdict.floor_ms
-            result.timing.witness = None if self.cuda else timing_witness.HOST  # on a GPU: the graph burst's outcome
-        if self.cuda:
-            graph_verdict = self.graph_witness(session, shape, result, median_ms, set_bytes, verdict)
-            if graph_verdict is None:
-                return
-            verdict = graph_verdict
-        if verdict.forged:
-            kind = "replayed in a CUDA graph" if verdict.graph else "back to back"
-            result.integrity.append(tx.TIMING_FORGED)
-            result.message = (
-                f"The reported median ({median_ms:.4g} ms) lies below what the judge's own clock "
-                f"witnessed: {verdict.calls} calls {kind} left {verdict.per_call_ms:.4g} ms per call, "
-                f"which allows no median under {verdict.floor_ms:.4g} ms."
-            )
+            return None
+        return timing_witness.judge(median_ms, min(walls), calls, calibration, host_ms)
 
-    def graph_witness(
-        self,
-        session: Session,
-        shape: Shape,
-        result: ShapeResult,
-        median_ms: float,
-        set_bytes: int,
-        plain: timing_witness.Witness,
-    ) -> timing_witness.Witness | None:
-        """The graph burst (graph_witness) after the plain one: the verdict that judges the median
-        (its floor the larger of the two), or None once the shape has failed. Where no replay
-        witnesses the device time (the forward cannot be captured, or the replay is inconclusive)
-        the plain burst judges, and its wall per call becomes the least time the shape is scored
-        with (TimingStats.clock_ms): what the judge's clock saw, which the worker cannot shrink.
-        A burst whose input sets and the judge's copies of them exceed the GPU's memory is judged
-        the same way: a worker that fills the GPU to cause it gains nothing an uncapturable
-        forward would not."""
+    def graph_burst(
+        self, session: Session, shape: Shape, result: ShapeResult, median_ms: float, set_bytes: int
+    ) -> timing_witness.Witness | str | None:
+        """The graph burst (graph_witness): its Witness; why no replay could run (str: the
+        forward could not be captured, or its input sets and the judge's copies of them exceed
+        the GPU's memory, which a worker that fills the GPU to cause gains nothing by: it is
+        judged as an uncapturable forward); or None once the shape has failed."""
         try:
             with _harness_memory("running the graph burst"):
                 outcome = graph_witness.run(self, session, shape, result, median_ms, set_bytes)
@@ -603,33 +622,36 @@ class Trial:
         finally:
             if session.alive:
                 session.call(KeepRequest(burst_done=True), self.request.timeout_s)
-        if outcome is None:
-            return None
         if isinstance(outcome, Failure):
             _fail(result, outcome)
             return None
-        timing = result.timing
-        assert timing is not None, "the timing request set it before any witness ran"
-        if isinstance(outcome, str):
-            timing.witness, timing.witness_note = timing_witness.UNCAPTURABLE, outcome
+        return outcome
+
+    @staticmethod
+    def graph_fallback(
+        timing: TimingStats, graph: timing_witness.Witness | str, plain: timing_witness.Witness
+    ) -> timing_witness.Witness:
+        """The verdict where the graph burst could not judge alone: the plain burst's, whose
+        wall per call becomes the least time the shape is scored with (TimingStats.clock_ms: what
+        the judge's clock saw, which the worker cannot shrink), unless a refresh-dominated replay
+        is still conclusive against the plain burst's figure (timing_witness.graph_conclusive),
+        where the larger of the two floors judges."""
+        if isinstance(graph, str):
+            timing.witness, timing.witness_note = timing_witness.UNCAPTURABLE, graph
             timing.clock_ms = plain.per_call_ms
             return plain
-        timing.witness = timing_witness.GRAPH
-        timing.graph_calls, timing.graph_witness_ms = outcome.calls, outcome.per_call_ms
-        timing.graph_floor_ms = outcome.floor_ms
-        timing.graph_subtracted_ms, timing.graph_slack_ms = outcome.subtracted_ms, outcome.slack_ms
-        if not timing_witness.graph_conclusive(outcome, plain):
+        if not timing_witness.graph_conclusive(graph, plain):
             timing.witness_note = (
-                f"graph replay inconclusive: {outcome.subtracted_ms:.4g} ms a call of input refresh "
+                f"graph replay inconclusive: {graph.subtracted_ms:.4g} ms a call of input refresh "
                 f"and fingerprints taken off, more than the plain burst's {plain.per_call_ms:.4g} ms "
-                f"and {timing_witness.GRAPH_REFRESH_DOMINANCE:g} × the replay's own {outcome.per_call_ms:.4g} ms"
+                f"and {timing_witness.GRAPH_REFRESH_DOMINANCE:g} × the replay's own {graph.per_call_ms:.4g} ms"
             )
-            timing.clock_ms = timing_witness.inconclusive_clock_ms(outcome, plain)
+            timing.clock_ms = timing_witness.inconclusive_clock_ms(graph, plain)
             return plain
-        if outcome.floor_ms <= plain.floor_ms:
+        if graph.floor_ms <= plain.floor_ms:
             return plain
-        timing.witness_floor_ms = outcome.floor_ms
-        return outcome
+        timing.witness_floor_ms = graph.floor_ms
+        return graph
 
     def check_burst_output(
         self, session: Session, shape: Shape, result: ShapeResult, seeds: list[int], digests: Any

@@ -173,7 +173,8 @@ class TimingStats(BaseModel):
         default=None,
         description=(
             "The judge's witness: wall per call of a burst of back-to-back forwards on fresh inputs, timed by the "
-            "judge, its calibrated overheads taken off (evaluate.timing_witness)."
+            "judge, its calibrated overheads taken off (evaluate.timing_witness). None on a GPU where a graph replay "
+            "judged alone (the plain bursts run only where it cannot)."
         ),
     )
     witness_floor_ms: float | None = Field(
@@ -213,7 +214,8 @@ class TimingStats(BaseModel):
     graph_floor_ms: float | None = Field(
         default=None,
         description=(
-            "The least median the graph burst allows; witness_floor_ms is the larger of it and the plain burst's floor."
+            "The least median the graph burst allows; witness_floor_ms is it where the replay judged alone, else the "
+            "larger of it and the plain burst's floor where both judged."
         ),
     )
     graph_subtracted_ms: float | None = Field(

@@ -203,8 +203,14 @@ def graph_conclusive(graph: Witness, plain: Witness) -> bool:
     rms_norm shape on the H200), which would send a replay that witnessed plenty to the fallback.
     A candidate cannot make a replay inconclusive: what is taken off depends on the shape's
     inputs, and what is left is its own device time, which it can only lengthen."""
-    dominated = graph.subtracted_ms > GRAPH_REFRESH_DOMINANCE * graph.per_call_ms
-    return graph.subtracted_ms <= plain.per_call_ms or not dominated
+    return graph.subtracted_ms <= plain.per_call_ms or not graph_dominated(graph)
+
+
+def graph_dominated(graph: Witness) -> bool:
+    """Whether what the judge took off a replay per call exceeds GRAPH_REFRESH_DOMINANCE times
+    what the replay left: only then can the replay not judge alone, and the plain burst is
+    needed (graph_conclusive). A replay that is not dominated judges without it."""
+    return graph.subtracted_ms > GRAPH_REFRESH_DOMINANCE * graph.per_call_ms
 
 
 def inconclusive_clock_ms(graph: Witness, plain: Witness) -> float:

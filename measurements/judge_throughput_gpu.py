@@ -37,6 +37,7 @@ path on CPU as a dry run: nothing is timed and there is no probe.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import statistics
@@ -44,6 +45,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +112,13 @@ class Meter:
 
         return wrapper
 
-    def install(self, deadline: float) -> None:
+    @contextlib.contextmanager
+    def installed(self, deadline: float) -> Iterator[None]:
+        """The wrappers in place around the run, and the originals back after it: the script
+        also runs inside a test process, whose later evaluations must not inherit them (nor the
+        deadline they give every evaluation)."""
+        targets = [(session.Session, "call"), (evaluate_package, "evaluate"), *JUDGE_FUNCTIONS.values()]
+        saved = [(owner, attribute, getattr(owner, attribute)) for owner, attribute in targets]
         call = session.Session.call
 
         def timed_call(this: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
@@ -128,6 +136,11 @@ class Meter:
             return run_one(request.model_copy(update={"deadline_s": left}), *args, **kwargs)
 
         evaluate_package.evaluate = evaluate  # bench eval's local path imports it when it runs
+        try:
+            yield
+        finally:
+            for owner, attribute, original in saved:
+                setattr(owner, attribute, original)
 
     def per_op(self, op: str) -> dict[str, Any]:
         def rows(counter: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -362,8 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     if GPU and args.warm_profiler == "on" and args.probe_s > 0:
         found["probe"] = probe(catalog, ops[0], args.probe_s)
     meter = Meter()
-    meter.install(started + args.budget_s)
-    with tempfile.TemporaryDirectory(prefix="atrex-throughput-") as tmp:
+    with meter.installed(started + args.budget_s), tempfile.TemporaryDirectory(prefix="atrex-throughput-") as tmp:
         run_dir = make_run(Path(tmp) / "run", sources)
         t0 = time.monotonic()
         evaluate_run(

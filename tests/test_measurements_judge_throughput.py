@@ -11,6 +11,10 @@ from measurements import judge_throughput_gpu
 
 
 def test_a_dry_run_judges_the_smoke_shapes_and_splits_their_seconds(tmp_path, capsys):
+    import atrex_mcp.evaluate as evaluate_package
+    from atrex_mcp.evaluate import evaluator, session
+
+    before = (evaluate_package.evaluate, session.Session.call, evaluator.compare_outputs, evaluator.Trial.inputs)
     assert (
         judge_throughput_gpu.main(["--ops", "l2_norm", "--seeds", "2", "--shapes", "smoke", "--out", str(tmp_path)])
         == 0
@@ -26,3 +30,6 @@ def test_a_dry_run_judges_the_smoke_shapes_and_splits_their_seconds(tmp_path, ca
     assert op["judge_functions"]["reference_output"]["n"] == 2
     assert "time_ms" not in report.read_text() and "score" not in report.read_text()
     assert (tmp_path / report.name.replace(".json", ".md")).read_text().startswith("# Judge throughput")
+    # the meter's wrappers (and the deadline they give each evaluation) are gone with the run
+    after = (evaluate_package.evaluate, session.Session.call, evaluator.compare_outputs, evaluator.Trial.inputs)
+    assert after == before

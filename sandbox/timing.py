@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from sandbox.digest_kernel import add_byte_digest
 from sandbox.handoff import flat_bytes, output_tensors
 
 WATCHED = (
@@ -216,22 +217,25 @@ DIGEST_CHUNK_BYTES = 1 << 26  # bounds the int64 temporaries to a few hundred Mi
 def digest(value: Any, chunk: int = DIGEST_CHUNK_BYTES) -> torch.Tensor:
     """Exact int64 fingerprint of an output's bytes, on its device: per tensor Σ b_k and
     Σ (k+1)·b_k (wrapping). Both sides compute it with this function, so a timed call's
-    digest can be matched with the bytes of an output the trusted side loaded. Summed in
-    chunks of `chunk` bytes (Σ over a chunk at offset o: o·Σ b_j + Σ (j+1)·b_j); the wrapping
-    sums are the same for any chunk size."""
-    parts = []
-    for t in output_tensors(value):
+    digest can be matched with the bytes of an output the trusted side loaded. On a GPU one
+    launch per tensor reads its bytes once (sandbox.digest_kernel); elsewhere torch sums them
+    in chunks of `chunk` bytes (Σ over a chunk at offset o: o·Σ b_j + Σ (j+1)·b_j). The wrapping
+    sums are the same either way and for any chunk size."""
+    tensors = output_tensors(value)
+    device = tensors[0].device if tensors else torch.device("cpu")
+    parts = torch.zeros(2 * len(tensors), dtype=torch.int64, device=device)
+    for i, t in enumerate(tensors):
         flat = flat_bytes(t)
-        total = torch.zeros((), dtype=torch.int64, device=flat.device)
-        weighted = torch.zeros((), dtype=torch.int64, device=flat.device)
+        if flat.is_cuda and flat.device == parts.device:
+            add_byte_digest(flat, parts[2 * i : 2 * i + 2])
+            continue
         pos = torch.arange(1, min(chunk, flat.numel()) + 1, device=flat.device, dtype=torch.int64)
         for offset in range(0, flat.numel(), chunk):
             b = flat[offset : offset + chunk].to(torch.int64)
             s = b.sum()
-            total += s
-            weighted += (b * pos[: b.numel()]).sum() + offset * s
-        parts += [total, weighted]
-    return torch.stack(parts)
+            parts[2 * i] += s
+            parts[2 * i + 1] += (b * pos[: b.numel()]).sum() + offset * s
+    return parts
 
 
 def input_checksums(inputs: dict[str, Any], chunk: int = DIGEST_CHUNK_BYTES) -> dict[str, int]:

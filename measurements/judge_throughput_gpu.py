@@ -5,11 +5,15 @@ evaluation after another, each worker spawned ahead by the standby).
 
     python3 measurements/judge_throughput_gpu.py --ops l2_norm,moe_align_block_size,paged_attention_decode \\
         --seeds 5 --out DIR [--set wiki|eager] [--warm-profiler on|off] [--budget-s 115] [--probe-s 10]
+    python3 measurements/judge_throughput_gpu.py --ops all --run-dir RUN --budget-s 480 --probe-s 0 --out DIR
+        (the whole set over several calls: each call continues the run kept in RUN)
 
 Writes DIR/<date>_<gpu>.{json,md} and prints one summary line. Per operator and in all:
 
-* seconds per shape including worker start (the evaluation's wall over its judged shapes), and
-  a projection to the 440 shapes of the full set;
+* seconds per shape including worker start (each evaluation's own wall over its judged shapes;
+  in all, the sum of those walls, so a run continued over calls adds up to one set's judging
+  time, and the runner's few seconds between evaluations are left out), and a projection to
+  the 440 shapes of the full set;
 * the evaluator's own split (`measurements.baselines.throughput_split`) and the mean of each
   part of `ShapeResult.seconds` per shape (correctness, first_call_extra, reference_and_compare,
   timing, timed_output_checks, witness, profile);
@@ -30,7 +34,8 @@ Writes DIR/<date>_<gpu>.{json,md} and prints one summary line. Per operator and 
 
 No per-shape time or S is written (with T_SOL hidden, the pair would give it away). Each
 evaluation gets what is left of `--budget-s` as its deadline, so the script ends in time (an
-evaluation cut short is reported partial). Without a GPU (TRITON_INTERPRET=1) it runs the same
+evaluation cut short is reported partial, and with `--run-dir` judged again in full by the next
+call). Without a GPU (TRITON_INTERPRET=1) it runs the same
 path on CPU as a dry run: nothing is timed and there is no probe.
 """
 
@@ -91,6 +96,9 @@ JUDGE_FUNCTIONS = {  # (module or class, attribute): what the judge does itself,
 }
 
 
+METER_FILE = "throughput_meter.json"  # beside the run in --run-dir: the meter's tables of every call so far
+
+
 class Meter:
     """Seconds and counts per operator: requests to the worker by type, and the judge's own
     functions, accumulated by wrappers installed around them for the run."""
@@ -141,6 +149,24 @@ class Meter:
         finally:
             for owner, attribute, original in saved:
                 setattr(owner, attribute, original)
+
+    def merge_into(self, path: Path) -> None:
+        """Add this call's tables to those of earlier calls kept at `path` (a run continued over
+        several calls): an operator judged again replaces its earlier figures."""
+        stored = json.loads(path.read_text()) if path.is_file() else {"requests": {}, "functions": {}}
+        for name, table_ in (("requests", self.requests), ("functions", self.functions)):
+            stored[name].update({op: dict(counts) for op, counts in table_.items()})
+        path.write_text(json.dumps(stored, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Meter:
+        """The tables `merge_into` kept."""
+        meter = cls()
+        stored = json.loads(path.read_text())
+        for name, table_ in (("requests", meter.requests), ("functions", meter.functions)):
+            for op, counts in stored[name].items():
+                table_[op].update(counts)
+        return meter
 
     def per_op(self, op: str) -> dict[str, Any]:
         def rows(counter: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -234,7 +260,15 @@ def first_profile(result: EvalResult) -> dict[str, float | None]:
     return {"first_s": round(profiled[0], 3), "others_median_s": round(statistics.median(rest), 4) if rest else None}
 
 
-def report(args: argparse.Namespace, results: list[EvalResult], meter: Meter, wall: float) -> dict[str, Any]:
+def report(
+    args: argparse.Namespace, results: list[EvalResult], meter: Meter, call_wall: float, stored: Meter | None = None
+) -> dict[str, Any]:
+    """Per operator and in all. `wall_s` is the sum of the evaluations' own walls (each
+    operator's EvalResult.overhead.total_s, worker starts included), so a run continued over
+    several calls adds up to one set's judging time; `call_wall_s` is this call's."""
+    meter = stored or meter
+    cut_short = [r.op for r in results if r.partial is not None]  # left out of the sums, judged again next call
+    results = [r for r in results if r.partial is None] or results
     ops = {}
     for r in results:
         judged = sum(s.judged for s in r.shapes)
@@ -256,6 +290,7 @@ def report(args: argparse.Namespace, results: list[EvalResult], meter: Meter, wa
             **meter.per_op(r.op),
         }
     judged = sum(o["judged"] for o in ops.values())
+    wall = sum(r.overhead.total_s for r in results)
     per_shape = wall / max(1, judged)
     return {
         "set": args.set,
@@ -264,6 +299,8 @@ def report(args: argparse.Namespace, results: list[EvalResult], meter: Meter, wa
         "warm_profiler": args.warm_profiler == "on",
         "shapes_judged": judged,
         "wall_s": round(wall, 2),
+        "call_wall_s": round(call_wall, 2),
+        "cut_short": cut_short,
         "s_per_shape": round(per_shape, 3),
         "full_set_projection_min": round(per_shape * FULL_SET_SHAPES / 60, 1),
         "split": throughput_split(results),
@@ -275,7 +312,8 @@ def report(args: argparse.Namespace, results: list[EvalResult], meter: Meter, wa
 def markdown(found: dict[str, Any]) -> str:
     lines = report_head(f"Judge throughput on one GPU: the {found['set']} kernels, {found['seeds']} seeds", found)
     lines += [
-        f"{found['shapes_judged']} shapes judged in {found['wall_s']} s: **{found['s_per_shape']} s a shape** "
+        f"{found['shapes_judged']} shapes judged in {found['wall_s']} s of evaluation (this call's wall: "
+        f"{found['call_wall_s']} s): **{found['s_per_shape']} s a shape** "
         f"(worker starts included); the full set of {FULL_SET_SHAPES} at this rate: "
         f"{found['full_set_projection_min']} min. Profiler warmed in the spare: {found['warm_profiler']}.",
         "",
@@ -353,7 +391,7 @@ def summary_line(found: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ops", default=DEFAULT_OPS, help=f"comma-separated operators (default {DEFAULT_OPS})")
+    parser.add_argument("--ops", default=DEFAULT_OPS, help=f"comma-separated operators, or all (default {DEFAULT_OPS})")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--out", type=Path, required=True, help="directory for the report")
     parser.add_argument("--set", choices=("wiki", "eager"), default="wiki", help="the wiki's kernels or the references")
@@ -361,10 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=115.0, help="judging stops after this (probe included)")
     parser.add_argument("--probe-s", type=float, default=10.0, help="each probe window (0: no probe)")
     parser.add_argument("--shapes", default="all", help="all, smoke or shape ids (a CPU dry run: smoke)")
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        help="keep the run here and continue it: operators judged in full by an earlier call are not judged "
+        "again, one its budget cut short is; the report covers every operator judged in full so far",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     catalog = Catalog()
-    ops = [op.strip() for op in args.ops.split(",") if op.strip()]
+    ops = catalog.names() if args.ops == "all" else [op.strip() for op in args.ops.split(",") if op.strip()]
     sources = candidate_set(ops, fill_with_reference=False)
     missing = [op for op in ops if op not in sources]
     if missing:
@@ -375,23 +419,26 @@ def main(argv: list[str] | None = None) -> int:
     if GPU and args.warm_profiler == "on" and args.probe_s > 0:
         found["probe"] = probe(catalog, ops[0], args.probe_s)
     meter = Meter()
-    with meter.installed(started + args.budget_s), tempfile.TemporaryDirectory(prefix="atrex-throughput-") as tmp:
-        run_dir = make_run(Path(tmp) / "run", sources)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(meter.installed(started + args.budget_s))
+        run_dir = args.run_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="atrex-throughput-")))
+        found["judged_again"] = prepare_run(run_dir / "run", sources)
         t0 = time.monotonic()
         evaluate_run(
-            run_dir,
+            run_dir / "run",
             EvalSettings(shapes=args.shapes, seeds=args.seeds, baselines="no"),
             stream=sys.stderr,
             live=False,
             warm_profiler=args.warm_profiler == "on",
         )
-        wall = time.monotonic() - t0
+        call_wall = time.monotonic() - t0
+        meter.merge_into(run_dir / METER_FILE)
         results = [
-            EvalResult.model_validate_json((run_dir / "eval" / f"{op}.json").read_text())
+            EvalResult.model_validate_json((run_dir / "run" / "eval" / f"{op}.json").read_text())
             for op in ops
-            if (run_dir / "eval" / f"{op}.json").is_file()
+            if (run_dir / "run" / "eval" / f"{op}.json").is_file()
         ]
-    found.update(report(args, results, meter, wall))
+        found.update(report(args, results, meter, call_wall, Meter.load(run_dir / METER_FILE)))
     import torch
 
     gpu = torch.cuda.get_device_name(0) if GPU else CPU_GPU
@@ -402,6 +449,24 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / f"{stem}.md").write_text(markdown(found) + "\n")
     print(summary_line(found))
     return 0
+
+
+def prepare_run(run_dir: Path, sources: dict[str, str]) -> list[str]:
+    """The run to judge: made with `sources` when new; when kept from an earlier call, each
+    operator whose result a budget cut short loses it, so it is judged again in full (bench
+    eval would keep a partial result). Returns those operators."""
+    if not run_dir.is_dir():
+        make_run(run_dir, sources)
+        return []
+    kept = sorted(path.parent.parent.name for path in run_dir.glob("ops/*/submission/*.py"))
+    if kept != sorted(sources):
+        raise SystemExit(f"--run-dir holds a run of {', '.join(kept)}; continue it with --ops {','.join(kept)}")
+    again = []
+    for path in sorted((run_dir / "eval").glob("*.json")):
+        if path.stem in sources and EvalResult.model_validate_json(path.read_text()).partial is not None:
+            path.unlink()
+            again.append(path.stem)
+    return again
 
 
 if __name__ == "__main__":

@@ -33,3 +33,29 @@ def test_a_dry_run_judges_the_smoke_shapes_and_splits_their_seconds(tmp_path, ca
     # the meter's wrappers (and the deadline they give each evaluation) are gone with the run
     after = (evaluate_package.evaluate, session.Session.call, evaluator.compare_outputs, evaluator.Trial.inputs)
     assert after == before
+
+
+def test_a_run_kept_in_run_dir_is_continued_and_a_cut_short_operator_judged_again(tmp_path, capsys):
+    """--run-dir: the second call judges only what the first did not judge in full, and reports
+    every operator judged so far, with the meter's figures of both calls."""
+    import pytest
+
+    from atrex_mcp.evaluate.models import EvalResult
+
+    run = tmp_path / "kept"
+    args = ["--ops", "l2_norm,rms_norm", "--seeds", "1", "--shapes", "smoke", "--run-dir", str(run)]
+    assert judge_throughput_gpu.main([*args, "--out", str(tmp_path / "a")]) == 0
+    path = run / "run" / "eval" / "l2_norm.json"
+    cut = EvalResult.model_validate_json(path.read_text()).model_copy(update={"partial": "deadline"})
+    path.write_text(cut.model_dump_json())  # as if the first call's budget had run out in it
+    kept = (run / "run" / "eval" / "rms_norm.json").read_text()
+    assert judge_throughput_gpu.main([*args, "--out", str(tmp_path / "b")]) == 0
+    (report,) = (tmp_path / "b").glob("*.json")
+    found = json.loads(report.read_text())
+    assert found["judged_again"] == ["l2_norm"] and set(found["ops"]) == {"l2_norm", "rms_norm"}
+    assert (run / "run" / "eval" / "rms_norm.json").read_text() == kept  # not judged again
+    assert found["shapes_judged"] == 2 and all(o["requests"]["run"]["n"] == 1 for o in found["ops"].values())
+    assert found["wall_s"] == pytest.approx(sum(o["wall_s"] for o in found["ops"].values()), abs=0.02)
+    with pytest.raises(SystemExit, match="continue it with --ops l2_norm,rms_norm"):
+        judge_throughput_gpu.main(["--ops", "l2_norm", *args[2:], "--out", str(tmp_path / "c")])
+    capsys.readouterr()

@@ -152,7 +152,7 @@ def test_a_spare_warms_up_only_on_a_gpu_and_is_adopted_as_if_it_had_not(catalog,
     cuda = LaunchSpec(scratch=tmp_path, device="cuda", protected=protected_roots(catalog.roots, None))
     cpu = dataclasses.replace(cuda, device="cpu")
     wrapped = dataclasses.replace(cuda, wrapper=["env", "A=1"])
-    with Standby(warm_profiler=True) as standby:
+    with Standby() as standby:  # the profiler's warm-up is the default
         for spec, steps in ((cuda, ("triton_driver", "profiler")), (cpu, ()), (wrapped, ())):
             standby.refill(spec)
             assert standby._spare is not None and standby._spare.worker.spec.warm == steps
@@ -160,7 +160,7 @@ def test_a_spare_warms_up_only_on_a_gpu_and_is_adopted_as_if_it_had_not(catalog,
             assert spare is not None and spare.worker.alive
             spare.close()
         assert (standby.spawned, standby.adopted, standby.discarded) == (3, 3, 0)
-    with Standby() as standby:  # the profiler's warm-up only when asked for
+    with Standby(warm_profiler=False) as standby:  # the profiler's warm-up can be left out
         standby.refill(cuda)
         assert standby._spare is not None and standby._spare.worker.spec.warm == ("triton_driver",)
 

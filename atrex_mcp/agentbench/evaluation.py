@@ -187,7 +187,7 @@ def evaluate_run(
     cluster: str | None = None,
     shard_shapes: int | None = None,
     send_until: float | None = None,
-    warm_profiler: bool = False,
+    warm_profiler: bool = True,
 ) -> EvalSummary:
     """Evaluate every submission of the run in `run_dir` that has no current result: here, one
     evaluation after another, or with `cluster` (a Dask scheduler address or local[:N]) as
@@ -348,7 +348,7 @@ def _judge_here(
     catalog: Catalog,
     done: Callable[[str, ErrorInfo | None], None],
     board: ProgressBoard,
-    warm_profiler: bool = False,
+    warm_profiler: bool = True,
 ) -> None:
     """The local path: one evaluation after another, each operator's worker spawned while the
     evaluation before it runs (`warm_profiler`: and its profiler set up there, evaluate.standby)."""

@@ -221,21 +221,38 @@ class _Tally:
     cand_value: float | None = None
 
     def add(
-        self, offset: int, ref64: torch.Tensor, cand64: torch.Tensor, bad: torch.Tensor, nonfinite_bad: int
+        self,
+        offset: int,
+        ref64: torch.Tensor,
+        cand64: torch.Tensor,
+        bad: torch.Tensor,
+        nonfinite_bad: int | torch.Tensor,
+        *,
+        both: torch.Tensor | None = None,
+        diff: torch.Tensor | None = None,
     ) -> None:
-        both = torch.isfinite(ref64) & torch.isfinite(cand64)
-        diff = (cand64 - ref64).abs_().masked_fill_(~both, 0.0)
+        """One chunk's figures, read back in one synchronisation (a second only when the chunk
+        holds the first bad element). `both` (both sides finite) and `diff` (|c − r|, which is
+        overwritten) may come from the caller's own rule, computed on the same values."""
+        if both is None:
+            both = torch.isfinite(ref64) & torch.isfinite(cand64)
+        if diff is None:
+            diff = (cand64 - ref64).abs_()
+        diff.masked_fill_(~both, 0.0)
         refabs = ref64.abs()
         rel = torch.div(diff, refabs).masked_fill_(~(both & (refabs > 0)), 0.0)
-        self.max_abs = max(self.max_abs, diff.max().item())
-        self.max_rel = max(self.max_rel, rel.max().item())
-        count = int(bad.sum().item())
-        if count and self.first is None:
+        count = bad.sum()
+        nonfinite = nonfinite_bad if isinstance(nonfinite_bad, torch.Tensor) else count.new_tensor(nonfinite_bad)
+        figures = torch.stack([diff.max(), rel.max(), count.to(torch.float64), nonfinite.to(torch.float64)])
+        max_abs, max_rel, bad_count, nonfinite_count = figures.tolist()  # counts < 2^53: exact in float64
+        self.max_abs = max(self.max_abs, max_abs)
+        self.max_rel = max(self.max_rel, max_rel)
+        if bad_count and self.first is None:
             i = int(bad.to(torch.uint8).argmax().item())  # argmax gives the first of equal maxima
             self.first = offset + i
             self.ref_value, self.cand_value = _json_float(ref64[i].item()), _json_float(cand64[i].item())
-        self.mismatches += count
-        self.nonfinite_mismatches += nonfinite_bad
+        self.mismatches += int(bad_count)
+        self.nonfinite_mismatches += int(nonfinite_count)
 
     def detail(self, name: str, tol: Tolerance, atol: float | None, rtol: float | None) -> MismatchDetail:
         numel = math.prod(self.shape)
@@ -265,27 +282,31 @@ def _nonfinite_agree(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
     return (torch.isnan(ref) & torch.isnan(cand)) | (torch.isinf(ref) & (ref == cand))
 
 
-def _block_sums(x: torch.Tensor) -> list[float]:
+def _block_sums(x: torch.Tensor) -> torch.Tensor:
     """Sums of consecutive RMS_BLOCK-element blocks of x (the last one zero-padded), each by the
-    same pairwise tree of elementwise adds, so on any device and for any number of blocks."""
+    same pairwise tree of elementwise adds, so on any device and for any number of blocks; left
+    on the device, read back once for the whole output."""
     x = torch.nn.functional.pad(x, (0, -x.numel() % RMS_BLOCK)).view(-1, RMS_BLOCK)
     while x.shape[1] > 1:
         half = x.shape[1] // 2
         x = x[:, :half] + x[:, half:]
-    return x.view(-1).tolist()
+    return x.view(-1)
 
 
 def _finite_rms(ref: torch.Tensor, chunk: int) -> float | None:
     """RMS of the reference's finite values (None when it has none): the first pass of the
     allclose rule. Squares are summed in fixed blocks and the block sums added exactly (fsum),
     so the result does not depend on the chunk size."""
-    sums, finite = [], 0
+    sums, counts = [], []
     for _, (r,) in _chunks(max(chunk // RMS_BLOCK, 1) * RMS_BLOCK, ref):
         r64 = r.to(torch.float64)
         keep = torch.isfinite(r64)
-        sums += _block_sums(torch.where(keep, r64, 0.0).square_())  # r64 may be ref itself: nothing in place
-        finite += int(keep.sum().item())
-    return math.sqrt(math.fsum(sums) / finite) if finite else None
+        sums.append(_block_sums(torch.where(keep, r64, 0.0).square_()))  # r64 may be ref itself: nothing in place
+        counts.append(keep.sum())
+    if not sums:
+        return None
+    finite = int(torch.stack(counts).sum().item())
+    return math.sqrt(math.fsum(torch.cat(sums).tolist()) / finite) if finite else None
 
 
 def _compare_allclose(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int) -> MismatchDetail:
@@ -296,11 +317,15 @@ def _compare_allclose(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.
             atol = min(atol, tol.rtol * rms)
     tally = _Tally(tuple(ref.shape))
     for offset, (r, c) in _chunks(chunk, ref, cand):
+        # finiteness and agreement of non-finite values on the outputs' own dtypes (a float64
+        # copy keeps both), the tolerance in float64
+        finite = torch.isfinite(r) & torch.isfinite(c)
+        agree = _nonfinite_agree(r, c)
         r64, c64 = r.to(torch.float64), c.to(torch.float64)
-        finite = torch.isfinite(r64) & torch.isfinite(c64)
-        within = (c64 - r64).abs_() <= r64.abs().mul_(tol.rtol).add_(atol)  # atol + rtol·|r|
-        ok = (finite & within) | _nonfinite_agree(r64, c64)
-        tally.add(offset, r64, c64, ~ok, int((~finite & ~ok).sum().item()))
+        diff = (c64 - r64).abs_()
+        within = diff <= r64.abs().mul_(tol.rtol).add_(atol)  # atol + rtol·|r|
+        bad = ~((finite & within) | agree)
+        tally.add(offset, r64, c64, bad, (~finite & bad).sum(), both=finite, diff=diff)
     return tally.detail(name, tol, atol, tol.rtol)
 
 

@@ -18,12 +18,13 @@ import triton.language as tl
 
 BLOCK = 8192  # words per program
 NUM_WARPS = 8
+MAX_ROWS = 65535  # the grid's second axis
 
 
 @triton.jit
 def _row_sums(rows_ptr, out_ptr, width, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    block = tl.program_id(1).to(tl.int64)
+    block = tl.program_id(0).to(tl.int64)  # axis 0 takes up to 2^31 - 1 programs: any output's blocks
+    row = tl.program_id(1).to(tl.int64)  # axis 1 at most 65,535: rows are outputs of one chunk (K ≤ 1,024)
     offsets = block * BLOCK + tl.arange(0, BLOCK)
     words = tl.load(rows_ptr + row * width + offsets, mask=offsets < width, other=0)
     tl.atomic_add(out_ptr + row, tl.sum(words.to(tl.int64), axis=0))
@@ -45,4 +46,6 @@ def add_row_word_sums(rows: torch.Tensor, out: torch.Tensor) -> None:
     height, width = rows.shape
     if height == 0 or width == 0:
         return
-    _row_sums[(height, triton.cdiv(width, BLOCK))](rows, out, width, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    if height > MAX_ROWS:
+        raise ValueError(f"add_row_word_sums sums at most {MAX_ROWS} rows in one launch")
+    _row_sums[(triton.cdiv(width, BLOCK), height)](rows, out, width, BLOCK=BLOCK, num_warps=NUM_WARPS)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sandbox.fingerprint_kernel import BLOCK, add_row_word_sums
+from sandbox.fingerprint_kernel import BLOCK, MAX_ROWS, add_row_word_sums
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -40,6 +40,9 @@ def test_empty_rows_add_nothing_and_bad_buffers_are_refused():
         add_row_word_sums(words, torch.zeros(3, dtype=torch.int64, device=DEVICE))
     with pytest.raises(ValueError, match="one sum per row"):
         add_row_word_sums(words, torch.zeros(2, dtype=torch.int32, device=DEVICE))
+    many = torch.zeros((MAX_ROWS + 1, 1), dtype=torch.int32, device=DEVICE)  # the grid's second axis holds rows
+    with pytest.raises(ValueError, match=f"at most {MAX_ROWS} rows"):
+        add_row_word_sums(many, torch.zeros(MAX_ROWS + 1, dtype=torch.int64, device=DEVICE))
 
 
 @pytest.mark.gpu

@@ -663,6 +663,7 @@ class _Trial:
         self.mismatch.append(message)
 
 
+@pytest.mark.interpreter
 def test_the_graph_burst_replays_and_checks_the_fastest_replays_commitment(monkeypatch):
     from atrex_mcp.evaluate import graph_witness
 
@@ -676,6 +677,7 @@ def test_the_graph_burst_replays_and_checks_the_fastest_replays_commitment(monke
     assert len(set(worker.replay_seeds)) == 3  # a fresh refresh seed for every replay
 
 
+@pytest.mark.interpreter
 def test_a_forger_that_computes_the_outputs_at_capture_fails_the_refreshed_check(monkeypatch):
     from atrex_mcp.evaluate import graph_witness
 
@@ -686,6 +688,7 @@ def test_a_forger_that_computes_the_outputs_at_capture_fails_the_refreshed_check
     assert trial.mismatch and "wrong" in trial.mismatch[0]  # its commitment holds, its outputs miss the refresh
 
 
+@pytest.mark.interpreter
 def test_a_replay_whose_fingerprints_do_not_match_its_outputs_fails_the_shape(monkeypatch):
     from atrex_mcp.evaluate import graph_witness
 
@@ -717,6 +720,7 @@ def _stacked(seeds, seed_of_refresh=None):
     return stacked
 
 
+@pytest.mark.interpreter
 def test_the_refresh_is_one_buffer_per_float_input_and_moves_every_set_but_no_index():
     import torch
 
@@ -737,6 +741,7 @@ def test_the_refresh_is_one_buffer_per_float_input_and_moves_every_set_but_no_in
         assert torch.equal(new["idx"], old["idx"])  # integer inputs keep their captured values
 
 
+@pytest.mark.interpreter
 def test_the_refresh_is_determined_by_its_seed_and_starts_from_the_pristine_sets():
     import torch
 
@@ -748,6 +753,7 @@ def test_the_refresh_is_determined_by_its_seed_and_starts_from_the_pristine_sets
     assert all(torch.equal(x["x"], y["x"]) for x, y in zip(a.sets, c.sets))
 
 
+@pytest.mark.interpreter
 def test_the_judge_rebuilds_any_set_of_the_refresh_bitwise():
     import torch
 
@@ -760,6 +766,7 @@ def test_the_judge_rebuilds_any_set_of_the_refresh_bitwise():
         assert torch.equal(judged["x"], stacked.sets[k]["x"]) and torch.equal(judged["idx"], stacked.sets[k]["idx"])
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
 def test_the_judge_rebuilds_every_set_bitwise_in_every_refreshable_dtype(dtype):
     """Sets of 1,500 elements, so most start mid-way through the kernel's blocks, one of them
@@ -791,6 +798,7 @@ def test_the_judge_rebuilds_every_set_bitwise_in_every_refreshable_dtype(dtype):
         assert not torch.equal(judged["a"], make(seeds[k])["a"]) and torch.equal(judged["i"], make(seeds[k])["i"])
 
 
+@pytest.mark.interpreter
 def test_the_judge_rebuilds_one_set_of_a_burst_too_large_to_hold():
     """Only the chosen set's index range is refreshed: set 2^20 − 1 of a (hypothetical) burst of
     2^20 sets of 5,000 elements starts past 2^32, and no K-set buffer is made to rebuild it."""
@@ -808,6 +816,7 @@ def test_the_judge_rebuilds_one_set_of_a_burst_too_large_to_hold():
         refreshed_set({"x": x}, calls, calls, 9)
 
 
+@pytest.mark.interpreter
 def test_the_refresh_keeps_strides_and_skips_fp8_and_integers():
     import torch
 
@@ -831,6 +840,7 @@ def test_the_refresh_keeps_strides_and_skips_fp8_and_integers():
     assert not refreshable(torch.zeros(4, 4)[:, :2]) and not refreshable(torch.zeros(3, dtype=torch.int32))
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize(
     "op, precomputable",
     [("rms_norm", False), ("l2_norm", False), ("layer_norm", False), ("moe_align_block_size", True)],

@@ -132,7 +132,7 @@ def test_a_refresh_refuses_buffers_that_do_not_match():
     with pytest.raises(ValueError, match="flat contiguous"):
         refresh_into(ones, torch.empty(16, device=DEVICE)[::2], 1, 0, REFRESH_LOW, REFRESH_HIGH)
     with pytest.raises(ValueError, match="cannot be negative"):
-        refresh_into(ones, torch.empty(8), 1, -8, REFRESH_LOW, REFRESH_HIGH)
+        refresh_into(ones, torch.empty(8, device=DEVICE), 1, -8, REFRESH_LOW, REFRESH_HIGH)
 
 
 @pytest.mark.gpu

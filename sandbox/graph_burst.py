@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 
-from sandbox.fingerprint_kernel import add_row_word_sums
 from sandbox.handoff import flat_bytes, output_items, output_tensors
 
 FINGERPRINT_CHUNK_BYTES = 4 << 20  # one stacked chunk of outputs (fits the L2 it is written to and read back
@@ -55,8 +54,9 @@ def fingerprint(value: Any) -> torch.Tensor:
 
 
 def empty_prints(calls: int, tensors: int, device: str | torch.device) -> torch.Tensor:
-    """(calls, tensors) int64, laid out column by column so each chunk's sums land contiguously."""
-    return torch.zeros((tensors, calls), dtype=torch.int64, device=device).t()
+    """(calls, tensors) int64, laid out column by column so each chunk's sums land contiguously;
+    uninitialised (`fingerprints_into` zeroes what it fills)."""
+    return torch.empty((tensors, calls), dtype=torch.int64, device=device).t()
 
 
 def fingerprints_into(outputs: list[Any], prints: torch.Tensor, chunk_bytes: int = FINGERPRINT_CHUNK_BYTES) -> None:
@@ -86,6 +86,8 @@ def _row_sums(rows: torch.Tensor, out: torch.Tensor) -> None:
     """`out += Σ` of each row: the fingerprint kernel's one read of the words on a GPU, torch's
     sum elsewhere (and for rows of bytes that fill no words); the same exact integers either way."""
     if rows.is_cuda and rows.dtype == torch.int32:
+        from sandbox.fingerprint_kernel import add_row_word_sums  # Triton: imported where the kernel runs
+
         add_row_word_sums(rows.contiguous(), out)
     else:
         out += torch.sum(rows, dim=1, dtype=torch.int64)

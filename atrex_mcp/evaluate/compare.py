@@ -230,16 +230,19 @@ class _Tally:
         *,
         both: torch.Tensor | None = None,
         diff: torch.Tensor | None = None,
+        refabs: torch.Tensor | None = None,
     ) -> None:
         """One chunk's figures, read back in one synchronisation (a second only when the chunk
-        holds the first bad element). `both` (both sides finite) and `diff` (|c − r|, which is
-        overwritten) may come from the caller's own rule, computed on the same values."""
+        holds the first bad element). `both` (both sides finite), `diff` (|c − r|, which is
+        overwritten) and `refabs` (|r|) may come from the caller's own rule, computed on the same
+        values."""
         if both is None:
             both = torch.isfinite(ref64) & torch.isfinite(cand64)
         if diff is None:
             diff = (cand64 - ref64).abs_()
         diff.masked_fill_(~both, 0.0)
-        refabs = ref64.abs()
+        if refabs is None:
+            refabs = ref64.abs()
         rel = torch.div(diff, refabs).masked_fill_(~(both & (refabs > 0)), 0.0)
         count = bad.sum()
         nonfinite = nonfinite_bad if isinstance(nonfinite_bad, torch.Tensor) else count.new_tensor(nonfinite_bad)
@@ -322,10 +325,10 @@ def _compare_allclose(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.
         finite = torch.isfinite(r) & torch.isfinite(c)
         agree = _nonfinite_agree(r, c)
         r64, c64 = r.to(torch.float64), c.to(torch.float64)
-        diff = (c64 - r64).abs_()
-        within = diff <= r64.abs().mul_(tol.rtol).add_(atol)  # atol + rtol·|r|
+        diff, refabs = (c64 - r64).abs_(), r64.abs()
+        within = diff <= refabs.mul(tol.rtol).add_(atol)  # atol + rtol·|r|
         bad = ~((finite & within) | agree)
-        tally.add(offset, r64, c64, bad, (~finite & bad).sum(), both=finite, diff=diff)
+        tally.add(offset, r64, c64, bad, (~finite & bad).sum(), both=finite, diff=diff, refabs=refabs)
     return tally.detail(name, tol, atol, tol.rtol)
 
 

@@ -1,22 +1,34 @@
 #!/usr/bin/env python3
-"""Does an idle GPU's clock inflate a short graph replay, and does a warm-up just before it undo that?
+"""What makes a short graph replay, timed by another process, run ~0.7 ms long: the GPU's idle
+clock, or the switch from the judge's CUDA context to the worker's?
 
-The graph witness (atrex_mcp.evaluate.graph_witness) times one replay of K forwards with the
-judge's clock. Where K is small (inputs of ~1-2 GiB leave room for 2 or 3 sets) the replay lasts
-about a millisecond, and on the H200 honest replays of that length left ~0.5-1 ms more than their
-forwards' time. A reading taken after the GPU idles finds its SM clock at ~345 MHz (of 1,980), so
-the question is whether the replay's first milliseconds run at a clock still ramping up.
+The graph witness (atrex_mcp.evaluate.graph_witness) times, from the judge's process, a request
+in which the sandboxed worker (another process with its own CUDA context) replays K forwards.
+On the H200 honest replays left a nearly constant ~0.7 ms per replay more than K forwards'
+time, whatever K was (2 to 102): a 2-call replay of fp8_blockscale_fused_moe shape 4 read 4-5x
+its median and failed an honest kernel. Warming the clock in the judge's process just before
+the request did not remove it. Two suspects remain and this separates them:
 
-A graph of K = 2 forwards of two kinds, memory-bound (a scaled copy of 64 MiB) and compute-bound
-(a 2,048-square bf16 matmul), is replayed REPS times per condition, each replay timed from before
-its launch to after its synchronisation (the judge's view) and with CUDA events (device time):
-* after the GPU idled for a gap (0, 2, 20, 200, 1,000 ms);
-* after 200 ms of idling, then a warm-up of matmuls on all SMs for 0.5, 2 or 5 ms, synchronised
-  just before the replay (what the judge can do in its own process before each replay request).
-The SM clock is read through NVML just before each replay.
+* the clock: an idle H200 reads ~345 MHz of its 1,980;
+* the context switch: the judge's own GPU work (references, comparisons, a warm-up) runs in
+  its context just before, and the GPU time-slices between processes' contexts.
 
-Confirms the cause when: replays after idle gaps of ~20 ms or more take clearly longer than
-back-to-back ones and read a low SM clock, and a warm-up of a few ms brings them back.
+A child process (the "worker") holds a CUDA graph of K = 2 forwards, memory-bound (a scaled copy
+of 64 MiB) or compute-bound (a 2,048-square bf16 matmul), and answers requests over a pipe:
+`replay` (replay, synchronise), `ping` (nothing), `gpu_ping` (one tiny kernel, synchronise) and
+`warm` (2 ms of matmuls in its own context, synchronise). The parent (the "judge") times each
+request from send to reply, REPS times per condition:
+* back to back: replays with nothing between them;
+* idle 200 ms: the parent sleeps first (no GPU work anywhere);
+* judge's GPU work: the parent runs 2 ms of matmuls in its own context, synchronised, then asks;
+* worker warm-up: the parent sends `warm` (untimed), then the timed replay;
+* judge's GPU work, then worker warm-up, then the replay.
+The device time of the replay (CUDA events in the child) comes back with each reply.
+
+Reads: a replay after the judge's GPU work much longer than back to back, and a worker warm-up
+that brings it back, point at the context switch; idle 200 ms much longer with the judge's own
+warm-up not helping points the same way; idle 200 ms long but the judge's warm-up helping
+points at the clock.
 
     python3 measurements/graph_replay_idle_clock.py --out measurements/results/graph_replay_idle_clock/DATE_h200.json
 """
@@ -24,6 +36,7 @@ back-to-back ones and read a low SM clock, and a warm-up of a few ms brings them
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import statistics
 import sys
 import time
@@ -34,11 +47,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
 from measurements.bench_env import write_report  # noqa: E402
+from sandbox.timing import warm_clocks  # noqa: E402
 
-GAPS_S = (0.0, 0.002, 0.02, 0.2, 1.0)
-WARMUPS_S = (0.0005, 0.002, 0.005)
 REPS = 12
 K = 2
+WARM_S = 2e-3
+CONDITIONS = (
+    "back to back",
+    "idle 200 ms",
+    "judge's GPU work",
+    "worker warm-up",
+    "judge's GPU work, then worker warm-up",
+)
 
 
 def main() -> int:
@@ -48,48 +68,108 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from atrex_mcp.evaluate import device
-    from atrex_mcp.evaluate.device import warm_clocks
-
     if not torch.cuda.is_available():
         print("graph_replay_idle_clock: needs a CUDA GPU", file=sys.stderr)
         return 2
-    kinds = {"memory-bound": _memory_graph(), "compute-bound": _compute_graph()}
+    from atrex_mcp.evaluate import device
+
     rows: list[dict[str, Any]] = []
-    for kind, graph in kinds.items():
-        for gap in GAPS_S:
-            rows.append(_condition(graph, kind, f"idle {gap * 1e3:g} ms", args.reps, gap, 0.0, device, warm_clocks))
-        for warm in WARMUPS_S:
-            name = f"idle 200 ms, warm {warm * 1e3:g} ms"
-            rows.append(_condition(graph, kind, name, args.reps, 0.2, warm, device, warm_clocks))
+    ctx = mp.get_context("spawn")
+    for kind in ("memory-bound", "compute-bound"):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(child, kind), daemon=True)
+        proc.start()
+        assert parent.recv() == "ready"
+        _ask(parent, "replay")  # the graph's first replay (upload)
+        for condition in CONDITIONS:
+            rows.append(_condition(parent, kind, condition, args.reps, device))
+        rows.append(_round_trips(parent, kind, args.reps, device))
+        parent.send("exit")
+        proc.join(timeout=10)
     for row in rows:
         print(
-            f"{row['kind']:14} {row['condition']:26} wall {row['wall_ms_median']:.4f} ms "
-            f"device {row['device_ms_median']:.4f} ms  SM {row['sm_mhz_median']} MHz"
+            f"{row['kind']:14} {row['condition']:40} wall {row['wall_ms_median']:.4f} ms (min {row['wall_ms_min']:.4f})"
+            f"  device {row['device_ms_median']:.4f} ms  SM before {row['sm_mhz_median']} MHz"
         )
-    report = {"gpu": torch.cuda.get_device_name(0), "calls_per_graph": K, "reps": args.reps, "rows": rows}
-    write_report(args.out, report)
+    report = {"gpu": torch.cuda.get_device_name(0), "calls_per_graph": K, "warm_s": WARM_S, "reps": args.reps}
+    write_report(args.out, {**report, "rows": rows})
     return 0
 
 
-def _memory_graph() -> Any:
+def _ask(conn: Any, command: str) -> tuple[float, float | None]:
+    """(wall ms of the request as the parent saw it, the device ms the child reported)."""
+    t0 = time.perf_counter()
+    conn.send(command)
+    device_ms = conn.recv()
+    return (time.perf_counter() - t0) * 1e3, device_ms
+
+
+def _condition(conn: Any, kind: str, condition: str, reps: int, device: Any) -> dict[str, Any]:
+    walls, devs, clocks = [], [], []
+    for _ in range(reps):
+        if condition == "idle 200 ms":
+            time.sleep(0.2)
+        if condition.startswith("judge's GPU work"):
+            time.sleep(0.05)
+            warm_clocks(WARM_S)
+        if condition.endswith("worker warm-up"):
+            _ask(conn, "warm")
+        sm, _, _ = device.clocks_now()
+        wall, dev = _ask(conn, "replay")
+        walls.append(wall)
+        devs.append(dev)
+        clocks.append(sm)
+    return _row(kind, condition, walls, devs, clocks)
+
+
+def _round_trips(conn: Any, kind: str, reps: int, device: Any) -> dict[str, Any]:
+    """A tiny kernel's request right after the judge's GPU work: the switch alone, no forward."""
+    walls, devs, clocks = [], [], []
+    for _ in range(reps):
+        time.sleep(0.05)
+        warm_clocks(WARM_S)
+        sm, _, _ = device.clocks_now()
+        wall, dev = _ask(conn, "gpu_ping")
+        walls.append(wall)
+        devs.append(dev)
+        clocks.append(sm)
+    pings = [_ask(conn, "ping")[0] for _ in range(reps)]
+    row = _row(kind, "gpu_ping after the judge's GPU work", walls, devs, clocks)
+    row["ping_ms_min"], row["ping_ms_median"] = min(pings), statistics.median(pings)
+    return row
+
+
+def _row(kind: str, condition: str, walls: list[float], devs: list[Any], clocks: list[Any]) -> dict[str, Any]:
+    known = [c for c in clocks if c is not None]
+    return {
+        "kind": kind,
+        "condition": condition,
+        "wall_ms_median": statistics.median(walls),
+        "wall_ms_min": min(walls),
+        "device_ms_median": statistics.median(devs),
+        "sm_mhz_median": int(statistics.median(known)) if known else None,
+        "walls_ms": walls,
+        "device_ms": devs,
+        "sm_mhz": clocks,
+    }
+
+
+def _worker(conn: Any, kind: str) -> None:
     import torch
 
-    x = torch.randn(32 << 20, dtype=torch.bfloat16, device="cuda")  # 64 MiB
-    out = torch.empty_like(x)
-    return _capture(lambda: torch.mul(x, 1.0001, out=out))
+    if kind == "memory-bound":
+        x = torch.randn(32 << 20, dtype=torch.bfloat16, device="cuda")  # 64 MiB
+        out = torch.empty_like(x)
 
+        def step() -> None:
+            torch.mul(x, 1.0001, out=out)
 
-def _compute_graph() -> Any:
-    import torch
+    else:
+        a = torch.randn(2048, 2048, dtype=torch.bfloat16, device="cuda")
+        out = torch.empty_like(a)
 
-    a = torch.randn(2048, 2048, dtype=torch.bfloat16, device="cuda")
-    c = torch.empty_like(a)
-    return _capture(lambda: torch.mm(a, a, out=c))
-
-
-def _capture(step: Any) -> Any:
-    import torch
+        def step() -> None:
+            torch.mm(a, a, out=out)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -101,47 +181,28 @@ def _capture(step: Any) -> Any:
     with torch.cuda.graph(graph):
         for _ in range(K):
             step()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
-def _condition(
-    graph: Any, kind: str, name: str, reps: int, gap_s: float, warm_s: float, device: Any, warm_clocks: Any
-) -> dict[str, Any]:
-    import torch
-
-    walls, devs, clocks = [], [], []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        time.sleep(gap_s)
-        if warm_s:
-            warm_clocks(warm_s)
-        sm, _, _ = device.clocks_now()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter()
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        walls.append((time.perf_counter() - t0) * 1e3)
-        devs.append(start.elapsed_time(end))
-        clocks.append(sm)
-    known = [c for c in clocks if c is not None]
-    return {
-        "kind": kind,
-        "condition": name,
-        "gap_s": gap_s,
-        "warm_s": warm_s,
-        "wall_ms_median": statistics.median(walls),
-        "wall_ms_min": min(walls),
-        "device_ms_median": statistics.median(devs),
-        "device_ms_min": min(devs),
-        "sm_mhz_median": int(statistics.median(known)) if known else None,
-        "walls_ms": walls,
-        "device_ms": devs,
-        "sm_mhz": clocks,
-    }
+    tiny = torch.zeros(1, device="cuda")
+    conn.send("ready")
+    while True:
+        command = conn.recv()
+        if command == "exit":
+            return
+        if command == "replay":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            conn.send(start.elapsed_time(end))
+        elif command == "gpu_ping":
+            tiny.add_(1)
+            torch.cuda.synchronize()
+            conn.send(None)
+        elif command == "warm":
+            warm_clocks(WARM_S)
+            conn.send(None)
+        else:
+            conn.send(None)
 
 
 if __name__ == "__main__":

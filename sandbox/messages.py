@@ -176,6 +176,15 @@ class PingRequest(Request):
 
 
 @dataclass(frozen=True)
+class WarmRequest(Request):
+    """Untimed, just before a request the judge times: keep the GPU busy in the worker's own
+    context for `seconds` (sandbox.timing.warm_clocks)."""
+
+    command: ClassVar[str] = "warm"
+    seconds: float
+
+
+@dataclass(frozen=True)
 class ExitRequest(Request):
     """End the worker's loop (sent without a nonce; no reply)."""
 
@@ -194,6 +203,7 @@ REQUESTS: tuple[type[Request], ...] = (
     ForwardsRequest,
     IntegrityRequest,
     PingRequest,
+    WarmRequest,
     GraphCaptureRequest,
     GraphReplayRequest,
     ExitRequest,
@@ -266,7 +276,7 @@ class GraphReplayReply(TypedDict):
 
 
 class EmptyReply(TypedDict):
-    """keep, ping."""
+    """keep, ping, warm."""
 
 
 class FetchReply(TypedDict):
@@ -307,6 +317,7 @@ REPLIES: dict[str, type] = {
     "forwards": ForwardsReply,
     "integrity": IntegrityReply,
     "ping": EmptyReply,
+    "warm": EmptyReply,
     "graph_capture": GraphCaptureReply,
     "graph_replay": GraphReplayReply,
 }

@@ -45,6 +45,7 @@ from sandbox.timing import (
     poison,
     storages,
     time_calls,
+    warm_clocks,
 )
 
 if TYPE_CHECKING:  # the message types, for the annotations only: building a dozen classes costs start-up time
@@ -540,6 +541,15 @@ class Worker:
         """Nothing: the judge times a round trip to calibrate its witness."""
         return {}
 
+    def warm(self, msg: messages.Wire, *, _warm: Any = warm_clocks) -> messages.EmptyReply:
+        """The GPU busy in this context for the request's `seconds`, untimed, before a request
+        the judge times (sandbox.timing.warm_clocks). A worker that skips it only lengthens
+        what the judge's clock then sees of its own forwards."""
+        seconds = msg.get("seconds")
+        if self.device == "cuda" and isinstance(seconds, int | float):
+            _warm(float(seconds))
+        return {}
+
     def serve(
         self,
         *,
@@ -562,6 +572,7 @@ class Worker:
             "integrity": self.integrity,
             "burst": self.burst,
             "ping": self.ping,
+            "warm": self.warm,
             "graph_capture": self.graph_capture,
             "graph_replay": self.graph_replay,
         }

@@ -675,6 +675,8 @@ def test_the_graph_burst_replays_and_checks_the_fastest_replays_commitment(monke
     assert worker.calls[0] == "graph_capture" and worker.calls.count("graph_replay") == 3 and "ping" in worker.calls
     assert 1 <= len(trial.fetched) <= 3 and not trial.mismatch  # one output per replay that was the fastest so far
     assert len(set(worker.replay_seeds)) == 3  # a fresh refresh seed for every replay
+    replays = [i for i, cmd in enumerate(worker.calls) if cmd == "graph_replay"]
+    assert all(worker.calls[i - 1] == "warm" for i in replays)  # the worker's warm-up, untimed, right before each
 
 
 @pytest.mark.interpreter

@@ -7,7 +7,6 @@ import ctypes
 import platform
 import statistics
 import threading
-import time
 from functools import cache
 
 import torch
@@ -92,27 +91,6 @@ def clocks_now() -> tuple[int | None, int | None, list[str]]:
         return None, None, []
     sm, mem, _ = nvml.clocks()
     return sm, mem, nvml.throttle_reasons()
-
-
-CLOCK_WARMUP_S = 2e-3  # an idle H200 reads ~345 MHz of its 1,980; a replay of ~1 ms started there ran ~0.5-1 ms long
-
-
-def warm_clocks(seconds: float = CLOCK_WARMUP_S) -> None:
-    """Keep every SM busy with matmuls for `seconds` in this process, then synchronise. The
-    judge's clock around a short burst or replay otherwise also times the GPU leaving its idle
-    clock, which an honest kernel pays and the timing loop (after its warm-up calls) does not:
-    on the H200 it pushed the witness of 2-call replays to 2-5x the median and failed an honest
-    kernel. Run just before a request the judge times; no-op without a GPU."""
-    if not has_gpu():
-        return
-    a = torch.ones(2048, 2048, dtype=torch.bfloat16, device="cuda")
-    c = torch.empty_like(a)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(4):
-            torch.mm(a, a, out=c)
-        torch.cuda.synchronize()
 
 
 def describe() -> DeviceInfo:

@@ -61,6 +61,7 @@ from sandbox.messages import (
     RunRequest,
     ShapePayload,
     TimeRequest,
+    WarmRequest,
 )
 from sandbox.timing import (
     call_order,
@@ -587,7 +588,10 @@ class Trial:
             for _ in range(timing_witness.WITNESS_BURSTS):
                 seeds = [self.seed() for _ in range(calls)]
                 if self.cuda:
-                    device.warm_clocks()  # the burst starts at the clock the timing loop ran at, not at the idle one
+                    warmed = session.call(WarmRequest(seconds=timing_witness.WARMUP_S), self.request.timeout_s)
+                    if isinstance(warmed, Failure):
+                        _fail(result, warmed)
+                        return None
                 t0 = time.perf_counter()
                 reply = session.call(BurstRequest(shape=self.payload_shape(shape), seeds=seeds), self.request.timeout_s)
                 wall = time.perf_counter() - t0

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from atrex_mcp.evaluate import timing_witness
-from atrex_mcp.evaluate.device import warm_clocks
 from atrex_mcp.evaluate.session import Failure, Session
 from sandbox.graph_burst import (
     StackedInputs,
@@ -33,7 +32,7 @@ from sandbox.graph_burst import (
     refreshed_set,
 )
 from sandbox.handoff import output_tensors
-from sandbox.messages import GraphCaptureRequest, GraphReplayRequest, PingRequest
+from sandbox.messages import GraphCaptureRequest, GraphReplayRequest, PingRequest, WarmRequest
 
 CALIBRATION_REPLAYS = 3
 CALIBRATION_COPY_BYTES = 256 << 20  # distinct outputs the fingerprints' calibration reads: > L2
@@ -146,7 +145,9 @@ def run(
     checked = None
     for _ in range(timing_witness.GRAPH_REPLAYS):
         refresh_seed = secrets.randbelow(2**31 - 1)  # drawn now: the replay's inputs exist only from here on
-        warm_clocks()  # the replay starts at the clock the timing loop ran at, not at the idle one
+        warmed = session.call(WarmRequest(seconds=timing_witness.WARMUP_S), timeout)
+        if isinstance(warmed, Failure):
+            return warmed
         t0 = time.perf_counter()
         reply = session.call(GraphReplayRequest(seed=refresh_seed), timeout)
         wall = time.perf_counter() - t0

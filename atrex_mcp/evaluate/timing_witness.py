@@ -46,6 +46,7 @@ JITTER_S = 1e-3  # the fastest burst's wall spread an honest run may still show 
 CALIBRATION_SLACK = 1.0  # share of the judge's own input-generation and digest time allowed as calibration error
 WITNESS_CALLS = 16  # forwards in a burst (fewer where the timing stage held fewer input sets)
 WITNESS_BURSTS = 3  # the fastest of these judges: scheduling noise only ever adds time
+WARMUP_S = 2e-3  # the worker's GPU work (sandbox.timing.warm_clocks) just before each burst or replay the judge times
 
 
 @dataclass

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -326,7 +326,7 @@ def _block_sums(x: torch.Tensor) -> torch.Tensor:
     return x.view(-1)
 
 
-def _rms(block_sums: list[float], finite: int) -> float | None:
+def _rms(block_sums: Iterable[float], finite: int) -> float | None:
     """sqrt(Σ squares / count), the block sums added exactly (fsum); None without finite values."""
     return math.sqrt(math.fsum(block_sums) / finite) if finite else None
 
@@ -365,6 +365,15 @@ def _one_pass(rule: Rule, ref: torch.Tensor, one_pass: bool | None) -> bool:
     return one_pass is True or (ref.device.type == "cuda" and importlib.util.find_spec("triton") is not None)
 
 
+def _one_pass_chunks(
+    chunk: int, ref: torch.Tensor, cand: torch.Tensor
+) -> Iterator[tuple[int, tuple[torch.Tensor, ...]]]:
+    """The launches of the one pass: the whole output at once when the candidate is on the
+    reference's device (the kernel makes no temporaries to bound, and a launch costs more host
+    time than a chunk takes the GPU), else `chunk` elements at a time as they are moved there."""
+    return _chunks(max(ref.numel(), 1) if cand.device == ref.device else chunk, ref, cand)
+
+
 def _compare_allclose(
     name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int, one_pass: bool | None
 ) -> MismatchDetail:
@@ -378,7 +387,8 @@ def _compare_allclose(
             atol = min(atol, tol.rtol * rms)
     tally = _Tally(ref, cand)
     if kernel:
-        tally.merge(compare_kernel.judge_chunks(_chunks(chunk, ref, cand), exact=False, atol=atol, rtol=tol.rtol))
+        pieces = _one_pass_chunks(chunk, ref, cand)
+        tally.merge(compare_kernel.judge_chunks(pieces, exact=False, atol=atol, rtol=tol.rtol))
         return tally.detail(name, tol, atol, tol.rtol)
     for offset, (r, c) in _chunks(chunk, ref, cand):
         # finiteness and agreement of non-finite values on the outputs' own dtypes (a float64
@@ -400,7 +410,7 @@ def _compare_exact(
     if _one_pass("exact", ref, one_pass):
         from atrex_mcp.evaluate import compare_kernel  # Triton: imported where the kernel runs
 
-        tally.merge(compare_kernel.judge_chunks(_chunks(chunk, ref, cand), exact=True))
+        tally.merge(compare_kernel.judge_chunks(_one_pass_chunks(chunk, ref, cand), exact=True))
     else:
         for offset, (r, c) in _chunks(chunk, ref, cand):
             tally.add(offset, r.to(torch.float64), c.to(torch.float64), r != c, 0)
@@ -491,7 +501,8 @@ def compare_outputs(
     detail. `inputs` gives the judge's inputs of this output again, for a rule that judges an
     output by what it selects from them (ranked_ids); it is called only where that is needed.
     On a GPU the allclose and exact rules run as one pass (atrex_mcp.evaluate.compare_kernel),
-    with the figures of the torch rule.
+    with the figures of the torch rule; it makes no temporaries, so only a candidate in host
+    memory is taken in chunks.
     """
     return judge_outputs(reference, candidate, op, chunk=chunk, inputs=inputs)
 

@@ -34,10 +34,11 @@ of a whole output accumulate on the device and are read back once.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 from collections.abc import Iterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import torch
 import triton
@@ -116,19 +117,24 @@ def _judge(ref_ptr, cand_ptr, state_ptr, n, offset, EXACT: tl.constexpr, BLOCK: 
     # block whose maximum is no larger than what it reads there skips the atomic (most do).
     max_abs = tl.max(diff, axis=0).to(tl.int64, bitcast=True)
     max_rel = tl.max(rel, axis=0).to(tl.int64, bitcast=True)
-    tl.atomic_max(state_ptr + 0, max_abs, mask=max_abs > tl.load(state_ptr + 0))
-    tl.atomic_max(state_ptr + 1, max_rel, mask=max_rel > tl.load(state_ptr + 1))
+    tl.atomic_max(state_ptr + 0, max_abs, mask=max_abs > tl.load(state_ptr + 0), sem="relaxed")
+    tl.atomic_max(state_ptr + 1, max_rel, mask=max_rel > tl.load(state_ptr + 1), sem="relaxed")
     count = tl.sum(bad.to(tl.int32), axis=0).to(tl.int64)
     some = count > 0
-    tl.atomic_add(state_ptr + 2, count, mask=some)
-    tl.atomic_add(state_ptr + 3, tl.sum(nonfinite_bad.to(tl.int32), axis=0).to(tl.int64), mask=some)
+    tl.atomic_add(state_ptr + 2, count, mask=some, sem="relaxed")
+    tl.atomic_add(state_ptr + 3, tl.sum(nonfinite_bad.to(tl.int32), axis=0).to(tl.int64), mask=some, sem="relaxed")
     first = tl.min(tl.where(bad, local + offset, _NONE), axis=0)
-    tl.atomic_min(state_ptr + 4, first, mask=some)
+    tl.atomic_min(state_ptr + 4, first, mask=some, sem="relaxed")  # relaxed: only atomicity is needed
 
 
 def _check_device(t: torch.Tensor) -> None:
     if t.device.type != "cuda" and isinstance(_judge, triton.runtime.JITFunction):
         raise ValueError("the one-pass comparison runs on CUDA tensors (CPU ones under TRITON_INTERPRET=1)")
+
+
+def _on(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """A launch on the tensors' GPU, whichever is current (CPU tensors: the interpreter)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _bits(value: float) -> int:
@@ -153,9 +159,17 @@ def square_sums(ref: torch.Tensor) -> tuple[Sequence[float], int]:
         return (), 0
     sums = torch.empty(blocks, dtype=torch.float64, device=flat.device)
     counts = torch.empty(blocks, dtype=torch.int32, device=flat.device)
-    _square_sums[(blocks,)](
-        flat, sums, counts, flat.numel(), BLOCK=RMS_BLOCK, LEVELS=_LEVELS, num_warps=NUM_WARPS, enable_fp_fusion=False
-    )
+    with _on(flat.device):
+        _square_sums[(blocks,)](
+            flat,
+            sums,
+            counts,
+            flat.numel(),
+            BLOCK=RMS_BLOCK,
+            LEVELS=_LEVELS,
+            num_warps=NUM_WARPS,
+            enable_fp_fusion=False,
+        )
     values = torch.cat([sums, counts.sum(dtype=torch.int64).to(torch.float64).view(1)]).cpu().numpy()
     return cast(Sequence[float], values[:-1].data), int(values[-1])  # a memoryview; the count < 2^53: exact
 
@@ -177,9 +191,10 @@ def judge_chunks(
             raise ValueError(f"the one-pass {'exact' if exact else 'allclose'} rule does not take {r.dtype}")
         if r.dtype == torch.bool:  # as bytes: 0 and 1, the values torch's float64 copy holds
             r, c = r.view(torch.uint8), c.view(torch.uint8)
-        _judge[(triton.cdiv(r.numel(), BLOCK),)](
-            r, c, state, r.numel(), offset, EXACT=exact, BLOCK=BLOCK, num_warps=NUM_WARPS, enable_fp_fusion=False
-        )
+        with _on(r.device):
+            _judge[(triton.cdiv(r.numel(), BLOCK),)](
+                r, c, state, r.numel(), offset, EXACT=exact, BLOCK=BLOCK, num_warps=NUM_WARPS, enable_fp_fusion=False
+            )
     if state is None:
         return Figures()
     abs_bits, rel_bits, mismatches, nonfinite, first = state[:5].tolist()

@@ -6,7 +6,9 @@ same device as the kernel."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -269,3 +271,53 @@ def test_on_a_gpu_compare_outputs_takes_the_one_pass_with_the_torch_figures():
     assert compare.compare_outputs(ref, cand, "x", chunk=1 << 20) == torch_rule
     assert compare.compare_outputs(ref, cand.cpu(), "x", chunk=1 << 20) == torch_rule
     assert "atrex_mcp.evaluate.compare_kernel" in sys.modules
+
+
+def test_the_kernels_build_for_the_h200_without_contraction():
+    """Compiled for sm_90 (on any host) with the options the launches use: no fused
+    multiply-add in float64, IEEE division, no flushing of subnormals, int64 reductions to the
+    state; the same kernels compiled with contraction do fuse, so the option is what keeps the
+    bound and the RMS tree rounded as the torch rule rounds them."""
+    code = """
+import json, re, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from atrex_mcp.evaluate import compare_kernel as ck
+aligned = [["tt.divisibility", 16]]
+judge = {"ref_ptr": "*fp32", "cand_ptr": "*fp32", "state_ptr": "*i64", "n": "i64", "offset": "i64",
+         "EXACT": "constexpr", "BLOCK": "constexpr"}
+squares = {"ref_ptr": "*fp32", "sums_ptr": "*fp64", "counts_ptr": "*i32", "n": "i64", "BLOCK": "constexpr",
+           "LEVELS": "constexpr"}
+kernels = {
+    "judge": (ck._judge, judge, {"EXACT": False, "BLOCK": ck.BLOCK}),
+    "square_sums": (ck._square_sums, squares, {"BLOCK": ck.RMS_BLOCK, "LEVELS": ck.LEVELS}),
+}
+found = {}
+for name, (fn, signature, constants) in kernels.items():
+    for build, options in (("launch", ck.LAUNCH), ("contracted", {**ck.LAUNCH, "enable_fp_fusion": True})):
+        source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs={(0,): aligned})
+        ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+        found[f"{name} {build}"] = {
+            "fma": len(re.findall(r"fma\\.rn\\.f64", ptx)),
+            "div": sorted(set(re.findall(r"div\\.[a-z0-9.]+", ptx))),
+            "ftz": len(re.findall(r"\\.ftz", ptx)),
+            "reductions": sorted(set(re.findall(r"red\\.global\\.[a-z0-9.]+", ptx))),
+        }
+print(json.dumps(found))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["judge launch"] == {
+        "fma": 0,
+        "div": ["div.rn.f64"],
+        "ftz": 0,
+        "reductions": [
+            "red.global.gpu.relaxed.add.u64",
+            "red.global.gpu.relaxed.max.s64",
+            "red.global.gpu.relaxed.min.s64",
+        ],
+    }
+    assert found["square_sums launch"]["fma"] == 0 and found["square_sums launch"]["ftz"] == 0
+    assert found["judge contracted"]["fma"] > 0 and found["square_sums contracted"]["fma"] > 0

@@ -12,7 +12,8 @@ What it guarantees: the figures the float64 torch rule gives (compare._Tally), b
 the mismatch and non-finite mismatch counts, max |c − r| over elements finite on both sides,
 max |c − r| / |r| over those with r ≠ 0, and the first bad element's flat index:
 
-* both elements are converted to float64 (exact from every dtype taken), and the bound is
+* both elements are converted to float64 (exactly from the floating dtypes; an integer past
+  2^53 rounds to nearest, as torch's `.to(float64)` rounds it), and the bound is
   `|c − r| <= rtol·|r| + atol` with the product rounded before the sum, as the torch rule's
   `refabs.mul(rtol).add_(atol)`; the kernels are compiled without floating-point contraction
   (`enable_fp_fusion=False`, so `ptxas --fmad=false`): a fused multiply-add rounds once and
@@ -48,12 +49,11 @@ from atrex_mcp.evaluate.compare import ONE_PASS_DTYPES, RMS_BLOCK, Figures
 
 BLOCK = 2048  # elements per program of the judging kernel
 NUM_WARPS = 8
-_LEVELS = RMS_BLOCK.bit_length() - 1  # the pairwise tree's depth
+LAUNCH = {"num_warps": NUM_WARPS, "enable_fp_fusion": False}  # no contraction: every product rounded on its own
+LEVELS = RMS_BLOCK.bit_length() - 1  # the pairwise tree's depth
 _INF = tl.constexpr(math.inf)
 _NO_INDEX = (1 << 63) - 1  # the first-bad slot before any bad element
 _NONE = tl.constexpr(_NO_INDEX)  # as a kernel may read it
-# state: max |c − r| bits, max rel bits, mismatches, non-finite mismatches, first bad index, atol bits, rtol bits
-_STATE = 7
 
 
 @triton.jit
@@ -65,9 +65,9 @@ def _pairwise_sum(x, WIDTH: tl.constexpr, LEVELS: tl.constexpr):
 
 
 @triton.jit
-def _load(ptr, index, n, FULL):
+def _load(ptr, index, n, full):
     """ptr[index], 0 past n. A full block loads without a mask, so in wide vectors whatever n is."""
-    if FULL:
+    if full:
         x = tl.load(ptr + index)
     else:
         x = tl.load(ptr + index, mask=index < n, other=0)
@@ -90,7 +90,8 @@ def _square_sums(ref_ptr, sums_ptr, counts_ptr, n, BLOCK: tl.constexpr, LEVELS: 
 @triton.jit
 def _judge(ref_ptr, cand_ptr, state_ptr, n, offset, EXACT: tl.constexpr, BLOCK: tl.constexpr):
     """One block of a chunk `n` elements long starting at flat index `offset` of the output:
-    its figures merged into `state` (see _STATE) by atomics."""
+    its figures merged by atomics into `state`, int64: max |c − r| and max rel as float64 bits,
+    mismatches, non-finite mismatches, the first bad flat index; then atol and rtol as bits."""
     start = tl.program_id(0).to(tl.int64) * BLOCK
     local = start + tl.arange(0, BLOCK)
     inside = local < n
@@ -160,16 +161,7 @@ def square_sums(ref: torch.Tensor) -> tuple[Sequence[float], int]:
     sums = torch.empty(blocks, dtype=torch.float64, device=flat.device)
     counts = torch.empty(blocks, dtype=torch.int32, device=flat.device)
     with _on(flat.device):
-        _square_sums[(blocks,)](
-            flat,
-            sums,
-            counts,
-            flat.numel(),
-            BLOCK=RMS_BLOCK,
-            LEVELS=_LEVELS,
-            num_warps=NUM_WARPS,
-            enable_fp_fusion=False,
-        )
+        _square_sums[(blocks,)](flat, sums, counts, flat.numel(), BLOCK=RMS_BLOCK, LEVELS=LEVELS, **LAUNCH)
     values = torch.cat([sums, counts.sum(dtype=torch.int64).to(torch.float64).view(1)]).cpu().numpy()
     return cast(Sequence[float], values[:-1].data), int(values[-1])  # a memoryview; the count < 2^53: exact
 
@@ -192,9 +184,7 @@ def judge_chunks(
         if r.dtype == torch.bool:  # as bytes: 0 and 1, the values torch's float64 copy holds
             r, c = r.view(torch.uint8), c.view(torch.uint8)
         with _on(r.device):
-            _judge[(triton.cdiv(r.numel(), BLOCK),)](
-                r, c, state, r.numel(), offset, EXACT=exact, BLOCK=BLOCK, num_warps=NUM_WARPS, enable_fp_fusion=False
-            )
+            _judge[(triton.cdiv(r.numel(), BLOCK),)](r, c, state, r.numel(), offset, EXACT=exact, BLOCK=BLOCK, **LAUNCH)
     if state is None:
         return Figures()
     abs_bits, rel_bits, mismatches, nonfinite, first = state[:5].tolist()

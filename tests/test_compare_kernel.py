@@ -150,10 +150,17 @@ def test_values_on_the_tolerance_edge_get_the_torch_verdict(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("where", ["start", "chunk end", "mid chunk", "last"])
+@pytest.mark.parametrize("where", ["start", "block end", "block start", "chunk end", "mid chunk", "last"])
 def test_the_first_bad_element_and_its_values(device, where):
     n, chunk = 3 * BLOCK + 13, 2500
-    index = {"start": 0, "chunk end": chunk - 1, "mid chunk": chunk + 1234, "last": n - 1}[where]
+    index = {
+        "start": 0,
+        "block end": BLOCK - 1,
+        "block start": BLOCK,
+        "chunk end": chunk - 1,
+        "mid chunk": chunk + 1234,
+        "last": n - 1,
+    }[where]
     ref = torch.linspace(-3, 3, n, dtype=torch.float64).to(torch.bfloat16).to(device)
     cand = ref.clone()
     cand[index] = 7.5

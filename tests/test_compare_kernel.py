@@ -324,3 +324,15 @@ print(json.dumps(found))
     }
     assert found["square_sums launch"]["fma"] == 0 and found["square_sums launch"]["ftz"] == 0
     assert found["judge contracted"]["fma"] > 0 and found["square_sums contracted"]["fma"] > 0
+
+
+@pytest.mark.interpreter
+def test_the_cost_measurement_dry_runs_on_cpu(tmp_path):
+    """measurements/compare_cost_gpu.py at a tiny size: both paths timed, and they agree."""
+    from measurements.compare_cost_gpu import main
+
+    out = tmp_path / "cost.json"
+    assert main(["--out", str(out), "--sizes", "0.004", "--dtypes", "bf16", "--calls", "1"]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["case"], r["ok"], r["agree"]) for r in rows] == [("close", True, True), ("wrong", False, True)]
+    assert all(r["torch"]["median_ms"] > 0 and r["one_pass"]["median_ms"] > 0 for r in rows)

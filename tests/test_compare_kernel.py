@@ -326,6 +326,19 @@ print(json.dumps(found))
     assert found["judge contracted"]["fma"] > 0 and found["square_sums contracted"]["fma"] > 0
 
 
+@pytest.mark.gpu
+def test_on_a_gpu_outputs_past_two_to_the_31_elements():
+    """Flat indices past 2^31 (int64 index math in both kernels): 4 GiB bf16 outputs whose only
+    bad elements lie past the 2^31st, judged by both paths."""
+    n = (1 << 31) + 4099
+    ref = torch.full((n,), 1.0, dtype=torch.bfloat16, device="cuda")
+    cand = ref.clone()
+    cand[(1 << 31) + 1] = 2.0
+    cand[-1] = float("nan")
+    detail = both_paths(ref, cand, chunk=compare.CHUNK_ELEMENTS).details[0]
+    assert detail.mismatches == 2 and detail.nonfinite_mismatches == 1
+    assert detail.first_bad_index == [(1 << 31) + 1] and detail.atol == 0.01
+
 @pytest.mark.interpreter
 def test_the_cost_measurement_dry_runs_on_cpu(tmp_path):
     """measurements/compare_cost_gpu.py at a tiny size: both paths timed, and they agree."""

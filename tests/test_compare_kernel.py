@@ -339,6 +339,7 @@ def test_on_a_gpu_outputs_past_two_to_the_31_elements():
     assert detail.mismatches == 2 and detail.nonfinite_mismatches == 1
     assert detail.first_bad_index == [(1 << 31) + 1] and detail.atol == 0.01
 
+
 @pytest.mark.interpreter
 def test_the_cost_measurement_dry_runs_on_cpu(tmp_path):
     """measurements/compare_cost_gpu.py at a tiny size: both paths timed, and they agree."""

@@ -377,16 +377,16 @@ def _one_pass_chunks(
 def _compare_allclose(
     name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int, one_pass: bool | None
 ) -> MismatchDetail:
-    kernel = _one_pass("allclose", ref, one_pass)
-    if kernel:
+    by_kernel = _one_pass("allclose", ref, one_pass)
+    if by_kernel:
         from atrex_mcp.evaluate import compare_kernel  # Triton: imported where the kernel runs
     atol = tol.atol
     if tol.atol_at_most_rtol_rms:
-        rms = _rms(*compare_kernel.square_sums(ref)) if kernel else _finite_rms(ref, chunk)
+        rms = _rms(*compare_kernel.square_sums(ref)) if by_kernel else _finite_rms(ref, chunk)
         if rms is not None:
             atol = min(atol, tol.rtol * rms)
     tally = _Tally(ref, cand)
-    if kernel:
+    if by_kernel:
         pieces = _one_pass_chunks(chunk, ref, cand)
         tally.merge(compare_kernel.judge_chunks(pieces, exact=False, atol=atol, rtol=tol.rtol))
         return tally.detail(name, tol, atol, tol.rtol)

@@ -15,7 +15,14 @@ Semantics follow SPEC §0.4 of the operator set, tightened where that rule tests
 Numbers are judged in chunks of `CHUNK_ELEMENTS`, so memory stays bounded for outputs of many
 GiB. The RMS cap needs the whole reference first (a pass over the reference alone, before the
 allclose test); the fp8 rule keeps two tallies in one pass and lets the share of one-step codes
-decide between them at the end.
+decide between them at the end. A chunk's figures stay on the device; each output's are read
+back once.
+
+On a GPU the allclose and exact rules run as one Triton pass over both outputs in their own
+dtype (atrex_mcp.evaluate.compare_kernel, imported only there), with the same float64
+arithmetic and so the same figures as the torch rule here, which judges everything else
+(CPU outputs, fp8 codes, ranked ids). The torch rule on the H200 cost 33-59 ms a call on large
+outputs, about ten calls a shape.
 
 Per-operator exceptions live in `OVERRIDES`, the one table of them. `compare_outputs` never
 raises on a malformed candidate: the verdict says what is wrong.
@@ -23,8 +30,9 @@ raises on a malformed candidate: the verdict says what is wrong.
 
 from __future__ import annotations
 
+import importlib.util
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -206,19 +214,37 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
     return index[::-1]
 
 
-@dataclass
-class _Tally:
-    """One output's figures accumulated chunk by chunk. Each is a count, a maximum or the first
-    bad element, so neither the chunk size nor the order of chunks changes it."""
+@dataclass(frozen=True)
+class Figures:
+    """What a rule found in a stretch of one output (a chunk, or all of it): counts, maxima and
+    the first bad element, so stretches merge in any order and neither the chunk size nor the
+    path that judged them (torch, or compare_kernel's one pass) changes them."""
 
-    shape: tuple[int, ...]
-    mismatches: int = 0
-    nonfinite_mismatches: int = 0
     max_abs: float = 0.0  # |c − r| where both are finite (0 when none is)
     max_rel: float = 0.0  # |c − r| / |r| where both are finite and r ≠ 0 (0 when none is)
-    first: int | None = None
-    ref_value: float | None = None
-    cand_value: float | None = None
+    mismatches: int = 0
+    nonfinite_mismatches: int = 0
+    first: int | None = None  # flat index of the first bad element
+
+    def merged(self, other: Figures) -> Figures:
+        firsts = [i for i in (self.first, other.first) if i is not None]
+        return Figures(
+            max_abs=max(self.max_abs, other.max_abs),
+            max_rel=max(self.max_rel, other.max_rel),
+            mismatches=self.mismatches + other.mismatches,
+            nonfinite_mismatches=self.nonfinite_mismatches + other.nonfinite_mismatches,
+            first=min(firsts) if firsts else None,
+        )
+
+
+class _Tally:
+    """One output's figures: chunks judged by torch (`add`) stay on the device until `detail`
+    reads them all back at once; the one-pass kernel hands over its own (`merge`)."""
+
+    def __init__(self, ref: torch.Tensor, cand: torch.Tensor) -> None:
+        self.ref, self.cand = ref, cand
+        self.figures = Figures()
+        self._pending: list[torch.Tensor] = []
 
     def add(
         self,
@@ -232,10 +258,9 @@ class _Tally:
         diff: torch.Tensor | None = None,
         refabs: torch.Tensor | None = None,
     ) -> None:
-        """One chunk's figures, read back in one synchronisation (a second only when the chunk
-        holds the first bad element). `both` (both sides finite), `diff` (|c − r|, which is
-        overwritten) and `refabs` (|r|) may come from the caller's own rule, computed on the same
-        values."""
+        """One chunk's figures (a non-empty chunk at flat `offset`), left on the device. `both`
+        (both sides finite), `diff` (|c − r|, which is overwritten) and `refabs` (|r|) may come
+        from the caller's own rule, computed on the same values."""
         if both is None:
             both = torch.isfinite(ref64) & torch.isfinite(cand64)
         if diff is None:
@@ -246,33 +271,38 @@ class _Tally:
         rel = torch.div(diff, refabs).masked_fill_(~(both & (refabs > 0)), 0.0)
         count = bad.sum()
         nonfinite = nonfinite_bad if isinstance(nonfinite_bad, torch.Tensor) else count.new_tensor(nonfinite_bad)
-        figures = torch.stack([diff.max(), rel.max(), count.to(torch.float64), nonfinite.to(torch.float64)])
-        max_abs, max_rel, bad_count, nonfinite_count = figures.tolist()  # counts < 2^53: exact in float64
-        self.max_abs = max(self.max_abs, max_abs)
-        self.max_rel = max(self.max_rel, max_rel)
-        if bad_count and self.first is None:
-            i = int(bad.to(torch.uint8).argmax().item())  # argmax gives the first of equal maxima
-            self.first = offset + i
-            self.ref_value, self.cand_value = _json_float(ref64[i].item()), _json_float(cand64[i].item())
-        self.mismatches += int(bad_count)
-        self.nonfinite_mismatches += int(nonfinite_count)
+        first = torch.where(count > 0, bad.to(torch.uint8).argmax() + offset, -1)  # argmax: the first of equal maxima
+        figures = [diff.max(), rel.max(), count, nonfinite, first]
+        self._pending.append(torch.stack([f.to(torch.float64) for f in figures]))  # counts < 2^53: exact
+
+    def merge(self, figures: Figures) -> None:
+        self.figures = self.figures.merged(figures)
+
+    def _value(self, t: torch.Tensor) -> float | None:
+        assert self.figures.first is not None
+        return _json_float(t[tuple(_unravel(self.figures.first, tuple(t.shape)))].to(torch.float64).item())
 
     def detail(self, name: str, tol: Tolerance, atol: float | None, rtol: float | None) -> MismatchDetail:
-        numel = math.prod(self.shape)
+        if self._pending:  # one synchronisation for all of torch's chunks
+            for max_abs, max_rel, count, nonfinite, first in torch.stack(self._pending).tolist():
+                self.merge(Figures(max_abs, max_rel, int(count), int(nonfinite), None if first < 0 else int(first)))
+            self._pending.clear()
+        f, shape = self.figures, tuple(self.ref.shape)
+        numel = math.prod(shape)
         return MismatchDetail(
             output=name,
             rule=tol.rule,
             atol=atol,
             rtol=rtol,
-            max_abs_error=self.max_abs,
-            max_rel_error=self.max_rel,
-            mismatch_fraction=self.mismatches / numel if numel else 0.0,
-            mismatches=self.mismatches,
+            max_abs_error=f.max_abs,
+            max_rel_error=f.max_rel,
+            mismatch_fraction=f.mismatches / numel if numel else 0.0,
+            mismatches=f.mismatches,
             numel=numel,
-            first_bad_index=None if self.first is None else _unravel(self.first, self.shape),
-            reference_value=self.ref_value,
-            candidate_value=self.cand_value,
-            nonfinite_mismatches=self.nonfinite_mismatches,
+            first_bad_index=None if f.first is None else _unravel(f.first, shape),
+            reference_value=None if f.first is None else self._value(self.ref),
+            candidate_value=None if f.first is None else self._value(self.cand),
+            nonfinite_mismatches=f.nonfinite_mismatches,
         )
 
 
@@ -296,6 +326,11 @@ def _block_sums(x: torch.Tensor) -> torch.Tensor:
     return x.view(-1)
 
 
+def _rms(block_sums: Iterable[float], finite: int) -> float | None:
+    """sqrt(Σ squares / count), the block sums added exactly (fsum); None without finite values."""
+    return math.sqrt(math.fsum(block_sums) / finite) if finite else None
+
+
 def _finite_rms(ref: torch.Tensor, chunk: int) -> float | None:
     """RMS of the reference's finite values (None when it has none): the first pass of the
     allclose rule. Squares are summed in fixed blocks and the block sums added exactly (fsum),
@@ -308,17 +343,53 @@ def _finite_rms(ref: torch.Tensor, chunk: int) -> float | None:
         counts.append(keep.sum())
     if not sums:
         return None
-    finite = int(torch.stack(counts).sum().item())
-    return math.sqrt(math.fsum(torch.cat(sums).tolist()) / finite) if finite else None
+    return _rms(torch.cat(sums).tolist(), int(torch.stack(counts).sum().item()))
 
 
-def _compare_allclose(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int) -> MismatchDetail:
+# Dtypes compare_kernel judges in one pass, per rule (bool as its bytes, 0 and 1).
+ONE_PASS_DTYPES: dict[Rule, frozenset[torch.dtype]] = {
+    "allclose": frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64}),
+    "exact": frozenset(
+        {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+        | {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool}
+    ),
+}
+
+
+def _one_pass(rule: Rule, ref: torch.Tensor, one_pass: bool | None) -> bool:
+    """Whether compare_kernel judges this output: for a rule and dtype it takes, on a CUDA
+    reference (None), also on CPU tensors under Triton's interpreter (True), or never (False).
+    The candidate's chunks are moved to the reference's device before they are judged."""
+    if one_pass is False or ref.dtype not in ONE_PASS_DTYPES.get(rule, ()):
+        return False
+    return one_pass is True or (ref.device.type == "cuda" and importlib.util.find_spec("triton") is not None)
+
+
+def _one_pass_chunks(
+    chunk: int, ref: torch.Tensor, cand: torch.Tensor
+) -> Iterator[tuple[int, tuple[torch.Tensor, ...]]]:
+    """The launches of the one pass: the whole output at once when the candidate is on the
+    reference's device (the kernel makes no temporaries to bound, and a launch costs more host
+    time than a chunk takes the GPU), else `chunk` elements at a time as they are moved there."""
+    return _chunks(max(ref.numel(), 1) if cand.device == ref.device else chunk, ref, cand)
+
+
+def _compare_allclose(
+    name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int, one_pass: bool | None
+) -> MismatchDetail:
+    by_kernel = _one_pass("allclose", ref, one_pass)
+    if by_kernel:
+        from atrex_mcp.evaluate import compare_kernel  # Triton: imported where the kernel runs
     atol = tol.atol
     if tol.atol_at_most_rtol_rms:
-        rms = _finite_rms(ref, chunk)
+        rms = _rms(*compare_kernel.square_sums(ref)) if by_kernel else _finite_rms(ref, chunk)
         if rms is not None:
             atol = min(atol, tol.rtol * rms)
-    tally = _Tally(tuple(ref.shape))
+    tally = _Tally(ref, cand)
+    if by_kernel:
+        pieces = _one_pass_chunks(chunk, ref, cand)
+        tally.merge(compare_kernel.judge_chunks(pieces, exact=False, atol=atol, rtol=tol.rtol))
+        return tally.detail(name, tol, atol, tol.rtol)
     for offset, (r, c) in _chunks(chunk, ref, cand):
         # finiteness and agreement of non-finite values on the outputs' own dtypes (a float64
         # copy keeps both), the tolerance in float64
@@ -332,10 +403,17 @@ def _compare_allclose(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.
     return tally.detail(name, tol, atol, tol.rtol)
 
 
-def _compare_exact(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int) -> MismatchDetail:
-    tally = _Tally(tuple(ref.shape))
-    for offset, (r, c) in _chunks(chunk, ref, cand):
-        tally.add(offset, r.to(torch.float64), c.to(torch.float64), r != c, 0)
+def _compare_exact(
+    name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int, one_pass: bool | None
+) -> MismatchDetail:
+    tally = _Tally(ref, cand)
+    if _one_pass("exact", ref, one_pass):
+        from atrex_mcp.evaluate import compare_kernel  # Triton: imported where the kernel runs
+
+        tally.merge(compare_kernel.judge_chunks(_one_pass_chunks(chunk, ref, cand), exact=True))
+    else:
+        for offset, (r, c) in _chunks(chunk, ref, cand):
+            tally.add(offset, r.to(torch.float64), c.to(torch.float64), r != c, 0)
     return tally.detail(name, tol, None, None)
 
 
@@ -357,19 +435,22 @@ def _fp8_masks(
     return off, off & (steps > tol.max_code_steps), nan_disagree
 
 
-def _compare_fp8(name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int) -> MismatchDetail:
+def _compare_fp8(
+    name: str, tol: Tolerance, ref: torch.Tensor, cand: torch.Tensor, chunk: int, one_pass: bool | None
+) -> MismatchDetail:
     # Whether one-step codes count as mismatches depends on how many there are in the whole
     # output, so one pass keeps both tallies (every off code bad / only far codes bad) and the
     # count decides between them at the end: each chunk is moved and judged once.
-    near = 0
-    every, far_only = _Tally(tuple(ref.shape)), _Tally(tuple(ref.shape))
+    near = []
+    every, far_only = _Tally(ref, cand), _Tally(ref, cand)
     for offset, (r, c) in _chunks(chunk, ref, cand):
         off, far, nan_disagree = _fp8_masks(tol, r, c)
-        near += int((off & ~far).sum().item())
-        r64, c64, nonfinite_bad = r.to(torch.float64), c.to(torch.float64), int(nan_disagree.sum().item())
+        near.append((off & ~far).sum())
+        r64, c64, nonfinite_bad = r.to(torch.float64), c.to(torch.float64), nan_disagree.sum()
         every.add(offset, r64, c64, off | nan_disagree, nonfinite_bad)
         far_only.add(offset, r64, c64, far | nan_disagree, nonfinite_bad)
-    every_off = bool(ref.numel()) and near / ref.numel() > tol.max_off_code_fraction
+    near_count = int(torch.stack(near).sum().item()) if near else 0
+    every_off = bool(ref.numel()) and near_count / ref.numel() > tol.max_off_code_fraction
     return (every if every_off else far_only).detail(name, tol, None, None)
 
 
@@ -393,8 +474,9 @@ def _compare_ranked_ids(
         ordered = cand.sort(dim=-1).values
         repeated = (ordered[..., 1:] == ordered[..., :-1]).any(dim=-1, keepdim=True)
         off = off & ~(tied.to(off.device) & ~repeated)
-    tally = _Tally(tuple(ref.shape))
-    tally.add(0, ref.reshape(-1).to(torch.float64), cand.reshape(-1).to(torch.float64), off.reshape(-1), 0)
+    tally = _Tally(ref, cand)
+    if ref.numel():
+        tally.add(0, ref.reshape(-1).to(torch.float64), cand.reshape(-1).to(torch.float64), off.reshape(-1), 0)
     return tally.detail(name, tol, None, tol.ranked.tie_rtol)
 
 
@@ -418,7 +500,25 @@ def compare_outputs(
     runtime failures; numbers outside the tolerance are a correctness failure with per-output
     detail. `inputs` gives the judge's inputs of this output again, for a rule that judges an
     output by what it selects from them (ranked_ids); it is called only where that is needed.
+    On a GPU the allclose and exact rules run as one pass (atrex_mcp.evaluate.compare_kernel),
+    with the figures of the torch rule; it makes no temporaries, so only a candidate in host
+    memory is taken in chunks.
     """
+    return judge_outputs(reference, candidate, op, chunk=chunk, inputs=inputs)
+
+
+def judge_outputs(
+    reference: Any,
+    candidate: Any,
+    op: str,
+    *,
+    chunk: int = CHUNK_ELEMENTS,
+    inputs: Callable[[], Mapping[str, Any]] | None = None,
+    one_pass: bool | None = None,
+) -> CompareResult:
+    """compare_outputs with the path chosen: `one_pass` None takes the one-pass kernel wherever
+    it applies on a GPU, True also on CPU tensors (Triton's interpreter: the tests), False never
+    (the torch rule everywhere: the measurements' baseline)."""
     structure = check_structure(reference, candidate)
     if not structure.ok:
         return structure
@@ -432,7 +532,7 @@ def compare_outputs(
             values = ref_leaves[tol.ranked.values_output]
             details.append(_compare_ranked_ids(name, tol, ref, cand_leaves[name], values, inputs))
         else:
-            details.append(_RULES[tol.rule](name, tol, ref, cand_leaves[name], chunk))
+            details.append(_RULES[tol.rule](name, tol, ref, cand_leaves[name], chunk, one_pass))
     bad = [d for d in details if d.mismatches]
     if not bad:
         return CompareResult(ok=True, details=tuple(details))

@@ -18,7 +18,6 @@ from atrex_mcp.problemset.catalog import Catalog
 from sandbox.handoff import ArenaWriter
 from sandbox.timing import input_checksums
 
-
 _WORKER_OUTPUT = Trial.reference_output
 
 

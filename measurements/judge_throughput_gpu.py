@@ -5,6 +5,7 @@ evaluation after another, each worker spawned ahead by the standby).
 
     python3 measurements/judge_throughput_gpu.py --ops l2_norm,moe_align_block_size,paged_attention_decode \\
         --seeds 5 --out DIR [--set wiki|eager] [--warm-profiler on|off] [--budget-s 115] [--probe-s 10]
+        [--overlap on|off]
     python3 measurements/judge_throughput_gpu.py --ops all --run-dir RUN --budget-s 480 --probe-s 0 --out DIR
         (the whole set over several calls: each call continues the run kept in RUN)
 
@@ -22,6 +23,11 @@ Writes DIR/<date>_<gpu>.{json,md} and prints one summary line. Per operator and 
   a few functions (input sets, reference outputs, comparisons, input checksums, digests, cache
   releases, the graph witness's refresh and fingerprint calibrations). GPU work is
   asynchronous, so a function's seconds hold the device work of whatever it waited for;
+* the correctness stage's overlap (evaluator.Trial.correctness): a `run` during which the judge
+  made the next seed's reference counts only the judge's wait after that work; that work is
+  `reference_ahead`, and `reference_ahead_hidden` is the part of it the worker's run covered,
+  what the overlap saved against the strict order (`--overlap off` judges in that order, for
+  the same figures without it);
 * the witness that judged each timed shape (graph, uncapturable, or a graph replay
   inconclusive and scored at the judge's wall), verdicts by category, and the profile seconds of
   each evaluation's first profiled shape against the others' median (the profiler's first-use
@@ -120,6 +126,34 @@ class Meter:
 
         return wrapper
 
+    def _overlapped_call(
+        self, call: Any, kind: str, this: Any, request: Any, meanwhile: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        """A call during which the judge made the next seed's reference (Session.call's
+        `meanwhile`): the request's row gets only the judge's wait after that work; `reference_ahead`
+        gets the work, and `reference_ahead_hidden` the part of it the worker's run covered (the
+        worker's wall on the call, at most the work's): what the overlap saved."""
+        spent: list[float] = []
+
+        def timed_meanwhile() -> Any:
+            t0 = time.perf_counter()
+            try:
+                return meanwhile()
+            finally:
+                spent.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        try:
+            return call(this, request, *args, meanwhile=timed_meanwhile, **kwargs)
+        finally:
+            ahead = sum(spent)
+            self.requests[self.op][kind + " s"] += time.perf_counter() - t0 - ahead
+            self.requests[self.op][kind + " n"] += 1
+            self.functions[self.op]["reference_ahead s"] += ahead
+            self.functions[self.op]["reference_ahead n"] += 1
+            self.functions[self.op]["reference_ahead_hidden s"] += min(ahead, this.last_call_s)
+            self.functions[self.op]["reference_ahead_hidden n"] += 1
+
     @contextlib.contextmanager
     def installed(self, deadline: float) -> Iterator[None]:
         """The wrappers in place around the run, and the originals back after it: the script
@@ -131,7 +165,10 @@ class Meter:
 
         def timed_call(this: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
             kind = str(getattr(request, "command", type(request).__name__))
-            return self._timed(self.requests, kind, call)(this, request, *args, **kwargs)
+            meanwhile = kwargs.pop("meanwhile", None)
+            if meanwhile is None:
+                return self._timed(self.requests, kind, call)(this, request, *args, **kwargs)
+            return self._overlapped_call(call, kind, this, request, meanwhile, *args, **kwargs)
 
         session.Session.call = timed_call  # type: ignore[method-assign,assignment]
         for name, (owner, attribute) in JUDGE_FUNCTIONS.items():
@@ -317,6 +354,10 @@ def markdown(found: dict[str, Any]) -> str:
         f"(worker starts included); the full set of {FULL_SET_SHAPES} at this rate: "
         f"{found['full_set_projection_min']} min. Profiler warmed in the spare: {found['warm_profiler']}.",
         "",
+        f"Next seed's reference made while the worker runs (--overlap): {found.get('overlap', 'on')}; "
+        f"{overlap_totals(found)['reference_ahead']} s of references made so, "
+        f"{overlap_totals(found)['reference_ahead_hidden']} s of them hidden by the worker's runs.",
+        "",
         "Mean seconds per judged shape, by part (ShapeResult.seconds):",
         "",
         table(["operator", "shapes", "s/shape", *found["parts_per_shape_s"]], _part_rows(found)),
@@ -374,11 +415,24 @@ def _cell(entry: dict[str, float] | None) -> str:
     return "" if entry is None else f"{entry['s']} ({entry['n']})"
 
 
+def overlap_totals(found: dict[str, Any]) -> dict[str, float]:
+    """Seconds of references the judge made while the worker ran, and of them hidden by the
+    worker's run (what the overlap saved), summed over operators."""
+    totals = dict.fromkeys(("reference_ahead", "reference_ahead_hidden"), 0.0)
+    for o in found["ops"].values():
+        for name in totals:
+            totals[name] += o["judge_functions"].get(name, {}).get("s", 0.0)
+    return {k: round(v, 2) for k, v in totals.items()}
+
+
 def summary_line(found: dict[str, Any]) -> str:
     parts = ", ".join(f"{k} {v}" for k, v in found["parts_per_shape_s"].items())
+    ahead = overlap_totals(found)
     line = (
         f"judge_throughput: {found['shapes_judged']} shapes in {found['wall_s']} s = {found['s_per_shape']} s/shape "
-        f"(full set ≈ {found['full_set_projection_min']} min); per shape: {parts}; witness {found['witness']}"
+        f"(full set ≈ {found['full_set_projection_min']} min); per shape: {parts}; witness {found['witness']}; "
+        f"overlap {found.get('overlap', 'on')}: {ahead['reference_ahead']} s of references made while the worker "
+        f"ran, {ahead['reference_ahead_hidden']} s of it hidden"
     )
     if found.get("probe"):
         alone, beside = found["probe"]["alone"], found["probe"]["beside_a_warming_spare"]
@@ -399,6 +453,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=115.0, help="judging stops after this (probe included)")
     parser.add_argument("--probe-s", type=float, default=10.0, help="each probe window (0: no probe)")
     parser.add_argument("--shapes", default="all", help="all, smoke or shape ids (a CPU dry run: smoke)")
+    parser.add_argument(
+        "--overlap",
+        choices=("on", "off"),
+        default="on",
+        help="off: the judge makes no seed's reference while the worker runs another (the strict order)",
+    )
     parser.add_argument(
         "--run-dir",
         type=Path,
@@ -421,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     meter = Meter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(meter.installed(started + args.budget_s))
+        if args.overlap == "off":  # no seed is that small; restored after the run (a test process goes on)
+            stack.callback(setattr, evaluator, "OVERLAP_MAX_BYTES", evaluator.OVERLAP_MAX_BYTES)
+            evaluator.OVERLAP_MAX_BYTES = -1
         run_dir = args.run_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="atrex-throughput-")))
         found["judged_again"] = prepare_run(run_dir / "run", sources)
         t0 = time.monotonic()
@@ -442,7 +505,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     gpu = torch.cuda.get_device_name(0) if GPU else CPU_GPU
-    found = {**host_record(gpu), "gpus": 1, "command": "python3 " + " ".join(sys.argv), **found}
+    found = {
+        **host_record(gpu),
+        "gpus": 1,
+        "command": "python3 " + " ".join(sys.argv),
+        "overlap": args.overlap,
+        **found,
+    }
     stem = report_stem(found["date"], gpu, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(found, indent=1) + "\n")

@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import site
@@ -127,6 +128,79 @@ class WorkerTimeout(Exception):
 
 class Cancelled(Exception):
     """The caller asked to stop; the worker has been killed."""
+
+
+READ_GRACE_S = 5.0  # a reply seen arriving before its deadline gets this long to finish arriving once read
+
+
+class _ReplyWatch:
+    """Notes when a reply channel first has data, on a thread, while the judge does its own work
+    between sending a request and reading its reply (Worker.send with watch): the worker's time
+    ends when its reply arrives, not when the judge comes back to read it. Only selects, never
+    reads: the frames are left for PendingReply.wait. The note is as late as the thread takes to
+    get the interpreter after the select returns (a few ms while the judge runs Python)."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._wake_r, self._wake_w = os.pipe()
+        self.ready_at: float | None = None
+        self._thread = threading.Thread(target=self._run, name="atrex-reply-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            ready, _, _ = select.select([self._fd, self._wake_r], [], [])
+        except (OSError, ValueError):
+            return
+        if self._fd in ready:
+            self.ready_at = time.perf_counter()
+
+    def stop(self) -> float | None:
+        """End the watch; the time the channel first had data, if it had any by now."""
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        return self.ready_at
+
+
+class PendingReply:
+    """A request sent to a worker whose reply is not read yet (Worker.send). The timeout counts
+    from the send: the worker gets `timeout_s` of wall time whatever the judge does before it
+    waits, and a reply that arrived after the deadline is a timeout however soon it is read,
+    while one that arrived before it is read however late (the judge's own time is neither
+    added to the worker's budget nor taken from it). Where the send was watched, `arrived_at`
+    is when the reply came even if the judge was busy then; otherwise it is when it was read."""
+
+    def __init__(self, worker: Worker, command: str, timeout_s: float):
+        self.worker, self.command, self.timeout_s = worker, command, timeout_s
+        self.nonce = secrets.token_hex(8)
+        self.sent_at = time.perf_counter()
+        self.deadline = self.sent_at + timeout_s
+        self.arrived_at: float | None = None
+        self.send_error: BaseException | None = None  # the send failed: wait raises as for a dead worker
+        self._waited = False
+
+    def wait(self, poll: Callable[[], None] | None = None) -> dict[str, Any]:
+        """The reply (the worker's claims, shaped as `sandbox.messages.REPLIES[command]` if it is
+        honest). Past the deadline → the worker is killed and WorkerTimeout raised; its death →
+        WorkerDied; poll() raising Cancelled → killed too. Once only."""
+        if self._waited:
+            raise RuntimeError(f"the reply to {self.command} was already awaited")
+        self._waited = True
+        return self.worker._wait(self, poll)
+
+    def abandon(self) -> None:
+        """Give up on the reply: the worker is killed (its state is unknown with a reply unread)."""
+        if not self._waited:
+            self._waited = True
+            self.worker.kill()
+
+    @property
+    def seconds(self) -> float:
+        """The worker's wall on this request: from the send to its reply's arrival (to now while
+        none has arrived)."""
+        return (self.arrived_at if self.arrived_at is not None else time.perf_counter()) - self.sent_at
 
 
 @dataclass
@@ -517,6 +591,8 @@ class Worker:
         self._sys_path: list[str] = []
         self.spawned_at = 0.0
         self.stray_frames = 0  # reply frames that answered no pending request: only a candidate writes those
+        self._pending: PendingReply | None = None  # the request sent whose reply is not read yet
+        self._reply_watch: _ReplyWatch | None = None  # notes when that reply arrives, while the judge is busy
 
     # -- life cycle -------------------------------------------------------------------------
     def spawn(self) -> None:
@@ -730,6 +806,8 @@ class Worker:
         self.kill()
 
     def _close(self) -> None:
+        self._stop_reply_watch()  # it selects on the reply channel: stopped before the channel closes
+        self._pending = None
         for fd in (self._req_w, self._resp_r):
             if fd >= 0:
                 try:
@@ -756,12 +834,48 @@ class Worker:
         """Send one request and wait for its reply (the worker's claims, shaped as
         `sandbox.messages.REPLIES[request.command]` if it is honest). Timeout → the worker is killed and
         WorkerTimeout raised; death → WorkerDied; poll() raising Cancelled → killed too."""
-        nonce = secrets.token_hex(8)
+        return self.send(request, timeout_s).wait(poll)
+
+    def send(self, request: Request, timeout_s: float, watch: bool = False) -> PendingReply:
+        """Send one request without waiting: `wait` on what this returns reads its reply, with
+        the semantics of `request`, whose `timeout_s` counts from here. `watch`: the judge will be
+        busy before it waits, so a thread notes when the reply arrives (PendingReply.arrived_at).
+        One request at a time: the previous one's reply must have been read."""
+        if self._pending is not None:
+            raise RuntimeError(f"{self._pending.command} is still awaiting its reply; wait for it first")
+        pending = PendingReply(self, request.command, timeout_s)
         try:
-            protocol.send(self._req_w, {**request.wire(), "nonce": nonce})
+            protocol.send(self._req_w, {**request.wire(), "nonce": pending.nonce})
+        except (BrokenPipeError, protocol.ProtocolViolation) as exc:
+            pending.send_error = exc  # raised by wait, as request raised it
+            return pending
+        self._pending = pending
+        if watch:
+            self._reply_watch = _ReplyWatch(self._resp_r)
+        return pending
+
+    def _stop_reply_watch(self) -> float | None:
+        """Stop the reply watch (before anything reads or closes the channel); when the reply
+        channel had data while it ran, the time it first had."""
+        watch, self._reply_watch = self._reply_watch, None
+        return watch.stop() if watch is not None else None
+
+    def _wait(self, pending: PendingReply, poll: Callable[[], None] | None) -> dict[str, Any]:
+        """PendingReply.wait: read frames until the one that answers `pending`, counting the others."""
+        arrived = self._stop_reply_watch()  # data that came while the judge was busy: the time it came
+        self._pending = None
+        try:
+            if pending.send_error is not None:
+                raise pending.send_error
             while True:
-                reply = protocol.receive(self._resp_r, timeout_s=timeout_s, poll=poll)
-                if reply.get("nonce") == nonce:
+                if arrived is not None and arrived > pending.deadline:  # it came too late, however soon read
+                    raise protocol.ChannelTimeout("the reply arrived after the deadline")
+                # a reply that began to arrive in time may finish arriving: the pipe holds 64 KiB at once
+                started = arrived is not None
+                left = max(pending.deadline - time.perf_counter(), READ_GRACE_S if started else 0.0)
+                reply = protocol.receive(self._resp_r, timeout_s=left, poll=poll)
+                pending.arrived_at = arrived if arrived is not None else time.perf_counter()
+                if reply.get("nonce") == pending.nonce:
                     if self._watch is not None and self._watch.check():  # no reply counts from past the limit
                         tail = self.log_tail()
                         self.kill()
@@ -773,6 +887,7 @@ class Worker:
                         raise WorkerDied(None, tail, killed, out_of_memory=True)
                     return reply
                 self.stray_frames += 1
+                arrived = None  # when the next frame came is unknown: it counts from when it is read
         except protocol.ChannelTimeout:
             killed = self._killed_for_memory()
             if killed:  # it hung after a process of it was killed for memory
@@ -780,7 +895,7 @@ class Worker:
                 self.kill()
                 raise WorkerDied(None, tail, killed, out_of_memory=True) from None
             self.kill()
-            raise WorkerTimeout(f"{request.command} did not finish within {timeout_s:.0f} s") from None
+            raise WorkerTimeout(f"{pending.command} did not finish within {pending.timeout_s:.0f} s") from None
         except (protocol.ChannelClosed, BrokenPipeError, protocol.ProtocolViolation):
             code = None
             if self.proc is not None:

@@ -18,6 +18,8 @@ from atrex_mcp.problemset.catalog import Catalog
 from sandbox.handoff import ArenaWriter
 from sandbox.timing import input_checksums
 
+_WORKER_OUTPUT = Trial.reference_output
+
 
 class _Session:
     """Answers `run` as a worker would: the output `answer(reference)` gives, copied into the arena."""
@@ -25,14 +27,20 @@ class _Session:
     def __init__(self, evaluation, answer):
         self.evaluation, self.answer, self.runs = evaluation, answer, []
         self.arena = OutputArena(cuda=False)
+        self.last_call_s = 0.0
+        self.overlapped: list[bool] = []  # per run: whether the judge made a reference meanwhile
 
-    def call(self, request, timeout_s, timeout_category=None):
+    def call(self, request, timeout_s, timeout_category=None, meanwhile=None):
         cmd, payload = request.command, request.wire()
         assert cmd == "run"
         self.runs.append((payload["seed"], timeout_s))
+        self.last_call_s = 0.01
+        self.overlapped.append(meanwhile is not None)
+        if meanwhile is not None:  # the judge's own work while this "worker" runs
+            meanwhile()
         shape = self.evaluation.shapes[0]
         inputs = self.evaluation.inputs(shape, payload["seed"])
-        out = self.answer(self.evaluation.reference_output(shape, inputs))
+        out = self.answer(_WORKER_OUTPUT(self.evaluation, shape, inputs))  # not the judge's (tests count those)
         if isinstance(out, Failure):
             return out
         manifest = ArenaWriter(self.arena.fd, cuda=False).write(out, payload["arena_bytes"])
@@ -44,13 +52,17 @@ class _Session:
         }
 
 
-def _correctness(answer, seeds=5):
+def _correctness(answer, seeds=5, sessions=None):
     evaluation = Trial(
         EvalRequest(op="rms_norm", source="# stand-in", shapes=["0"], seeds=seeds), Catalog(), None, None
     )
     session, result = _Session(evaluation, answer), ShapeResult(id="0", correct=False)
-    set_bytes = evaluation.correctness(session, evaluation.shapes[0], result)
-    session.arena.close()
+    if sessions is not None:
+        sessions.append(session)
+    try:
+        set_bytes = evaluation.correctness(session, evaluation.shapes[0], result)
+    finally:
+        session.arena.close()
     return result, set_bytes, session.runs
 
 
@@ -112,3 +124,122 @@ def test_the_cache_pins_memory_only_beyond_the_slack(monkeypatch):
     ):
         monkeypatch.setattr(torch.cuda, "memory_reserved", lambda reserved=reserved: reserved)
         assert evaluator._cache_pins_memory() is pinned
+
+
+# -- the next seed's reference made while the worker runs (Trial.correctness, Trial._overlaps) ----------------
+
+
+@pytest.fixture()
+def fixed_seeds(monkeypatch):
+    """The same seeds in every stage of a test, so a strict and an overlapped stage judge the same data."""
+
+    def reset():
+        numbers = iter(range(1000, 2000))
+        monkeypatch.setattr(evaluator, "_seed", lambda: next(numbers))
+
+    reset()
+    return reset
+
+
+def _strict(monkeypatch):
+    monkeypatch.setattr(evaluator, "OVERLAP_MAX_BYTES", -1)  # no seed is that small: the strict order
+
+
+def _counting_references(monkeypatch, fail=None):
+    """Counts the judge's reference outputs; `fail(n)` may raise on the n-th (from 1)."""
+    made = []
+    reference_output = Trial.reference_output
+
+    def counted(self, shape, inputs):
+        made.append(1)
+        if fail is not None:
+            fail(len(made))
+        return reference_output(self, shape, inputs)
+
+    monkeypatch.setattr(Trial, "reference_output", counted)
+    return made
+
+
+def _wrong_from_the_second_run():
+    runs = []
+    return lambda reference: runs.append(1) or (reference.clone() if len(runs) == 1 else torch.zeros_like(reference))
+
+
+def test_each_next_reference_is_made_while_the_worker_runs_and_the_verdict_is_the_same(monkeypatch, fixed_seeds):
+    sessions: list = []
+    made = _counting_references(monkeypatch)
+    result, set_bytes, runs = _correctness(lambda reference: reference.clone(), sessions=sessions)
+    assert result.correct and len(runs) == 5 and len(made) == 5
+    assert sessions[0].overlapped == [True, True, True, True, False]  # the last seed has no next one
+    fixed_seeds()
+    _strict(monkeypatch)
+    strict, strict_bytes, _ = _correctness(lambda reference: reference.clone(), sessions=sessions)
+    assert sessions[1].overlapped == [False] * 5
+    assert (strict.correct, strict.seeds, strict_bytes) == (True, result.seeds, set_bytes)
+
+
+def test_a_wrong_seed_ends_the_stage_with_the_same_failure_and_the_reference_made_ahead_is_dropped(
+    monkeypatch, fixed_seeds
+):
+    made = _counting_references(monkeypatch)
+    overlapped, _, runs = _correctness(_wrong_from_the_second_run())
+    assert len(runs) == 2 and len(made) == 3  # seed #2's reference was made while seed #1 ran, then not needed
+    fixed_seeds()
+    _strict(monkeypatch)
+    made.clear()
+    strict, _, strict_runs = _correctness(_wrong_from_the_second_run())
+    assert len(strict_runs) == 2 and len(made) == 2
+    assert overlapped.message.startswith("seed #1: ")
+    fields = ("correct", "stage", "category", "message", "mismatch", "seeds", "integrity")
+    assert [getattr(overlapped, f) for f in fields] == [getattr(strict, f) for f in fields]
+
+
+def test_a_reference_that_fails_while_the_worker_runs_is_made_again_in_order(monkeypatch, fixed_seeds):
+    """Out of memory making seed #1's reference ahead: made again at its turn, and no more made
+    ahead in this stage; the verdict is the one the strict order gives."""
+
+    def once(n):
+        if n == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    sessions: list = []
+    made = _counting_references(monkeypatch, once)
+    result, _, runs = _correctness(lambda reference: reference.clone(), sessions=sessions)
+    assert result.correct and len(runs) == 5 and len(made) == 6
+    assert sessions[0].overlapped == [True, False, False, False, False]
+
+
+def test_a_reference_that_raises_raises_after_the_same_seeds_as_in_strict_order(monkeypatch, fixed_seeds):
+    """An exception of the reference itself (not memory) on seed #1 propagates as in the strict
+    order: after seed #0 is judged, from seed #1's own turn; the worker ran seed #0 only."""
+
+    def broken(n):
+        if n >= 2:
+            raise ValueError("the reference cannot take these inputs")
+
+    made = _counting_references(monkeypatch, broken)
+    for strict in (False, True):
+        if strict:
+            fixed_seeds()
+            _strict(monkeypatch)
+            made.clear()
+        sessions: list = []
+        with pytest.raises(ValueError, match="cannot take these inputs"):
+            _correctness(lambda reference: reference.clone(), sessions=sessions)
+        assert len(sessions[0].runs) == 1
+
+
+def test_a_seed_too_large_for_the_device_keeps_the_strict_order(monkeypatch):
+    """The share of the device's memory bounds what is made ahead, beside OVERLAP_MAX_BYTES."""
+    sessions: list = []
+    evaluation = Trial(EvalRequest(op="rms_norm", source="# stand-in", shapes=["0"], seeds=2), Catalog(), None, None)
+    shape = evaluation.shapes[0]
+    made = evaluation.seed_reference(shape, 7)
+    tokens, hidden = shape.inputs["token_count"], shape.inputs["hidden_size"]
+    assert made.footprint_bytes == (2 * tokens * hidden + hidden) * 2  # x, the output and weight, in bf16
+    assert evaluation._overlaps(made.footprint_bytes)
+    evaluation.device_info.memory_bytes = int(made.footprint_bytes / evaluator.OVERLAP_MEMORY_SHARE) - 1
+    assert not evaluation._overlaps(made.footprint_bytes)
+    monkeypatch.setattr(evaluator, "OVERLAP_MAX_BYTES", made.footprint_bytes - 1)
+    _correctness(lambda reference: reference.clone(), sessions=sessions)
+    assert sessions[0].overlapped == [False] * 5

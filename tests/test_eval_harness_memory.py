@@ -22,9 +22,16 @@ def catalog(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_each_seed_is_judged_after_the_previous_seeds_tensors_are_freed(catalog, monkeypatch):
+@pytest.mark.parametrize("overlap", [False, True], ids=["strict", "overlapped"])
+def test_each_seed_is_judged_after_the_previous_seeds_tensors_are_freed(catalog, monkeypatch, overlap):
+    """In strict order only the judged seed's reference output is alive when it is compared; where
+    the next seed's reference is made while the worker runs (a small seed), that one too."""
+    if not overlap:
+        monkeypatch.setattr(evaluator, "OVERLAP_MAX_BYTES", -1)
+    held = 2 if overlap else 1
     inputs_seen: list[weakref.ref] = []
     references_seen: list[weakref.ref] = []
+    alive_at_compare: list[int] = []
     make_inputs, reference_output, compare = (
         evaluator.Trial.inputs,
         evaluator.Trial.reference_output,
@@ -43,7 +50,9 @@ def test_each_seed_is_judged_after_the_previous_seeds_tensors_are_freed(catalog,
 
     def judged(reference, candidate, op, **kwargs):
         assert all(r() is None for r in inputs_seen), "inputs still alive during the comparison"
-        assert all(r() is None for r in references_seen[:-1]), "an earlier seed's reference output is still alive"
+        alive = [r() is not None for r in references_seen]
+        assert not any(alive[:-held]), "an earlier seed's reference output is still alive"
+        alive_at_compare.append(sum(alive))
         return compare(reference, candidate, op, **kwargs)
 
     monkeypatch.setattr(evaluator.Trial, "inputs", inputs)
@@ -51,7 +60,7 @@ def test_each_seed_is_judged_after_the_previous_seeds_tensors_are_freed(catalog,
     monkeypatch.setattr(evaluator, "compare_outputs", judged)
     result = run_eval(catalog, SOURCE, seeds=3)
     assert result.shapes[0].correct, result.shapes[0].message
-    assert len(references_seen) == 3
+    assert len(references_seen) == 3 and max(alive_at_compare) == held
 
 
 @pytest.mark.slow

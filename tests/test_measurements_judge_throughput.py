@@ -28,6 +28,10 @@ def test_a_dry_run_judges_the_smoke_shapes_and_splits_their_seconds(tmp_path, ca
     assert set(op["parts_per_shape_s"]) >= {"correctness", "reference_and_compare"}
     assert op["requests"]["run"]["n"] == 2 and op["requests"]["load"]["n"] == 1  # one run request per seed
     assert op["judge_functions"]["reference_output"]["n"] == 2
+    # seed #1's reference was made while the worker ran seed #0, and part of it hidden by that run
+    assert op["judge_functions"]["reference_ahead"]["n"] == 1 and found["overlap"] == "on"
+    assert 0 <= op["judge_functions"]["reference_ahead_hidden"]["s"] <= op["judge_functions"]["reference_ahead"]["s"]
+    assert "s of references made while the worker ran" in line
     assert "time_ms" not in report.read_text() and "score" not in report.read_text()
     assert (tmp_path / report.name.replace(".json", ".md")).read_text().startswith("# Judge throughput")
     # the meter's wrappers (and the deadline they give each evaluation) are gone with the run
@@ -56,6 +60,21 @@ def test_a_run_kept_in_run_dir_is_continued_and_a_cut_short_operator_judged_agai
     assert (run / "run" / "eval" / "rms_norm.json").read_text() == kept  # not judged again
     assert found["shapes_judged"] == 2 and all(o["requests"]["run"]["n"] == 1 for o in found["ops"].values())
     assert found["wall_s"] == pytest.approx(sum(o["wall_s"] for o in found["ops"].values()), abs=0.02)
+    assert all("reference_ahead" not in o["judge_functions"] for o in found["ops"].values())  # one seed: no next
     with pytest.raises(SystemExit, match="continue it with --ops l2_norm,rms_norm"):
         judge_throughput_gpu.main(["--ops", "l2_norm", *args[2:], "--out", str(tmp_path / "c")])
     capsys.readouterr()
+
+
+def test_overlap_off_judges_in_the_strict_order_and_restores_the_setting(tmp_path, capsys):
+    from atrex_mcp.evaluate import evaluator
+
+    limit = evaluator.OVERLAP_MAX_BYTES
+    args = ["--ops", "l2_norm", "--seeds", "2", "--shapes", "smoke", "--overlap", "off", "--out", str(tmp_path)]
+    assert judge_throughput_gpu.main(args) == 0
+    assert "overlap off: 0.0 s of references made" in capsys.readouterr().out.strip().splitlines()[-1]
+    (report,) = tmp_path.glob("*.json")
+    found = json.loads(report.read_text())
+    assert found["overlap"] == "off" and "reference_ahead" not in found["ops"]["l2_norm"]["judge_functions"]
+    assert found["ops"]["l2_norm"]["verdicts"] == {"correct": 1}
+    assert limit == evaluator.OVERLAP_MAX_BYTES

@@ -87,6 +87,10 @@ CHECKED_TIMED_SETS = 3
 PINNED_SLACK_BYTES = (
     4 << 30
 )  # cached GPU memory this process may keep beside a held reference output (_cache_pins_memory)
+# The next seed's reference is made while the worker runs (Trial.correctness) where making one
+# seed's takes at most this much memory and this share of the GPU's (Trial._overlaps).
+OVERLAP_MAX_BYTES = 1 << 30
+OVERLAP_MEMORY_SHARE = 0.01
 CPU_FLUSH_BYTES = 1 << 20  # the host-clock loop on CPU (workers.CandidateWorker.time): no device L2 to sweep
 CPU_HOST_MEMORY_BYTES = 8 << 30
 GPU_HOST_MEMORY_BYTES = 32 << 30
@@ -174,6 +178,33 @@ def _release_cached_gpu_memory() -> None:
     keeps (sandbox.gpu_cache). Called before the sandbox worker, another process on the same GPU,
     runs: it cannot use blocks cached here."""
     gpu_cache.release()
+
+
+@dataclass
+class SeedReference:
+    """One correctness seed's reference output, its input checksums, and the memory this process
+    held making them (Trial.seed_reference)."""
+
+    output: Any
+    checksums: dict[str, int]
+    footprint_bytes: int
+
+
+class _Ahead:
+    """The next seed's reference, made while the worker runs the current seed (Trial.correctness
+    passes it to Session.call as `meanwhile`). A failure to make it leaves `made` None, and the
+    stage makes it again at its turn, where it fails as it would have without the overlap."""
+
+    def __init__(self, trial: Trial, shape: Shape, seed: int):
+        self.trial, self.shape, self.seed = trial, shape, seed
+        self.made: SeedReference | None = None
+
+    def __call__(self) -> None:
+        try:
+            self.made = self.trial.seed_reference(self.shape, self.seed)
+        except Exception:  # noqa: BLE001 - any failure is made again in the strict order, where it counts
+            self.made = None
+        _release_cached_gpu_memory()  # its intermediates: the worker is running
 
 
 def _fail(result: ShapeResult, failure: Failure | OutputRejected) -> ShapeResult:
@@ -319,22 +350,49 @@ class Trial:
         share one budget, request.timeout_s (the first call includes the DSL's JIT compilation).
         Returns the bytes of one input set and its output when every seed matched.
 
+        While the worker runs seed k, this side makes seed k+1's inputs, checksums and reference
+        output (`_overlaps` says when): the two processes' work overlaps instead of alternating.
+        A reference made ahead changes no verdict: seed k is judged first, so a wrong seed k ends
+        the stage as before and the reference made ahead is dropped; one whose making failed is
+        made again at its turn, in the order above, where it fails as it would have. Seconds:
+        `correctness` is the worker's wall on its calls (send to reply, PendingReply), whatever
+        this side did meanwhile; `reference_and_compare` is the rest of the stage's wall, the
+        time this side worked with no worker call in flight; their sum is the stage's wall.
+
         GPU memory of this process: a seed's inputs live until its reference output exists; that
         output is kept while the worker runs (this process's cached blocks are released first),
         then the candidate's copy and the comparison's bounded chunks join it (compare.py:
-        whole-output float64 copies of the largest outputs would need tens of GiB)."""
+        whole-output float64 copies of the largest outputs would need tens of GiB). A reference
+        made ahead also holds its inputs, intermediates and output while the worker runs, which
+        `_overlaps` keeps small."""
         result.seeds = [self.seed() for _ in range(self.request.seeds)]
         t0, worker_s, set_bytes = time.perf_counter(), 0.0, 0
         calls: list[Any] = []  # each call's seconds as the worker reported them
+        made: SeedReference | None = None  # the seed's reference when it was made ahead
+        ahead: _Ahead | None = None
+        ahead_failed = False
         try:
             for k, seed in enumerate(result.seeds):
                 try:
-                    reference, checksums, arena = self.seed_reference(session, shape, seed)
+                    if made is None:
+                        made = self.seed_reference(shape, seed)
+                    reference, arena = self.hold_reference(session, made.output)
+                    checksums, footprint, made = made.checksums, made.footprint_bytes, None
+                    nxt = result.seeds[k + 1] if k + 1 < len(result.seeds) else None
+                    ahead = (
+                        _Ahead(self, shape, nxt)
+                        if nxt is not None and not ahead_failed and self._overlaps(footprint)
+                        else None
+                    )
                     left = self.request.timeout_s - worker_s
                     run = RunRequest(shape=self.payload_shape(shape), seed=seed, arena_bytes=arena)
-                    w0 = time.perf_counter()
-                    reply = session.call(run, left) if left > 0 else Failure(tx.RUNTIME, tx.TIMEOUT, "")
-                    worker_s += time.perf_counter() - w0
+                    if left <= 0:
+                        reply: dict[str, Any] | Failure = Failure(tx.RUNTIME, tx.TIMEOUT, "")
+                    else:
+                        reply = session.call(run, left) if ahead is None else session.call(run, left, meanwhile=ahead)
+                        worker_s += session.last_call_s
+                    if ahead is not None:
+                        made, ahead_failed = ahead.made, ahead.made is None
                     if isinstance(reply, Failure):
                         if reply.category == tx.TIMEOUT:
                             reply.message = self._correctness_timeout(len(result.seeds), k)
@@ -365,6 +423,7 @@ class Trial:
                         input_bytes if type(input_bytes) is int and input_bytes > 0 else 0
                     )
         finally:
+            made = ahead = None  # a reference made ahead for a seed the stage did not reach goes before the release
             _release_cached_gpu_memory()
             result.seconds["correctness"] = worker_s
             result.seconds["reference_and_compare"] = time.perf_counter() - t0 - worker_s
@@ -374,16 +433,42 @@ class Trial:
         result.correct = True
         return set_bytes
 
-    def seed_reference(self, session: Session, shape: Shape, seed: int) -> tuple[Any, dict[str, int], int]:
-        """(reference output, input checksums, arena bytes) for `seed`, made here before the
-        worker runs that seed. The inputs are freed first (an output that aliases an input keeps
-        only what it aliases), and so are this process's cached blocks; a reference output that
-        would still pin cached memory is moved into fresh GPU memory through the host."""
+    def _overlaps(self, footprint_bytes: int) -> bool:
+        """Whether the next seed's reference may be made while the worker runs this one, given
+        what making one seed's took (`SeedReference.footprint_bytes`). The worker, another process
+        on the same GPU, needs its memory: this side's GPU memory is released before it runs
+        (`hold_reference`), and a reference made meanwhile takes some back. So only a seed whose
+        inputs, intermediates and output take at most OVERLAP_MAX_BYTES, and at most
+        OVERLAP_MEMORY_SHARE of the device's memory, is made ahead: of the order of the cached
+        blocks this process already keeps while the worker runs (sandbox.gpu_cache.KEEP_BYTES),
+        and far from the whole GPU a large shape's worker needs. Larger seeds keep the strict
+        order, in which the worker runs with this side holding one reference output only."""
+        memory = self.device_info.memory_bytes
+        limit = min(OVERLAP_MAX_BYTES, int(OVERLAP_MEMORY_SHARE * memory)) if memory else OVERLAP_MAX_BYTES
+        return footprint_bytes <= limit
+
+    def seed_reference(self, shape: Shape, seed: int) -> SeedReference:
+        """`seed`'s reference output and input checksums, made here for the worker's run of that
+        seed. The inputs are freed once the output exists (an output that aliases an input keeps
+        only what it aliases). The footprint is the inputs' and the output's bytes, or on a GPU
+        the most this process allocated beyond what it held before, when more (intermediates)."""
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+            held = torch.cuda.memory_allocated()
         with _harness_memory("generating the inputs and the reference output"):
             inputs = self.inputs(shape, seed)
             checksums = input_checksums(inputs)
             reference = self.reference_output(shape, inputs)
+        footprint = output_bytes(reference) + output_bytes(inputs)
         del inputs
+        if self.cuda:
+            footprint = max(footprint, torch.cuda.max_memory_allocated() - held)
+        return SeedReference(reference, checksums, footprint)
+
+    def hold_reference(self, session: Session, reference: Any) -> tuple[Any, int]:
+        """(reference output, arena bytes) just before the worker runs the reference's seed: the
+        arena sized for it and this process's cached blocks released; a reference output that
+        would still pin cached memory is moved into fresh GPU memory through the host."""
         arena = session.arena.reserve(arena_bytes(reference))
         _release_cached_gpu_memory()
         if _cache_pins_memory():
@@ -391,7 +476,7 @@ class Trial:
                 reference = _copy_structure(reference, "cpu")
                 _release_cached_gpu_memory()
                 reference = _copy_structure(reference, self.device)
-        return reference, checksums, arena
+        return reference, arena
 
     def _correctness_timeout(self, seeds: int, stopped_in: int) -> str:
         return (

@@ -291,7 +291,8 @@ class ShapeResult(BaseModel):
         default_factory=dict,
         description=(
             "Time per stage on this shape: correctness (worker calls incl. JIT), first_call_extra (first call minus "
-            "the fastest: JIT compile/autotune), reference_and_compare, timing (the worker's timing request), "
+            "the fastest: JIT compile/autotune), reference_and_compare (the judge's own time in that stage with no "
+            "worker call in flight; the two sum to the stage's wall), timing (the worker's timing request), "
             "timed_output_checks (the reference outputs and hand-overs that check three timed calls' outputs), "
             "profile."
         ),

@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from atrex_mcp.evaluate.leakguard import LeakGuard
 from atrex_mcp.evaluate.models import Isolation, Overhead
 from atrex_mcp.evaluate.standby import Spare
 from atrex_mcp.evaluate.transfer import OutputArena
-from sandbox.launcher import Cancelled, LaunchSpec, Worker, WorkerDied, WorkerTimeout
+from sandbox.launcher import Cancelled, LaunchSpec, PendingReply, Worker, WorkerDied, WorkerTimeout
 from sandbox.messages import InitRequest, LoadRequest, Request
 
 # Faults after which the worker's state (CUDA context, heap) is no longer trusted.
@@ -114,6 +115,7 @@ class Session:
         self.defines_model = defines_model
         self._strays = 0  # reply frames of workers already replaced
         self._memory_peak: int | None = None  # the most host memory any ended worker's cgroup held
+        self.last_call_s = 0.0  # the worker's wall on the last call: from its send to its reply's arrival
 
     def _note_memory_peak(self) -> None:
         peak = self.worker.memory_peak_bytes if self.worker is not None else None
@@ -253,12 +255,41 @@ class Session:
             return Failure(tx.RUNTIME, tx.CRASH, f"The worker could not be restarted after a fault: {failure.message}")
         return None
 
-    def call(self, request: Request, timeout_s: float, timeout_category: str = tx.TIMEOUT) -> dict[str, Any] | Failure:
+    def call(
+        self,
+        request: Request,
+        timeout_s: float,
+        timeout_category: str = tx.TIMEOUT,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> dict[str, Any] | Failure:
         """One request: the reply (the worker's claims, shaped as sandbox.messages.REPLIES says
-        for an honest one), or a classified Failure (the worker is killed when it faulted)."""
+        for an honest one), or a classified Failure (the worker is killed when it faulted).
+        `last_call_s` is then the worker's wall on it, from the send to the reply's arrival.
+
+        `meanwhile`: the judge's own work, run once the request is sent and before its reply is
+        read, while the worker runs. Its time is not the worker's: the timeout counts from the
+        send (sandbox.launcher.PendingReply), and the reply's arrival is noted while it runs. If
+        it raises an Exception, the reply is still awaited and classified (a faulted worker
+        killed, as after any call) before the exception propagates, so no reply is left unread
+        and the worker is in a known state; an interrupt that is no Exception kills the worker."""
+        assert self.worker is not None
+        pending = self.worker.send(request, timeout_s, watch=meanwhile is not None)
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception:
+                self._reply(pending, timeout_s, timeout_category)
+                raise
+            except BaseException:
+                pending.abandon()
+                raise
+        return self._reply(pending, timeout_s, timeout_category)
+
+    def _reply(self, pending: PendingReply, timeout_s: float, timeout_category: str) -> dict[str, Any] | Failure:
+        """The reply to `pending` as data, or its failure classified (Session.call)."""
         assert self.worker is not None
         try:
-            reply = self.worker.request(request, timeout_s, poll=self._poll)
+            reply = pending.wait(poll=self._poll)
         except WorkerTimeout:
             stage = (
                 tx.COMPILE
@@ -272,6 +303,8 @@ class Session:
             why = exc.reason or _describe_exit(exc.returncode)
             category = tx.OOM if exc.out_of_memory else tx.CRASH
             return Failure(tx.RUNTIME, category, self.text(f"{why}.\n{exc.log_tail[-1500:]}".strip()))
+        finally:
+            self.last_call_s = pending.seconds
         if reply.get("ok"):
             return reply
         failure = self._failure(reply.get("error") or {})

@@ -87,9 +87,10 @@ def main() -> int:
         parent.send("exit")
         proc.join(timeout=10)
     for row in rows:
+        device_ms = "—" if row["device_ms_median"] is None else f"{row['device_ms_median']:.4f} ms"
         print(
             f"{row['kind']:14} {row['condition']:40} wall {row['wall_ms_median']:.4f} ms (min {row['wall_ms_min']:.4f})"
-            f"  device {row['device_ms_median']:.4f} ms  SM before {row['sm_mhz_median']} MHz"
+            f"  device {device_ms}  SM before {row['sm_mhz_median']} MHz"
         )
     report = {"gpu": torch.cuda.get_device_name(0), "calls_per_graph": K, "warm_s": WARM_S, "reps": args.reps}
     write_report(args.out, {**report, "rows": rows})
@@ -141,12 +142,13 @@ def _round_trips(conn: Any, kind: str, reps: int, device: Any) -> dict[str, Any]
 
 def _row(kind: str, condition: str, walls: list[float], devs: list[Any], clocks: list[Any]) -> dict[str, Any]:
     known = [c for c in clocks if c is not None]
+    timed = [d for d in devs if d is not None]  # gpu_ping reports no device time
     return {
         "kind": kind,
         "condition": condition,
         "wall_ms_median": statistics.median(walls),
         "wall_ms_min": min(walls),
-        "device_ms_median": statistics.median(devs),
+        "device_ms_median": statistics.median(timed) if timed else None,
         "sm_mhz_median": int(statistics.median(known)) if known else None,
         "walls_ms": walls,
         "device_ms": devs,

@@ -22,6 +22,7 @@ from atrex_mcp.evaluate.timing_witness import (
     Calibration,
     GraphCalibration,
     Witness,
+    graph_budget_bytes,
     graph_calls,
     graph_conclusive,
     graph_dominated,
@@ -187,10 +188,14 @@ def _graph_wall(device_ms: float, calls: int) -> float:
 
 def test_the_graph_burst_is_long_enough_to_time_and_fits_its_memory_budget():
     assert graph_calls(0.00435, set_bytes=1_660_000) * 0.00435 >= GRAPH_TARGET_S * 1e3  # rms_norm shape 5: ~920 calls
-    assert graph_calls(0.0067, set_bytes=10_240_000) == GRAPH_BUDGET_BYTES // 10_240_000  # shape 0: the budget decides
+    assert graph_calls(0.0067, set_bytes=10_240_000) == 598  # shape 0: 4 ms of it, within the budget
+    assert graph_calls(0.1, set_bytes=2 << 30) == 8  # fp8_blockscale_fused_moe's 2 GiB sets: the budget decides
     assert graph_calls(5.0, set_bytes=1000) == WITNESS_CALLS  # never fewer calls than the plain burst
     assert graph_calls(1e-9, set_bytes=1) == GRAPH_MAX_CALLS  # a forged tiny median only lengthens the burst
     assert graph_calls(1.0, set_bytes=GRAPH_BUDGET_BYTES) == 2
+    assert graph_budget_bytes(141 << 30) == GRAPH_BUDGET_BYTES  # an H200: the fixed budget
+    assert graph_budget_bytes(24 << 30) == 3 << 30  # a smaller GPU: an eighth of its memory
+    assert graph_budget_bytes(None) == GRAPH_BUDGET_BYTES
 
 
 @pytest.mark.parametrize(
@@ -599,6 +604,7 @@ class _GraphWorker:
     capture request and answers the replays with them (an empty graph), ignoring the refresh seed."""
 
     alive = True
+    trusted_round_trip_s = None
 
     def __init__(self, captured=True, lie=False, precompute=False):
         self.captured, self.lie, self.precompute, self.calls = captured, lie, precompute, []
@@ -641,6 +647,7 @@ class _Trial:
         from types import SimpleNamespace
 
         self.request, self.mismatch, self.fetched, self.worker = SimpleNamespace(timeout_s=10.0), [], [], worker
+        self.device_info = SimpleNamespace(memory_bytes=None)
 
     def payload_shape(self, shape):
         return {}

@@ -116,7 +116,10 @@ def refresh_s(inputs: dict[str, Any], calls: int) -> tuple[float, float]:
 
 
 def round_trip_s(session: Session, timeout_s: float) -> float | Failure:
-    """The fastest of three empty requests to the worker and back."""
+    """The fastest of three empty requests to the worker and back, never more than the fastest
+    this worker answered before the candidate was imported (`Session.trusted_round_trip_s`): the
+    round trip is taken off the bursts' walls, so a candidate that delayed its pings would
+    otherwise shrink its own witness by the delay."""
     walls = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -124,7 +127,8 @@ def round_trip_s(session: Session, timeout_s: float) -> float | Failure:
         walls.append(time.perf_counter() - t0)
         if isinstance(pong, Failure):
             return pong
-    return min(walls)
+    trusted = session.trusted_round_trip_s
+    return min(walls) if trusted is None else min(min(walls), trusted)
 
 
 def run(
@@ -134,7 +138,8 @@ def run(
     captured (str); the worker's Failure; or None once a check here has failed the shape (the
     result says how). `trial` is the evaluation (its request, payloads, fetch_checked)."""
     timeout = trial.request.timeout_s
-    calls = timing_witness.graph_calls(median_ms, set_bytes)  # + the refresh's pristine inputs: at most as much again
+    budget = timing_witness.graph_budget_bytes(trial.device_info.memory_bytes)
+    calls = timing_witness.graph_calls(median_ms, set_bytes, budget)  # + the refresh's pristine inputs: as much again
     seeds = [secrets.randbelow(2**31 - 1) for _ in range(calls)]  # not in the result's seeds: up to 1,024 a shape
     reply = session.call(GraphCaptureRequest(shape=trial.payload_shape(shape), seeds=seeds), timeout)
     if isinstance(reply, Failure):

@@ -25,7 +25,7 @@ from atrex_mcp.evaluate.models import Isolation, Overhead
 from atrex_mcp.evaluate.standby import Spare
 from atrex_mcp.evaluate.transfer import OutputArena
 from sandbox.launcher import Cancelled, LaunchSpec, PendingReply, Worker, WorkerDied, WorkerTimeout
-from sandbox.messages import InitRequest, LoadRequest, Request
+from sandbox.messages import InitRequest, LoadRequest, PingRequest, Request
 
 # Faults after which the worker's state (CUDA context, heap) is no longer trusted.
 _RESTART_AFTER = frozenset({tx.CRASH, tx.TIMEOUT, tx.CUDA_FAULT, tx.OOM, tx.OVER_TIME_BUDGET, tx.COMPILE_TIMEOUT})
@@ -116,6 +116,7 @@ class Session:
         self._strays = 0  # reply frames of workers already replaced
         self._memory_peak: int | None = None  # the most host memory any ended worker's cgroup held
         self.last_call_s = 0.0  # the worker's wall on the last call: from its send to its reply's arrival
+        self.trusted_round_trip_s: float | None = None  # the fastest ping this worker answered before the import
 
     def _note_memory_peak(self) -> None:
         peak = self.worker.memory_peak_bytes if self.worker is not None else None
@@ -171,6 +172,7 @@ class Session:
                 )
             return Failure(tx.RUNTIME, tx.CRASH, message)
         self._record_isolation(reply)
+        self.trusted_round_trip_s = self._trusted_round_trip(3)
         if first:
             self.overhead.worker_start_s = reply["start_s"]
             self.overhead.spawned_ahead_s = reply["spawned_ahead_s"]
@@ -182,6 +184,17 @@ class Session:
             self.overhead.restarts += 1
             self.overhead.restart_s += time.perf_counter() - t0
         return failure
+
+    def _trusted_round_trip(self, pings: int) -> float | None:
+        """The fastest of `pings` empty requests, answered by the harness alone: the candidate is
+        not imported yet. None if the worker failed one (the load that follows finds out why)."""
+        walls = []
+        for _ in range(pings):
+            t0 = time.perf_counter()
+            if isinstance(self.call(PingRequest(), self.compile_timeout_s), Failure):
+                return None
+            walls.append(time.perf_counter() - t0)
+        return min(walls)
 
     def request_load(self) -> Failure | None:
         """Import the candidate; every failure here is a compile-stage failure."""

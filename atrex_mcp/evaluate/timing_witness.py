@@ -130,8 +130,13 @@ def profile_agrees(median_ms: float, kernel_us: list[float]) -> bool:
 # and a third of its time (2.2 µs of 6.7) passed the floor on the H200.
 GRAPH_TARGET_S = 4e-3  # K is chosen so that K calls of the reported median take at least this long ...
 GRAPH_MAX_CALLS = 1024  # ... up to this many calls,
-GRAPH_BUDGET_BYTES = 4 << 30  # ... and no more input sets and outputs than this holds (the fingerprints'
-# stacked chunk, sandbox.graph_burst.FINGERPRINT_CHUNK_BYTES, one alive at a time, is under 1 % of it: not counted)
+GRAPH_BUDGET_BYTES = 16 << 30  # ... and no more input sets and outputs than this holds (the fingerprints'
+# stacked chunk, sandbox.graph_burst.FINGERPRINT_CHUNK_BYTES, one alive at a time, is under 1 % of it: not counted),
+GRAPH_MEMORY_SHARE = 0.125  # ... nor than this share of the GPU's memory. The worker holds up to twice the budget
+# (the refreshable inputs' pristine copies) and the judge's refresh calibration as much again. Each replay
+# request carries a near-constant overhead the round trip does not capture (~0.3-0.7 ms on the H200, with the
+# worker's warm-up): at 4 GiB, 2 GiB input sets (fp8_blockscale_fused_moe's decode shapes) left K = 2, and
+# that overhead over 2 calls failed an honest kernel's 0.11 ms median as forged.
 GRAPH_REPLAYS = 3  # the fastest of these judges
 GRAPH_JITTER_S = 0.2e-3  # a replay request's wall spread (pipe, scheduler) an honest run may still show
 # Share of the calibrated fingerprint time allowed as calibration error. On the H200, with one reduction
@@ -139,6 +144,13 @@ GRAPH_JITTER_S = 0.2e-3  # a replay request's wall spread (pipe, scheduler) an h
 GRAPH_CALIBRATION_SLACK = 0.25
 
 GRAPH, UNCAPTURABLE, HOST = "graph", "uncapturable", "host"  # TimingStats.witness: which witness judged the time
+
+
+def graph_budget_bytes(device_memory_bytes: int | None) -> int:
+    """The bytes of input sets and outputs a graph burst may hold on a GPU of this memory."""
+    if not device_memory_bytes:
+        return GRAPH_BUDGET_BYTES
+    return min(GRAPH_BUDGET_BYTES, int(GRAPH_MEMORY_SHARE * device_memory_bytes))
 
 
 def graph_calls(median_ms: float, set_bytes: int, budget_bytes: int = GRAPH_BUDGET_BYTES) -> int:

@@ -92,7 +92,18 @@ def main() -> int:
             f"{row['kind']:14} {row['condition']:40} wall {row['wall_ms_median']:.4f} ms (min {row['wall_ms_min']:.4f})"
             f"  device {device_ms}  SM before {row['sm_mhz_median']} MHz"
         )
-    report = {"gpu": torch.cuda.get_device_name(0), "calls_per_graph": K, "warm_s": WARM_S, "reps": args.reps}
+    import triton
+
+    report = {
+        "question": "what makes a short graph replay timed by another process run long",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "calls_per_graph": K,
+        "warm_s": WARM_S,
+        "reps": args.reps,
+    }
     write_report(args.out, {**report, "rows": rows})
     return 0
 

@@ -34,14 +34,13 @@ import importlib.util
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from atrex_mcp.evaluate import taxonomy as tx
+from atrex_mcp.evaluate.compare_figures import ONE_PASS_DTYPES, RMS_BLOCK, Figures, Rule
 from atrex_mcp.evaluate.models import MismatchDetail
-
-Rule = Literal["allclose", "exact", "fp8_codes", "ranked_ids"]
 
 FP8_DTYPES = frozenset(
     getattr(torch, name)
@@ -111,7 +110,6 @@ OVERRIDES: dict[tuple[str, str], Tolerance] = {
 # the output's size; whole-output float64 copies would run the trusted process out of GPU memory
 # (a 3 GiB bf16 attention output needs 12 GiB per float64 copy, and the rule makes several).
 CHUNK_ELEMENTS = 1 << 23
-RMS_BLOCK = 4096  # elements per exactly-added partial sum of squares (a power of two)
 
 
 def tolerance_for(op: str, output: str, dtype: torch.dtype) -> Tolerance:
@@ -212,29 +210,6 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
         flat, i = divmod(flat, size)
         index.append(i)
     return index[::-1]
-
-
-@dataclass(frozen=True)
-class Figures:
-    """What a rule found in a stretch of one output (a chunk, or all of it): counts, maxima and
-    the first bad element, so stretches merge in any order and neither the chunk size nor the
-    path that judged them (torch, or compare_kernel's one pass) changes them."""
-
-    max_abs: float = 0.0  # |c − r| where both are finite (0 when none is)
-    max_rel: float = 0.0  # |c − r| / |r| where both are finite and r ≠ 0 (0 when none is)
-    mismatches: int = 0
-    nonfinite_mismatches: int = 0
-    first: int | None = None  # flat index of the first bad element
-
-    def merged(self, other: Figures) -> Figures:
-        firsts = [i for i in (self.first, other.first) if i is not None]
-        return Figures(
-            max_abs=max(self.max_abs, other.max_abs),
-            max_rel=max(self.max_rel, other.max_rel),
-            mismatches=self.mismatches + other.mismatches,
-            nonfinite_mismatches=self.nonfinite_mismatches + other.nonfinite_mismatches,
-            first=min(firsts) if firsts else None,
-        )
 
 
 class _Tally:
@@ -344,16 +319,6 @@ def _finite_rms(ref: torch.Tensor, chunk: int) -> float | None:
     if not sums:
         return None
     return _rms(torch.cat(sums).tolist(), int(torch.stack(counts).sum().item()))
-
-
-# Dtypes compare_kernel judges in one pass, per rule (bool as its bytes, 0 and 1).
-ONE_PASS_DTYPES: dict[Rule, frozenset[torch.dtype]] = {
-    "allclose": frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64}),
-    "exact": frozenset(
-        {torch.float16, torch.bfloat16, torch.float32, torch.float64}
-        | {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool}
-    ),
-}
 
 
 def _one_pass(rule: Rule, ref: torch.Tensor, one_pass: bool | None) -> bool:

@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from atrex_mcp.evaluate.compare import ONE_PASS_DTYPES, RMS_BLOCK, Figures
+from atrex_mcp.evaluate.compare_figures import ONE_PASS_DTYPES, RMS_BLOCK, Figures
 
 BLOCK = 2048  # elements per program of the judging kernel
 NUM_WARPS = 8

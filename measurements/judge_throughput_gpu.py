@@ -25,7 +25,10 @@ Writes DIR/<date>_<gpu>.{json,md} and prints one summary line. Per operator and 
   candidate's outputs out of the arena, output copies, the pinned-cache check, the poisoned
   copies of timed outputs: on the H200 the first 208 shapes of the wiki set left 57 s of 447
   outside every figure, most on the operators with large outputs). GPU work is
-  asynchronous, so a function's seconds hold the device work of whatever it waited for;
+  asynchronous, so a function's seconds hold the device work of whatever it waited for, except
+  reference_output's: the meter synchronises before and after it, so its seconds are the
+  reference's own device work too (otherwise the next synchronisation holds them: a cache
+  release, a comparison, or the worker's run);
 * the correctness stage's overlap (evaluator.Trial.correctness): a `run` during which the judge
   made the next seed's reference counts only the judge's wait after that work; that work is
   `reference_ahead`, and `reference_ahead_hidden` is the part of it the worker's run covered,
@@ -108,6 +111,15 @@ JUDGE_FUNCTIONS = {  # (module or class, attribute): what the judge does itself,
     "poison": (evaluator, "poison"),
 }
 
+SYNCED_FUNCTIONS = {"reference_output"}  # timed between device synchronisations (see the module docstring)
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
 
 METER_FILE = "throughput_meter.json"  # beside the run in --run-dir: the meter's tables of every call so far
 
@@ -121,13 +133,19 @@ class Meter:
         self.requests: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.functions: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 
-    def _timed(self, table_: dict[str, dict[str, float]], name: str, fn: Any) -> Any:
+    def _timed(self, table_: dict[str, dict[str, float]], name: str, fn: Any, synced: bool = False) -> Any:
+        """`fn` wrapped to add its seconds and calls to `table_`; `synced`: between device
+        synchronisations, so its seconds include its own device work."""
+        sync = _synchronize if synced else (lambda: None)
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            sync()
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
+                sync()
                 table_[self.op][name + " s"] += time.perf_counter() - t0
                 table_[self.op][name + " n"] += 1
 
@@ -179,7 +197,8 @@ class Meter:
 
         session.Session.call = timed_call  # type: ignore[method-assign,assignment]
         for name, (owner, attribute) in JUDGE_FUNCTIONS.items():
-            setattr(owner, attribute, self._timed(self.functions, name, getattr(owner, attribute)))
+            synced = name in SYNCED_FUNCTIONS
+            setattr(owner, attribute, self._timed(self.functions, name, getattr(owner, attribute), synced))
         run_one = evaluate_package.evaluate
 
         def evaluate(request: EvalRequest, *args: Any, **kwargs: Any) -> EvalResult:

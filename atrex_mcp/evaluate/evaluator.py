@@ -61,7 +61,6 @@ from sandbox.messages import (
     RunRequest,
     ShapePayload,
     TimeRequest,
-    WarmRequest,
 )
 from sandbox.timing import (
     call_order,
@@ -389,7 +388,7 @@ class Trial:
                     if left <= 0:
                         reply: dict[str, Any] | Failure = Failure(tx.RUNTIME, tx.TIMEOUT, "")
                     else:
-                        reply = session.call(run, left) if ahead is None else session.call(run, left, meanwhile=ahead)
+                        reply = session.call(run, left, meanwhile=ahead)
                         worker_s += session.last_call_s
                     if ahead is not None:
                         made, ahead_failed = ahead.made, ahead.made is None
@@ -672,14 +671,8 @@ class Trial:
         try:
             for _ in range(timing_witness.WITNESS_BURSTS):
                 seeds = [self.seed() for _ in range(calls)]
-                if self.cuda:
-                    warmed = session.call(WarmRequest(seconds=timing_witness.WARMUP_S), self.request.timeout_s)
-                    if isinstance(warmed, Failure):
-                        _fail(result, warmed)
-                        return None
-                t0 = time.perf_counter()
-                reply = session.call(BurstRequest(shape=self.payload_shape(shape), seeds=seeds), self.request.timeout_s)
-                wall = time.perf_counter() - t0
+                burst = BurstRequest(shape=self.payload_shape(shape), seeds=seeds)
+                reply, wall = graph_witness.timed_call(session, burst, self.request.timeout_s, warm=self.cuda)
                 if isinstance(reply, Failure):
                     _fail(result, reply)
                     return None

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from atrex_mcp.evaluate import timing_witness
-from atrex_mcp.evaluate.session import Failure, Session
+from atrex_mcp.evaluate.session import Failure, Session, fastest_ping
 from sandbox.graph_burst import (
     StackedInputs,
     empty_prints,
@@ -32,7 +32,7 @@ from sandbox.graph_burst import (
     refreshed_set,
 )
 from sandbox.handoff import output_tensors
-from sandbox.messages import GraphCaptureRequest, GraphReplayRequest, PingRequest, WarmRequest
+from sandbox.messages import GraphCaptureRequest, GraphReplayRequest, Request, WarmRequest
 
 CALIBRATION_REPLAYS = 3
 CALIBRATION_COPY_BYTES = 256 << 20  # distinct outputs the fingerprints' calibration reads: > L2
@@ -120,15 +120,23 @@ def round_trip_s(session: Session, timeout_s: float) -> float | Failure:
     this worker answered before the candidate was imported (`Session.trusted_round_trip_s`): the
     round trip is taken off the bursts' walls, so a candidate that delayed its pings would
     otherwise shrink its own witness by the delay."""
-    walls = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        pong = session.call(PingRequest(), timeout_s)
-        walls.append(time.perf_counter() - t0)
-        if isinstance(pong, Failure):
-            return pong
+    trip = fastest_ping(session, timeout_s)
     trusted = session.trusted_round_trip_s
-    return min(walls) if trusted is None else min(min(walls), trusted)
+    return trip if isinstance(trip, Failure) or trusted is None else min(trip, trusted)
+
+
+def timed_call(session: Session, request: Request, timeout_s: float, warm: bool = True) -> tuple[Any, float]:
+    """(reply or Failure, wall) of `request` on this process's clock, from its send to its
+    reply. With `warm` (a GPU), an untimed `warm` request goes first (timing_witness.WARMUP_S):
+    the timed window then does not also time the GPU switching to the worker's work; its
+    Failure, if any, comes back with a wall of 0."""
+    if warm:
+        warmed = session.call(WarmRequest(seconds=timing_witness.WARMUP_S), timeout_s)
+        if isinstance(warmed, Failure):
+            return warmed, 0.0
+    t0 = time.perf_counter()
+    reply = session.call(request, timeout_s)
+    return reply, time.perf_counter() - t0
 
 
 def run(
@@ -150,12 +158,7 @@ def run(
     checked = None
     for _ in range(timing_witness.GRAPH_REPLAYS):
         refresh_seed = secrets.randbelow(2**31 - 1)  # drawn now: the replay's inputs exist only from here on
-        warmed = session.call(WarmRequest(seconds=timing_witness.WARMUP_S), timeout)
-        if isinstance(warmed, Failure):
-            return warmed
-        t0 = time.perf_counter()
-        reply = session.call(GraphReplayRequest(seed=refresh_seed), timeout)
-        wall = time.perf_counter() - t0
+        reply, wall = timed_call(session, GraphReplayRequest(seed=refresh_seed), timeout)
         if isinstance(reply, Failure):
             return reply
         if not walls or wall < min(walls):  # only the fastest replay witnesses: only it needs checking

@@ -172,7 +172,8 @@ class Session:
                 )
             return Failure(tx.RUNTIME, tx.CRASH, message)
         self._record_isolation(reply)
-        self.trusted_round_trip_s = self._trusted_round_trip(3)
+        trip = fastest_ping(self, self.compile_timeout_s)  # answered by the harness alone: no candidate yet
+        self.trusted_round_trip_s = None if isinstance(trip, Failure) else trip  # a failure: the load finds out why
         if first:
             self.overhead.worker_start_s = reply["start_s"]
             self.overhead.spawned_ahead_s = reply["spawned_ahead_s"]
@@ -184,17 +185,6 @@ class Session:
             self.overhead.restarts += 1
             self.overhead.restart_s += time.perf_counter() - t0
         return failure
-
-    def _trusted_round_trip(self, pings: int) -> float | None:
-        """The fastest of `pings` empty requests, answered by the harness alone: the candidate is
-        not imported yet. None if the worker failed one (the load that follows finds out why)."""
-        walls = []
-        for _ in range(pings):
-            t0 = time.perf_counter()
-            if isinstance(self.call(PingRequest(), self.compile_timeout_s), Failure):
-                return None
-            walls.append(time.perf_counter() - t0)
-        return min(walls)
 
     def request_load(self) -> Failure | None:
         """Import the candidate; every failure here is a compile-stage failure."""
@@ -332,6 +322,22 @@ class Session:
         self._note_memory_peak()
         self.isolation.memory_peak_bytes = self._memory_peak
         self.arena.close()
+
+
+PINGS = 3
+
+
+def fastest_ping(session: Any, timeout_s: float) -> float | Failure:
+    """The fastest of PINGS empty requests to `session`'s worker and back (anything with
+    Session.call), or the Failure of the first that failed."""
+    walls = []
+    for _ in range(PINGS):
+        t0 = time.perf_counter()
+        pong = session.call(PingRequest(), timeout_s)
+        walls.append(time.perf_counter() - t0)
+        if isinstance(pong, Failure):
+            return pong
+    return min(walls)
 
 
 def protected_roots(catalog_roots: list[Path], state_dir: Path | None = None) -> list[Path]:

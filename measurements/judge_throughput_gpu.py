@@ -373,6 +373,7 @@ def report(
 
 
 def markdown(found: dict[str, Any]) -> str:
+    ahead = overlap_totals(found)
     lines = report_head(f"Judge throughput on one GPU: the {found['set']} kernels, {found['seeds']} seeds", found)
     lines += [
         f"{found['shapes_judged']} shapes judged in {found['wall_s']} s of evaluation (this call's wall: "
@@ -381,8 +382,8 @@ def markdown(found: dict[str, Any]) -> str:
         f"{found['full_set_projection_min']} min. Profiler warmed in the spare: {found['warm_profiler']}.",
         "",
         f"Next seed's reference made while the worker runs (--overlap): {found.get('overlap', 'on')}; "
-        f"{overlap_totals(found)['reference_ahead']} s of references made so, "
-        f"{overlap_totals(found)['reference_ahead_hidden']} s of them hidden by the worker's runs.",
+        f"{ahead['reference_ahead']} s of references made so, "
+        f"{ahead['reference_ahead_hidden']} s of them hidden by the worker's runs.",
         "",
         "Mean seconds per judged shape, by part (ShapeResult.seconds):",
         "",
@@ -390,23 +391,11 @@ def markdown(found: dict[str, Any]) -> str:
         "",
         "Waiting on the worker, by request (seconds, count):",
         "",
-    ]
-    kinds = sorted({k for o in found["ops"].values() for k in o["requests"]})
-    lines += [
-        table(
-            ["operator", *kinds],
-            [[op, *(_cell(o["requests"].get(k)) for k in kinds)] for op, o in found["ops"].items()],
-        ),
+        _meter_table(found, "requests"),
         "",
         "The judge's own functions (seconds, count):",
         "",
-    ]
-    names = sorted({k for o in found["ops"].values() for k in o["judge_functions"]})
-    lines += [
-        table(
-            ["operator", *names],
-            [[op, *(_cell(o["judge_functions"].get(k)) for k in names)] for op, o in found["ops"].items()],
-        ),
+        _meter_table(found, "judge_functions"),
         "",
         table(
             ["operator", "worker start s", "spawned ahead s", "first profile s", "other profiles (median) s",
@@ -439,6 +428,12 @@ def _part_rows(found: dict[str, Any]) -> list[list[Any]]:
 
 def _cell(entry: dict[str, float] | None) -> str:
     return "" if entry is None else f"{entry['s']} ({entry['n']})"
+
+
+def _meter_table(found: dict[str, Any], key: str) -> str:
+    """One of the meter's tables (`requests` or `judge_functions`): an operator per row, an entry per column."""
+    names = sorted({k for o in found["ops"].values() for k in o[key]})
+    return table(["operator", *names], [[op, *(_cell(o[key].get(k)) for k in names)] for op, o in found["ops"].items()])
 
 
 def overlap_totals(found: dict[str, Any]) -> dict[str, float]:

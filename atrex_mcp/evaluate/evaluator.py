@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from atrex_mcp.errors import AtrexError, ErrorInfo
-from atrex_mcp.evaluate import device, dsl, graph_witness, scoring, timing_checks, timing_witness
+from atrex_mcp.evaluate import device, dsl, graph_witness, reference_graph, scoring, timing_checks, timing_witness
 from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.baselines import baseline_source
 from atrex_mcp.evaluate.compare import CompareResult, check_structure, compare_outputs
@@ -145,10 +145,12 @@ def _cache_pins_memory() -> bool:
     """Whether this process, its cache released, still reserves more than PINNED_SLACK_BYTES of
     GPU memory that it does not use. The caching allocator can place a reference output in the
     segment of a larger intermediate freed before it, and empty_cache releases no segment with a
-    live block in it; that memory would stay pinned while the worker, which shares the GPU, runs."""
+    live block in it; that memory would stay pinned while the worker, which shares the GPU, runs.
+    The reference graphs' pools are reserved on purpose and left out (reference_graph.pooled_bytes)."""
     return (
         torch.cuda.is_initialized()
-        and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > PINNED_SLACK_BYTES
+        and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() - reference_graph.pooled_bytes()
+        > PINNED_SLACK_BYTES
     )
 
 
@@ -175,8 +177,9 @@ def _harness_memory(doing: str) -> Iterator[None]:
 def _release_cached_gpu_memory() -> None:
     """Hand the caching allocator's free blocks back to the driver, past the little a process
     keeps (sandbox.gpu_cache). Called before the sandbox worker, another process on the same GPU,
-    runs: it cannot use blocks cached here."""
-    gpu_cache.release()
+    runs: it cannot use blocks cached here. The reference graphs' pools count as kept: empty_cache
+    cannot hand them back while the graphs live (reference_graph.pooled_bytes)."""
+    gpu_cache.release(gpu_cache.KEEP_BYTES + reference_graph.pooled_bytes())
 
 
 @dataclass
@@ -303,6 +306,12 @@ class Trial:
         self.own_kernels = self.adapter.own_kernels(self.source)
         self.seeds: list[int] = []
         self.references: dict[str, Any] = {}
+        # where the reference calls of a shape are replayed from CUDA graphs (reference_output)
+        self.reference_graphs = (
+            reference_graph.ReferenceGraphs(reference_graph.CudaGraphDevice(), self.device_info.memory_bytes)
+            if self.cuda
+            else None
+        )
 
     # -- helpers ----------------------------------------------------------------------------
     def seed(self) -> int:
@@ -314,11 +323,16 @@ class Trial:
         return self.make_inputs(seed=seed, device=self.device, **shape.inputs)
 
     def reference_output(self, shape: Shape, inputs: dict[str, Any]) -> Any:
+        """The visible reference's output on `inputs`: eager, or on a GPU replayed from the CUDA graph
+        this shape's first call captured where that gives eager's bits and pays (reference_graph).
+        A fresh output either way, which the caller may keep."""
         key = repr(sorted(shape.init.items()))
         if key not in self.references:
             self.references[key] = self.reference(**shape.init).to(self.device).eval()
         with torch.no_grad():
-            return self.references[key](**inputs)
+            if self.reference_graphs is None:
+                return self.references[key](**inputs)
+            return self.reference_graphs.output(shape.id, key, self.references[key], inputs)
 
     def payload_shape(self, shape: Shape) -> ShapePayload:
         """What the worker learns of a shape: its visible id, init and input arguments."""
@@ -1158,6 +1172,13 @@ class Trial:
         return results
 
     def evaluate_shape(self, session: Session, shape: Shape, index: int) -> ShapeResult:
+        try:
+            return self._evaluate_shape(session, shape, index)
+        finally:
+            if self.reference_graphs is not None:  # their pools go back with the next cache release
+                self.reference_graphs.release()
+
+    def _evaluate_shape(self, session: Session, shape: Shape, index: int) -> ShapeResult:
         result = ShapeResult(id=shape.id, correct=False)
         self.begin(index, "a worker restart")
         failure = session.ensure()

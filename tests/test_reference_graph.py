@@ -6,6 +6,7 @@ in for the clock. The gpu-marked tests capture real graphs of the real reference
 from __future__ import annotations
 
 import gc
+import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -427,3 +428,15 @@ def test_gpu_the_graphs_are_released_after_the_shape():
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     assert torch.cuda.memory_reserved() < reserved  # the pool went back to the driver
+
+
+def test_the_measurement_script_dry_runs_on_cpu(tmp_path):
+    from measurements import reference_graph_gpu
+
+    ops = "gated_delta_rule_update,per_token_group_quant_fp8"
+    assert reference_graph_gpu.main(["--out", str(tmp_path), "--ops", ops, "--shapes", "smoke", "--seeds", "2"]) == 0
+    (json_file,) = tmp_path.glob("*.json")
+    report = json.loads(json_file.read_text())
+    assert [r["op"] for r in report["rows"]] == ops.split(",") and report["all_identical"] is True
+    assert all(r["mode"] == GRAPH and r["identical"] for r in report["rows"])  # the dry run's open gates
+    assert "| gated_delta_rule_update | smoke | graph | True |" in json_file.with_suffix(".md").read_text()

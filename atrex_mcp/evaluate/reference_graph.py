@@ -26,6 +26,11 @@ inputs and its peak allocation exceed the memory bound; the warm-up or the captu
 synchronisations such as `.item()`/`.tolist()`, data-dependent shapes such as `nonzero`); the
 bits differ; or the replay is not `min_speedup` times faster than a warm eager call.
 
+The first call of a key resets the allocator's peak to measure the eager call, so the footprint
+`Trial.seed_reference` measures for that seed counts from there and includes the static copies,
+the warm-up and the pool: larger than eager's, so at most the next seed is not made while the
+worker runs (Trial._overlaps); later seeds' footprints have no intermediates (the pool holds them).
+
 Memory: a graph keeps its static inputs and its private pool (the forward's intermediates and
 outputs) until `release()`; the evaluator releases at the end of each shape, and a call for
 another shape releases the previous shape's graphs first. The pool is reserved but not allocated,
@@ -120,7 +125,10 @@ class _CudaCaptured:
 
 class CudaGraphDevice:
     """CUDA graphs on the current device, captured in thread-local error mode (the server's
-    other threads may use the GPU) on a side stream, as torch asks."""
+    other threads may use the GPU) on a side stream, the one the warm-up ran on, as torch asks."""
+
+    def __init__(self) -> None:
+        self.side: Any = None  # torch.cuda.Stream, made on first use
 
     def holds(self, t: torch.Tensor) -> bool:
         return t.is_cuda
@@ -138,13 +146,18 @@ class CudaGraphDevice:
         return torch.cuda.max_memory_allocated()
 
     def warm_up(self, forward: Callable[[], Any]) -> Any:
-        """One forward on a side stream before the capture (lazy initialisation, workspaces)."""
-        stream, side = torch.cuda.current_stream(), torch.cuda.Stream()
+        """One forward on the side stream before the capture (lazy initialisation, workspaces)."""
+        stream, side = torch.cuda.current_stream(), self._side()
         side.wait_stream(stream)
         with torch.cuda.stream(side):
             out = forward()
         stream.wait_stream(side)
         return out
+
+    def _side(self) -> Any:
+        if self.side is None:
+            self.side = torch.cuda.Stream()
+        return self.side
 
     def capture(self, forward: Callable[[], Any]) -> CapturedForward:
         """The forward captured, or the exception that stopped it with the CUDA state restored:
@@ -157,10 +170,11 @@ class CudaGraphDevice:
         torch.cuda.empty_cache()
         reserved = torch.cuda.memory_reserved()
         try:
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, stream=self._side(), capture_error_mode="thread_local"):
                 outputs = forward()
         except BaseException:
             torch.cuda.set_stream(stream)
+            self.side = None  # the next capture gets a stream no failed capture touched
             try:
                 graph.reset()
                 torch.cuda.synchronize()

@@ -44,6 +44,7 @@ tests and dry runs.
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -264,13 +265,11 @@ class ReferenceGraphs:
     graphs: dict[tuple, _Graph] = field(default_factory=dict)
     decisions: dict[tuple, Decision] = field(default_factory=dict)  # this shape's keys
     attempts: int = 0
+    pool_bytes: int = 0  # the live graphs' pools (an int: pooled_bytes reads it from any thread)
 
     def __post_init__(self) -> None:
-        _LIVE.add(self)
-
-    @property
-    def pool_bytes(self) -> int:
-        return sum(g.captured.pool_bytes for g in self.graphs.values())
+        with _LIVE_LOCK:
+            _LIVE.add(self)
 
     def output(self, shape_id: str, module_key: str, module: Callable[..., Any], inputs: dict[str, Any]) -> Any:
         """`module(**inputs)`, replayed from a graph where this shape's key has one (see the module
@@ -297,6 +296,7 @@ class ReferenceGraphs:
         for graph in self.graphs.values():
             graph.captured.reset()
         self.graphs.clear()
+        self.pool_bytes = 0
         self.decisions.clear()
         self.attempts = 0
         self.shape_id = None
@@ -343,6 +343,7 @@ class ReferenceGraphs:
                 decision.reason = f"the graph holds {graph.held_bytes} bytes, over the bound {limit}"
             else:
                 self.graphs[key] = graph
+                self.pool_bytes += graph.captured.pool_bytes
                 decision.mode = GRAPH
         return out, decision
 
@@ -414,14 +415,17 @@ class ReferenceGraphs:
         return graph
 
 
-_LIVE: weakref.WeakSet[ReferenceGraphs] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[ReferenceGraphs] = weakref.WeakSet()  # every instance of the process: trials may overlap
+_LIVE_LOCK = threading.Lock()
 
 
 def pooled_bytes() -> int:
     """GPU memory the live reference graphs of this process keep in their private pools (their
     freed intermediates, reserved and not allocated, and their outputs): out of empty_cache's
     reach until they are released."""
-    return sum(graphs.pool_bytes for graphs in list(_LIVE))
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    return sum(graphs.pool_bytes for graphs in live)
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

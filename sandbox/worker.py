@@ -195,6 +195,7 @@ class Worker:
         if self.device == "cuda":
             c0 = time.perf_counter()
             torch.cuda.init()
+            gpu_cache.limit_block_splitting()
             torch.empty(1, device="cuda").zero_()
             PRIMS["torch.cuda.synchronize"]()
             cuda_s = time.perf_counter() - c0

@@ -30,3 +30,12 @@ def test_free_cached_blocks_go_back_only_past_what_a_process_keeps(monkeypatch):
 def test_a_process_without_cuda_releases_nothing(monkeypatch):
     emptied = _device(monkeypatch, False, reserved=64 << 30, allocated=0)
     assert gpu_cache.release() is False and emptied == []
+
+
+def test_large_cached_blocks_are_not_split(monkeypatch):
+    """The allocator setting that keeps a small block from pinning a large segment is what both
+    processes apply before their first allocation (Trial, the worker's init)."""
+    applied: list[str] = []
+    monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", applied.append)
+    gpu_cache.limit_block_splitting()
+    assert applied == [f"max_split_size_mb:{gpu_cache.SPLIT_LIMIT_MB}"]

@@ -297,6 +297,8 @@ class Trial:
             )
         self.cuda = device.has_gpu()
         self.device = "cuda" if self.cuda else "cpu"
+        if self.cuda:
+            gpu_cache.limit_block_splitting()
         self.device_info = device.describe()
         self.reference = catalog.load_reference(request.op)
         self.make_inputs = catalog.load_make_inputs(request.op)

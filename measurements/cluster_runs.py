@@ -216,8 +216,13 @@ def report_head(title: str, report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _cell(value: Any) -> str:
+    """A table cell on one line: a multi-line message (an exception's text) would end the row."""
+    return "" if value is None else " ".join(str(value).split()).replace("|", "\\|")
+
+
 def table(header: list[str], rows: list[list[Any]]) -> str:
     """A Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join("" if c is None else str(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)

@@ -34,6 +34,12 @@ Writes DIR/<date>_<gpu>.{json,md} and prints one summary line. Per operator and 
   `reference_ahead`, and `reference_ahead_hidden` is the part of it the worker's run covered,
   what the overlap saved against the strict order (`--overlap off` judges in that order, for
   the same figures without it);
+* the GPU's memory at its fullest, per operator: a thread samples the device's used memory
+  (`torch.cuda.mem_get_info`, both processes and the spare's context) and the judge's own
+  reserved memory every MEMORY_SAMPLE_S, under the label of the request or function in progress
+  (the innermost metered one; "between" outside them); the report gives, per operator, the label
+  at the highest sample with both figures, so a shape that brings the GPU near full says which
+  step did;
 * the witness that judged each timed shape (graph, uncapturable, or a graph replay
   inconclusive and scored at the judge's wall), verdicts by category, and the profile seconds of
   each evaluation's first profiled shape against the others' median (the profiler's first-use
@@ -111,6 +117,8 @@ JUDGE_FUNCTIONS = {  # (module or class, attribute): what the judge does itself,
     "poison": (evaluator, "poison"),
 }
 
+MEMORY_SAMPLE_S = 0.05  # the memory watch's sampling period
+GIB = 1 << 30
 SYNCED_FUNCTIONS = {"reference_output"}  # timed between device synchronisations (see the module docstring)
 
 
@@ -132,6 +140,49 @@ class Meter:
         self.op = "?"
         self.requests: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.functions: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.labels: list[str] = []  # the metered requests and functions in progress, innermost last
+        # per operator: the highest sample of the device's used memory, its label and the judge's reserved memory
+        self.memory: dict[str, dict[str, Any]] = {}
+
+    @property
+    def label(self) -> str:
+        return self.labels[-1] if self.labels else "between"
+
+    def sample_memory(self, used_bytes: int, judge_bytes: int, total_bytes: int) -> None:
+        """One sample of the memory watch, kept where it is the operator's highest so far."""
+        best = self.memory.get(self.op)
+        if best is None or used_bytes > best["used_gib"] * GIB:
+            self.memory[self.op] = {
+                "label": self.label,
+                "used_gib": round(used_bytes / GIB, 2),
+                "judge_reserved_gib": round(judge_bytes / GIB, 2),
+                "total_gib": round(total_bytes / GIB, 2),
+            }
+
+    @contextlib.contextmanager
+    def watching_memory(self, period_s: float = MEMORY_SAMPLE_S) -> Iterator[None]:
+        """The memory watch's thread, on a GPU only, for the duration of the block."""
+        if not GPU:
+            yield
+            return
+        import threading
+
+        import torch
+
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(period_s):
+                free, total = torch.cuda.mem_get_info()
+                self.sample_memory(total - free, torch.cuda.memory_reserved(), total)
+
+        thread = threading.Thread(target=watch, name="memory-watch", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def _timed(self, table_: dict[str, dict[str, float]], name: str, fn: Any, synced: bool = False) -> Any:
         """`fn` wrapped to add its seconds and calls to `table_`; `synced`: between device
@@ -141,6 +192,7 @@ class Meter:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             sync()
+            self.labels.append(name)
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
@@ -148,6 +200,7 @@ class Meter:
                 sync()
                 table_[self.op][name + " s"] += time.perf_counter() - t0
                 table_[self.op][name + " n"] += 1
+                self.labels.pop()
 
         return wrapper
 
@@ -162,15 +215,19 @@ class Meter:
 
         def timed_meanwhile() -> Any:
             t0 = time.perf_counter()
+            self.labels.append("reference_ahead")
             try:
                 return meanwhile()
             finally:
+                self.labels.pop()
                 spent.append(time.perf_counter() - t0)
 
         t0 = time.perf_counter()
+        self.labels.append(kind)
         try:
             return call(this, request, *args, meanwhile=timed_meanwhile, **kwargs)
         finally:
+            self.labels.pop()
             ahead = sum(spent)
             self.requests[self.op][kind + " s"] += time.perf_counter() - t0 - ahead
             self.requests[self.op][kind + " n"] += 1
@@ -219,6 +276,7 @@ class Meter:
         stored = json.loads(path.read_text()) if path.is_file() else {"requests": {}, "functions": {}}
         for name, table_ in (("requests", self.requests), ("functions", self.functions)):
             stored[name].update({op: dict(counts) for op, counts in table_.items()})
+        stored.setdefault("memory", {}).update(self.memory)
         path.write_text(json.dumps(stored, indent=1) + "\n")
 
     @classmethod
@@ -229,6 +287,7 @@ class Meter:
         for name, table_ in (("requests", meter.requests), ("functions", meter.functions)):
             for op, counts in stored[name].items():
                 table_[op].update(counts)
+        meter.memory.update(stored.get("memory", {}))
         return meter
 
     def per_op(self, op: str) -> dict[str, Any]:
@@ -236,7 +295,10 @@ class Meter:
             names = sorted({key.rsplit(" ", 1)[0] for key in counter})
             return {n: {"n": int(counter[n + " n"]), "s": round(counter[n + " s"], 3)} for n in names}
 
-        return {"requests": rows(self.requests[op]), "judge_functions": rows(self.functions[op])}
+        found = {"requests": rows(self.requests[op]), "judge_functions": rows(self.functions[op])}
+        if op in self.memory:
+            found["gpu_memory_highest"] = self.memory[op]
+        return found
 
 
 def probe(catalog: Catalog, op: str, seconds: float) -> dict[str, Any]:
@@ -408,6 +470,15 @@ def markdown(found: dict[str, Any]) -> str:
         ),
         "",
     ]  # fmt: skip
+    memory = [[op, m["label"], m["used_gib"], m["judge_reserved_gib"], m["total_gib"]]
+              for op, o in found["ops"].items() if (m := o.get("gpu_memory_highest"))]  # fmt: skip
+    if memory:
+        lines += [
+            f"The GPU's memory at its fullest (sampled every {MEMORY_SAMPLE_S} s), and what was in progress:",
+            "",
+            table(["operator", "request or function", "device used GiB", "judge reserved GiB", "GPU GiB"], memory),
+            "",
+        ]
     if found.get("probe"):
         p = found["probe"]
         lines += [
@@ -502,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     meter = Meter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(meter.installed(started + args.budget_s))
+        stack.enter_context(meter.watching_memory())
         if args.overlap == "off":  # no seed is that small; restored after the run (a test process goes on)
             stack.callback(setattr, evaluator, "OVERLAP_MAX_BYTES", evaluator.OVERLAP_MAX_BYTES)
             evaluator.OVERLAP_MAX_BYTES = -1

@@ -78,3 +78,34 @@ def test_overlap_off_judges_in_the_strict_order_and_restores_the_setting(tmp_pat
     assert found["overlap"] == "off" and "reference_ahead" not in found["ops"]["l2_norm"]["judge_functions"]
     assert found["ops"]["l2_norm"]["verdicts"] == {"correct": 1}
     assert limit == evaluator.OVERLAP_MAX_BYTES
+
+
+def test_the_memory_watch_keeps_each_operators_fullest_sample_under_the_step_in_progress(tmp_path):
+    """A sample taken inside a metered function carries that function's label; each operator keeps
+    its highest sample, through a run continued over calls, and the report names the step."""
+    meter = judge_throughput_gpu.Meter()
+    meter.op = "rms_norm"
+    gib = judge_throughput_gpu.GIB
+
+    def reference(used_gib: int) -> None:
+        meter.sample_memory(used_gib * gib, 3 * gib, 140 * gib)
+
+    timed = meter._timed(meter.functions, "reference_output", reference)
+    meter.sample_memory(10 * gib, 1 * gib, 140 * gib)  # between requests
+    timed(90)
+    timed(40)
+    assert meter.labels == [] and meter.label == "between"
+    assert meter.memory["rms_norm"] == {
+        "label": "reference_output", "used_gib": 90.0, "judge_reserved_gib": 3.0, "total_gib": 140.0
+    }  # fmt: skip
+    meter.merge_into(tmp_path / "meter.json")
+    kept = judge_throughput_gpu.Meter.load(tmp_path / "meter.json")
+    assert kept.per_op("rms_norm")["gpu_memory_highest"]["label"] == "reference_output"
+    found = {"set": "wiki", "seeds": 1, "shapes_judged": 1, "wall_s": 1.0, "call_wall_s": 1.0, "s_per_shape": 1.0,
+             "full_set_projection_min": 7.3, "warm_profiler": True, "parts_per_shape_s": {},
+             "date": "2026-12-02T00:00:00Z", "gpu": "test", "gpus": 1, "commit": "abc", "command": "x",
+             "versions": {},
+             "ops": {"rms_norm": {"judged": 1, "s_per_shape": 1.0, "parts_per_shape_s": {}, "worker_start_s": 0,
+                                  "spawned_ahead_s": 0, "profile": {"first_s": None, "others_median_s": None},
+                                  "witness": {}, "verdicts": {}, **kept.per_op("rms_norm")}}}  # fmt: skip
+    assert "| rms_norm | reference_output | 90.0 | 3.0 | 140.0 |" in judge_throughput_gpu.markdown(found)

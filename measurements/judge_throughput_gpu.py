@@ -44,11 +44,15 @@ Writes DIR/<date>_<gpu>.{json,md} and prints one summary line. Per operator and 
   inconclusive and scored at the judge's wall), verdicts by category, and the profile seconds of
   each evaluation's first profiled shape against the others' median (the profiler's first-use
   set-up, which `--warm-profiler on` moves into the worker spawned ahead);
-* with `--warm-profiler on`, a probe of what a spare warming its profiler does to a timing
-  running beside it: a 64 MiB device copy timed with CUDA events after a spin, as the timing
+* with `--warm-profiler on`, a probe of what spares warming their profilers do to a timing
+  running beside them: a 64 MiB device copy timed with CUDA events after a spin, as the timing
   loop times a call, for `--probe-s` seconds alone and `--probe-s` seconds from the moment a
-  spare is spawned (it imports torch, ~4 s, then warms, ~4.5 s on the H200): median, p90 and
-  the slowest half-second bin's median of both windows.
+  standby of the series' depth is filled (its spares spawn at once, as at a series' first
+  refill; each imports torch, ~4 s, then warms, ~4.5 s on the H200): median, p90 and the
+  slowest half-second bin's median of both windows.
+
+The series keeps `standby_depth` spares ahead (evaluate.standby.DEFAULT_DEPTH; the report's
+header line says how many).
 
 No per-shape time or S is written (with T_SOL hidden, the pair would give it away). Each
 evaluation gets what is left of `--budget-s` as its deadline, so the script ends in time (an
@@ -84,6 +88,7 @@ import atrex_mcp.evaluate as evaluate_package  # noqa: E402
 from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, Standby, evaluator, graph_witness, session, transfer  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
+from atrex_mcp.evaluate.standby import DEFAULT_DEPTH  # noqa: E402
 from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from measurements.baselines import throughput_split  # noqa: E402
 from measurements.cluster_runs import (  # noqa: E402
@@ -302,8 +307,9 @@ class Meter:
 
 
 def probe(catalog: Catalog, op: str, seconds: float) -> dict[str, Any]:
-    """A 64 MiB device copy timed like a timed call, alone, then while a spare spawns and warms
-    its profiler: what the warm-up does to a timing running beside it."""
+    """A 64 MiB device copy timed like a timed call, alone, then while a standby of the series'
+    depth fills (its spares spawn at once and warm their profilers, as at a series' first refill):
+    what the warm-up does to a timing running beside it."""
     import torch
 
     x = torch.empty(PROBE_BYTES, dtype=torch.uint8, device="cuda")
@@ -342,13 +348,14 @@ def probe(catalog: Catalog, op: str, seconds: float) -> dict[str, Any]:
         standby.refill(spec)
         beside = window(seconds)
         spawned_s = time.perf_counter() - t0
-        alive = standby._spare is not None and standby._spare.worker.alive
+        alive = sum(spare.worker.alive for spare in standby.waiting())
     return {
         "kernel": f"copy of {PROBE_BYTES >> 20} MiB after a {PROBE_SPIN_CYCLES}-cycle spin",
         "window_s": seconds,
+        "spares": standby.depth,
         "alone": summary(quiet),
-        "beside_a_warming_spare": summary(beside),
-        "spare_alive_after_window": alive,
+        "beside_warming_spares": summary(beside),
+        "spares_alive_after_window": alive,
         "spare_window_s": round(spawned_s, 2),
     }
 
@@ -422,6 +429,7 @@ def report(
         "ops": ops,
         "seeds": args.seeds,
         "warm_profiler": args.warm_profiler == "on",
+        "standby_depth": DEFAULT_DEPTH,
         "shapes_judged": judged,
         "wall_s": round(wall, 2),
         "call_wall_s": round(call_wall, 2),
@@ -441,7 +449,8 @@ def markdown(found: dict[str, Any]) -> str:
         f"{found['shapes_judged']} shapes judged in {found['wall_s']} s of evaluation (this call's wall: "
         f"{found['call_wall_s']} s): **{found['s_per_shape']} s a shape** "
         f"(worker starts included); the full set of {FULL_SET_SHAPES} at this rate: "
-        f"{found['full_set_projection_min']} min. Profiler warmed in the spare: {found['warm_profiler']}.",
+        f"{found['full_set_projection_min']} min. Profiler warmed in the spares: {found['warm_profiler']}; "
+        f"spares kept ahead (standby depth): {found.get('standby_depth', 1)}.",
         "",
         f"Next seed's reference made while the worker runs (--overlap): {found.get('overlap', 'on')}; "
         f"{ahead['reference_ahead']} s of references made so, "
@@ -482,8 +491,8 @@ def markdown(found: dict[str, Any]) -> str:
     if found.get("probe"):
         p = found["probe"]
         lines += [
-            f"Probe ({p['kernel']}, {p['window_s']} s a window): alone {p['alone']}; beside a spare warming its "
-            f"profiler {p['beside_a_warming_spare']}.",
+            f"Probe ({p['kernel']}, {p['window_s']} s a window): alone {p['alone']}; beside {p['spares']} spares "
+            f"spawning and warming their profilers {p['beside_warming_spares']}.",
             "",
         ]
     return "\n".join(lines)
@@ -527,7 +536,7 @@ def summary_line(found: dict[str, Any]) -> str:
         f"ran, {ahead['reference_ahead_hidden']} s of it hidden"
     )
     if found.get("probe"):
-        alone, beside = found["probe"]["alone"], found["probe"]["beside_a_warming_spare"]
+        alone, beside = found["probe"]["alone"], found["probe"]["beside_warming_spares"]
         line += (
             f"; probe median {alone['median_us']} → {beside['median_us']} µs, slowest bin "
             f"{alone['slowest_bin_median_us']} → {beside['slowest_bin_median_us']} µs"

@@ -351,7 +351,7 @@ def _judge_here(
     warm_profiler: bool = True,
 ) -> None:
     """The local path: one evaluation after another, each operator's worker spawned while the
-    evaluation before it runs (`warm_profiler`: and its profiler set up there, evaluate.standby)."""
+    two evaluations before it run (`warm_profiler`: and its profiler set up there, evaluate.standby)."""
     from atrex_mcp.evaluate import Standby, evaluate
 
     by_op: dict[str, list[Job]] = {}

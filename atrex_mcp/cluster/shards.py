@@ -5,7 +5,8 @@ local path's own job spec, the EvalRequest, plus where the worker finds the prob
 digest of the operator's problem files, so a worker host whose copy differs refuses the shard
 instead of judging against other reference files. The worker runs `judge_shard`, which calls
 the same `evaluate()` the local path calls, with a Standby of its own so that each shard's
-sandbox worker is spawned during the shard before it.
+sandbox worker is spawned during the two shards before it (on a GPU, two spares of the worker's
+GPU wait beside the shard it judges).
 
 Each attempt announces itself (worker address, pid, time) as a scheduler event on
 ATTEMPT_TOPIC before it starts judging, so the client can tell what a lost worker was doing

@@ -1089,7 +1089,7 @@ class Trial:
         self.progress("starting the sandbox worker and loading the candidate", 0.0)
         self.begin(None, "the candidate's load")
         failure = self.load(session)
-        if self.standby is not None:  # the next evaluation's worker starts while this one runs
+        if self.standby is not None:  # the next evaluations' workers start while this one runs
             self.standby.refill(session.spec)
         if failure is not None:
             result.compile_error = ErrorInfo(
@@ -1224,8 +1224,8 @@ def evaluate(
     the EvaluationCancelled raised (an AtrexError runtime/cancelled), since callers abandon a
     cancelled evaluation's verdict.
 
-    With a `standby` (a series of evaluations), the worker it holds is adopted when its launch
-    settings match, and once this evaluation's candidate is loaded the next worker is spawned
-    there, so its start overlaps this evaluation (evaluate.standby). `launch`: how the worker
+    With a `standby` (a series of evaluations), its oldest worker is adopted when its launch
+    settings match, and once this evaluation's candidate is loaded the standby is topped up
+    there, so the next workers' starts overlap this evaluation (evaluate.standby). `launch`: how the worker
     starts (a server passes its state directory there, so the worker cannot read it)."""
     return Trial(request, catalog, progress, cancel, standby, launch).run()

@@ -6,7 +6,7 @@ two give the same verdict and figures?
 For each dtype and output size it builds a reference on the GPU and two candidates in turn:
 `close` (every element within the tolerance: the verdict is ok) and `wrong` (the same with 0.1 %
 of the elements off, and NaN/±inf planted agreeing and not). Each candidate is judged by both
-paths (`compare.judge_outputs(one_pass=False / True)`, the chunk size the judge uses), once
+paths (`compare.compare_outputs(one_pass=False / True)`, the chunk size the judge uses), once
 untimed (the kernel's compilation) and then `--calls` times between synchronisations; the median
 and minimum per call are reported, with the kernel's rate (bytes read: the reference twice, for
 the RMS and the rule, and the candidate once) and, apart, the RMS pre-pass alone (kernel and the
@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from measurements.bench_env import interpret_without_gpu, write_report  # noqa: E402
+from measurements.bench_env import interpret_without_gpu, kernel_report_head, write_report  # noqa: E402
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -84,7 +84,7 @@ def candidates(ref: Any, seed: int):
 def measure(dtype_name: str, mib: float, calls: int, chunk: int, device: str) -> list[dict[str, Any]]:
     import torch
 
-    from atrex_mcp.evaluate.compare import _rms, judge_outputs
+    from atrex_mcp.evaluate.compare import _rms, compare_outputs
     from atrex_mcp.evaluate.compare_kernel import square_sums
 
     dtype = getattr(torch, DTYPES[dtype_name])
@@ -96,8 +96,8 @@ def measure(dtype_name: str, mib: float, calls: int, chunk: int, device: str) ->
         ref[i : i + (1 << 24)] = torch.randn(min(1 << 24, n - i), generator=gen, device=device).to(dtype)
     rows = []
     for case, cand in candidates(ref, seed=2):
-        torch_cost, torch_result = per_call(calls, cuda, judge_outputs, ref, cand, "x", chunk=chunk, one_pass=False)
-        kernel_cost, kernel_result = per_call(calls, cuda, judge_outputs, ref, cand, "x", chunk=chunk, one_pass=True)
+        torch_cost, torch_result = per_call(calls, cuda, compare_outputs, ref, cand, "x", chunk=chunk, one_pass=False)
+        kernel_cost, kernel_result = per_call(calls, cuda, compare_outputs, ref, cand, "x", chunk=chunk, one_pass=True)
         rms_cost, _ = per_call(calls, cuda, lambda r: _rms(*square_sums(r)), ref)
         nbytes = n * dtype.itemsize
         detail = kernel_result.details[0]
@@ -144,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cuda = interpret_without_gpu()
     import torch
-    import triton
 
     from atrex_mcp.evaluate.compare import CHUNK_ELEMENTS
 
@@ -156,11 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             if cuda:
                 torch.cuda.empty_cache()
     report = {
-        "question": "compare_outputs per call on the GPU: the torch rule against the one-pass kernel",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "gpu": torch.cuda.get_device_name() if cuda else "none (Triton interpreter on CPU: a dry run)",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **kernel_report_head("compare_outputs per call on the GPU: the torch rule against the one-pass kernel", cuda),
         "rows": rows,
     }
     write_report(args.out, report)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from atrex_mcp.evaluate import compare
-from atrex_mcp.evaluate.compare import RMS_BLOCK, judge_outputs
+from atrex_mcp.evaluate.compare import RMS_BLOCK, compare_outputs
 
 DEVICES = [pytest.param("cpu", marks=pytest.mark.interpreter), pytest.param("cuda", marks=pytest.mark.gpu)]
 FLOATS = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
@@ -28,8 +28,8 @@ NAN, INF = math.nan, math.inf
 
 def both_paths(ref, cand, *, chunk: int, op: str = "x"):
     """The verdicts of the torch rule and of the one pass on the same tensors; they must be equal."""
-    torch_rule = judge_outputs(ref, cand, op, chunk=chunk, one_pass=False)
-    one_pass = judge_outputs(ref, cand, op, chunk=chunk, one_pass=True)
+    torch_rule = compare_outputs(ref, cand, op, chunk=chunk, one_pass=False)
+    one_pass = compare_outputs(ref, cand, op, chunk=chunk, one_pass=True)
     assert one_pass == torch_rule, f"\ntorch:    {torch_rule}\none pass: {one_pass}"
     return torch_rule
 
@@ -274,7 +274,7 @@ def test_on_a_gpu_compare_outputs_takes_the_one_pass_with_the_torch_figures():
     """compare_outputs on CUDA outputs (its default path: the kernel) over many chunks of a few
     million elements, with a candidate on the GPU and one in host memory."""
     ref, cand = noisy_pair(torch.bfloat16, (1 << 22) + 3, seed=2, device="cuda")
-    torch_rule = judge_outputs(ref, cand, "x", chunk=1 << 20, one_pass=False)
+    torch_rule = compare_outputs(ref, cand, "x", chunk=1 << 20, one_pass=False)
     assert compare.compare_outputs(ref, cand, "x", chunk=1 << 20) == torch_rule
     assert compare.compare_outputs(ref, cand.cpu(), "x", chunk=1 << 20) == torch_rule
     assert "atrex_mcp.evaluate.compare_kernel" in sys.modules

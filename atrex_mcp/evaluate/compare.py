@@ -455,6 +455,7 @@ def compare_outputs(
     *,
     chunk: int = CHUNK_ELEMENTS,
     inputs: Callable[[], Mapping[str, Any]] | None = None,
+    one_pass: bool | None = None,
 ) -> CompareResult:
     """Judge a candidate's output against the reference output of the same inputs.
 
@@ -467,23 +468,10 @@ def compare_outputs(
     output by what it selects from them (ranked_ids); it is called only where that is needed.
     On a GPU the allclose and exact rules run as one pass (atrex_mcp.evaluate.compare_kernel),
     with the figures of the torch rule; it makes no temporaries, so only a candidate in host
-    memory is taken in chunks.
+    memory is taken in chunks. `one_pass` chooses the path: None (the judge) takes the one-pass
+    kernel wherever it applies on a GPU, True also on CPU tensors (Triton's interpreter: the
+    tests), False never (the torch rule everywhere: the measurements' baseline).
     """
-    return judge_outputs(reference, candidate, op, chunk=chunk, inputs=inputs)
-
-
-def judge_outputs(
-    reference: Any,
-    candidate: Any,
-    op: str,
-    *,
-    chunk: int = CHUNK_ELEMENTS,
-    inputs: Callable[[], Mapping[str, Any]] | None = None,
-    one_pass: bool | None = None,
-) -> CompareResult:
-    """compare_outputs with the path chosen: `one_pass` None takes the one-pass kernel wherever
-    it applies on a GPU, True also on CPU tensors (Triton's interpreter: the tests), False never
-    (the torch rule everywhere: the measurements' baseline)."""
     structure = check_structure(reference, candidate)
     if not structure.ok:
         return structure

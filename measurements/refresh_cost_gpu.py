@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 
-from measurements.bench_env import interpret_without_gpu, write_report  # noqa: E402
+from measurements.bench_env import interpret_without_gpu, kernel_report_head, write_report  # noqa: E402
 
 OP = "rms_norm"
 BURST_CALLS = {"0": 209, "5": 1024}  # K of the H200's graph bursts (measurements/results/forged_timing)
@@ -133,18 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=None, help="K for every shape (default: the H200 burst's)")
     args = parser.parse_args(argv)
     cuda = interpret_without_gpu()
-    import torch
-    import triton
-
     rows = [
         measure(s, args.calls or BURST_CALLS.get(s, 209), "cuda" if cuda else "cpu") for s in args.shapes.split(",")
     ]
     report = {
-        "question": "the graph burst's input refresh: fused kernel against the generator-based refresh",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "gpu": torch.cuda.get_device_name() if cuda else "none (Triton interpreter on CPU: a dry run)",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **kernel_report_head("the graph burst's input refresh: fused kernel against the generator-based refresh", cuda),
         "rows": rows,
     }
     write_report(args.out, report)

@@ -146,7 +146,7 @@ class Meter:
         self.requests: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.functions: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.labels: list[str] = []  # the metered requests and functions in progress, innermost last
-        # per operator: the highest sample of the device's used memory, its label and the judge's reserved memory
+        # per operator: the highest sample of the device's used memory (bytes), its label, the judge's reserved memory
         self.memory: dict[str, dict[str, Any]] = {}
 
     @property
@@ -156,13 +156,10 @@ class Meter:
     def sample_memory(self, used_bytes: int, judge_bytes: int, total_bytes: int) -> None:
         """One sample of the memory watch, kept where it is the operator's highest so far."""
         best = self.memory.get(self.op)
-        if best is None or used_bytes > best["used_gib"] * GIB:
+        if best is None or used_bytes > best["used"]:
             self.memory[self.op] = {
-                "label": self.label,
-                "used_gib": round(used_bytes / GIB, 2),
-                "judge_reserved_gib": round(judge_bytes / GIB, 2),
-                "total_gib": round(total_bytes / GIB, 2),
-            }
+                "label": self.label, "used": used_bytes, "judge_reserved": judge_bytes, "total": total_bytes
+            }  # fmt: skip
 
     @contextlib.contextmanager
     def watching_memory(self, period_s: float = MEMORY_SAMPLE_S) -> Iterator[None]:
@@ -302,7 +299,11 @@ class Meter:
 
         found = {"requests": rows(self.requests[op]), "judge_functions": rows(self.functions[op])}
         if op in self.memory:
-            found["gpu_memory_highest"] = self.memory[op]
+            m = self.memory[op]
+            found["gpu_memory_highest"] = {
+                "label": m["label"],
+                **{f"{key}_gib": round(m[key] / GIB, 2) for key in ("used", "judge_reserved", "total")},
+            }
         return found
 
 

@@ -87,15 +87,16 @@ def test_the_memory_watch_keeps_each_operators_fullest_sample_under_the_step_in_
     meter.op = "rms_norm"
     gib = judge_throughput_gpu.GIB
 
-    def reference(used_gib: int) -> None:
-        meter.sample_memory(used_gib * gib, 3 * gib, 140 * gib)
+    def reference(used_bytes: int) -> None:
+        meter.sample_memory(used_bytes, 3 * gib, 140 * gib)
 
     timed = meter._timed(meter.functions, "reference_output", reference)
     meter.sample_memory(10 * gib, 1 * gib, 140 * gib)  # between requests
-    timed(90)
-    timed(40)
+    timed(90 * gib + (4 << 20))
+    timed(40 * gib)
+    meter.sample_memory(90 * gib + (2 << 20), 1 * gib, 140 * gib)  # lower, though the same to 0.01 GiB
     assert meter.labels == [] and meter.label == "between"
-    assert meter.memory["rms_norm"] == {
+    assert meter.per_op("rms_norm")["gpu_memory_highest"] == {
         "label": "reference_output", "used_gib": 90.0, "judge_reserved_gib": 3.0, "total_gib": 140.0
     }  # fmt: skip
     meter.merge_into(tmp_path / "meter.json")

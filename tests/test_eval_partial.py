@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from atrex_mcp.agentbench.evaluation import _verdict
 from atrex_mcp.cli import main as cli_main
 from atrex_mcp.errors import AtrexError
 from atrex_mcp.evaluate import EvalRequest, evaluate
@@ -91,7 +92,7 @@ def test_a_cancel_after_the_first_shape_raises_with_the_partial_result_attached(
     _assert_finished_then_not_run(result, tx.NOT_RUN_CANCELLED)
 
 
-def test_a_deadline_during_the_candidate_load_judges_nothing_and_claims_no_score(catalog):
+def test_a_deadline_during_the_candidate_load_judges_nothing_and_claims_no_score(catalog, tmp_path):
     result = evaluate(
         EvalRequest(op="rms_norm", source=LOAD_STALLS, shapes=["0", "1"], seeds=1, deadline_s=2.0), catalog
     )
@@ -101,6 +102,10 @@ def test_a_deadline_during_the_candidate_load_judges_nothing_and_claims_no_score
         "during the candidate's load" in s.message and "no shape had started" in s.message for s in result.shapes
     )
     assert result.operator_score is None and "no shape was judged" in result.operator_score_note
+    # bench eval's progress line names the stop, not a compile failure the candidate never had
+    path = tmp_path / "rms_norm.json"
+    path.write_text(result.model_dump_json())
+    assert _verdict(path) == "stopped (deadline): 0/0 shapes correct, 2 not run"
 
 
 @pytest.mark.slow

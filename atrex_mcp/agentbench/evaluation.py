@@ -382,6 +382,10 @@ def _verdict(path: Path) -> str:
     from atrex_mcp.evaluate import EvalResult
 
     result = EvalResult.model_validate_json(path.read_text())
+    if result.partial is not None:
+        judged = [s for s in result.shapes if s.judged]
+        correct, not_run = sum(s.correct for s in judged), len(result.shapes) - len(judged)
+        return f"stopped ({result.partial}): {correct}/{len(judged)} shapes correct, {not_run} not run"
     if not result.compiled:
         return f"did not compile ({result.compile_error.category if result.compile_error else 'unknown'})"
     correct = sum(s.correct for s in result.shapes)

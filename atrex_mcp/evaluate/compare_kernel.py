@@ -66,14 +66,10 @@ _NONE = tl.constexpr(_NO_INDEX)  # as a kernel may read it
 # fp8 dtype -> (mantissa bits, exponent bias, which codes are not finite): the formats' definitions,
 # as torch decodes them
 _FP8_FORMATS = {
-    getattr(torch, name): fmt
-    for name, fmt in {
-        "float8_e4m3fn": (3, 7, "nan_all_ones"),  # NaN 0x7F and 0xFF; no inf
-        "float8_e4m3fnuz": (3, 8, "nan_negative_zero"),  # NaN 0x80 alone; no inf, no -0
-        "float8_e5m2": (2, 15, "ieee"),  # ±inf 0x7C/0xFC, NaN the rest of the top exponent
-        "float8_e5m2fnuz": (2, 16, "nan_negative_zero"),
-    }.items()
-    if hasattr(torch, name)
+    torch.float8_e4m3fn: (3, 7, "nan_all_ones"),  # NaN 0x7F and 0xFF; no inf
+    torch.float8_e4m3fnuz: (3, 8, "nan_negative_zero"),  # NaN 0x80 alone; no inf, no -0
+    torch.float8_e5m2: (2, 15, "ieee"),  # ±inf 0x7C/0xFC, NaN the rest of the top exponent
+    torch.float8_e5m2fnuz: (2, 16, "nan_negative_zero"),
 }
 
 

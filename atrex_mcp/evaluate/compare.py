@@ -18,11 +18,11 @@ allclose test); the fp8 rule keeps two tallies in one pass and lets the share of
 decide between them at the end. A chunk's figures stay on the device; each output's are read
 back once.
 
-On a GPU the allclose and exact rules run as one Triton pass over both outputs in their own
-dtype (atrex_mcp.evaluate.compare_kernel, imported only there), with the same float64
-arithmetic and so the same figures as the torch rule here, which judges everything else
-(CPU outputs, fp8 codes, ranked ids). The torch rule on the H200 cost 33-59 ms a call on large
-outputs, about ten calls a shape.
+On a GPU the allclose, exact and fp8 code rules run as one Triton pass over both outputs in
+their own dtype (atrex_mcp.evaluate.compare_kernel, imported only there), with the same float64
+arithmetic and so the same figures as the torch rule here, which judges everything else (CPU
+outputs, ranked ids). The torch rule on the H200 cost 33-59 ms a call on large outputs, about
+ten calls a shape, and 0.67 s a call on a quantiser's fp8 output of a few GiB.
 
 Per-operator exceptions live in `OVERRIDES`, the one table of them. `compare_outputs` never
 raises on a malformed candidate: the verdict says what is wrong.
@@ -39,14 +39,8 @@ from typing import Any
 import torch
 
 from atrex_mcp.evaluate import taxonomy as tx
-from atrex_mcp.evaluate.compare_figures import ONE_PASS_DTYPES, RMS_BLOCK, Figures, Rule
+from atrex_mcp.evaluate.compare_figures import FP8_DTYPES, ONE_PASS_DTYPES, RMS_BLOCK, Figures, Rule
 from atrex_mcp.evaluate.models import MismatchDetail
-
-FP8_DTYPES = frozenset(
-    getattr(torch, name)
-    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
-    if hasattr(torch, name)
-)
 
 
 @dataclass(frozen=True)
@@ -406,15 +400,23 @@ def _compare_fp8(
     # Whether one-step codes count as mismatches depends on how many there are in the whole
     # output, so one pass keeps both tallies (every off code bad / only far codes bad) and the
     # count decides between them at the end: each chunk is moved and judged once.
-    near = []
     every, far_only = _Tally(ref, cand), _Tally(ref, cand)
-    for offset, (r, c) in _chunks(chunk, ref, cand):
-        off, far, nan_disagree = _fp8_masks(tol, r, c)
-        near.append((off & ~far).sum())
-        r64, c64, nonfinite_bad = r.to(torch.float64), c.to(torch.float64), nan_disagree.sum()
-        every.add(offset, r64, c64, off | nan_disagree, nonfinite_bad)
-        far_only.add(offset, r64, c64, far | nan_disagree, nonfinite_bad)
-    near_count = int(torch.stack(near).sum().item()) if near else 0
+    if _one_pass("fp8_codes", ref, one_pass):
+        from atrex_mcp.evaluate import compare_kernel  # Triton: imported where the kernel runs
+
+        figures = compare_kernel.judge_codes(_one_pass_chunks(chunk, ref, cand), max_steps=tol.max_code_steps)
+        every.merge(figures.every_off)
+        far_only.merge(figures.far_only)
+        near_count = figures.near
+    else:
+        near = []
+        for offset, (r, c) in _chunks(chunk, ref, cand):
+            off, far, nan_disagree = _fp8_masks(tol, r, c)
+            near.append((off & ~far).sum())
+            r64, c64, nonfinite_bad = r.to(torch.float64), c.to(torch.float64), nan_disagree.sum()
+            every.add(offset, r64, c64, off | nan_disagree, nonfinite_bad)
+            far_only.add(offset, r64, c64, far | nan_disagree, nonfinite_bad)
+        near_count = int(torch.stack(near).sum().item()) if near else 0
     every_off = bool(ref.numel()) and near_count / ref.numel() > tol.max_off_code_fraction
     return (every if every_off else far_only).detail(name, tol, None, None)
 
@@ -466,11 +468,12 @@ def compare_outputs(
     runtime failures; numbers outside the tolerance are a correctness failure with per-output
     detail. `inputs` gives the judge's inputs of this output again, for a rule that judges an
     output by what it selects from them (ranked_ids); it is called only where that is needed.
-    On a GPU the allclose and exact rules run as one pass (atrex_mcp.evaluate.compare_kernel),
-    with the figures of the torch rule; it makes no temporaries, so only a candidate in host
-    memory is taken in chunks. `one_pass` chooses the path: None (the judge) takes the one-pass
-    kernel wherever it applies on a GPU, True also on CPU tensors (Triton's interpreter: the
-    tests), False never (the torch rule everywhere: the measurements' baseline).
+    On a GPU the allclose, exact and fp8 code rules run as one pass
+    (atrex_mcp.evaluate.compare_kernel), with the figures of the torch rule; it makes no
+    temporaries, so only a candidate in host memory is taken in chunks. `one_pass` chooses the
+    path: None (the judge) takes the one-pass kernel wherever it applies on a GPU, True also on
+    CPU tensors (Triton's interpreter: the tests), False never (the torch rule everywhere: the
+    measurements' baseline).
     """
     structure = check_structure(reference, candidate)
     if not structure.ok:

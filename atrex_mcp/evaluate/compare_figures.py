@@ -6,7 +6,7 @@ must not load Triton, and compare_kernel, which is Triton, both import it and no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -16,13 +16,16 @@ Rule = Literal["allclose", "exact", "fp8_codes", "ranked_ids"]
 RMS_BLOCK = 4096  # elements per exactly-added partial sum of squares (a power of two)
 
 
-# Dtypes compare_kernel judges in one pass, per rule (bool as its bytes, 0 and 1).
+FP8_DTYPES = frozenset({torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz})
+
+# Dtypes compare_kernel judges in one pass, per rule (bool as its bytes, 0 and 1; fp8 as its codes).
 ONE_PASS_DTYPES: dict[Rule, frozenset[torch.dtype]] = {
     "allclose": frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64}),
     "exact": frozenset(
         {torch.float16, torch.bfloat16, torch.float32, torch.float64}
         | {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool}
     ),
+    "fp8_codes": FP8_DTYPES,
 }
 
 
@@ -47,3 +50,16 @@ class Figures:
             nonfinite_mismatches=self.nonfinite_mismatches + other.nonfinite_mismatches,
             first=min(firsts) if firsts else None,
         )
+
+
+@dataclass(frozen=True)
+class CodeFigures:
+    """What the fp8 rule found in one output: both of its tallies, whose counts and first bad
+    element differ (every code off the reference's is bad / only codes more than the tolerated
+    steps away are), and how many codes are off by no more than the tolerated steps (near), whose
+    share of the output picks the tally. Both tallies count NaN disagreement as bad and as their
+    non-finite mismatches, and share the maxima."""
+
+    every_off: Figures = field(default_factory=Figures)
+    far_only: Figures = field(default_factory=Figures)
+    near: int = 0

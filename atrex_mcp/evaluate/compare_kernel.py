@@ -1,4 +1,4 @@
-"""The allclose and exact rules of atrex_mcp.evaluate.compare in one pass over both outputs.
+"""The allclose, exact and fp8 code rules of atrex_mcp.evaluate.compare in one pass over both outputs.
 
 Why: on the H200 the torch rule cost 33-59 ms a call on large outputs (block_scaled_mm: 13.8 s
 over 235 calls; chunk_gated_delta_rule_state: 8.2 s over 246), and the judge compares about ten
@@ -7,6 +7,8 @@ float64 copies of both sides and ran some fifteen passes over them (finiteness, 
 non-finite values, |c − r|, the bound, masks, the relative error, reductions), after a pass of
 its own over the reference for the RMS. Here each element of the reference and the candidate is
 read from memory once, in its own dtype, and the rule's arithmetic is done in float64 registers.
+The fp8 rule cost 0.67 s a call on a quantiser's fp8 output of up to ~6 GiB (int32 code indices,
+float and float64 copies of both sides and two tallies per chunk); here it reads each code once.
 
 What it guarantees: the figures the float64 torch rule gives (compare._Tally), bit for bit —
 the mismatch and non-finite mismatch counts, max |c − r| over elements finite on both sides,
@@ -22,7 +24,13 @@ max |c − r| / |r| over those with r ≠ 0, and the first bad element's flat in
   maxima are of non-negative floats, taken as int64 atomics on their bits (ordered as the
   floats are), so the order in which programs finish changes nothing;
 * non-finite agreement: both NaN, or both the same infinity (compare._nonfinite_agree); the
-  exact rule compares the elements in their own dtype (int64 beyond 2^53 included).
+  exact rule compares the elements in their own dtype (int64 beyond 2^53 included);
+* fp8 codes are read as bytes and decoded from their format's definition (sign, exponent,
+  mantissa, which codes are NaN or inf: each is a small integer times a power of two, exact in
+  float64, as torch's `.to(float64)`); the code's signed position on the number line is
+  compare._code_index's. One pass keeps the figures of both of the rule's tallies (every code
+  off the reference's bad / only far ones bad, NaN disagreement bad in both and their
+  non-finite count) and the count of near codes, from which compare picks the tally.
 
 The RMS pre-pass sums the squares of the reference's finite values in blocks of RMS_BLOCK by the
 same pairwise tree as compare._block_sums (element j plus element j + half, halving the width;
@@ -45,7 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
-from atrex_mcp.evaluate.compare_figures import ONE_PASS_DTYPES, RMS_BLOCK, Figures
+from atrex_mcp.evaluate.compare_figures import ONE_PASS_DTYPES, RMS_BLOCK, CodeFigures, Figures, Rule
 
 BLOCK = 2048  # elements per program of the judging kernel
 NUM_WARPS = 8
@@ -54,6 +62,15 @@ LEVELS = RMS_BLOCK.bit_length() - 1  # the pairwise tree's depth
 _INF = tl.constexpr(math.inf)
 _NO_INDEX = (1 << 63) - 1  # the first-bad slot before any bad element
 _NONE = tl.constexpr(_NO_INDEX)  # as a kernel may read it
+
+# fp8 dtype -> (mantissa bits, exponent bias, which codes are not finite): the formats' definitions,
+# as torch decodes them
+_FP8_FORMATS = {
+    torch.float8_e4m3fn: (3, 7, "nan_all_ones"),  # NaN 0x7F and 0xFF; no inf
+    torch.float8_e4m3fnuz: (3, 8, "nan_negative_zero"),  # NaN 0x80 alone; no inf, no -0
+    torch.float8_e5m2: (2, 15, "ieee"),  # ±inf 0x7C/0xFC, NaN the rest of the top exponent
+    torch.float8_e5m2fnuz: (2, 16, "nan_negative_zero"),
+}
 
 
 @triton.jit
@@ -128,6 +145,89 @@ def _judge(ref_ptr, cand_ptr, state_ptr, n, offset, EXACT: tl.constexpr, BLOCK: 
     tl.atomic_min(state_ptr + 4, first, mask=some, sem="relaxed")  # relaxed: only atomicity is needed
 
 
+@triton.jit
+def _fp8_decode(code, MANTISSA: tl.constexpr, BIAS: tl.constexpr, SPECIALS: tl.constexpr):
+    """fp8 codes (int32, 0-255) -> (the value in float64, exactly, where finite and 0 elsewhere;
+    the signed position on the number line, compare._code_index's; NaN; finite)."""
+    magnitude = code & 0x7F
+    negative = code >= 0x80
+    index = tl.where(negative, -magnitude, magnitude)
+    if SPECIALS == "nan_all_ones":
+        nan = magnitude == 0x7F
+        finite = ~nan
+    elif SPECIALS == "nan_negative_zero":
+        nan = code == 0x80
+        finite = ~nan
+    else:  # "ieee": the top exponent is inf (mantissa 0) or NaN
+        nan = magnitude > 0x7C
+        finite = magnitude < 0x7C
+    exponent = magnitude >> MANTISSA
+    normal = exponent > 0
+    significand = (magnitude & ((1 << MANTISSA) - 1)) + tl.where(normal, 1 << MANTISSA, 0)
+    # significand · 2^(max(exponent, 1) − bias − mantissa bits): a small integer times a power
+    # of two built from its float64 bits, so exact
+    power = tl.where(normal, exponent, 1) + (1023 - BIAS - MANTISSA)
+    scale = (power.to(tl.int64) << 52).to(tl.float64, bitcast=True)
+    value = significand.to(tl.float64) * scale
+    value = tl.where(negative, -value, value)
+    return tl.where(finite, value, 0.0), index, nan, finite
+
+
+@triton.jit
+def _judge_codes(
+    ref_ptr,
+    cand_ptr,
+    state_ptr,
+    n,
+    offset,
+    max_steps,
+    MANTISSA: tl.constexpr,
+    BIAS: tl.constexpr,
+    SPECIALS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """The fp8 rule (compare._compare_fp8) on one block of a chunk of fp8 codes read as bytes:
+    its figures merged by atomics into `state`, int64: max |c − r| and max rel as float64 bits,
+    the every-off tally's mismatches, the NaN disagreements (both tallies' non-finite
+    mismatches), the every-off tally's first bad flat index, the far-only tally's mismatches
+    and first bad flat index, the near codes (off by at most `max_steps`)."""
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    local = start + tl.arange(0, BLOCK)
+    full = start + BLOCK <= n
+    # past n both codes are 0, which is +0 in every format: no mismatch and no error there
+    r = _load(ref_ptr, local, n, full).to(tl.int32)
+    c = _load(cand_ptr, local, n, full).to(tl.int32)
+    rv, ri, rnan, rfinite = _fp8_decode(r, MANTISSA, BIAS, SPECIALS)
+    cv, ci, cnan, cfinite = _fp8_decode(c, MANTISSA, BIAS, SPECIALS)
+    steps = tl.abs(ri - ci)
+    nan_disagree = rnan != cnan
+    off = (steps > 0) & ~rnan & ~cnan  # a different code, neither of them NaN
+    far = off & (steps > max_steps)
+    diff = tl.where(rfinite & cfinite, tl.abs(cv - rv), 0.0)  # exact: both values are short in float64
+    refabs = tl.abs(rv)  # 0 where r is not finite
+    divides = refabs > 0
+    rel = tl.where(divides, diff / tl.where(divides, refabs, 1.0), 0.0)
+    max_abs = tl.max(diff, axis=0).to(tl.int64, bitcast=True)  # >= +0.0: the bits order as the floats
+    max_rel = tl.max(rel, axis=0).to(tl.int64, bitcast=True)
+    tl.atomic_max(state_ptr + 0, max_abs, mask=max_abs > tl.load(state_ptr + 0), sem="relaxed")
+    tl.atomic_max(state_ptr + 1, max_rel, mask=max_rel > tl.load(state_ptr + 1), sem="relaxed")
+    # each count and first index merged only where the block has some (most blocks have none)
+    every_bad = off | nan_disagree
+    every_count = tl.sum(every_bad.to(tl.int32), axis=0).to(tl.int64)
+    tl.atomic_add(state_ptr + 2, every_count, mask=every_count > 0, sem="relaxed")
+    nan_count = tl.sum(nan_disagree.to(tl.int32), axis=0).to(tl.int64)
+    tl.atomic_add(state_ptr + 3, nan_count, mask=nan_count > 0, sem="relaxed")
+    every_first = tl.min(tl.where(every_bad, local + offset, _NONE), axis=0)
+    tl.atomic_min(state_ptr + 4, every_first, mask=every_count > 0, sem="relaxed")
+    far_bad = far | nan_disagree
+    far_count = tl.sum(far_bad.to(tl.int32), axis=0).to(tl.int64)
+    tl.atomic_add(state_ptr + 5, far_count, mask=far_count > 0, sem="relaxed")
+    far_first = tl.min(tl.where(far_bad, local + offset, _NONE), axis=0)
+    tl.atomic_min(state_ptr + 6, far_first, mask=far_count > 0, sem="relaxed")
+    near_count = tl.sum((off & ~far).to(tl.int32), axis=0).to(tl.int64)
+    tl.atomic_add(state_ptr + 7, near_count, mask=near_count > 0, sem="relaxed")
+
+
 def _check_device(t: torch.Tensor) -> None:
     if t.device.type != "cuda" and isinstance(_judge, triton.runtime.JITFunction):
         raise ValueError("the one-pass comparison runs on CUDA tensors (CPU ones under TRITON_INTERPRET=1)")
@@ -166,6 +266,13 @@ def square_sums(ref: torch.Tensor) -> tuple[Sequence[float], int]:
     return cast(Sequence[float], values[:-1].data), int(values[-1])  # a memoryview; the count < 2^53: exact
 
 
+def _check_slices(rule: Rule, r: torch.Tensor, c: torch.Tensor) -> None:
+    if r.dtype != c.dtype or r.device != c.device or not (r.is_contiguous() and c.is_contiguous()):
+        raise ValueError("the one-pass comparison takes contiguous slices of one dtype on one device")
+    if r.dtype not in ONE_PASS_DTYPES[rule]:
+        raise ValueError(f"the one-pass {rule} rule does not take {r.dtype}")
+
+
 def judge_chunks(
     chunks: Iterable[tuple[int, tuple[torch.Tensor, ...]]], *, exact: bool, atol: float = 0.0, rtol: float = 0.0
 ) -> Figures:
@@ -177,10 +284,7 @@ def judge_chunks(
         if state is None:
             _check_device(r)
             state = torch.tensor([0, 0, 0, 0, _NO_INDEX, _bits(atol), _bits(rtol)], dtype=torch.int64, device=r.device)
-        if r.dtype != c.dtype or r.device != c.device or not (r.is_contiguous() and c.is_contiguous()):
-            raise ValueError("the one-pass comparison takes contiguous slices of one dtype on one device")
-        if r.dtype not in ONE_PASS_DTYPES["exact" if exact else "allclose"]:
-            raise ValueError(f"the one-pass {'exact' if exact else 'allclose'} rule does not take {r.dtype}")
+        _check_slices("exact" if exact else "allclose", r, c)
         if r.dtype == torch.bool:  # as bytes: 0 and 1, the values torch's float64 copy holds
             r, c = r.view(torch.uint8), c.view(torch.uint8)
         with _on(r.device):
@@ -195,3 +299,44 @@ def judge_chunks(
         nonfinite_mismatches=nonfinite,
         first=None if first == _NO_INDEX else first,
     )
+
+
+def judge_codes(chunks: Iterable[tuple[int, tuple[torch.Tensor, ...]]], *, max_steps: int) -> CodeFigures:
+    """The fp8 rule's figures of one output judged chunk by chunk (`chunks` as judge_chunks'):
+    both tallies and the near codes, codes more than `max_steps` apart being far. One launch a
+    chunk, one read-back."""
+    state: torch.Tensor | None = None
+    for offset, (r, c) in chunks:
+        if state is None:
+            _check_device(r)
+            state = torch.tensor([0, 0, 0, 0, _NO_INDEX, 0, _NO_INDEX, 0], dtype=torch.int64, device=r.device)
+        _check_slices("fp8_codes", r, c)
+        mantissa, bias, specials = _FP8_FORMATS[r.dtype]
+        with _on(r.device):
+            _judge_codes[(triton.cdiv(r.numel(), BLOCK),)](
+                r.view(torch.uint8),
+                c.view(torch.uint8),
+                state,
+                r.numel(),
+                offset,
+                max_steps,
+                MANTISSA=mantissa,
+                BIAS=bias,
+                SPECIALS=specials,
+                BLOCK=BLOCK,
+                **LAUNCH,
+            )
+    if state is None:
+        return CodeFigures()
+    abs_bits, rel_bits, every_off, nan_disagree, every_first, far_only, far_first, near = state.tolist()
+
+    def tally(mismatches: int, first: int) -> Figures:
+        return Figures(
+            max_abs=_float(abs_bits),
+            max_rel=_float(rel_bits),
+            mismatches=mismatches,
+            nonfinite_mismatches=nan_disagree,
+            first=None if first == _NO_INDEX else first,
+        )
+
+    return CodeFigures(every_off=tally(every_off, every_first), far_only=tally(far_only, far_first), near=near)

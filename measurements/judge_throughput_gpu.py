@@ -57,8 +57,9 @@ header line says how many).
 No per-shape time or S is written (with T_SOL hidden, the pair would give it away). Each
 evaluation gets what is left of `--budget-s` as its deadline, so the script ends in time (an
 evaluation cut short is reported partial, and with `--run-dir` judged again in full by the next
-call). Without a GPU (TRITON_INTERPRET=1) it runs the same
-path on CPU as a dry run: nothing is timed and there is no probe.
+call; once less than MIN_EVALUATION_S is left, the evaluations still to come do not start and are
+recorded as failed with budget_spent, which a next call with `--run-dir` judges). Without a GPU
+(TRITON_INTERPRET=1) it runs the same path on CPU as a dry run: nothing is timed and there is no probe.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ GPU = interpret_without_gpu()
 
 import atrex_mcp.evaluate as evaluate_package  # noqa: E402
 from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run  # noqa: E402
+from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, Standby, evaluator, graph_witness, session, transfer  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
 from atrex_mcp.evaluate.standby import DEFAULT_DEPTH  # noqa: E402
@@ -134,6 +136,7 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
+MIN_EVALUATION_S = 5.0  # budget left below which no further evaluation starts (its worker alone takes seconds)
 METER_FILE = "throughput_meter.json"  # beside the run in --run-dir: the meter's tables of every call so far
 
 
@@ -262,7 +265,14 @@ class Meter:
 
         def evaluate(request: EvalRequest, *args: Any, **kwargs: Any) -> EvalResult:
             self.op = request.op
-            left = max(1.0, deadline - time.monotonic())  # the budget left, as this evaluation's deadline
+            left = deadline - time.monotonic()  # the budget left, as this evaluation's deadline
+            if left < MIN_EVALUATION_S:  # bench eval records no result, so a later call judges it
+                raise AtrexError(
+                    "internal",
+                    "budget_spent",
+                    "not started: the script's --budget-s is spent",
+                    "run the script again with the same --run-dir to judge it",
+                )
             return run_one(request.model_copy(update={"deadline_s": left}), *args, **kwargs)
 
         evaluate_package.evaluate = evaluate  # bench eval's local path imports it when it runs
@@ -453,6 +463,10 @@ def markdown(found: dict[str, Any]) -> str:
         f"{found['full_set_projection_min']} min. Profiler warmed in the spares: {found['warm_profiler']}; "
         f"spares kept ahead (standby depth): {found.get('standby_depth', 1)}.",
         "",
+        *([f"Cut short (judged again by a next call with --run-dir): {', '.join(found['cut_short'])}.", ""]
+          if found.get("cut_short") else []),
+        *([f"Not started, the budget spent: {', '.join(found['not_started'])}.", ""]
+          if found.get("not_started") else []),
         f"Next seed's reference made while the worker runs (--overlap): {found.get('overlap', 'on')}; "
         f"{ahead['reference_ahead']} s of references made so, "
         f"{ahead['reference_ahead_hidden']} s of them hidden by the worker's runs.",
@@ -605,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
             if (run_dir / "run" / "eval" / f"{op}.json").is_file()
         ]
         found.update(report(args, results, meter, call_wall, Meter.load(run_dir / METER_FILE)))
+        found["not_started"] = [op for op in ops if not (run_dir / "run" / "eval" / f"{op}.json").is_file()]
     import torch
 
     gpu = torch.cuda.get_device_name(0) if GPU else CPU_GPU

@@ -110,3 +110,30 @@ def test_the_memory_watch_keeps_each_operators_fullest_sample_under_the_step_in_
                                   "spawned_ahead_s": 0, "profile": {"first_s": None, "others_median_s": None},
                                   "witness": {}, "verdicts": {}, **kept.per_op("rms_norm")}}}  # fmt: skip
     assert "| rms_norm | reference_output | 90.0 | 3.0 | 140.0 |" in judge_throughput_gpu.markdown(found)
+
+
+def test_a_spent_budget_starts_no_evaluation_and_the_next_call_judges_them(tmp_path, capsys, monkeypatch):
+    """Once the budget is spent, the evaluations still to come start no worker (the call ends in
+    time); they are named not started, and a next call with --run-dir judges them."""
+    run = tmp_path / "kept"
+    args = ["--ops", "l2_norm,rms_norm", "--seeds", "1", "--shapes", "smoke", "--run-dir", str(run)]
+    monkeypatch.setattr(judge_throughput_gpu, "MIN_EVALUATION_S", 1e9)  # as if the budget were spent already
+    assert judge_throughput_gpu.main([*args, "--out", str(tmp_path / "a")]) == 0
+    (report,) = (tmp_path / "a").glob("*.json")
+    found = json.loads(report.read_text())
+    assert found["not_started"] == ["l2_norm", "rms_norm"] and found["shapes_judged"] == 0
+    assert not list((run / "run" / "eval").glob("l2_norm.json"))
+    assert (
+        "Not started, the budget spent: l2_norm, rms_norm."
+        in (tmp_path / "a" / report.name).with_suffix(".md").read_text()
+    )
+    monkeypatch.undo()
+    assert judge_throughput_gpu.main([*args, "--out", str(tmp_path / "b")]) == 0
+    (report,) = (tmp_path / "b").glob("*.json")
+    found = json.loads(report.read_text())
+    assert found["not_started"] == [] and found["shapes_judged"] == 2
+    assert {op: o["verdicts"] for op, o in found["ops"].items()} == {
+        "l2_norm": {"correct": 1},
+        "rms_norm": {"correct": 1},
+    }
+    capsys.readouterr()

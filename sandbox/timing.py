@@ -298,12 +298,16 @@ def reuse_checkable(sets: int, calls: int) -> bool:
     return fresh >= REUSE_MIN_CALLS and calls - phase - fresh >= REUSE_MIN_CALLS
 
 
-def fit_calls_to_sets(calls: int, sets: int) -> int:
+def fit_calls_to_sets(calls: int, sets: int, long: bool = False) -> int:
     """The timed calls to make over `sets` input sets when `calls` were planned: a set is timed
     again only where the reuse check can then tell an output cache from honest work. With too
     few sets for that (large inputs), one call per set; else enough reused calls to decide.
     Timing 20 calls over 2-8 sets without that would put 12-18 of them on reused sets with the
-    check undecided, and a candidate caching its output per input set would be timed on cache hits."""
+    check undecided, and a candidate caching its output per input set would be timed on cache hits.
+    A `long` call (CallPlan.long) visits each set once where the sets hold its stop's first look:
+    the adaptive stop runs only on calls that reuse no set, and no reused set leaves no cache to hit."""
+    if long and calls > sets >= LONG_MIN_CALLS:
+        return sets
     if calls <= sets or reuse_checkable(sets, calls):
         return calls
     more = max(calls, sets + REUSE_MIN_CALLS)
@@ -558,6 +562,7 @@ class CallPlan:
     calls: int  # timed calls planned (never fewer than the minimum asked for)
     first_check: int  # the stop's first look, after this many timed calls ...
     check_every: int  # ... and its next ones, at every multiple of this many
+    long: bool = False  # `minimum` calls of it take over LONG_TIMED_S (fit_calls_to_sets visits each set once)
 
 
 def plan_calls(estimate_ms: float, minimum: int = 20, maximum: int = 200, target_s: float = 0.25) -> CallPlan:
@@ -571,5 +576,5 @@ def plan_calls(estimate_ms: float, minimum: int = 20, maximum: int = 200, target
     calls = int(min(maximum, max(minimum, target_s / per_call)))
     warmup = LONG_WARMUP_CALLS if estimate_ms >= LONG_CALL_MS else int(min(50, max(3, 0.02 / per_call)))
     if minimum * per_call > LONG_TIMED_S:
-        return CallPlan(warmup, calls, min(minimum, LONG_MIN_CALLS), LONG_MIN_CALLS)
+        return CallPlan(warmup, calls, min(minimum, LONG_MIN_CALLS), LONG_MIN_CALLS, long=True)
     return CallPlan(warmup, calls, minimum, STOP_CHECK_EVERY)

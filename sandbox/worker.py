@@ -362,7 +362,7 @@ class Worker:
             record(end)
             prims["torch.cuda.synchronize"]()
             plan = _plan(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
-            calls = _fit(plan.calls, len(sets)) if msg.get("fit_to_sets") else plan.calls
+            calls = _fit(plan.calls, len(sets), plan.long) if msg.get("fit_to_sets") else plan.calls
             stop = msg.get("stop_relative")
             run = _time_calls(
                 prims,

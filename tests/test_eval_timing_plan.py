@@ -296,3 +296,18 @@ def test_a_long_call_warms_up_once_after_its_two_estimate_calls():
     assert [plan_calls(ms).warmup for ms in (1340.0, 136.0, LONG_CALL_MS)] == [LONG_WARMUP_CALLS] * 3
     assert [plan_calls(ms).warmup for ms in (49.0, 5.0, 0.01)] == [3, 4, 50]  # max(3, 20 ms of calls), at most 50
     assert [plan_calls(ms).calls for ms in (1340.0, 5.0, 0.01)] == [20, 50, 200]  # the planned calls are as before
+
+
+def test_a_long_call_over_fewer_sets_than_planned_calls_visits_each_set_once_and_may_stop():
+    """attention_forward shape 8 on the H200 held 10 input sets: 20 planned calls would reuse them,
+    which keeps every planned call (the reuse check needs them); a long call is fitted to the sets."""
+    from sandbox.timing import plan_calls
+
+    plan = plan_calls(1340.0, minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
+    calls = fit_calls_to_sets(plan.calls, 10, plan.long)
+    assert plan.long and calls == 10
+    run = _stopped([1340.0 + 0.1 * (k % 3) for k in range(10)], calls, TIMING_STOP_RELATIVE, plan.first_check, 5)
+    assert len(run.times_ms) == LONG_MIN_CALLS
+    assert fit_calls_to_sets(20, 4, long=True) == 4  # fewer sets than the stop's first look: one call per set
+    assert fit_calls_to_sets(20, 30, long=True) == 20
+    assert not plan_calls(5.0).long and fit_calls_to_sets(20, 10) == 20  # a short call still reuses sets to decide

@@ -109,9 +109,9 @@ class CostModel:
     def calls(self, t_ms: float, set_bytes: float = 0.0) -> tuple[int, int]:
         """(calls of the candidate or reference at full cost, timed calls) for one shape whose
         input set and output hold about `set_bytes` (its traffic), as the evaluator plans them."""
-        warmup, timed = plan_calls(t_ms, minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
-        timed = fit_calls_to_sets(timed, timing_sets(int(set_bytes), self.device_memory_bytes))
-        return self.full_calls(warmup, timed), timed
+        plan = plan_calls(t_ms, minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
+        timed = fit_calls_to_sets(plan.calls, timing_sets(int(set_bytes), self.device_memory_bytes))
+        return self.full_calls(plan.warmup, timed), timed
 
     def full_calls(self, warmup: int, timed: int) -> int:
         """Calls at full cost: K seeds on both sides, 2 estimates, warm-up, timed, the checked sets, the profile."""

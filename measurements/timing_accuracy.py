@@ -194,8 +194,8 @@ def evaluator_times(cases: list[Case], prims, flush_bytes: int) -> dict[str, dic
         case.fn(warm)
         record(end)
         sync()
-        warmup, calls = plan_calls(elapsed(start, end), minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
-        calls = fit_calls_to_sets(calls, sets_n)
+        plan = plan_calls(elapsed(start, end), minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
+        calls, warmup = fit_calls_to_sets(plan.calls, sets_n), plan.warmup
         run = time_calls(prims, case.fn, warm, sets, calls, warmup, flush_bytes)
         q1, med, q3 = statistics.quantiles(run.times_ms, n=4, method="inclusive")
         written = time_calls(prims, case.fn, warm, sets, calls, warmup, flush_bytes, flush_by_writing=True)

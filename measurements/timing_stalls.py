@@ -101,7 +101,8 @@ def run(repeats: int) -> dict:
         fn(warm)
         end.record()
         torch.cuda.synchronize()
-        warmup, calls = plan_calls(start.elapsed_time(end))
+        plan = plan_calls(start.elapsed_time(end))
+        warmup, calls = plan.warmup, plan.calls
         flush = flush_bytes_for(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0))
         runs: dict[str, list] = {}
         for label, spin in SPINS.items():

@@ -298,12 +298,16 @@ def reuse_checkable(sets: int, calls: int) -> bool:
     return fresh >= REUSE_MIN_CALLS and calls - phase - fresh >= REUSE_MIN_CALLS
 
 
-def fit_calls_to_sets(calls: int, sets: int) -> int:
+def fit_calls_to_sets(calls: int, sets: int, long: bool = False) -> int:
     """The timed calls to make over `sets` input sets when `calls` were planned: a set is timed
     again only where the reuse check can then tell an output cache from honest work. With too
     few sets for that (large inputs), one call per set; else enough reused calls to decide.
     Timing 20 calls over 2-8 sets without that would put 12-18 of them on reused sets with the
-    check undecided, and a candidate caching its output per input set would be timed on cache hits."""
+    check undecided, and a candidate caching its output per input set would be timed on cache hits.
+    A `long` call (CallPlan.long) visits each set once where the sets hold its stop's first look:
+    the adaptive stop runs only on calls that reuse no set, and no reused set leaves no cache to hit."""
+    if long and calls > sets >= LONG_MIN_CALLS:
+        return sets
     if calls <= sets or reuse_checkable(sets, calls):
         return calls
     more = max(calls, sets + REUSE_MIN_CALLS)
@@ -311,6 +315,13 @@ def fit_calls_to_sets(calls: int, sets: int) -> int:
 
 
 STOP_CHECK_EVERY = 10  # the adaptive stop looks at the times after every this many timed calls
+# A call whose minimum sample would take longer than this is a long call: on the H200 the timed calls of
+# every eager shape of 50 ms or more spread by 0.01-1.3 % (IQR), so 20 of them buy no precision the ±1 %
+# stop asks for, and cost 27 s for attention_forward shape 8 (1.34 s a call).
+LONG_TIMED_S = 2.0
+LONG_MIN_CALLS = 5  # a long call's stop looks after this many calls and then every this many
+LONG_CALL_MS = 50.0  # a call this long gets LONG_WARMUP_CALLS warm-up calls ...
+LONG_WARMUP_CALLS = 1  # ... since the plan's two estimate calls ran just before on the same inputs
 STOP_Z = 1.96  # the median's confidence interval (~95 %) the adaptive stop holds to its target
 
 
@@ -414,6 +425,7 @@ def time_calls(
     flush_by_writing: bool = False,
     stop_relative: float | None = None,
     stop_after: int = 20,
+    stop_every: int = STOP_CHECK_EVERY,
     *,
     _median: Callable[[list[float]], float] = statistics.median,
     _tight: Callable[[list[float], float], bool] = ci_tight,
@@ -442,7 +454,7 @@ def time_calls(
     (measurements/timing_accuracy.py).
 
     With `stop_relative`, the timed calls stop early, from `stop_after` calls on and looked at
-    every STOP_CHECK_EVERY calls, once the median's confidence interval (`median_ci`) has a
+    every `stop_every` calls (`CallPlan` sets both), once the median's confidence interval (`median_ci`) has a
     half-width within `stop_relative` of the median: a stable kernel is not timed 200 times to
     learn what 40 calls already pinned. The times are read after each call's synchronisation,
     outside the timed region. Only for runs that visit each input set once (calls ≤ sets): a run
@@ -503,7 +515,7 @@ def time_calls(
             if i >= window and outs[i - window] is not None:
                 _poison(outs[i - window], protected)
                 outs[i - window] = None
-            if relative is not None and (i + 1) % STOP_CHECK_EVERY == 0:
+            if relative is not None and (i + 1) % stop_every == 0:
                 seen += [elapsed(starts[k], ends[k]) for k in range(len(seen), i + 1)]
                 if i + 1 >= stop_after and _tight(seen, relative):
                     done = i + 1
@@ -541,10 +553,28 @@ def time_calls(
     )
 
 
-def plan_calls(estimate_ms: float, minimum: int = 20, maximum: int = 200, target_s: float = 0.25) -> tuple[int, int]:
-    """(warm-up calls, timed calls) for a call of about `estimate_ms`: at least `minimum`
-    timed calls, more for short kernels, within about `target_s` of timed work."""
+@dataclass(frozen=True)
+class CallPlan:
+    """How a shape's timed loop runs, from one estimate of its call: the warm-up, the planned timed
+    calls, and when the adaptive stop (`time_calls`' `stop_relative`) looks at the times."""
+
+    warmup: int  # untimed calls on the warm-up set
+    calls: int  # timed calls planned (never fewer than the minimum asked for)
+    first_check: int  # the stop's first look, after this many timed calls ...
+    check_every: int  # ... and its next ones, at every multiple of this many
+    long: bool = False  # `minimum` calls of it take over LONG_TIMED_S (fit_calls_to_sets visits each set once)
+
+
+def plan_calls(estimate_ms: float, minimum: int = 20, maximum: int = 200, target_s: float = 0.25) -> CallPlan:
+    """The plan for a call of about `estimate_ms`: at least `minimum` timed calls, more for short
+    kernels, within about `target_s` of timed work; max(3, 20 ms of calls) warm-up calls, and
+    LONG_WARMUP_CALLS from LONG_CALL_MS on. The stop first looks after `minimum` calls, every
+    STOP_CHECK_EVERY; for a long call (`minimum` of them over LONG_TIMED_S) after LONG_MIN_CALLS
+    and every LONG_MIN_CALLS, still only once the median's interval is within the target, so a
+    noisy long kernel runs its planned calls. The plan and the stop come from the same estimate."""
     per_call = max(estimate_ms, 1e-3) / 1e3
     calls = int(min(maximum, max(minimum, target_s / per_call)))
-    warmup = int(min(50, max(3, 0.02 / per_call)))
-    return warmup, calls
+    warmup = LONG_WARMUP_CALLS if estimate_ms >= LONG_CALL_MS else int(min(50, max(3, 0.02 / per_call)))
+    if minimum * per_call > LONG_TIMED_S:
+        return CallPlan(warmup, calls, min(minimum, LONG_MIN_CALLS), LONG_MIN_CALLS, long=True)
+    return CallPlan(warmup, calls, minimum, STOP_CHECK_EVERY)

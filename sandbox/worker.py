@@ -361,9 +361,8 @@ class Worker:
             _poison(fn(warm), _storages(warm))
             record(end)
             prims["torch.cuda.synchronize"]()
-            warmup, calls = _plan(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
-            if msg.get("fit_to_sets"):
-                calls = _fit(calls, len(sets))
+            plan = _plan(elapsed(start, end), minimum=msg["min_calls"], maximum=msg["max_calls"])
+            calls = _fit(plan.calls, len(sets), plan.long) if msg.get("fit_to_sets") else plan.calls
             stop = msg.get("stop_relative")
             run = _time_calls(
                 prims,
@@ -371,10 +370,11 @@ class Worker:
                 warm,
                 sets,
                 calls,
-                warmup,
+                plan.warmup,
                 msg["flush_bytes"],
                 stop_relative=float(stop) if stop else None,
-                stop_after=msg["min_calls"],
+                stop_after=plan.first_check,
+                stop_every=plan.check_every,
             )
         self.kept = run.kept
         self.ran.add(shape["id"])

@@ -14,8 +14,10 @@ from atrex_mcp.evaluate import taxonomy as tx
 from atrex_mcp.evaluate.evaluator import (
     CHECKABLE_SETS,
     MAX_TIMED_CALLS,
+    MIN_TIMED_CALLS,
     TIMING_INPUT_BUDGET_BYTES,
     TIMING_MEMORY_SHARE,
+    TIMING_STOP_RELATIVE,
     Trial,
     timing_sets,
 )
@@ -24,7 +26,19 @@ from atrex_mcp.evaluate.session import Failure
 from atrex_mcp.evaluate.timing_checks import input_reuse
 from atrex_mcp.evaluate.transfer import OutputArena, OutputRejected, manifest_bytes
 from atrex_mcp.problemset.catalog import Catalog
-from sandbox.timing import REUSE_MIN_CALLS, call_order, fit_calls_to_sets, reuse_checkable, reuse_phase
+from sandbox.timing import (
+    LONG_CALL_MS,
+    LONG_MIN_CALLS,
+    LONG_TIMED_S,
+    LONG_WARMUP_CALLS,
+    REUSE_MIN_CALLS,
+    STOP_CHECK_EVERY,
+    call_order,
+    fit_calls_to_sets,
+    plan_calls,
+    reuse_checkable,
+    reuse_phase,
+)
 
 GB = 10**9
 
@@ -200,7 +214,7 @@ class _Clock:
         return torch.full((4,), inputs["ms"])
 
 
-def _stopped(times_ms: list[float], calls: int, stop: float | None):
+def _stopped(times_ms: list[float], calls: int, stop: float | None, first: int = 20, every: int = 10):
     import torch
 
     from sandbox.timing import time_calls
@@ -216,8 +230,17 @@ def _stopped(times_ms: list[float], calls: int, stop: float | None):
         2,
         4096,
         stop_relative=stop,
-        stop_after=20,
+        stop_after=first,
+        stop_every=every,
     )
+
+
+def _planned(estimate_ms: float, times_ms: list[float]):
+    """The worker's path: the plan from the estimate, then the loop stopping where the plan says."""
+    from sandbox.timing import plan_calls
+
+    plan = plan_calls(estimate_ms, minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
+    return plan, _stopped(times_ms, plan.calls, TIMING_STOP_RELATIVE, plan.first_check, plan.check_every)
 
 
 def test_the_timed_calls_stop_once_the_medians_interval_is_tight_and_not_before_the_minimum():
@@ -242,3 +265,49 @@ def test_the_medians_interval_is_read_from_order_statistics():
     assert median_ci([float(k) for k in range(1, 21)]) == (5.0, 16.0)  # ranks 10 ∓ 1.96·√20/2
     assert median_ci([3.0]) == (3.0, 3.0)
     assert ci_tight([1.0] * 20, 0.0) and not ci_tight([float(k) for k in range(1, 21)], 0.5)
+
+
+def test_a_long_call_stops_after_five_tight_calls_and_looks_every_five():
+    """attention_forward shape 8 on the H200: 1,340 ms a call; 20 of them took 27 s to learn what 5 pinned."""
+    plan, run = _planned(1340.0, [1340.0 + 0.1 * (k % 3) for k in range(20)])
+    assert (plan.calls, plan.first_check, plan.check_every) == (MIN_TIMED_CALLS, LONG_MIN_CALLS, LONG_MIN_CALLS)
+    assert len(run.times_ms) == len(run.digests) == 5 and sorted(run.kept) == list(range(5))
+    one_slow = [1340.0 + (300.0 if k == 2 else 0.0) for k in range(20)]  # 5 and 10 calls: the interval is min..max
+    assert len(_planned(1340.0, one_slow)[1].times_ms) == 15
+    _, short = _planned(136.0, [136.0] * 20)  # 20 calls would take 2.7 s: long too
+    assert len(short.times_ms) == LONG_MIN_CALLS
+
+
+def test_a_noisy_long_call_runs_its_planned_calls():
+    """A long call as noisy as chunk_gated_delta_rule_state on the H200 (IQR 10-15 % of its ~90 ms)."""
+    plan, run = _planned(136.0, [136.0 * (1 + 0.15 * (k % 4)) for k in range(20)])
+    assert plan.first_check == LONG_MIN_CALLS and len(run.times_ms) == plan.calls == MIN_TIMED_CALLS
+
+
+@pytest.mark.parametrize("estimate_ms", [0.01, 5.0, 57.0])
+def test_a_call_whose_minimum_sample_fits_in_two_seconds_keeps_its_first_look_at_twenty(estimate_ms):
+    plan, run = _planned(estimate_ms, [estimate_ms] * MAX_TIMED_CALLS)
+    assert (plan.first_check, plan.check_every) == (MIN_TIMED_CALLS, STOP_CHECK_EVERY)
+    assert len(run.times_ms) == MIN_TIMED_CALLS  # 57 ms: all 20 planned; shorter: stopped at the first look
+    assert plan_calls(LONG_TIMED_S * 1e3 / MIN_TIMED_CALLS).first_check == MIN_TIMED_CALLS  # exactly 2 s: not long
+
+
+def test_a_long_call_warms_up_once_after_its_two_estimate_calls():
+    assert [plan_calls(ms).warmup for ms in (1340.0, 136.0, LONG_CALL_MS)] == [LONG_WARMUP_CALLS] * 3
+    assert [plan_calls(ms).warmup for ms in (49.0, 5.0, 0.01)] == [3, 4, 50]  # max(3, 20 ms of calls), at most 50
+    assert [plan_calls(ms).calls for ms in (1340.0, 5.0, 0.01)] == [20, 50, 200]  # the planned calls are as before
+
+
+def test_a_long_call_over_fewer_sets_than_planned_calls_visits_each_set_once_and_may_stop():
+    """attention_forward shape 8 on the H200 held 10 input sets: 20 planned calls would reuse them,
+    which keeps every planned call (the reuse check needs them); a long call is fitted to the sets."""
+    from sandbox.timing import plan_calls
+
+    plan = plan_calls(1340.0, minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
+    calls = fit_calls_to_sets(plan.calls, 10, plan.long)
+    assert plan.long and calls == 10
+    run = _stopped([1340.0 + 0.1 * (k % 3) for k in range(10)], calls, TIMING_STOP_RELATIVE, plan.first_check, 5)
+    assert len(run.times_ms) == LONG_MIN_CALLS
+    assert fit_calls_to_sets(20, 4, long=True) == 4  # fewer sets than the stop's first look: one call per set
+    assert fit_calls_to_sets(20, 30, long=True) == 20
+    assert not plan_calls(5.0).long and fit_calls_to_sets(20, 10) == 20  # a short call still reuses sets to decide

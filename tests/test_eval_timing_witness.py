@@ -18,10 +18,12 @@ from atrex_mcp.evaluate.timing_witness import (
     GRAPH_TARGET_S,
     TOLERANCE,
     UNCAPTURABLE,
+    WITNESS_BURST_S,
     WITNESS_CALLS,
     Calibration,
     GraphCalibration,
     Witness,
+    burst_calls,
     graph_budget_bytes,
     graph_calls,
     graph_conclusive,
@@ -35,6 +37,7 @@ from atrex_mcp.evaluate.timing_witness import (
     scored_time_ms,
     slack_ms,
     upper_bound_ok,
+    witness_calls,
 )
 from atrex_mcp.policy import Policy
 from atrex_mcp.problemset.catalog import Catalog
@@ -190,12 +193,46 @@ def test_the_graph_burst_is_long_enough_to_time_and_fits_its_memory_budget():
     assert graph_calls(0.00435, set_bytes=1_660_000) * 0.00435 >= GRAPH_TARGET_S * 1e3  # rms_norm shape 5: ~920 calls
     assert graph_calls(0.0067, set_bytes=10_240_000) == 598  # shape 0: 4 ms of it, within the budget
     assert graph_calls(0.1, set_bytes=2 << 30) == 8  # fp8_blockscale_fused_moe's 2 GiB sets: the budget decides
-    assert graph_calls(5.0, set_bytes=1000) == WITNESS_CALLS  # never fewer calls than the plain burst
+    assert graph_calls(5.0, set_bytes=1000) == WITNESS_CALLS  # never fewer calls than the plain burst of that median
     assert graph_calls(1e-9, set_bytes=1) == GRAPH_MAX_CALLS  # a forged tiny median only lengthens the burst
     assert graph_calls(1.0, set_bytes=GRAPH_BUDGET_BYTES) == 2
     assert graph_budget_bytes(141 << 30) == GRAPH_BUDGET_BYTES  # an H200: the fixed budget
     assert graph_budget_bytes(24 << 30) == 3 << 30  # a smaller GPU: an eighth of its memory
     assert graph_budget_bytes(None) == GRAPH_BUDGET_BYTES
+
+
+@pytest.mark.parametrize(
+    ("median_ms", "plain", "graph"),
+    [
+        (1340.0, 2, 2),  # attention_forward shape 8 (eager, H200): 3 × 16 calls took 44 s
+        (136.0, 4, 4),
+        (57.0, 9, 9),
+        (5.0, 10, WITNESS_CALLS),  # a short call: as many as the timing stage's sets (10 here), 16 in the graph
+        (0.0067, 10, 598),  # rms_norm shape 0: the graph's K fills GRAPH_TARGET_S
+    ],
+)
+def test_a_burst_of_a_long_call_holds_half_a_second_of_calls_not_sixteen(median_ms, plain, graph):
+    assert witness_calls(median_ms, sets=10) == plain and graph_calls(median_ms, set_bytes=10_240_000) == graph
+    assert burst_calls(median_ms) * median_ms >= WITNESS_BURST_S * 1e3 or burst_calls(median_ms) == WITNESS_CALLS
+
+
+@pytest.mark.parametrize("forged_ms", [1e-9, 0.0, -5.0, float("nan")])
+def test_a_forged_tiny_or_unreadable_median_gets_the_full_bursts(forged_ms):
+    assert witness_calls(forged_ms, sets=40) == WITNESS_CALLS
+    assert graph_calls(forged_ms, set_bytes=1) == GRAPH_MAX_CALLS
+    assert witness_calls(float("inf"), sets=40) == graph_calls(float("inf"), set_bytes=1) == 2  # scored at inf
+
+
+def test_two_calls_of_a_long_kernel_keep_the_floor_within_a_tenth_of_a_percent():
+    """1,340 ms at 2 calls: the plain floor allows (JITTER_S + the calibration's error) / 2 a call, the
+    graph floor (GRAPH_JITTER_S + its calibration errors) / 2; an honest kernel is not flagged, a third is."""
+    assert slack_ms(2, Calibration(0.0, 0.0, 0.0)) == pytest.approx(0.5)  # 0.04 % of 1,340 ms
+    assert graph_slack_ms(2, GraphCalibration(0.0, 0.0)) == pytest.approx(0.1)  # 0.008 %
+    host = host_allowance_ms([55.0] * 5, cuda=True, request_wall_s=8.0, calls=5)
+    assert not judge(1340.0, _burst_wall(1340.0, 2), 2, CAL, host).forged
+    assert judge(1340.0 / 3, _burst_wall(1340.0, 2), 2, CAL, host).forged
+    assert not judge_graph(1340.0, _graph_wall(1340.0, 2), 2, _graph_cal(2)).forged
+    assert judge_graph(1340.0 / 3, _graph_wall(1340.0, 2), 2, _graph_cal(2)).forged
 
 
 @pytest.mark.parametrize(

@@ -40,9 +40,9 @@ def catalog():
 def test_cost_model_counts_the_calls_the_evaluator_makes():
     model = eval_cost.CostModel(seeds=5)
     for t_ms in (0.01, 1.0, 500.0):
-        warmup, timed = plan_calls(t_ms)
+        plan = plan_calls(t_ms)
         full, counted = model.calls(t_ms)
-        assert counted == timed and full == 2 * 5 + 2 + warmup + timed + 3 + 2
+        assert counted == plan.calls and full == 2 * 5 + 2 + plan.warmup + plan.calls + 3 + 2
     assert model.shape_seconds(500.0, "eager") > model.shape_seconds(1.0, "eager")
     assert model.shape_seconds(1.0, "torch-compile") == pytest.approx(
         model.shape_seconds(1.0, "eager") + model.compile_s

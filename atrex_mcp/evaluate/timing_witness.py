@@ -35,6 +35,7 @@ between the candidate and its reported time: the graph burst below closes that o
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -44,7 +45,9 @@ TOLERANCE = 2.0  # reported times may lie this far below the floor's raw figure 
 # digests can cost as much again as the judge's calibration of them (measurements/forged_timing_gpu.py).
 JITTER_S = 1e-3  # the fastest burst's wall spread an honest run may still show (scheduler, pipe, first calls)
 CALIBRATION_SLACK = 1.0  # share of the judge's own input-generation and digest time allowed as calibration error
-WITNESS_CALLS = 16  # forwards in a burst (fewer where the timing stage held fewer input sets)
+WITNESS_CALLS = 16  # forwards in a burst (fewer for long calls, and where the timing stage held fewer input sets)
+# A burst of at least this much work makes the request's round trip and jitter negligible: JITTER_S is 0.2 % of it.
+WITNESS_BURST_S = 0.5
 WITNESS_BURSTS = 3  # the fastest of these judges: scheduling noise only ever adds time
 WARMUP_S = 2e-3  # the worker's GPU work (sandbox.timing.warm_clocks) just before each burst or replay the judge times
 
@@ -70,6 +73,26 @@ class Witness:
     graph: bool = False  # a replay of the graph burst (judge_graph), not the plain burst
     subtracted_ms: float = 0.0  # graph: the input refresh and fingerprints taken off, per call
     slack_ms: float = 0.0  # graph: the allowance per call for request noise and calibration error
+
+
+def burst_calls(median_ms: float) -> int:
+    """Forwards in a burst for a call of `median_ms`: WITNESS_CALLS, or fewer where fewer already
+    make WITNESS_BURST_S of work, and at least 2. The floor's jitter allowance is per burst and
+    divided by its calls (`slack_ms`, `graph_slack_ms`; the calibration is of the burst's own K
+    sets), so a burst of WITNESS_BURST_S keeps it under 0.2 % of the median however few calls it
+    holds: 0.5 ms a call for two calls of 1.34 s (0.1 ms in a graph). The median is the candidate's word, and
+    safe to size by: a forged small one (or none a number can read) only lengthens the burst; a
+    forged large one only raises the time the shape is scored with, which is never below the
+    reported median and, for a forward no graph replay judged, never below the judge's own wall
+    per call (`scored_time_ms`)."""
+    if not median_ms > WITNESS_BURST_S * 1e3 / WITNESS_CALLS:  # a short call, or no number at all
+        return WITNESS_CALLS
+    return max(2, math.ceil(WITNESS_BURST_S * 1e3 / median_ms))
+
+
+def witness_calls(median_ms: float, sets: int) -> int:
+    """Forwards in each plain burst: `burst_calls`, no more than the input sets the timing stage held."""
+    return min(burst_calls(median_ms), sets)
 
 
 def per_call_ms(wall_s: float, calls: int, calibration: Calibration) -> float:
@@ -155,10 +178,11 @@ def graph_budget_bytes(device_memory_bytes: int | None) -> int:
 
 def graph_calls(median_ms: float, set_bytes: int, budget_bytes: int = GRAPH_BUDGET_BYTES) -> int:
     """K for a graph burst: enough calls of `median_ms` to fill GRAPH_TARGET_S, never fewer
-    than the plain burst's WITNESS_CALLS, never more than GRAPH_MAX_CALLS or what
-    `budget_bytes` holds of input sets and outputs (`set_bytes` each), and at least 2.
-    The median is the candidate's word: a forged small one only makes the burst longer."""
-    wanted = max(WITNESS_CALLS, -(-GRAPH_TARGET_S * 1e3 // max(median_ms, 1e-6)))
+    than a plain burst of that median (`burst_calls`: WITNESS_CALLS, fewer for long calls), never
+    more than GRAPH_MAX_CALLS or what `budget_bytes` holds of input sets and outputs (`set_bytes`
+    each), and at least 2. The median is the candidate's word, safe to size by (`burst_calls`)."""
+    per_call = median_ms if median_ms > 0 else 1e-6  # none a number can read: the longest burst
+    wanted = max(burst_calls(median_ms), math.ceil(GRAPH_TARGET_S * 1e3 / per_call))
     return int(max(2, min(wanted, GRAPH_MAX_CALLS, budget_bytes // max(set_bytes, 1))))
 
 

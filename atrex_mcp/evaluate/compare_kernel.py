@@ -291,7 +291,11 @@ def judge_chunks(
             _judge[(triton.cdiv(r.numel(), BLOCK),)](r, c, state, r.numel(), offset, EXACT=exact, BLOCK=BLOCK, **LAUNCH)
     if state is None:
         return Figures()
-    abs_bits, rel_bits, mismatches, nonfinite, first = state[:5].tolist()
+    return _figures(*state[:5].tolist())
+
+
+def _figures(abs_bits: int, rel_bits: int, mismatches: int, nonfinite: int, first: int) -> Figures:
+    """Figures from a kernel's state words (the largest errors as float bits, _NO_INDEX: none)."""
     return Figures(
         max_abs=_float(abs_bits),
         max_rel=_float(rel_bits),
@@ -329,14 +333,8 @@ def judge_codes(chunks: Iterable[tuple[int, tuple[torch.Tensor, ...]]], *, max_s
     if state is None:
         return CodeFigures()
     abs_bits, rel_bits, every_off, nan_disagree, every_first, far_only, far_first, near = state.tolist()
-
-    def tally(mismatches: int, first: int) -> Figures:
-        return Figures(
-            max_abs=_float(abs_bits),
-            max_rel=_float(rel_bits),
-            mismatches=mismatches,
-            nonfinite_mismatches=nan_disagree,
-            first=None if first == _NO_INDEX else first,
-        )
-
-    return CodeFigures(every_off=tally(every_off, every_first), far_only=tally(far_only, far_first), near=near)
+    return CodeFigures(
+        every_off=_figures(abs_bits, rel_bits, every_off, nan_disagree, every_first),
+        far_only=_figures(abs_bits, rel_bits, far_only, nan_disagree, far_first),
+        near=near,
+    )

@@ -164,12 +164,13 @@ def _fp8_decode(code, MANTISSA: tl.constexpr, BIAS: tl.constexpr, SPECIALS: tl.c
     exponent = magnitude >> MANTISSA
     normal = exponent > 0
     significand = (magnitude & ((1 << MANTISSA) - 1)) + tl.where(normal, 1 << MANTISSA, 0)
-    # significand · 2^(max(exponent, 1) − bias − mantissa bits): a small integer times a power
-    # of two built from its float64 bits, so exact
+    # ±significand · 2^(max(exponent, 1) − bias − mantissa bits): a small integer times a signed
+    # power of two built from its float64 bits, so exact, and −0.0 for the negative zero code (a
+    # negation after the product compiles to 0 − x on the GPU, which gives +0.0)
     power = tl.where(normal, exponent, 1) + (1023 - BIAS - MANTISSA)
-    scale = (power.to(tl.int64) << 52).to(tl.float64, bitcast=True)
+    sign = negative.to(tl.int64) << 63
+    scale = ((power.to(tl.int64) << 52) | sign).to(tl.float64, bitcast=True)
     value = significand.to(tl.float64) * scale
-    value = tl.where(negative, -value, value)
     return tl.where(finite, value, 0.0), index, nan, finite
 
 

@@ -4,7 +4,8 @@ planned and a run can leave out what will not fit (and say so).
 The model follows what `atrex_mcp.evaluate` does per shape (README "Timing"):
   correctness   K seeds in the worker + K reference calls on the trusted side
   timing        2 estimate calls, warm-up and timed calls as `sandbox.timing.plan_calls` picks them,
-                fitted to the shape's input sets (`fit_calls_to_sets`, sets from its traffic);
+                fitted to the shape's input sets (`fit_calls_to_sets`, sets from its traffic), a long
+                call stopped at the stop's first look (its calls agree within 1 %);
                 each timed call also pays an L2 flush, the untimed GPU spin and a device
                 synchronisation, and so do the loop's NOOP_CALIBRATION_CALLS no-op calls
   checks        CHECKED_TIMED_SETS reference calls for the timed outputs
@@ -110,7 +111,10 @@ class CostModel:
         """(calls of the candidate or reference at full cost, timed calls) for one shape whose
         input set and output hold about `set_bytes` (its traffic), as the evaluator plans them."""
         plan = plan_calls(t_ms, minimum=MIN_TIMED_CALLS, maximum=MAX_TIMED_CALLS)
-        timed = fit_calls_to_sets(plan.calls, timing_sets(int(set_bytes), self.device_memory_bytes))
+        sets = timing_sets(int(set_bytes), self.device_memory_bytes)
+        timed = fit_calls_to_sets(plan.calls, sets, plan.long)
+        if plan.long and timed <= sets:  # long calls spread under 1 % on the H200: the stop's first look ends them
+            timed = min(timed, plan.first_check)
         return self.full_calls(plan.warmup, timed), timed
 
     def full_calls(self, warmup: int, timed: int) -> int:

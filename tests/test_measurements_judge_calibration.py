@@ -39,10 +39,14 @@ def catalog():
 
 def test_cost_model_counts_the_calls_the_evaluator_makes():
     model = eval_cost.CostModel(seeds=5)
-    for t_ms in (0.01, 1.0, 500.0):
+    for t_ms in (0.01, 1.0, 50.0):
         plan = plan_calls(t_ms)
         full, counted = model.calls(t_ms)
         assert counted == plan.calls and full == 2 * 5 + 2 + plan.warmup + plan.calls + 3 + 2
+    for t_ms in (136.0, 1340.0):  # long calls: one per set, ended at the stop's first look
+        plan = plan_calls(t_ms)
+        full, counted = model.calls(t_ms)
+        assert plan.long and counted == plan.first_check == 5 and full == 2 * 5 + 2 + 1 + 5 + 3 + 2
     assert model.shape_seconds(500.0, "eager") > model.shape_seconds(1.0, "eager")
     assert model.shape_seconds(1.0, "torch-compile") == pytest.approx(
         model.shape_seconds(1.0, "eager") + model.compile_s

@@ -305,7 +305,7 @@ def fit_calls_to_sets(calls: int, sets: int, long: bool = False) -> int:
     Timing 20 calls over 2-8 sets without that would put 12-18 of them on reused sets with the
     check undecided, and a candidate caching its output per input set would be timed on cache hits.
     A `long` call (CallPlan.long) visits each set once where the sets hold its stop's first look:
-    the adaptive stop runs only on calls that reuse no set, and no reused set leaves no cache to hit."""
+    the adaptive stop runs only on calls that reuse no set, and with no set reused no cache can be hit."""
     if long and calls > sets >= LONG_MIN_CALLS:
         return sets
     if calls <= sets or reuse_checkable(sets, calls):

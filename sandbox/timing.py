@@ -316,8 +316,9 @@ def fit_calls_to_sets(calls: int, sets: int, long: bool = False) -> int:
 
 STOP_CHECK_EVERY = 10  # the adaptive stop looks at the times after every this many timed calls
 # A call whose minimum sample would take longer than this is a long call: on the H200 the timed calls of
-# every eager shape of 50 ms or more spread by 0.01-1.3 % (IQR), so 20 of them buy no precision the ±1 %
-# stop asks for, and cost 27 s for attention_forward shape 8 (1.34 s a call).
+# eager attention_forward's and block_scaled_mm's shapes of 50 ms or more spread by 0.01-1.3 % (IQR), so
+# 20 of them buy no precision the ±1 % stop asks for, and cost 27 s for attention_forward shape 8 (1.34 s
+# a call); a noisier one (chunk_gated_delta_rule_state near 90 ms: 10-16 %) still runs to its planned calls.
 LONG_TIMED_S = 2.0
 LONG_MIN_CALLS = 5  # a long call's stop looks after this many calls and then every this many
 LONG_CALL_MS = 50.0  # a call this long gets LONG_WARMUP_CALLS warm-up calls ...

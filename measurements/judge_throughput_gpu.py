@@ -619,7 +619,8 @@ def main(argv: list[str] | None = None) -> int:
             if (run_dir / "run" / "eval" / f"{op}.json").is_file()
         ]
         found.update(report(args, results, meter, call_wall, Meter.load(run_dir / METER_FILE)))
-        found["not_started"] = [op for op in ops if not (run_dir / "run" / "eval" / f"{op}.json").is_file()]
+        judged_ops = {r.op for r in results}
+        found["not_started"] = [op for op in ops if op not in judged_ops]
     import torch
 
     gpu = torch.cuda.get_device_name(0) if GPU else CPU_GPU

@@ -30,6 +30,11 @@ where `sandbox.gpu_cache.end_failed_capture` exists)?
 
     python3 measurements/judge_memory_gpu.py --out DIR [--ops a,b,c] [--set eager|wiki] [--seeds 2]
         [--shapes all|smoke|ids] [--threshold-gib 16] [--budget-s 420] [--history on|off] [--probe on|off]
+        [--release-check on|off] [--end-failed-captures on|off]
+
+`--end-failed-captures off` runs the judge without its clean-up of a failed capture
+(`sandbox.gpu_cache.end_failed_capture` replaced by nothing for the run): the judge as it was
+before, for a before-and-after in one tree.
 
 Writes DIR/<date>_<gpu>.{json,md} and prints one summary line. No time or S of any shape is
 written. Without a GPU (TRITON_INTERPRET=1) it is a dry run of the same path: the hooks fire, the
@@ -42,6 +47,7 @@ import argparse
 import contextlib
 import gc
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -383,6 +389,10 @@ def _gib(n: Any) -> Any:
 def markdown(found: dict[str, Any]) -> str:
     rows = found["operators"]
     lines = report_head("Does the judge hold GPU memory across operators, and where was it allocated?", found)
+    lines += [
+        f"The judge's clean-up of failed captures (gpu_cache.end_failed_capture): {found.get('end_failed_captures')}",
+        "",
+    ]
     probe = found.get("capture_probe")
     if probe:
         lines += [f"Failed-capture probe (child processes): {json.dumps(probe)}", ""]
@@ -494,10 +504,30 @@ def capture_probe(timeout_s: float = 120.0) -> dict[str, Any]:
                 cwd=ROOT,
             )
             lines = done.stdout.strip().splitlines()
-            found[mode] = json.loads(lines[-1]) if done.returncode == 0 and lines else {"error": done.stderr[-400:]}
+            found[mode] = json.loads(lines[-1]) if lines else {"error": done.stderr[-400:]}
         except subprocess.TimeoutExpired:
             found[mode] = {"error": f"no answer in {timeout_s:.0f} s"}
     return found
+
+
+@contextlib.contextmanager
+def failed_captures_ended(on: bool) -> Iterator[str]:
+    """The judge's clean-up of a failed capture in torch's allocator, as it is ("on"), or replaced
+    by nothing for the run ("off": the judge as before it); "not in this tree" where there is none."""
+    from sandbox import gpu_cache
+
+    original = getattr(gpu_cache, "end_failed_capture", None)
+    if original is None:
+        yield "not in this tree"
+        return
+    if on:
+        yield "on"
+        return
+    gpu_cache.end_failed_capture = lambda pool: False
+    try:
+        yield "off"
+    finally:
+        gpu_cache.end_failed_capture = original
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -512,12 +542,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", choices=("on", "off"), default="on", help="the failed-capture probe first")
     parser.add_argument("--release-check", choices=("on", "off"), default="on",
                         help="gc.collect and empty_cache at each operator end, and read again")  # fmt: skip
+    parser.add_argument(
+        "--end-failed-captures",
+        choices=("on", "off"),
+        default="on",
+        help="off: the judge leaves torch's allocator as a failed capture left it (gpu_cache.end_failed_capture)",
+    )
     parser.add_argument("--out", type=Path, help="directory for the report")
     parser.add_argument("--capture-probe-child", choices=("plain", "repaired"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.capture_probe_child:
-        print(json.dumps(capture_probe_child(args.capture_probe_child)))
-        return 0
+        print(json.dumps(capture_probe_child(args.capture_probe_child)), flush=True)
+        os._exit(0)  # no teardown: an allocator a failed capture left behind may abort in it
     if args.out is None:
         parser.error("--out is required")
     started = time.monotonic()
@@ -538,7 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         found["capture_probe"] = capture_probe()
     device: Device = CudaDevice(args.history == "on") if GPU else NoDevice()
     recorder = Recorder(device, int(args.threshold_gib * GIB), started + args.budget_s, args.release_check == "on")
-    with tempfile.TemporaryDirectory(prefix="atrex-judge-memory-") as tmp, recorder.installed():
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="atrex-judge-memory-"))
+        stack.enter_context(recorder.installed())
+        ending = stack.enter_context(failed_captures_ended(args.end_failed_captures == "on"))
         make_run(Path(tmp) / "run", sources)
         evaluate_run(
             Path(tmp) / "run",
@@ -560,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         "not_judged": [op for op in ops if op not in judged],
         "seeds": args.seeds,
         "threshold_gib": args.threshold_gib,
+        "end_failed_captures": ending,
         "history": getattr(device, "history", False),
         "wall_s": round(time.monotonic() - started, 1),
         **found,

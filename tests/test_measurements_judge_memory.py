@@ -41,6 +41,19 @@ def test_a_dry_run_reads_each_shape_end_and_operator_end_and_puts_the_judge_back
     assert "time_ms" not in report.read_text() and "score" not in report.read_text()
     assert report.with_suffix(".md").read_text().startswith("# Does the judge hold GPU memory across operators")
     assert hooked() == before
+    assert found["end_failed_captures"] == "on"
+
+
+def test_the_judges_capture_clean_up_can_be_turned_off_for_a_before_and_after_in_one_tree():
+    from sandbox import gpu_cache
+
+    original = gpu_cache.end_failed_capture
+    with jm.failed_captures_ended(False) as state:
+        assert state == "off" and gpu_cache.end_failed_capture((0, 1)) is False
+        assert gpu_cache.end_failed_capture is not original
+    assert gpu_cache.end_failed_capture is original
+    with jm.failed_captures_ended(True) as state:
+        assert state == "on" and gpu_cache.end_failed_capture is original
 
 
 def test_an_unknown_operator_is_refused_with_the_ones_there_are(tmp_path, capsys):

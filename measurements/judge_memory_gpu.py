@@ -190,7 +190,10 @@ class CudaDevice:
         cuda = self.torch.cuda
         if not cuda.is_initialized():
             return None
-        block = self.torch.empty(PROBE_BYTES, dtype=self.torch.uint8, device="cuda")
+        try:
+            block = self.torch.empty(PROBE_BYTES, dtype=self.torch.uint8, device="cuda")
+        except self.torch.OutOfMemoryError:  # the GPU is full: no answer, and the run goes on
+            return None
         del block
         before = cuda.memory_reserved()
         self.empty_cache()
@@ -253,11 +256,17 @@ class Recorder:
 
     def read(self, where: str, **extra: Any) -> dict[str, Any]:
         reading = {"where": where, "op": self.op, "t_s": round(time.monotonic() - self.t0, 2), **extra}
-        reading.update(self.device.figures())
+        try:
+            reading.update(self.device.figures())
+        except RuntimeError as exc:  # a reading must not end the judging it watches
+            reading["reading_error"] = f"{type(exc).__name__}: {exc}"[:200]
         self.readings.append(reading)
         big = max(reading.get("allocated", 0), reading.get("reserved", 0)) >= self.threshold
         if big and self.op not in self.snapshots:
-            snap = self.device.snapshot()
+            try:
+                snap = self.device.snapshot()
+            except RuntimeError as exc:
+                snap, self.snapshots[self.op] = None, {"at": where, "error": str(exc)[:200]}
             if snap is not None:
                 self.snapshots[self.op] = {"at": where, "shape": extra.get("shape"), **summarise_snapshot(snap)}
         return reading
@@ -425,6 +434,9 @@ def markdown(found: dict[str, Any]) -> str:
         lines += ["Failed captures (reference graphs, fingerprint calibration):", "",
                   table(["operator", "first at shape", "reasons"], reasons), ""]  # fmt: skip
     for op, snap in found["snapshots"].items():
+        if "error" in snap:
+            lines += [f"Where {op}'s memory was allocated: no snapshot ({snap['error']})", ""]
+            continue
         lines += [
             f"Where {op}'s memory was allocated (first reading at or above {found['threshold_gib']} GiB: "
             f"{snap['at']}, shape {snap['shape']}); by pool: {snap['reserved_by_pool_gib']}",

@@ -151,3 +151,15 @@ def test_segment_figures_tell_releasable_cache_from_pinned_and_private_pools():
     }
     assert jm._site(None) == "no stack recorded"
     assert jm._site(_frames(("torch/cuda/graphs.py", 1, "capture"))) == "outside this checkout"
+
+
+def test_a_reading_that_fails_is_noted_and_the_judging_goes_on():
+    class Broken(FakeGpu):
+        def figures(self) -> dict:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    recorder = jm.Recorder(Broken(), threshold_bytes=GIB, deadline=0.0)
+    recorder.op = "l2_norm"
+    recorder.shape_done("0", None)
+    (reading,) = recorder.readings
+    assert reading["verdict"] == "error" and reading["reading_error"].startswith("RuntimeError: CUDA error")

@@ -3,6 +3,7 @@ process keeps, and never before CUDA exists in the process."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from sandbox import gpu_cache
@@ -77,3 +78,27 @@ def test_the_older_binding_name_serves_and_a_torch_without_either_is_left_alone(
     assert gpu_cache.end_failed_capture((0, 2)) is True and done[0] == ("end", 3, (0, 2))
     monkeypatch.delattr(torch._C, "_cuda_endAllocateCurrentStreamToPool")
     assert gpu_cache.end_failed_capture((0, 2)) is False
+
+
+@pytest.mark.gpu
+def test_gpu_a_worker_whose_graph_burst_fails_to_capture_still_hands_its_cache_back():
+    """A candidate that synchronises in forward cannot be captured (it is judged uncapturable);
+    the cache its worker fills afterwards must still go back at the worker's next release, or the
+    judge beside it runs short."""
+    from torch import nn
+
+    from sandbox import graph_burst
+
+    class Item(nn.Module):
+        def forward(self, x):
+            return x * float(x.abs().max().item())
+
+    gpu_cache.limit_block_splitting()
+    inputs = graph_burst.StackedInputs.stack(lambda seed: {"x": torch.randn(1024, device="cuda")}, [0, 1])
+    reason = graph_burst.capture(Item(), inputs, "cuda", sync=torch.cuda.synchronize)
+    assert isinstance(reason, str)  # uncapturable, with its reason
+    block = 300 << 20
+    torch.empty(block, dtype=torch.uint8, device="cuda")  # freed at once: a cached block
+    cached = torch.cuda.memory_reserved()
+    assert gpu_cache.release(keep_bytes=0)
+    assert torch.cuda.memory_reserved() <= cached - block

@@ -6,6 +6,8 @@ nothing. A hand-back synchronises the device, and the next request pays fresh cu
 for what was handed back, request after request. A process therefore keeps up to `KEEP_BYTES`
 of free cached blocks and hands them back only past that: on a GPU of tens of GiB no shape
 misses 1 GiB, and the shapes that fill the GPU free far more than that, which goes back.
+A CUDA-graph capture that fails can stop every later hand-back of the process: whoever captures
+calls `end_failed_capture` when a capture raises.
 """
 
 from __future__ import annotations
@@ -39,4 +41,39 @@ def release(keep_bytes: int = KEEP_BYTES) -> bool:
     if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() <= keep_bytes:
         return False
     torch.cuda.empty_cache()
+    return True
+
+
+# torch's own bindings of the caching allocator's routing into a CUDA graph's pool, newest name first
+_END_ROUTING = ("_cuda_endAllocateToPool", "_cuda_endAllocateCurrentStreamToPool")
+
+
+def end_failed_capture(pool: tuple[int, int]) -> bool:
+    """After a CUDA-graph capture into `pool` (a torch.cuda.graph_pool_handle()) raised, on the
+    current device: end the caching allocator's routing into the graph's pool where torch left it
+    on, and release the pool. Whether it did.
+
+    A capture that a host synchronisation invalidates (`.item()`, `.tolist()`, `nonzero` in the
+    forward) makes torch's CUDAGraph.capture_end raise before it ends that routing, in the
+    torch releases that check cudaStreamEndCapture first, and its reset then never releases the
+    pool. The allocator goes on believing a capture is underway for the rest of the process, and
+    while it does, empty_cache hands back none of its cached blocks (an allocation that runs
+    short frees only blocks of SPLIT_LIMIT_MB and more): every later `release` is void, and the
+    process's reserved memory grows, taking the GPU from the other process that shares it. Where
+    torch ended the routing itself, the pool is left to it: releasing it here as well would drop
+    a reference that torch's reset drops too, where it does."""
+    names = [getattr(torch._C, name, None) for name in _END_ROUTING]
+    end = next((fn for fn in names if callable(fn)), None)
+    release_pool = getattr(torch._C, "_cuda_releasePool", None)
+    if end is None or release_pool is None:
+        return False
+    device = torch.cuda.current_device()
+    try:
+        end(device, pool)
+    except (RuntimeError, TypeError):  # "not currently recording to mempool_id": torch ended it before raising
+        return False
+    try:
+        release_pool(device, pool)  # the one reference the capture's start took, which torch's reset will not drop
+    except RuntimeError:  # the routing is ended, which is what keeps the releases working
+        pass
     return True

@@ -5,17 +5,19 @@ in for the clock. The gpu-marked tests capture real graphs of the real reference
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import statistics
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch import nn
 
-from atrex_mcp.evaluate import EvalRequest, evaluator, reference_graph
+from atrex_mcp.evaluate import EvalRequest, evaluator, graph_witness, reference_graph
 from atrex_mcp.evaluate.evaluator import Trial
 from atrex_mcp.evaluate.reference_graph import (
     EAGER,
@@ -345,6 +347,71 @@ def test_the_judges_cache_release_and_fragmentation_check_leave_the_graph_pools_
     assert evaluator._cache_pins_memory() is True
 
 
+class FailingCapture:
+    """torch.cuda's capture on CPU: the capture raises, as one a host synchronisation invalidated
+    does on a GPU (torch's capture_end then raises before it ends the allocator's routing into
+    the graph's pool), and the judge's steps after it are noted in order."""
+
+    def __init__(self, monkeypatch, fails: bool = True):
+        self.steps: list = []
+        self.pool = (0, 42)
+        current = SimpleNamespace(wait_stream=lambda other: None)
+        cuda = torch.cuda
+
+        @contextlib.contextmanager
+        def graph(g, pool=None, stream=None, capture_error_mode="global"):
+            self.steps.append(("capture", pool))
+            yield
+            if fails:
+                raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+        for name, fake in {
+            "CUDAGraph": lambda: SimpleNamespace(reset=lambda: self.steps.append("reset"), replay=lambda: None),
+            "graph_pool_handle": lambda: self.pool,
+            "graph": graph,
+            "current_stream": lambda: current,
+            "set_stream": lambda stream: self.steps.append(("set_stream", stream is current)),
+            "Stream": lambda: SimpleNamespace(wait_stream=lambda other: None),
+            "stream": lambda stream: contextlib.nullcontext(),
+            "synchronize": lambda: None,
+            "empty_cache": lambda: None,
+            "memory_reserved": lambda: 0,
+        }.items():
+            monkeypatch.setattr(cuda, name, fake)
+        monkeypatch.setattr(gpu_cache, "end_failed_capture", lambda pool: self.steps.append(("end", pool)) or True)
+
+
+def test_a_failed_capture_ends_the_allocators_routing_into_its_pool_before_the_graph_goes(monkeypatch):
+    """Without that, torch's caching allocator takes a capture to be underway for the rest of the
+    process and no later cache release of the judge hands anything back (gpu_cache.end_failed_capture)."""
+    capture = FailingCapture(monkeypatch)
+
+    def synchronising_forward():
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
+        CudaGraphDevice().capture(synchronising_forward)
+    pool = capture.pool
+    assert capture.steps == [("capture", pool), ("set_stream", True), ("end", pool), "reset"]
+
+
+def test_a_capture_that_succeeds_leaves_the_routing_to_torch(monkeypatch):
+    capture = FailingCapture(monkeypatch, fails=False)
+    captured = CudaGraphDevice().capture(lambda: torch.ones(2))
+    assert capture.steps == [("capture", capture.pool)] and same_bits(captured.outputs, torch.ones(2))
+
+
+def test_the_witness_fingerprint_calibration_ends_its_failed_capture_too_and_times_eagerly(monkeypatch):
+    capture = FailingCapture(monkeypatch)
+    calls: list[bool] = []
+    monkeypatch.setattr(graph_witness, "empty_prints", lambda *args: None)
+    monkeypatch.setattr(graph_witness, "fingerprints_into", lambda outputs, prints: calls.append(True))
+    assert graph_witness.fingerprints_s(torch.ones(4), 3) >= 0.0
+    pool = capture.pool
+    assert capture.steps == [("capture", pool), ("end", pool), ("set_stream", True)]
+    assert len(calls) == 3  # before the capture, in it, then the eager fallback the judge times
+
+
 def test_bits_are_compared_byte_for_byte():
     nan = torch.tensor([float("nan"), 1.0])
     assert same_bits(nan, nan.clone())  # NaNs of one payload match, where torch.equal says no
@@ -408,6 +475,31 @@ def test_gpu_a_reference_that_synchronises_stays_eager_and_the_device_still_work
     assert decision.mode == EAGER and "not capturable" in decision.reason
     assert torch.cuda.current_stream() == stream and not graphs.graphs
     assert (torch.ones(4, device="cuda") * 2).sum().item() == 8.0
+
+
+@pytest.mark.gpu
+def test_gpu_after_a_capture_that_fails_the_judges_cache_still_goes_back():
+    """A reference that synchronises fails its capture; the cache the judge fills afterwards must
+    still go back to the driver at its next release, or the worker sharing the GPU runs short."""
+
+    class Item(nn.Module):
+        def forward(self, x):
+            for _ in range(1000):
+                x = x * 0.999 + 0.001
+            return x * float(x.abs().max().item())
+
+    gpu_cache.limit_block_splitting()
+    graphs = ReferenceGraphs(CudaGraphDevice(), torch.cuda.get_device_properties(0).total_memory)
+    with torch.no_grad():
+        x = torch.randn(1024, device="cuda")
+        graphs.output("s", "m", Item(), {"x": x})
+    assert "not capturable" in next(iter(graphs.decisions.values())).reason
+    graphs.release()
+    block = 300 << 20
+    torch.empty(block, dtype=torch.uint8, device="cuda")  # freed at once: a cached block
+    cached = torch.cuda.memory_reserved()
+    assert gpu_cache.release(keep_bytes=0)
+    assert torch.cuda.memory_reserved() <= cached - block
 
 
 @pytest.mark.gpu

@@ -23,6 +23,7 @@ import torch
 
 from atrex_mcp.evaluate import timing_witness
 from atrex_mcp.evaluate.session import Failure, Session, fastest_ping
+from sandbox import gpu_cache
 from sandbox.graph_burst import (
     StackedInputs,
     empty_prints,
@@ -76,9 +77,13 @@ def _graph_fingerprints_s(outputs: list[list[Any]]) -> float:
     with torch.cuda.stream(side):
         fingerprints_into(outputs, prints)  # once before the capture, as torch asks
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # the server's other threads may use the GPU
-        fingerprints_into(outputs, prints)
+    graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
+    try:
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):  # other threads may use the GPU
+            fingerprints_into(outputs, prints)
+    except RuntimeError:
+        gpu_cache.end_failed_capture(pool)  # else no cache release of this process would hand anything back
+        raise
     best = float("inf")
     for _ in range(CALIBRATION_REPLAYS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

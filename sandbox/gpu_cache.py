@@ -45,7 +45,7 @@ def release(keep_bytes: int = KEEP_BYTES) -> bool:
 
 
 # torch's own bindings of the caching allocator's routing into a CUDA graph's pool, newest name first
-_END_ROUTING = ("_cuda_endAllocateToPool", "_cuda_endAllocateCurrentStreamToPool")
+END_ROUTING_BINDINGS = ("_cuda_endAllocateToPool", "_cuda_endAllocateCurrentStreamToPool")
 
 
 def end_failed_capture(pool: tuple[int, int]) -> bool:
@@ -62,7 +62,7 @@ def end_failed_capture(pool: tuple[int, int]) -> bool:
     process's reserved memory grows, taking the GPU from the other process that shares it. Where
     torch ended the routing itself, the pool is left to it: releasing it here as well would drop
     a reference that torch's reset drops too, where it does."""
-    names = [getattr(torch._C, name, None) for name in _END_ROUTING]
+    names = [getattr(torch._C, name, None) for name in END_ROUTING_BINDINGS]
     end = next((fn for fn in names if callable(fn)), None)
     release_pool = getattr(torch._C, "_cuda_releasePool", None)
     if end is None or release_pool is None:

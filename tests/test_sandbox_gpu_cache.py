@@ -52,7 +52,7 @@ def _bindings(monkeypatch, end_raises: bool, end_name: str = "_cuda_endAllocateT
             raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
         done.append(("end", device, pool))
 
-    for name in gpu_cache._END_ROUTING:
+    for name in gpu_cache.END_ROUTING_BINDINGS:
         monkeypatch.delattr(torch._C, name, raising=False)
     monkeypatch.setattr(torch._C, end_name, end, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_releasePool", lambda device, pool: done.append(("release", device, pool)),

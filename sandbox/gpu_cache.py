@@ -6,13 +6,16 @@ nothing. A hand-back synchronises the device, and the next request pays fresh cu
 for what was handed back, request after request. A process therefore keeps up to `KEEP_BYTES`
 of free cached blocks and hands them back only past that: on a GPU of tens of GiB no shape
 misses 1 GiB, and the shapes that fill the GPU free far more than that, which goes back.
-A CUDA-graph capture that fails can stop every later hand-back of the process: whoever captures
-calls `end_failed_capture` when a capture raises.
+A CUDA-graph capture that fails can stop every later hand-back of the process: every capture
+goes through `graph_capture`, which cleans a failed one up (`end_failed_capture`).
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -77,3 +80,17 @@ def end_failed_capture(pool: tuple[int, int]) -> bool:
     except RuntimeError:  # the routing is ended, which is what keeps the releases working
         pass
     return True
+
+
+@contextmanager
+def graph_capture(graph: Any, **kwargs: Any) -> Iterator[None]:
+    """`torch.cuda.graph(graph, **kwargs)` into a pool of its own; where the capture raises, the
+    caching allocator's routing into that pool is ended and the pool released (end_failed_capture)
+    before the error goes on to the caller."""
+    pool = torch.cuda.graph_pool_handle()
+    try:
+        with torch.cuda.graph(graph, pool=pool, **kwargs):
+            yield
+    except BaseException:
+        end_failed_capture(pool)
+        raise

@@ -243,7 +243,7 @@ def capture(
     if device != "cuda":
         return "no CUDA graphs on this device"
     sets = inputs.sets
-    graph, stream, pool = torch.cuda.CUDAGraph(), torch.cuda.current_stream(), torch.cuda.graph_pool_handle()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
     try:
         inputs.refresh(0)  # what it leaves in the live buffers does not matter: each replay refreshes from `base`
         side = torch.cuda.Stream()
@@ -254,7 +254,7 @@ def capture(
         sync()
         prints = empty_prints(len(sets), tensors, "cuda")
         outputs = []
-        with no_grad(), torch.cuda.graph(graph, pool=pool):
+        with no_grad(), gpu_cache.graph_capture(graph):
             for one_set in sets:  # not `inputs`: the StackedInputs the burst keeps for refresh
                 outputs.append(model(**one_set))
             fingerprints_into(outputs, prints)
@@ -263,7 +263,6 @@ def capture(
         reason = f"{type(exc).__name__}: {exc}"[:500]
         try:
             torch.cuda.set_stream(stream)  # a failed capture_end leaves the capture's stream current
-            gpu_cache.end_failed_capture(pool)  # else no later cache release of this worker hands anything back
             graph.reset()
             sync()
         except Exception as cleanup:  # noqa: BLE001 — the judge's next request finds out if the worker works

@@ -392,7 +392,7 @@ def test_a_failed_capture_ends_the_allocators_routing_into_its_pool_before_the_g
     with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
         CudaGraphDevice().capture(synchronising_forward)
     pool = capture.pool
-    assert capture.steps == [("capture", pool), ("set_stream", True), ("end", pool), "reset"]
+    assert capture.steps == [("capture", pool), ("end", pool), ("set_stream", True), "reset"]
 
 
 def test_a_capture_that_succeeds_leaves_the_routing_to_torch(monkeypatch):

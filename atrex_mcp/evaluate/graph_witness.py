@@ -77,13 +77,9 @@ def _graph_fingerprints_s(outputs: list[list[Any]]) -> float:
     with torch.cuda.stream(side):
         fingerprints_into(outputs, prints)  # once before the capture, as torch asks
     torch.cuda.current_stream().wait_stream(side)
-    graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
-    try:
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):  # other threads may use the GPU
-            fingerprints_into(outputs, prints)
-    except RuntimeError:
-        gpu_cache.end_failed_capture(pool)  # else no cache release of this process would hand anything back
-        raise
+    graph = torch.cuda.CUDAGraph()
+    with gpu_cache.graph_capture(graph, capture_error_mode="thread_local"):  # other threads may use the GPU
+        fingerprints_into(outputs, prints)
     best = float("inf")
     for _ in range(CALIBRATION_REPLAYS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -165,22 +165,21 @@ class CudaGraphDevice:
         """The forward captured, or the exception that stopped it with the CUDA state restored:
         the current stream back (a failed capture_end leaves the capture's stream current), the
         caching allocator's routing into the graph's pool ended and the pool dropped (torch can
-        leave both behind, and with them every later cache release void: gpu_cache.end_failed_capture).
+        leave both behind, and with them every later cache release void: gpu_cache.graph_capture).
         The pool's size is the reserved memory the capture added (a private pool takes no cached
         block of the general one), measured from an emptied cache as torch.cuda.graph empties it
         on entry anyway."""
-        graph, stream, pool = torch.cuda.CUDAGraph(), torch.cuda.current_stream(), torch.cuda.graph_pool_handle()
+        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         reserved = torch.cuda.memory_reserved()
         try:
-            with torch.cuda.graph(graph, pool=pool, stream=self._side(), capture_error_mode="thread_local"):
+            with gpu_cache.graph_capture(graph, stream=self._side(), capture_error_mode="thread_local"):
                 outputs = forward()
         except BaseException:
             torch.cuda.set_stream(stream)
             self.side = None  # the next capture gets a stream no failed capture touched
             try:
-                gpu_cache.end_failed_capture(pool)
                 graph.reset()
                 torch.cuda.synchronize()
             except Exception:  # noqa: BLE001 - the capture's own error is the one to report

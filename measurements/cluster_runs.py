@@ -55,6 +55,19 @@ def candidate_set(ops: list[str] | None = None, fill_with_reference: bool = True
     return sources
 
 
+MIN_EVALUATION_S = 5.0  # budget left below which a script starts no further evaluation (its worker alone takes seconds)
+
+
+def within_budget(request: Any, deadline: float, hint: str, min_s: float = MIN_EVALUATION_S) -> Any:
+    """`request` (an EvalRequest) with the budget left before `deadline` (time.monotonic()) as its
+    deadline, for a script that wraps bench eval's `evaluate`; with less than `min_s` left, the
+    evaluation does not start: budget_spent, for which bench eval records no result."""
+    left = deadline - time.monotonic()
+    if left < min_s:
+        raise AtrexError("internal", "budget_spent", "not started: the script's --budget-s is spent", hint)
+    return request.model_copy(update={"deadline_s": left})
+
+
 def check_workers(workers: int) -> None:
     """The host has `workers` GPUs (any count on a host without one: its workers are CPU slots)."""
     if workers < 1 or len(visible_devices(workers)) < workers:

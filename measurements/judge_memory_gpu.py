@@ -67,7 +67,6 @@ GPU = interpret_without_gpu()
 
 import atrex_mcp.evaluate as evaluate_package  # noqa: E402
 from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run  # noqa: E402
-from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, evaluator, graph_witness, reference_graph  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
 from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
@@ -79,6 +78,7 @@ from measurements.cluster_runs import (  # noqa: E402
     report_head,
     report_stem,
     table,
+    within_budget,
 )
 
 GIB = 1 << 30
@@ -92,7 +92,6 @@ DEFAULT_OPS = (
 OUR_DIRS = ("/atrex_mcp/", "/sandbox/", "/problems/", "/measurements/")
 TOP_SITES = 8
 PROBE_BYTES = 256 * MIB + 6 * MIB  # an oversize block (>= gpu_cache.SPLIT_LIMIT_MB) of a size nothing else asks for
-MIN_EVALUATION_S = 5.0
 FIGURES = (  # the reading's byte figures, in the order the tables show them
     "allocated",
     "reserved",
@@ -303,11 +302,9 @@ class Recorder:
 
         def evaluate(request: EvalRequest, *args: Any, **kwargs: Any) -> EvalResult:
             self.op = request.op
-            left = self.deadline - time.monotonic()
-            if left < MIN_EVALUATION_S:
-                raise AtrexError("internal", "budget_spent", "not started: --budget-s is spent", "run it again")
+            request = within_budget(request, self.deadline, "run it again")
             try:
-                return run_one(request.model_copy(update={"deadline_s": left}), *args, **kwargs)
+                return run_one(request, *args, **kwargs)
             finally:
                 self.operator_done()
 

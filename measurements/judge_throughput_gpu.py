@@ -87,7 +87,6 @@ GPU = interpret_without_gpu()
 
 import atrex_mcp.evaluate as evaluate_package  # noqa: E402
 from atrex_mcp.agentbench.evaluation import EvalSettings, evaluate_run  # noqa: E402
-from atrex_mcp.errors import AtrexError  # noqa: E402
 from atrex_mcp.evaluate import EvalRequest, Standby, evaluator, graph_witness, session, transfer  # noqa: E402
 from atrex_mcp.evaluate.models import EvalResult  # noqa: E402
 from atrex_mcp.evaluate.standby import DEFAULT_DEPTH  # noqa: E402
@@ -95,12 +94,14 @@ from atrex_mcp.problemset.catalog import Catalog  # noqa: E402
 from measurements.baselines import throughput_split  # noqa: E402
 from measurements.cluster_runs import (  # noqa: E402
     CPU_GPU,
+    MIN_EVALUATION_S,
     candidate_set,
     host_record,
     make_run,
     report_head,
     report_stem,
     table,
+    within_budget,
 )
 
 FULL_SET_SHAPES = 440
@@ -136,7 +137,6 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-MIN_EVALUATION_S = 5.0  # budget left below which no further evaluation starts (its worker alone takes seconds)
 METER_FILE = "throughput_meter.json"  # beside the run in --run-dir: the meter's tables of every call so far
 
 
@@ -265,15 +265,8 @@ class Meter:
 
         def evaluate(request: EvalRequest, *args: Any, **kwargs: Any) -> EvalResult:
             self.op = request.op
-            left = deadline - time.monotonic()  # the budget left, as this evaluation's deadline
-            if left < MIN_EVALUATION_S:  # bench eval records no result, so a later call judges it
-                raise AtrexError(
-                    "internal",
-                    "budget_spent",
-                    "not started: the script's --budget-s is spent",
-                    "run the script again with the same --run-dir to judge it",
-                )
-            return run_one(request.model_copy(update={"deadline_s": left}), *args, **kwargs)
+            hint = "run the script again with the same --run-dir to judge it"  # bench eval records no result
+            return run_one(within_budget(request, deadline, hint, MIN_EVALUATION_S), *args, **kwargs)
 
         evaluate_package.evaluate = evaluate  # bench eval's local path imports it when it runs
         try:
